@@ -1,0 +1,194 @@
+"""Every use of numba / numba-cuda internals, in one place.
+
+Private APIs used here (checked against numba 0.68 and numba-cuda 0.30):
+- `numba.core.caching.FunctionCache` / `CompileResultCacheImpl` / `_CacheLocator`, and the
+  dispatcher's `_cache` attribute: CPU code is cached under qgraph's cache directory,
+  keyed by qgraph's fingerprint of the generated code instead of a source file's mtime.
+- `numba.cuda.compile(..., abi="numba")` output: the kernel's PTX, whose `.entry`
+  parameter list is numba's flattened by-value argument layout (arrays as meminfo,
+  parent, nitems, itemsize, data, shape..., strides...).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import warnings
+
+import numpy as np
+
+from .arguments import ArgType
+
+# --------------------------------------------------------------------------- versions
+
+
+def toolchain_versions() -> str:
+    """Versions that change generated code; part of every disk-cache key."""
+    from importlib import metadata
+
+    parts = []
+    for dist in ("numba", "numba-cuda", "llvmlite"):
+        try:
+            parts.append(f"{dist}={metadata.version(dist)}")
+        except metadata.PackageNotFoundError:
+            parts.append(f"{dist}=none")
+    return ";".join(parts)
+
+
+def toolchain_versions_digest() -> str:
+    """A short directory name for the toolchain and Python version."""
+    import hashlib
+    import sys
+
+    text = toolchain_versions() + f";python={sys.version_info[:2]}"
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+# --------------------------------------------------------------------------- CPU
+
+
+def _make_cache_class():
+    from numba.core.caching import CompileResultCacheImpl, FunctionCache, _CacheLocator
+
+    class QgraphLocator(_CacheLocator):
+        """Cache files live in qgraph's cache dir, stamped with qgraph's code fingerprint."""
+
+        def __init__(self, py_func, py_file) -> None:
+            self._path, self._fingerprint = py_func.__qgraph_cache__
+
+        def ensure_cache_path(self) -> None:
+            os.makedirs(self._path, exist_ok=True)
+
+        def get_cache_path(self) -> str:
+            return self._path
+
+        def get_source_stamp(self) -> str:
+            return self._fingerprint
+
+        def get_disambiguator(self) -> str:
+            return self._fingerprint[:20]
+
+        @classmethod
+        def from_function(cls, py_func, py_file):
+            return cls(py_func, py_file) if hasattr(py_func, "__qgraph_cache__") else None
+
+    class QgraphCacheImpl(CompileResultCacheImpl):
+        _locator_classes = [QgraphLocator]
+
+    class QgraphFunctionCache(FunctionCache):
+        """numba's function cache, made robust: a corrupt or unreadable entry is recompiled."""
+
+        _impl_class = QgraphCacheImpl
+
+        def load_overload(self, sig, target_context):
+            try:
+                return super().load_overload(sig, target_context)
+            except Exception as e:  # a corrupt index or data file
+                warnings.warn(f"qgraph: ignoring a corrupt CPU cache entry in {self.cache_path} ({e!r}); "
+                              "recompiling", RuntimeWarning, stacklevel=2)
+                try:
+                    os.unlink(self._cache_file._index_path)
+                except OSError:
+                    pass
+                return None
+
+        def save_overload(self, sig, data):
+            try:
+                super().save_overload(sig, data)
+            except Exception as e:  # a read-only or full disk must not fail the call
+                warnings.warn(f"qgraph: could not write the CPU cache ({e!r})", RuntimeWarning, stacklevel=2)
+
+    return QgraphFunctionCache
+
+
+_cache_class = None
+
+
+def njit(py_func, *, parallel: bool, cache: tuple[str, str] | None):
+    """numba.njit(py_func); with `cache=(directory, fingerprint)` cached on disk there."""
+    global _cache_class
+    import numba
+
+    dispatcher = numba.njit(parallel=parallel, error_model="numpy")(py_func)
+    if cache is not None:
+        if _cache_class is None:
+            _cache_class = _make_cache_class()
+        py_func.__qgraph_cache__ = cache
+        dispatcher._cache = _cache_class(py_func)
+    return dispatcher
+
+
+def prange():
+    import numba
+
+    return numba.prange
+
+
+# --------------------------------------------------------------------------- CUDA
+
+
+def numba_type(t: ArgType):
+    """The numba type of an argument type string's meaning."""
+    from numba import types
+    from numba.np.numpy_support import from_dtype
+
+    scalar = types.boolean if t.dtype.kind == "b" else from_dtype(t.dtype)
+    if t.ndim is None:
+        return scalar
+    return types.Array(scalar, t.ndim, "C" if t.contiguous else "A")
+
+
+def cuda_namespace() -> dict:
+    """Names the generated CUDA task code uses, bound to numba-cuda objects."""
+    from numba import cuda, int64
+
+    return {"_qg_cuda": cuda, "_qg_i64": int64}
+
+
+def cuda_device_function(py_func):
+    from numba import cuda
+
+    return cuda.jit(device=True)(py_func)
+
+
+def cuda_compile_ptx(py_func, argtypes: list[ArgType], cc: tuple[int, int]) -> str:
+    """PTX of one kernel (numba ABI) for compute capability `cc`."""
+    from numba import cuda
+
+    sig = tuple(numba_type(t) for t in argtypes)
+    ptx, _ = cuda.compile(py_func, sig, device=False, abi="numba", cc=cc, output="ptx")
+    return ptx
+
+
+_ENTRY = re.compile(r"\.entry\s+([\w$]+)\s*\(([^)]*)\)", re.S)
+_PARAM = re.compile(r"\.param\s+(?:\.align\s+\d+\s+)?\.(\w+)\s+[\w$]+(?:\[(\d+)\])?")
+_PTX_SIZES = {"u8": 1, "s8": 1, "b8": 1, "u16": 2, "s16": 2, "b16": 2, "f16": 2, "u32": 4, "s32": 4,
+              "b32": 4, "f32": 4, "u64": 8, "s64": 8, "b64": 8, "f64": 8}
+
+
+def ptx_entry(ptx: str) -> tuple[str, list[int]]:
+    """The kernel's entry name and the byte size of each of its parameters."""
+    match = _ENTRY.search(ptx)
+    if match is None:
+        raise RuntimeError("no .entry in the PTX numba-cuda produced")
+    sizes = []
+    for ptype, count in _PARAM.findall(match.group(2)):
+        sizes.append(_PTX_SIZES[ptype] * (int(count) if count else 1))
+    return match.group(1), sizes
+
+
+def expected_param_sizes(argtypes: list[ArgType]) -> list[int]:
+    """numba's flattened parameter sizes for these argument types (what we pack)."""
+    sizes: list[int] = []
+    for t in argtypes:
+        if t.ndim is None:
+            sizes.append(1 if t.dtype.kind == "b" else t.dtype.itemsize)
+        else:
+            sizes += [8] * (5 + 2 * t.ndim)
+    return sizes
+
+
+def int64_argtype() -> ArgType:
+    from .arguments import arg_type, scalar_sig
+
+    return arg_type(scalar_sig(np.dtype(np.int64)))

@@ -1,0 +1,167 @@
+"""qgraph.Ndarray: a typed array in device memory on cuda, host memory on cpu.
+
+An Ndarray's shape, dtype and address never change, so its specialisation key (`_sig`)
+and its by-value kernel parameter bytes (`_abi`) are computed once, here, and a kernel
+call reads them with two attribute loads.
+"""
+
+from __future__ import annotations
+
+import operator
+
+import numpy as np
+
+from . import runtime
+from .arguments import array_sig, numba_abi
+from .dtypes import as_dtype
+
+
+def _normalise_shape(shape) -> tuple[int, ...]:
+    if isinstance(shape, (int, np.integer)):
+        shape = (int(shape),)
+    try:
+        shape = tuple(operator.index(n) for n in shape)
+    except TypeError:
+        raise TypeError(f"shape must be an int or a tuple of ints, got {shape!r}") from None
+    if any(n < 0 for n in shape):
+        raise ValueError(f"shape {shape} has a negative dimension")
+    return shape
+
+
+class _DeviceMemory:
+    """Owns one device allocation; freed (stream-ordered) when the last user lets go."""
+
+    __slots__ = ("device", "ptr")
+
+    def __init__(self, device, nbytes: int) -> None:
+        self.device = device
+        self.ptr = device.alloc(nbytes)
+
+    def __del__(self) -> None:
+        try:
+            self.device.free(self.ptr)
+        except Exception:  # interpreter shutdown: the driver may already be gone
+            pass
+
+
+class Ndarray:
+    """A zero-filled array for qgraph kernels; see `qgraph.ndarray`."""
+
+    __slots__ = ("_shape", "_dtype", "_size", "_host", "_memory", "_ptr", "_device", "_sig", "_abi",
+                 "__weakref__")
+
+    def __init__(self, dtype, shape) -> None:
+        state = runtime.ensure_init()
+        self._dtype = as_dtype(dtype)
+        self._shape = _normalise_shape(shape)
+        self._size = int(np.prod(self._shape, dtype=np.int64)) if self._shape else 1
+        itemsize = self._dtype.itemsize
+        self._sig = array_sig(self._dtype, len(self._shape), True)
+        if state.arch == "cpu":
+            self._host = np.zeros(self._shape, self._dtype)
+            self._memory = self._device = None
+            self._ptr = 0
+            self._abi = None
+            return
+        device = state.cuda
+        self._host = None
+        self._device = device
+        self._memory = _DeviceMemory(device, self._size * itemsize)
+        self._ptr = self._memory.ptr
+        strides, acc = [], itemsize
+        for n in reversed(self._shape):
+            strides.append(acc)
+            acc *= n
+        self._abi = numba_abi(self._ptr, self._shape, tuple(reversed(strides)), itemsize)
+        device.memset(self._ptr, b"\0", self._size * itemsize)
+        device.sync_stream()  # usable from any stream once this returns
+
+    # ------------------------------------------------------------------ properties
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self._shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self._dtype
+
+    @property
+    def ndim(self) -> int:
+        return len(self._shape)
+
+    @property
+    def size(self) -> int:
+        return self._size
+
+    @property
+    def nbytes(self) -> int:
+        return self._size * self._dtype.itemsize
+
+    @property
+    def device(self) -> str:
+        return "cpu" if self._host is not None else "cuda"
+
+    def __len__(self) -> int:
+        if not self._shape:
+            raise TypeError("len() of a 0-d array")
+        return self._shape[0]
+
+    def __repr__(self) -> str:
+        return f"qgraph.Ndarray({self._dtype.name}, shape={self._shape}, device={self.device})"
+
+    # ------------------------------------------------------------------ data movement
+
+    def from_numpy(self, a) -> Ndarray:
+        """Copy `a` (same shape; cast to this dtype) into the array; returns self."""
+        a = np.asarray(a)
+        if a.shape != self._shape:
+            raise ValueError(f"from_numpy: shape {a.shape} does not match the array's shape {self._shape}")
+        if self._host is not None:
+            self._host[...] = a
+            return self
+        a = np.ascontiguousarray(a, dtype=self._dtype)
+        runtime.sync()  # queued kernels may still read the old contents
+        self._device.copy_to_device(self._ptr, a.ctypes.data, a.nbytes)
+        return self
+
+    def to_numpy(self) -> np.ndarray:
+        """A NumPy copy of the contents, after all queued qgraph work has finished."""
+        if self._host is not None:
+            return self._host.copy()
+        out = np.empty(self._shape, self._dtype)
+        runtime.sync()
+        self._device.copy_to_host(out.ctypes.data, self._ptr, out.nbytes)
+        return out
+
+    def fill(self, value) -> Ndarray:
+        """Set every element to `value`; on cuda, ordered after earlier work on qgraph's stream."""
+        if self._host is not None:
+            self._host.fill(value)
+            return self
+        pattern = np.array(value, dtype=self._dtype).tobytes()
+        self._device.memset(self._ptr, pattern, self._size)
+        return self
+
+    def __array__(self, dtype=None, copy=None):
+        data = self._host if (self._host is not None and copy is not True) else self.to_numpy()
+        return data if dtype is None else data.astype(dtype, copy=False)
+
+    @property
+    def __cuda_array_interface__(self) -> dict:
+        if self._host is not None:
+            raise AttributeError("a cpu qgraph array has no __cuda_array_interface__")
+        return {"shape": self._shape, "typestr": self._dtype.str, "data": (self._ptr, False),
+                "strides": None, "version": 3, "stream": self._device.stream_handle}
+
+
+def ndarray(dtype, shape) -> Ndarray:
+    """A zero-filled array: device memory on cuda, host memory on cpu. `shape` may be ()."""
+    return Ndarray(dtype, shape)
+
+
+def from_numpy(a) -> Ndarray:
+    """A new Ndarray holding a copy of `a`."""
+    a = np.asarray(a)
+    arr = Ndarray(a.dtype, a.shape)
+    return arr.from_numpy(a)

@@ -1,0 +1,85 @@
+"""The benchmark workload: a kernel of T tiny tasks, as qgraph and as hand-written CUDA C++.
+
+Task k reads and writes its own array: `x_k[i] = x_k[i] * a + c_k` for i < n. With n = 256
+every task is one block, so a call measures launch overhead, not arithmetic. qgraph
+needs kernel source in a file, so the T-task kernels are written to a module and imported.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import tempfile
+
+
+def task_constant(k: int) -> float:
+    return 1.0 + 0.5 * k
+
+
+def kernel_module_source(tasks: int) -> str:
+    params = ", ".join(f"x{k}" for k in range(tasks))
+    lines = ["import qgraph", ""]
+    body = []
+    for k in range(tasks):
+        body += ["    for i in range(n):", f"        x{k}[i] = x{k}[i] * a + {task_constant(k)!r}"]
+    loop_body = body + ["    counter[0] -= 1", "    flag[0] = 1 if counter[0] > 0 else 0"]
+    for name, deco in (("eager", "@qgraph.kernel"), ("graph", "@qgraph.kernel(cuda_graph=True)")):
+        lines += [deco, f"def {name}({params}, n, a: qgraph.f32):"] + body + [""]
+    lines += ['@qgraph.kernel(graph_while="flag")', f"def loop({params}, counter, flag, n, a: qgraph.f32):"]
+    lines += loop_body + [""]
+    return "\n".join(lines)
+
+
+_MODULES: dict[int, object] = {}
+
+
+def kernels_for(tasks: int):
+    """A module with `eager`, `graph` and `loop` qgraph kernels of `tasks` tasks."""
+    module = _MODULES.get(tasks)
+    if module is None:
+        directory = tempfile.mkdtemp(prefix="qgraph-bench-")
+        path = os.path.join(directory, f"qgraph_bench_t{tasks}.py")
+        with open(path, "w") as f:
+            f.write(kernel_module_source(tasks))
+        spec = importlib.util.spec_from_file_location(f"qgraph_bench_t{tasks}", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        _MODULES[tasks] = module
+    return module
+
+
+CUDA_SOURCE = r"""
+typedef unsigned long long cudaGraphConditionalHandle;
+#ifndef CUDARTAPI
+#define CUDARTAPI
+#endif
+extern "C" __device__ __cudart_builtin__ void CUDARTAPI cudaGraphSetConditional(
+    cudaGraphConditionalHandle handle, unsigned int value);
+
+extern "C" __global__ void task(float* x, long long n, float a, float c)
+{
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] = x[i] * a + c;
+}
+
+extern "C" __global__ void countdown(int* counter, int* flag)
+{
+    counter[0] -= 1;
+    flag[0] = counter[0] > 0 ? 1 : 0;
+}
+
+extern "C" __global__ void condition(cudaGraphConditionalHandle handle, const int* flag)
+{
+    cudaGraphSetConditional(handle, *flag != 0 ? 1u : 0u);
+}
+"""
+
+NUMBA_TASK_SOURCE = '''
+from numba import cuda
+
+@cuda.jit
+def task(x, n, a, c):
+    i = cuda.grid(1)
+    if i < n:
+        x[i] = x[i] * a + c
+'''

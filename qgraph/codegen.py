@@ -1,0 +1,465 @@
+"""Turn a parsed kernel's tasks into per-backend Python code for numba to compile.
+
+Everything is built as AST with the user's line numbers and file name, so numba's error
+messages and tracebacks point at the user's source lines.
+
+- CPU: one module per kernel: `@qgraph.func` helpers, one function per task (parallel
+  tasks loop with prange) and a runner that calls the tasks in order (and, for
+  graph_while, repeats them while the flag is non-zero).
+- CUDA: one kernel function per task and signature; parallel tasks get one thread per
+  iteration, with the launch bounds passed in as leading by-value parameters.
+- Host: for CUDA, a function that evaluates every parallel loop's bounds from the call's
+  arguments, giving each task's packed bound parameters and iteration count.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import hashlib
+import operator
+import struct
+from dataclasses import dataclass, field
+
+from . import lang
+from .frontend import _UNRESOLVED, Dim, KernelSource, Task, collect_names
+
+PREFIX = "_qg_"
+RUNNER = "_qg_run"
+RUNNER_0D = "_qg_run_0d"
+
+
+def task_name(task: Task) -> str:
+    return f"_qg_task_{task.index}"
+
+
+# --------------------------------------------------------------------------- call rewriting
+
+
+CPU_ATOMICS = {name: PREFIX + name for name in lang.ATOMICS}
+CUDA_ATOMICS = {name: f"_qg_cuda.atomic.{name[len('atomic_'):]}" for name in lang.ATOMICS}
+
+
+@dataclass
+class Symbols:
+    """Objects the kernel code calls that each backend provides under generated names.
+
+    `atomics` maps qgraph.atomic_* to the backend's spelling (a name or a dotted path:
+    numba-cuda types its atomics only as attributes of the cuda module).
+    """
+
+    atomic_paths: dict[str, str] = field(default_factory=lambda: dict(CPU_ATOMICS))
+    atomics: set[str] = field(default_factory=set)
+    funcs: dict[int, tuple[str, object]] = field(default_factory=dict)  # id(Func) -> (name, Func)
+
+    def replacement(self, obj: object, src: KernelSource, node: ast.AST) -> str | None:
+        if obj is _UNRESOLVED:
+            return None
+        for name, fn in lang.ATOMICS.items():
+            if obj is fn:
+                self.atomics.add(name)
+                return self.atomic_paths[name]
+        if obj is lang.ndrange:
+            raise src.error("qgraph.ndrange is only allowed as the iterator of a top-level for loop "
+                            "of a kernel", node)
+        kind = getattr(obj, "_qgraph_kind", None)
+        if kind == "kernel":
+            raise src.error(f"a kernel cannot call another kernel ({obj.__name__}); make the shared "
+                            "code a @qgraph.func", node)
+        if kind == "func":
+            entry = self.funcs.get(id(obj))
+            if entry is None:
+                entry = (f"_qg_func_{len(self.funcs)}_{obj.__name__}", obj)
+                self.funcs[id(obj)] = entry
+            return entry[0]
+        return None
+
+
+class _CallRewriter(ast.NodeTransformer):
+    def __init__(self, src: KernelSource, local_names: set[str], symbols: Symbols) -> None:
+        self.src = src
+        self.local_names = local_names
+        self.symbols = symbols
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        self.generic_visit(node)
+        root = node.func
+        while isinstance(root, ast.Attribute):
+            root = root.value
+        if isinstance(root, ast.Name) and root.id not in self.local_names:
+            path = self.symbols.replacement(self.src.resolve(node.func), self.src, node)
+            if path is not None:
+                node.func = _dotted(path, node.func)
+        return node
+
+
+def _dotted(path: str, at: ast.AST) -> ast.expr:
+    """`a.b.c` as a Name/Attribute chain located at `at`."""
+    parts = path.split(".")
+    expr: ast.expr = ast.copy_location(ast.Name(parts[0], ast.Load()), at)
+    for attr in parts[1:]:
+        expr = ast.copy_location(ast.Attribute(expr, attr, ast.Load()), at)
+    return expr
+
+
+def lower_statements(src: KernelSource, stmts: list[ast.stmt], local_names: set[str],
+                     symbols: Symbols) -> list[ast.stmt]:
+    """Deep copies of `stmts` with qgraph builtins and funcs replaced by generated names."""
+    rewriter = _CallRewriter(src, local_names, symbols)
+    lowered = [rewriter.visit(copy.deepcopy(s)) for s in stmts]
+    _check_defined(src, lowered, local_names)
+    return lowered
+
+
+def _check_defined(src: KernelSource, stmts: list[ast.stmt], local_names: set[str]) -> None:
+    import builtins
+
+    names = collect_names(stmts)
+    for name, line in names.loaded.items():
+        if name in local_names or name in names.stored or name.startswith(PREFIX):
+            continue
+        if name in src.closure or name in src.globals or hasattr(builtins, name):
+            continue
+        raise src.error(f"name '{name}' is not defined (not a parameter, a local or a global of "
+                        f"{src.name}'s module)", line)
+
+
+def lower_funcs(symbols: Symbols) -> list[tuple[ast.FunctionDef, object]]:
+    """(FunctionDef, Func) of every @qgraph.func the kernel reaches, callees included."""
+    done: set[int] = set()
+    defs: list[tuple[ast.FunctionDef, object]] = []
+    while len(done) < len(symbols.funcs):
+        for key, (name, fn) in list(symbols.funcs.items()):
+            if key in done:
+                continue
+            done.add(key)
+            src = fn._source
+            fdef = copy.deepcopy(src.fn_def)
+            local_names = set(src.param_names) | collect_names(fdef.body).stored
+            fdef.body = lower_statements(src, fdef.body, local_names, symbols)
+            fdef.name = name
+            fdef.decorator_list = []
+            fdef.returns = None
+            for a in fdef.args.posonlyargs + fdef.args.args + fdef.args.kwonlyargs:
+                a.annotation = None
+            defs.append((fdef, fn))
+    return defs
+
+
+# --------------------------------------------------------------------------- AST helpers
+
+
+def _name(id_: str, at: ast.AST, store: bool = False) -> ast.Name:
+    return ast.copy_location(ast.Name(id_, ast.Store() if store else ast.Load()), at)
+
+
+def _assign(target: str, value: ast.expr, at: ast.AST) -> ast.Assign:
+    return ast.copy_location(ast.Assign([_name(target, at, True)], value), at)
+
+
+def _call(fn: str, args: list[ast.expr], at: ast.AST) -> ast.Call:
+    return ast.copy_location(ast.Call(_name(fn, at), args, []), at)
+
+
+def _binop(left: ast.expr, op: ast.operator, right: ast.expr, at: ast.AST) -> ast.BinOp:
+    return ast.copy_location(ast.BinOp(left, op, right), at)
+
+
+def _function(name: str, params: list[str], body: list[ast.stmt], lineno: int) -> ast.FunctionDef:
+    args = ast.arguments(posonlyargs=[], args=[ast.arg(p) for p in params], vararg=None,
+                         kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=[])
+    fdef = ast.FunctionDef(name=name, args=args, body=body or [ast.Pass()], decorator_list=[],
+                           returns=None, type_params=[])
+    fdef.lineno = fdef.end_lineno = lineno
+    fdef.col_offset = fdef.end_col_offset = 0
+    return _fix_lines(fdef)
+
+
+def _fix_lines(tree: ast.AST) -> ast.AST:
+    """Fill missing positions and make every node's line range valid for compile()."""
+    ast.fix_missing_locations(tree)
+    for node in ast.walk(tree):
+        if hasattr(node, "lineno"):
+            if getattr(node, "end_lineno", None) is None or node.end_lineno < node.lineno:
+                node.end_lineno = node.lineno
+            if node.end_lineno == node.lineno and getattr(node, "end_col_offset", 0) < node.col_offset:
+                node.end_col_offset = node.col_offset
+    return tree
+
+
+def compile_module(defs: list[ast.stmt], filename: str):
+    module = _fix_lines(ast.Module(body=defs, type_ignores=[]))
+    return compile(module, filename, "exec")
+
+
+def used_params(src: KernelSource, task: Task) -> list[str]:
+    """Kernel parameters a task reads, in parameter order."""
+    return [p for p in src.param_names if p in task.loaded or p in task.bound_names]
+
+
+def task_locals(src: KernelSource, task: Task) -> set[str]:
+    return set(src.param_names) | set(task.stored)
+
+
+# --------------------------------------------------------------------------- CPU
+
+
+@dataclass
+class CpuModule:
+    code: object  # code object of the task functions and runner(s)
+    func_codes: list[tuple[str, object, KernelSource]]  # each @qgraph.func, run in its own module's globals
+    parallel_tasks: list[str]
+    serial_tasks: list[str]
+    atomics: set[str]
+    fingerprint: str  # what the generated code depends on, for the disk cache
+
+    @property
+    def funcs(self) -> list[str]:
+        return [name for name, _, _ in self.func_codes]
+
+
+def _cpu_parallel_loop(task: Task, body: list[ast.stmt]) -> list[ast.stmt]:
+    """prange over the outer dimension; inner ndrange dimensions as serial loops."""
+    at = ast.Pass()
+    ast.copy_location(at, task.body[0])
+    stmts: list[ast.stmt] = []
+    inner = body
+    for k in range(len(task.dims) - 1, -1, -1):
+        dim = task.dims[k]
+        var = task.loop_vars[k]
+        rng = "_qg_prange" if k == 0 else "range"
+        if dim.step is None:
+            iter_ = _call(rng, [dim.start, dim.stop], dim.stop)
+            inner = [ast.copy_location(ast.For(_name(var, at, True), iter_, inner, []), at)]
+        else:
+            s, e, d = f"_qg_s{k}", f"_qg_e{k}", f"_qg_d{k}"
+            stmts += [_assign(s, dim.start, at), _assign(e, dim.stop, at), _assign(d, dim.step, at)]
+            trip = _call("_qg_trip_count", [_name(s, at), _name(e, at), _name(d, at)], at)
+            index = _assign(var, _binop(_name(s, at), ast.Add(),
+                                        _binop(_name("_qg_k", at), ast.Mult(), _name(d, at), at), at), at)
+            inner = [ast.copy_location(ast.For(_name("_qg_k", at, True), _call(rng, [trip], at),
+                                               [index] + inner, []), at)]
+    return stmts + inner
+
+
+def _cpu_runner(src: KernelSource, name: str, flag_index: ast.expr | None) -> ast.FunctionDef:
+    at = src.fn_def
+    calls: list[ast.stmt] = []
+    for task in src.tasks:
+        args = [_name(p, at) for p in used_params(src, task)]
+        calls.append(ast.copy_location(ast.Expr(_call(task_name(task), args, at)), at))
+    if flag_index is not None:
+        flag = ast.copy_location(ast.Subscript(_name(src.graph_while, at), flag_index, ast.Load()), at)
+        test = ast.copy_location(ast.Compare(flag, [ast.Eq()], [ast.Constant(0)]), at)
+        brk = ast.copy_location(ast.If(test, [ast.copy_location(ast.Break(), at)], []), at)
+        calls = [ast.copy_location(ast.While(ast.Constant(True), calls + [brk], []), at)]
+    return _function(name, list(src.param_names), calls, src.lineno)
+
+
+def cpu_module(src: KernelSource) -> CpuModule:
+    symbols = Symbols()
+    defs: list[ast.stmt] = []
+    parallel, serial = [], []
+    for task in src.tasks:
+        body = lower_statements(src, task.body, task_locals(src, task), symbols)
+        if task.parallel:
+            dims = [Dim(*lower_bounds(src, d, symbols)) for d in task.dims]
+            body = _cpu_parallel_loop(_with_dims(task, dims), body)
+            parallel.append(task_name(task))
+        else:
+            serial.append(task_name(task))
+        defs.append(_function(task_name(task), used_params(src, task), body, task.lineno))
+    if src.graph_while is None:
+        defs.append(_cpu_runner(src, RUNNER, None))
+    else:
+        defs.append(_cpu_runner(src, RUNNER, ast.Constant(0)))
+        defs.append(_cpu_runner(src, RUNNER_0D, ast.Tuple([], ast.Load())))
+    func_defs = lower_funcs(symbols)
+    func_codes = [(fdef.name, compile_module([fdef], fn._source.filename), fn._source) for fdef, fn in func_defs]
+    fingerprint = fingerprint_of(src, [f for f, _ in func_defs] + defs, symbols)
+    return CpuModule(compile_module(defs, src.filename), func_codes, parallel, serial, symbols.atomics,
+                     fingerprint)
+
+
+def lower_bounds(src: KernelSource, dim: Dim, symbols: Symbols) -> tuple:
+    """A loop dimension's bound expressions with qgraph builtins rewritten."""
+    rewriter = _CallRewriter(src, set(src.param_names), symbols)
+    return tuple(None if e is None else rewriter.visit(copy.deepcopy(e))
+                 for e in (dim.start, dim.stop, dim.step))
+
+
+def _with_dims(task: Task, dims: list[Dim]) -> Task:
+    clone = copy.copy(task)
+    clone.dims = tuple(dims)
+    return clone
+
+
+# --------------------------------------------------------------------------- CUDA
+
+
+@dataclass(frozen=True)
+class CudaTaskCode:
+    """One task as a CUDA kernel function: its code and by-value parameter order."""
+
+    task: Task
+    function: ast.FunctionDef
+    bound_params: tuple[str, ...]  # leading int64 launch-bound parameters
+    params: tuple[str, ...]  # kernel parameters, in the kernel's argument order
+
+
+class _ContinueToReturn(ast.NodeTransformer):
+    """In a parallel body run by one thread, `continue` ends that thread's iteration."""
+
+    def visit_For(self, node: ast.For) -> ast.AST:
+        node.orelse = [self.visit(s) for s in node.orelse]
+        return node
+
+    visit_While = visit_For
+
+    def visit_Continue(self, node: ast.Continue) -> ast.AST:
+        return ast.copy_location(ast.Return(None), node)
+
+
+def cuda_bound_params(task: Task) -> tuple[str, ...]:
+    if not task.parallel:
+        return ()
+    ndim = len(task.dims)
+    if ndim == 1:
+        return ("_qg_s0", "_qg_d0", "_qg_n")
+    starts = tuple(f"_qg_s{k}" for k in range(ndim))
+    counts = tuple(f"_qg_n{k}" for k in range(1, ndim))
+    return starts + counts + ("_qg_n",)
+
+
+def cuda_task(src: KernelSource, task: Task, param_order: list[str], symbols: Symbols) -> CudaTaskCode:
+    """The kernel function of one task, taking `param_order` after the bound parameters."""
+    body = lower_statements(src, task.body, task_locals(src, task), symbols)
+    at = task.body[0]
+    bounds = cuda_bound_params(task)
+    if task.parallel:
+        body = [_ContinueToReturn().visit(s) for s in body]
+        tid = _binop(_binop(_call("_qg_i64", [_attr3("_qg_cuda", "blockIdx", "x", at)], at), ast.Mult(),
+                            _attr3("_qg_cuda", "blockDim", "x", at), at),
+                     ast.Add(), _attr3("_qg_cuda", "threadIdx", "x", at), at)
+        guard = ast.copy_location(ast.If(
+            ast.copy_location(ast.Compare(_name("_qg_t", at), [ast.GtE()], [_name("_qg_n", at)]), at),
+            [ast.copy_location(ast.Return(None), at)], []), at)
+        prologue = [_assign("_qg_t", tid, at), guard] + _cuda_indices(task, at)
+        body = prologue + body
+    fdef = _function(task_name(task), list(bounds) + list(param_order), body, task.lineno)
+    return CudaTaskCode(task, fdef, bounds, tuple(param_order))
+
+
+def _attr3(base: str, a: str, b: str, at: ast.AST) -> ast.expr:
+    inner = ast.copy_location(ast.Attribute(_name(base, at), a, ast.Load()), at)
+    return ast.copy_location(ast.Attribute(inner, b, ast.Load()), at)
+
+
+def _cuda_indices(task: Task, at: ast.AST) -> list[ast.stmt]:
+    """Loop variables from the flat thread index `_qg_t`."""
+    v = task.loop_vars
+    t = _name("_qg_t", at)
+    if len(v) == 1:
+        return [_assign(v[0], _binop(_name("_qg_s0", at), ast.Add(),
+                                     _binop(t, ast.Mult(), _name("_qg_d0", at), at), at), at)]
+    out: list[ast.stmt] = []
+    rest = "_qg_t"
+    for k in range(len(v) - 1, 0, -1):
+        n = _name(f"_qg_n{k}", at)
+        out.append(_assign(v[k], _binop(_name(f"_qg_s{k}", at), ast.Add(),
+                                        _binop(_name(rest, at), ast.Mod(), n, at), at), at))
+        out.append(_assign(f"_qg_r{k}", _binop(_name(rest, at), ast.FloorDiv(), n, at), at))
+        rest = f"_qg_r{k}"
+    out.append(_assign(v[0], _binop(_name("_qg_s0", at), ast.Add(), _name(rest, at), at), at))
+    return out
+
+
+# --------------------------------------------------------------------------- host bounds
+
+_PACK_Q = {n: struct.Struct(f"<{n}q").pack for n in range(1, 8)}
+
+
+def bounds_function(src: KernelSource, namespace: dict):
+    """A host function: args -> (packed bound params per parallel task, iteration counts)."""
+    at = src.fn_def
+    body: list[ast.stmt] = []
+    packed, totals = [], []
+    for task in src.tasks:
+        if not task.parallel:
+            continue
+        k = task.index
+        idx = lambda e: _call("_qg_index", [e], e)  # noqa: E731
+        if len(task.dims) == 1:
+            dim = task.dims[0]
+            step = dim.step if dim.step is not None else ast.copy_location(ast.Constant(1), at)
+            s, e, d, n = f"_qg_s_{k}", f"_qg_e_{k}", f"_qg_d_{k}", f"_qg_n_{k}"
+            body += [_assign(s, idx(dim.start), at), _assign(e, idx(dim.stop), at), _assign(d, idx(step), at),
+                     _assign(n, _call("_qg_len", [_call("_qg_range", [_name(s, at), _name(e, at),
+                                                                     _name(d, at)], at)], at), at)]
+            pieces = [s, d, n]
+        else:
+            starts, counts = [], []
+            for j, dim in enumerate(task.dims):
+                s, c = f"_qg_s{j}_{k}", f"_qg_c{j}_{k}"
+                count = _call("_qg_max", [ast.copy_location(ast.Constant(0), at),
+                                         _binop(idx(dim.stop), ast.Sub(), _name(s, at), at)], at)
+                body += [_assign(s, idx(dim.start), at), _assign(c, count, at)]
+                starts.append(s)
+                counts.append(c)
+            n = f"_qg_n_{k}"
+            total = _name(counts[0], at)
+            for c in counts[1:]:
+                total = _binop(total, ast.Mult(), _name(c, at), at)
+            body.append(_assign(n, total, at))
+            pieces = starts + counts[1:] + [n]
+        pack = _call(f"_qg_pack{len(pieces)}", [_name(p, at) for p in pieces], at)
+        packed.append(pack)
+        totals.append(_name(n, at))
+    result = ast.Tuple([ast.Tuple(packed, ast.Load()), ast.Tuple(totals, ast.Load())], ast.Load())
+    body.append(ast.copy_location(ast.Return(result), at))
+    fdef = _function("_qg_bounds", list(src.param_names), body, src.lineno)
+    ns = dict(namespace)
+    ns.update({"_qg_index": operator.index, "_qg_len": len, "_qg_range": range, "_qg_max": max})
+    ns.update({f"_qg_pack{n}": pack for n, pack in _PACK_Q.items()})
+    exec(compile_module([fdef], src.filename), ns)
+    return ns["_qg_bounds"]
+
+
+# --------------------------------------------------------------------------- fingerprints
+
+
+def fingerprint_of(src: KernelSource, defs: list[ast.stmt], symbols: Symbols) -> str:
+    """A hash of the generated code and the global values it reads (numba freezes globals)."""
+    h = hashlib.sha256()
+    for d in defs:
+        h.update(ast.dump(d).encode())
+    sources = [src] + [fn._source for _, fn in symbols.funcs.values()]
+    for s in sources:
+        for stmt in s.fn_def.body:
+            for name in sorted(collect_names([stmt]).loaded):
+                if name in s.globals or name in s.closure:
+                    value = s.closure[name] if name in s.closure else s.globals[name]
+                    h.update(name.encode() + b"=" + _value_digest(value))
+    return h.hexdigest()
+
+
+def _value_digest(value: object) -> bytes:
+    import numpy as np
+
+    if isinstance(value, (bool, int, float, complex, str, bytes, np.generic)) or value is None:
+        return repr((type(value).__name__, value)).encode()
+    if isinstance(value, tuple) and all(isinstance(v, (bool, int, float, str)) for v in value):
+        return repr(value).encode()
+    if isinstance(value, np.ndarray):
+        return hashlib.sha256(value.tobytes()).hexdigest().encode() + repr((value.dtype.str, value.shape)).encode()
+    kind = getattr(value, "_qgraph_kind", None)
+    if kind is not None:
+        return f"{kind}:{value.__qualname__}".encode()
+    mod = getattr(value, "__name__", None) if type(value).__name__ == "module" else None
+    if mod is not None:
+        return f"module:{mod}".encode()
+    py_func = getattr(value, "py_func", value)
+    code = getattr(py_func, "__code__", None)
+    if code is not None:
+        return hashlib.sha256(code.co_code + repr(code.co_consts).encode()).hexdigest().encode()
+    return f"{type(value).__module__}.{type(value).__qualname__}".encode()

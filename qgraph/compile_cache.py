@@ -1,0 +1,88 @@
+"""On-disk cache of compiled CUDA code (the CPU backend uses numba's, via the adapter).
+
+An entry is a binary (the linked cubin of a specialisation's tasks) and a JSON manifest
+describing it. Both are written to temporary names and moved into place with os.replace,
+binary first, manifest last: the manifest is the commit marker, so a reader never sees
+half an entry, and concurrent writers of the same key write identical content. The
+manifest records the binary's SHA-256; an entry that fails to parse or verify is treated
+as missing (and overwritten by the recompile), never as a crash.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+
+FORMAT = 1
+
+
+def entry_key(*parts: str) -> str:
+    """The cache key of everything that determines the compiled code."""
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(part.encode())
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+class CodeCache:
+    """A directory of compiled entries; `None` directory means caching is off."""
+
+    def __init__(self, directory: str | None) -> None:
+        self.directory = None if directory is None else os.path.join(directory, "cuda")
+
+    @property
+    def enabled(self) -> bool:
+        return self.directory is not None
+
+    def _paths(self, key: str) -> tuple[str, str]:
+        base = os.path.join(self.directory, key[:2], key)
+        return base + ".bin", base + ".json"
+
+    def load(self, key: str) -> tuple[dict, bytes] | None:
+        """(manifest, binary) for `key`, or None when absent or damaged."""
+        if self.directory is None:
+            return None
+        bin_path, manifest_path = self._paths(key)
+        try:
+            with open(manifest_path, "rb") as f:
+                manifest = json.loads(f.read())
+            with open(bin_path, "rb") as f:
+                binary = f.read()
+        except (OSError, ValueError):
+            return None
+        if not isinstance(manifest, dict) or manifest.get("format") != FORMAT or manifest.get("key") != key:
+            return None
+        if manifest.get("sha256") != hashlib.sha256(binary).hexdigest():
+            return None
+        return manifest, binary
+
+    def store(self, key: str, manifest: dict, binary: bytes) -> bool:
+        """Write an entry; returns False (and leaves no partial entry) when the disk refuses."""
+        if self.directory is None:
+            return False
+        bin_path, manifest_path = self._paths(key)
+        record = dict(manifest, format=FORMAT, key=key, sha256=hashlib.sha256(binary).hexdigest())
+        try:
+            os.makedirs(os.path.dirname(bin_path), exist_ok=True)
+            _write_atomic(bin_path, binary)
+            _write_atomic(manifest_path, json.dumps(record, sort_keys=True).encode())
+        except OSError:
+            return False
+        return True
+
+
+def _write_atomic(path: str, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise

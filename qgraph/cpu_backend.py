@@ -1,0 +1,74 @@
+"""Compile a kernel for the CPU: numba functions per task and one runner.
+
+Parallel tasks are `numba.njit(parallel=True)` with `prange`; the runner calls the tasks
+in order (and for graph_while repeats them while the flag is non-zero, inside compiled
+code). numba specialises the runner per argument types; compiled code is cached on disk
+under the qgraph cache directory, keyed by the generated code's fingerprint.
+"""
+
+from __future__ import annotations
+
+import os
+
+from . import _numba_adapter as adapter
+from . import codegen
+from .frontend import KernelSource
+
+
+def _trip_count(start, stop, step):
+    if step == 0:
+        raise ValueError("range() arg 3 must not be zero")
+    if step > 0:
+        n = (stop - start + step - 1) // step
+    else:
+        n = (start - stop - step - 1) // (-step)
+    return n if n > 0 else 0
+
+
+class CpuProgram:
+    """The numba runner(s) of one kernel; numba compiles one overload per signature."""
+
+    def __init__(self, src: KernelSource, cache_dir: str | None) -> None:
+        module = codegen.cpu_module(src)
+        self.fingerprint = module.fingerprint
+        cache = None
+        if cache_dir is not None:
+            cache = (os.path.join(cache_dir, "cpu", adapter.toolchain_versions_digest()), module.fingerprint)
+        from . import cpu_atomics
+
+        injected = {"_qg_prange": adapter.prange(),
+                    "_qg_trip_count": adapter.njit(_trip_count, parallel=False, cache=None)}
+        for name in module.atomics:
+            injected[codegen.PREFIX + name] = cpu_atomics.BY_NAME[name]
+
+        namespaces = []
+        raw: dict[str, object] = {}
+        for name, code, owner in module.func_codes:
+            ns = _namespace(owner, injected)
+            exec(code, ns)
+            raw[name] = ns[name]
+            namespaces.append(ns)
+        kernel_ns = _namespace(src, injected)
+        exec(module.code, kernel_ns)
+        namespaces.append(kernel_ns)
+
+        compiled: dict[str, object] = {}
+        for name in module.funcs:
+            compiled[name] = adapter.njit(raw[name], parallel=False, cache=cache)
+        for name in module.parallel_tasks:
+            compiled[name] = adapter.njit(kernel_ns[name], parallel=True, cache=cache)
+        for name in module.serial_tasks:
+            compiled[name] = adapter.njit(kernel_ns[name], parallel=False, cache=cache)
+        for ns in namespaces:  # numba reads globals at compile time: point them at the dispatchers
+            ns.update(compiled)
+        self.runner = adapter.njit(kernel_ns[codegen.RUNNER], parallel=False, cache=cache)
+        self.runner_0d = None
+        if src.graph_while is not None:
+            self.runner_0d = adapter.njit(kernel_ns[codegen.RUNNER_0D], parallel=False, cache=cache)
+
+
+def _namespace(src: KernelSource, injected: dict) -> dict:
+    ns = dict(src.globals)
+    ns.update(src.closure)
+    ns.update(injected)
+    return ns

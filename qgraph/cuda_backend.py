@@ -1,0 +1,155 @@
+"""Compile a kernel specialisation for CUDA: one numba-cuda kernel per task.
+
+Every task of a specialisation is compiled to PTX and the PTX files are linked into one
+cubin (one module load). The result is cached on disk, keyed by the generated code's
+fingerprint, the argument types, the compute capability and the toolchain versions; a
+cache hit needs neither numba nor NVVM, only the driver.
+
+Launch ABI: each task kernel takes its arguments by value, in numba's flattened layout.
+Parameters are ordered so that no padding is ever needed: the int64 launch bounds, then
+arrays (all 8-byte fields), then scalars by decreasing size. A task's parameter block is
+therefore the plain concatenation of its arguments' packed bytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import _numba_adapter as adapter
+from . import codegen
+from .arguments import ArgType, arg_type
+from .compile_cache import CodeCache, entry_key
+from .cuda_device import CudaDevice, check, driver
+from .errors import QgraphError
+from .frontend import KernelSource, Task
+
+BLOCK = 256  # threads per block for parallel tasks (capped by each kernel's own limit)
+
+_TOOLCHAIN: str | None = None
+
+
+def toolchain() -> str:
+    global _TOOLCHAIN
+    if _TOOLCHAIN is None:
+        _TOOLCHAIN = adapter.toolchain_versions()
+    return _TOOLCHAIN
+
+
+@dataclass
+class TaskKernel:
+    """One loaded task kernel and how to build its parameter block for a call."""
+
+    task: Task
+    function: object  # CUfunction
+    block: int  # threads per block (1 for a serial task)
+    param_size: int
+    bounds_slot: int | None  # index of its packed bounds in the host bounds tuple
+    arg_slots: tuple[int, ...]  # kernel argument indices, in parameter order
+
+    @property
+    def parallel(self) -> bool:
+        return self.task.parallel
+
+
+def param_order(src: KernelSource, task: Task, types: list[ArgType]) -> list[int]:
+    """Argument indices a task kernel takes: arrays first, then scalars by decreasing size."""
+    names = src.param_names
+    used = [k for k, n in enumerate(names) if n in task.loaded]
+    arrays = [k for k in used if types[k].is_array]
+    scalars = [k for k in used if not types[k].is_array]
+    scalars.sort(key=lambda k: -_scalar_size(types[k]))
+    return arrays + scalars
+
+
+def _scalar_size(t: ArgType) -> int:
+    return 1 if t.dtype.kind == "b" else t.dtype.itemsize
+
+
+def compile_tasks(src: KernelSource, key: tuple[str, ...], device: CudaDevice,
+                  cache: CodeCache) -> list[TaskKernel]:
+    """Compile (or load from the disk cache) every task of one specialisation."""
+    types = [arg_type(s) for s in key]
+    symbols = codegen.Symbols(dict(codegen.CUDA_ATOMICS))
+    orders, codes = [], []
+    for task in src.tasks:
+        order = param_order(src, task, types)
+        orders.append(order)
+        codes.append(codegen.cuda_task(src, task, [src.param_names[k] for k in order], symbols))
+    func_defs = codegen.lower_funcs(symbols)
+    fingerprint = codegen.fingerprint_of(src, [c.function for c in codes] + [f for f, _ in func_defs], symbols)
+    cc = device.info.compute_capability
+    ckey = entry_key("tasks", fingerprint, ",".join(key), f"sm_{cc[0]}{cc[1]}", toolchain())
+
+    cached = cache.load(ckey)
+    if cached is not None:
+        manifest, cubin = cached
+        entries, sizes = manifest["entries"], manifest["param_sizes"]
+    else:
+        ptx_list, entries, sizes = _compile_ptx(src, codes, orders, types, func_defs, cc)
+        cubin = device.link_ptx(ptx_list) if ptx_list else b""
+        if ptx_list:
+            cache.store(ckey, {"kernel": src.qualname, "entries": entries, "param_sizes": sizes,
+                               "types": list(key)}, cubin)
+
+    kernels: list[TaskKernel] = []
+    if not src.tasks:
+        return kernels
+    module = device.load_module(cubin)
+    slot = 0
+    for task, order, entry, size in zip(src.tasks, orders, entries, sizes):
+        function = device.function(module, entry)
+        block = 1
+        bounds_slot = None
+        if task.parallel:
+            limit = check(driver().cuFuncGetAttribute(
+                driver().CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, function),
+                "cuFuncGetAttribute")
+            block = min(BLOCK, limit)
+            bounds_slot = slot
+            slot += 1
+        kernels.append(TaskKernel(task, function, block, size, bounds_slot, tuple(order)))
+    return kernels
+
+
+def _compile_ptx(src, codes, orders, types, func_defs, cc):
+    """numba-cuda: every task to PTX. Raises numba's errors for the launcher to translate."""
+    ns_base = adapter.cuda_namespace()
+    raw_funcs = {}
+    func_namespaces = []
+    for fdef, fn in func_defs:
+        ns = _namespace(fn._source, ns_base)
+        exec(codegen.compile_module([fdef], fn._source.filename), ns)
+        raw_funcs[fdef.name] = ns[fdef.name]
+        func_namespaces.append(ns)
+    device_funcs = {name: adapter.cuda_device_function(f) for name, f in raw_funcs.items()}
+    kernel_ns = _namespace(src, ns_base)
+    exec(codegen.compile_module([c.function for c in codes], src.filename), kernel_ns)
+    for ns in func_namespaces + [kernel_ns]:
+        ns.update(device_funcs)
+
+    i64 = adapter.int64_argtype()
+    ptx_list, entries, sizes = [], [], []
+    for code, order in zip(codes, orders):
+        argtypes = [i64] * len(code.bound_params) + [types[k] for k in order]
+        try:
+            ptx = adapter.cuda_compile_ptx(kernel_ns[code.function.name], argtypes, cc)
+        except Exception as e:
+            e.qgraph_task = code.task
+            raise
+        entry, param_sizes = adapter.ptx_entry(ptx)
+        expected = adapter.expected_param_sizes(argtypes)
+        if param_sizes != expected:
+            raise QgraphError(f"numba-cuda produced an unexpected kernel parameter layout for task "
+                              f"{code.task.index} of {src.name} ({param_sizes} != {expected}); this "
+                              f"qgraph release does not support the installed numba-cuda ({toolchain()})")
+        ptx_list.append((f"{src.name}_task{code.task.index}.ptx", ptx))
+        entries.append(entry)
+        sizes.append(sum(param_sizes))
+    return ptx_list, entries, sizes
+
+
+def _namespace(src: KernelSource, injected: dict) -> dict:
+    ns = dict(src.globals)
+    ns.update(src.closure)
+    ns.update(injected)
+    return ns

@@ -1,0 +1,219 @@
+"""The CUDA device qgraph runs on, through cuda.bindings' driver API.
+
+Owns the primary context, qgraph's default stream, stream-ordered memory, module loading
+and an event pool. Imports only `cuda.bindings.driver` (fast), never numba, so a process
+whose kernels are all in the disk cache starts without loading the compiler.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+from .errors import QgraphError
+
+_driver = None
+
+
+def driver():
+    """cuda.bindings.driver, imported on first use (raises QgraphError when missing)."""
+    global _driver
+    if _driver is None:
+        try:
+            from cuda.bindings import driver as d
+        except ImportError as e:  # pragma: no cover - cuda-bindings is a dependency
+            raise QgraphError(f"CUDA is not usable: cuda-bindings cannot be imported ({e})") from None
+        _driver = d
+    return _driver
+
+
+def fail(err, what: str) -> QgraphError:
+    d = driver()
+    try:
+        name = d.cuGetErrorName(err)[1].decode()
+        text = d.cuGetErrorString(err)[1].decode()
+    except Exception:
+        name, text = str(err), ""
+    return QgraphError(f"{what} failed: {name} ({text})")
+
+
+def check(result, what: str):
+    """Unpack a cuda.bindings result tuple, raising QgraphError on a driver error."""
+    err = result[0]
+    if err:
+        raise fail(err, what)
+    if len(result) == 1:
+        return None
+    return result[1] if len(result) == 2 else result[1:]
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    ordinal: int
+    name: str
+    compute_capability: tuple[int, int]
+    driver_version: int  # e.g. 13000 for CUDA 13.0
+    multiprocessors: int
+
+    @property
+    def driver_version_tuple(self) -> tuple[int, int]:
+        return self.driver_version // 1000, (self.driver_version % 1000) // 10
+
+
+class CudaDevice:
+    """One CUDA device with its primary context and qgraph's default stream."""
+
+    def __init__(self, ordinal: int = 0) -> None:
+        d = driver()
+        try:
+            err = d.cuInit(0)[0]
+        except Exception as e:  # the driver library itself could not be loaded
+            raise QgraphError(f"CUDA is not usable: the NVIDIA driver (libcuda.so) could not be loaded "
+                              f"({type(e).__name__}: {e})") from None
+        if err:
+            raise QgraphError(f"CUDA is not usable: {fail(err, 'cuInit').args[0]}")
+        count = check(d.cuDeviceGetCount(), "cuDeviceGetCount")
+        if count == 0:
+            raise QgraphError("CUDA is not usable: no CUDA device found")
+        if not 0 <= ordinal < count:
+            raise QgraphError(f"CUDA device {ordinal} does not exist ({count} device(s) found)")
+        self.handle = check(d.cuDeviceGet(ordinal), "cuDeviceGet")
+        attr = d.CUdevice_attribute
+        major = check(d.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, self.handle), "cc")
+        minor = check(d.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, self.handle), "cc")
+        sms = check(d.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, self.handle), "sms")
+        name = check(d.cuDeviceGetName(256, self.handle), "cuDeviceGetName").split(b"\0")[0].decode()
+        version = check(d.cuDriverGetVersion(), "cuDriverGetVersion")
+        self.info = DeviceInfo(ordinal, name, (major, minor), version, sms)
+        # The primary context is shared with PyTorch, CuPy and numba; it is retained for the
+        # life of the process so that device arrays outlive re-initialisation.
+        self.context = check(d.cuDevicePrimaryCtxRetain(self.handle), "cuDevicePrimaryCtxRetain")
+        check(d.cuCtxSetCurrent(self.context), "cuCtxSetCurrent")
+        self._thread = threading.get_ident()
+        # A blocking stream: ordered with the legacy default stream that other libraries use.
+        self.stream = check(d.cuStreamCreate(0), "cuStreamCreate")
+        self.stream_handle = int(self.stream)
+        self._events: list = []
+        self._modules: list = []
+
+    # ------------------------------------------------------------------ context
+
+    def make_current(self) -> None:
+        """Make the context current on this thread (calls from a new thread need it once)."""
+        ident = threading.get_ident()
+        if ident != self._thread:
+            check(driver().cuCtxSetCurrent(self.context), "cuCtxSetCurrent")
+            self._thread = ident
+
+    def synchronize(self) -> None:
+        check(driver().cuCtxSynchronize(), "cuCtxSynchronize")
+
+    def sync_stream(self) -> None:
+        check(driver().cuStreamSynchronize(self.stream), "cuStreamSynchronize")
+
+    # ------------------------------------------------------------------ memory
+
+    def alloc(self, nbytes: int) -> int:
+        """Device memory from the stream-ordered pool, ready for use on any stream."""
+        if nbytes == 0:
+            return 0
+        d = driver()
+        ptr = check(d.cuMemAllocAsync(nbytes, self.stream), "cuMemAllocAsync")
+        return int(ptr)
+
+    def free(self, ptr: int) -> None:
+        if ptr:
+            driver().cuMemFreeAsync(ptr, self.stream)
+
+    def memset(self, ptr: int, value: bytes, count: int) -> None:
+        """Fill `count` elements of len(value) bytes with `value`, ordered on qgraph's stream."""
+        d = driver()
+        size = len(value)
+        if count == 0:
+            return
+        if value == bytes(size) or size == 1:
+            check(d.cuMemsetD8Async(ptr, value[0], count * size, self.stream), "cuMemsetD8Async")
+        elif size == 2:
+            check(d.cuMemsetD16Async(ptr, int.from_bytes(value, "little"), count, self.stream), "cuMemsetD16Async")
+        elif size == 4:
+            check(d.cuMemsetD32Async(ptr, int.from_bytes(value, "little"), count, self.stream), "cuMemsetD32Async")
+        elif value[:4] == value[4:]:
+            check(d.cuMemsetD32Async(ptr, int.from_bytes(value[:4], "little"), count * 2, self.stream),
+                  "cuMemsetD32Async")
+        else:  # 8-byte pattern with different halves: a strided pair of 32-bit fills
+            lo, hi = int.from_bytes(value[:4], "little"), int.from_bytes(value[4:], "little")
+            check(d.cuMemsetD2D32Async(ptr, 8, lo, 1, count, self.stream), "cuMemsetD2D32Async")
+            check(d.cuMemsetD2D32Async(ptr + 4, 8, hi, 1, count, self.stream), "cuMemsetD2D32Async")
+
+    def copy_to_device(self, ptr: int, host_ptr: int, nbytes: int) -> None:
+        if nbytes:
+            d = driver()
+            check(d.cuMemcpyHtoDAsync(ptr, host_ptr, nbytes, self.stream), "cuMemcpyHtoDAsync")
+            check(d.cuStreamSynchronize(self.stream), "cuStreamSynchronize")
+
+    def copy_to_host(self, host_ptr: int, ptr: int, nbytes: int) -> None:
+        if nbytes:
+            d = driver()
+            check(d.cuMemcpyDtoHAsync(host_ptr, ptr, nbytes, self.stream), "cuMemcpyDtoHAsync")
+            check(d.cuStreamSynchronize(self.stream), "cuStreamSynchronize")
+
+    # ------------------------------------------------------------------ modules
+
+    def load_module(self, image: bytes):
+        d = driver()
+        module = check(d.cuModuleLoadData(image), "cuModuleLoadData")
+        self._modules.append(module)
+        return module
+
+    def function(self, module, name: str):
+        return check(driver().cuModuleGetFunction(module, name.encode()), f"cuModuleGetFunction({name})")
+
+    # ------------------------------------------------------------------ events
+
+    def event(self):
+        """A timing-disabled event from the pool (give it back with `release_event`)."""
+        if self._events:
+            return self._events.pop()
+        d = driver()
+        return check(d.cuEventCreate(d.CUevent_flags.CU_EVENT_DISABLE_TIMING), "cuEventCreate")
+
+    def release_event(self, event) -> None:
+        self._events.append(event)
+
+    def link_ptx(self, ptx_list: list[tuple[str, str]]) -> bytes:
+        """Link PTX sources (name, text) into one cubin with the driver's JIT linker."""
+        import ctypes
+
+        d = driver()
+        state = check(d.cuLinkCreate(0, [], []), "cuLinkCreate")
+        try:
+            for name, ptx in ptx_list:
+                data = ptx.encode() + b"\0"
+                check(d.cuLinkAddData(state, d.CUjitInputType.CU_JIT_INPUT_PTX, data, len(data),
+                                      name.encode(), 0, [], []), f"cuLinkAddData({name})")
+            cubin_ptr, size = check(d.cuLinkComplete(state), "cuLinkComplete")
+            return ctypes.string_at(int(cubin_ptr), size)
+        finally:
+            d.cuLinkDestroy(state)
+
+
+def stream_handle(stream: object) -> int:
+    """The CUstream handle (as an int) of any stream spelling the SPEC accepts."""
+    if isinstance(stream, int):
+        return stream
+    proto = getattr(stream, "__cuda_stream__", None)
+    if proto is not None:
+        return int(proto()[1])
+    for attr in ("cuda_stream", "ptr"):  # PyTorch, CuPy
+        value = getattr(stream, attr, None)
+        if isinstance(value, int):
+            return value
+    handle = getattr(stream, "handle", None)  # numba / cuda.core
+    if handle is not None:
+        value = getattr(handle, "value", handle)
+        try:
+            return int(value) if value is not None else 0
+        except TypeError:
+            pass
+    raise TypeError(f"stream=: {type(stream).__name__} is not a stream; pass a cuda.core, numba, CuPy or "
+                    "PyTorch stream, or an integer CUstream handle")

@@ -1,0 +1,237 @@
+"""CUDA launches of a kernel call: argument resolution, specialisation lookup, dispatch.
+
+Each specialisation gets one runner, chosen once:
+- eager: the tasks launched one by one (generated straight-line cuLaunchKernel calls);
+- graph: a cached CUDA graph replayed with in-place node updates (graph_cache);
+- device loop: a graph with a WHILE node (conditional);
+- host loop: the body replayed while the flag read back is non-zero (conditional).
+"""
+
+from __future__ import annotations
+
+import warnings
+
+from . import conditional
+from .arguments import make_resolver
+from .compile_cache import CodeCache
+from .cuda_backend import TaskKernel, compile_tasks
+from .cuda_device import driver, fail, stream_handle
+from .errors import FallbackWarning, QgraphError
+from .frontend import syntax_error
+from .graph_cache import GraphCache, TaskGraph
+from .launcher import check_flag_type, compile_error, fixed_scalar_types, flag_shape_error, is_compile_error
+from .param_buffers import ParamBuffer, block_expr, generate, grid_expr, signature_with_constants
+
+_ONE = (1).to_bytes(8, "little")
+
+
+class EagerRunner:
+    """Launches a specialisation's tasks one by one on the call's stream."""
+
+    def __init__(self, kernels: list[TaskKernel], bounds, lifetimes, name: str) -> None:
+        self.kernels = kernels
+        self.buffers = [ParamBuffer(tk.param_size) for tk in kernels]
+        d = driver()
+        constants = {"_bounds": bounds, "_hold": lifetimes.hold, "_launch": d.cuLaunchKernel,
+                     "_fail": _launch_failure(name)}
+        lines = []
+        has_bounds = any(tk.parallel for tk in kernels)
+        if has_bounds:
+            lines.append("    b, n = _bounds(*args)")
+        lines.append("    _hold(stream, args)")
+        for k, (tk, buf) in enumerate(zip(kernels, self.buffers)):
+            constants[f"f{k}"] = tk.function
+            constants[f"buf{k}"] = buf.data
+            constants[f"ex{k}"] = buf.extra
+            indent = "    "
+            if tk.param_size:
+                lines.append(f"    buf{k}[:] = {block_expr(tk)}")
+            if tk.parallel:
+                lines.append(f"    if n[{tk.bounds_slot}]:")
+                indent = "        "
+            lines.append(f"{indent}r = _launch(f{k}, {grid_expr(tk, False)}, 1, 1, {tk.block}, 1, 1, 0, "
+                         f"stream, 0, ex{k})[0]")
+            lines.append(f"{indent}if r:")
+            lines.append(f"{indent}    raise _fail(r, {k})")
+        source = f"def run({signature_with_constants('args, p, stream', constants)}):\n" + "\n".join(lines) + "\n"
+        self.run = generate(source, "run", constants)
+
+
+def _launch_failure(name: str):
+    def failure(err, task_index: int):
+        return fail(err, f"launching task {task_index} of kernel {name}")
+    return failure
+
+
+class _Spec:
+    """One compiled specialisation and how it runs now."""
+
+    __slots__ = ("key", "kernels", "run", "graph", "uses_graph", "host_loop", "nodes")
+
+    def __init__(self, key: tuple, kernels: list[TaskKernel]) -> None:
+        self.key = key
+        self.kernels = kernels
+        self.run = None
+        self.graph = None
+        self.uses_graph = False
+        self.host_loop = False
+        self.nodes = 0
+
+
+class CudaLauncher:
+    """Runs a kernel's calls on the CUDA device of the current runtime."""
+
+    def __init__(self, kernel, state) -> None:
+        self.kernel = kernel
+        self.src = src = kernel._source
+        self.stats = kernel.stats
+        self.device = state.cuda
+        self.lifetimes = state.lifetimes
+        self.settings = state.settings
+        self.code_cache = CodeCache(state.settings.cache_dir)
+        self._resolve = make_resolver(src.param_names, fixed_scalar_types(src), "cuda")
+        self._bounds = None
+        self._specs: dict[tuple, _Spec] = {}
+        self._last: _Spec | None = None
+        self._stream = self.device.stream_handle
+        self._flag = None if src.graph_while is None else src.param_names.index(src.graph_while)
+        self.use_graphs = kernel.cuda_graph and state.settings.graphs
+        capacity = kernel.graph_cache_size or state.settings.graph_cache_size
+        self.graphs = GraphCache(capacity, self.device, self._evicted)
+        self.while_mode, self.while_reason = None, None
+        if src.graph_while is not None:
+            self.while_mode, self.while_reason = conditional.while_strategy(
+                self.device.info.compute_capability, self.device.info.driver_version,
+                graphs=self.use_graphs, force_host=state.settings.graph_while_host)
+        self.stats.used_graph = False
+        self.stats.graph_nodes = 0
+        self.stats.host_loop = False
+        self.stats.cache_size = 0
+
+    # ------------------------------------------------------------------ the call path
+
+    def launch(self, args: tuple, stream) -> None:
+        self.device.make_current()
+        key, packs = self._resolve(*args)
+        spec = self._specs.get(key)
+        if spec is None:
+            spec = self._specialise(key, args)
+        if spec is not self._last:
+            self._switch(spec)
+        if self._flag is not None and packs[self._flag][40:48] not in (_ONE, b""):  # shape (1,) or ()
+            raise flag_shape_error(self.src, (int.from_bytes(packs[self._flag][40:48], "little"),))
+        spec.run(args, packs, self._stream if stream is None else stream_handle(stream))
+
+    def _switch(self, spec: _Spec) -> None:
+        self._last = spec
+        stats = self.stats
+        stats.used_graph = spec.uses_graph
+        stats.graph_nodes = spec.nodes
+        stats.host_loop = spec.host_loop
+        stats.num_tasks = len(spec.kernels)
+        if spec.graph is not None:
+            self.graphs.touch(spec.key)
+
+    # ------------------------------------------------------------------ specialisation
+
+    def _specialise(self, key: tuple, args: tuple) -> _Spec:
+        src = self.src
+        if self._flag is not None:
+            check_flag_type(src, key)
+        if self._bounds is None:
+            from .codegen import bounds_function
+
+            self._bounds = bounds_function(src, _namespace(src))
+        check_bounds(src, key, self._bounds, args)
+        try:
+            kernels = compile_tasks(src, key, self.device, self.code_cache)
+        except Exception as e:
+            if is_compile_error(e):
+                raise compile_error(src, key, e, getattr(e, "qgraph_task", None)) from e
+            raise
+        spec = _Spec(key, kernels)
+        self._assign_runner(spec)
+        self._specs[key] = spec
+        self.stats.specialisations += 1
+        return spec
+
+    def _assign_runner(self, spec: _Spec) -> None:
+        """Choose how this specialisation runs; graphs are built on its first call."""
+        name = self.src.name
+        if self.while_mode == "host":
+            self._warn_fallback()
+            spec.host_loop = True
+        if not self.use_graphs:
+            eager = EagerRunner(spec.kernels, self._bounds, self.lifetimes, name)
+            spec.run = eager.run
+            if self.while_mode == "host":
+                spec.run = conditional.HostLoop(self.device, eager.run, None, self._flag, self.stats).run
+            return
+        spec.uses_graph = True
+        spec.run = self._build_runner(spec)
+
+    def _build_runner(self, spec: _Spec):
+        def build_and_run(args, packs, stream):
+            loop = None
+            if self.while_mode == "device":
+                loop = conditional.WhileLoop(self.device, self.code_cache, self._flag)
+            graph = TaskGraph(self.device, spec.kernels, self._bounds, self.lifetimes, self.stats,
+                              self.src.name, args, packs, stream, loop)
+            self.stats.builds += 1
+            spec.graph = graph
+            spec.nodes = graph.kernel_nodes
+            self.stats.graph_nodes = graph.kernel_nodes
+            run = graph.replay
+            if self.while_mode == "host":
+                run = conditional.HostLoop(self.device, graph.replay, graph.relaunch, self._flag, self.stats).run
+            spec.run = run
+            self.graphs.add(spec.key, graph)
+            self.stats.cache_size = len(self.graphs)
+            run(args, packs, stream)
+        return build_and_run
+
+    def _evicted(self, key: tuple) -> None:
+        spec = self._specs.get(key)
+        if spec is not None:
+            spec.graph = None
+            spec.run = self._build_runner(spec)
+        self.stats.cache_size = len(self.graphs)
+
+    def _warn_fallback(self) -> None:
+        if getattr(self.kernel, "_fallback_warned", False):
+            return
+        self.kernel._fallback_warned = True
+        warnings.warn(f"qgraph kernel {self.src.name}: graph_while runs as a host do-while loop because "
+                      f"{self.while_reason}", FallbackWarning, stacklevel=5)
+
+    def close(self) -> None:
+        self.graphs.clear()
+        self._specs.clear()
+        self._last = None
+
+
+def _namespace(src) -> dict:
+    ns = dict(src.globals)
+    ns.update(src.closure)
+    return ns
+
+
+def check_bounds(src, key: tuple, bounds, args: tuple) -> None:
+    """Evaluate the loop bounds once per specialisation; a failure names the loop's line."""
+    if not any(t.parallel for t in src.tasks):
+        return
+    try:
+        bounds(*args)
+    except Exception as e:
+        lineno = src.lineno
+        tb = e.__traceback__
+        while tb is not None:  # the bounds function carries the user's file and line numbers
+            if tb.tb_frame.f_code.co_name == "_qg_bounds":
+                lineno = tb.tb_lineno
+            tb = tb.tb_next
+        signature = ", ".join(f"{n}: {t}" for n, t in zip(src.param_names, key))
+        raise syntax_error(f"kernel {src.name}: a parallel loop's bounds cannot be evaluated for ({signature}): "
+                           f"{type(e).__name__}: {e}", src.filename, lineno) from e
+
+
+__all__ = ["CudaLauncher", "EagerRunner", "QgraphError"]

@@ -1,0 +1,167 @@
+"""@qgraph.kernel and @qgraph.func: the user-facing objects and the call entry point.
+
+A kernel call is a pipeline (as in Triton's jit): bind arguments (a generated function
+with the kernel's own signature) -> the arch's launcher, which resolves the arguments to a
+specialisation key, looks the specialisation up, and launches it.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from . import frontend, lang, runtime
+
+
+@dataclass
+class KernelStats:
+    """What a kernel did: graphs built and replayed, and the shape of its last call."""
+
+    builds: int = 0  # CUDA graphs built, total
+    replays: int = 0  # graph launches, total
+    cache_size: int = 0  # graphs cached now
+    used_graph: bool = False  # the last call ran a graph
+    graph_nodes: int = 0  # kernel nodes in the last call's graph (0 if none)
+    num_tasks: int = 0  # offloaded tasks of the last compiled specialisation
+    host_loop: bool = False  # the last call ran the host do-while fallback
+    specialisations: int = 0  # argument type signatures compiled, total
+    node_updates: int = 0  # in-place kernel-node parameter updates, total
+
+
+class Func:
+    """A helper callable from kernels (inlined by the backend compiler) and from Python."""
+
+    _qgraph_kind = "func"
+
+    def __init__(self, fn: Callable) -> None:
+        self._fn = fn
+        self._source = frontend.parse_func(fn)
+        functools.update_wrapper(self, fn)
+
+    def __call__(self, *args, **kwargs):
+        return self._fn(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<qgraph.func {self.__qualname__}>"
+
+
+class Kernel:
+    """A compiled-on-first-call kernel. Call it like the function; add `stream=` on CUDA."""
+
+    _qgraph_kind = "kernel"
+
+    def __init__(self, fn: Callable, source: frontend.KernelSource, cuda_graph: bool,
+                 graph_while: str | None, graph_cache_size: int | None) -> None:
+        self._fn = fn
+        self._source = source
+        self.cuda_graph = bool(cuda_graph) or graph_while is not None
+        self.graph_while = graph_while
+        self.graph_cache_size = graph_cache_size
+        self.stats = KernelStats(num_tasks=len(self._source.tasks))
+        self._launcher = None
+        self._launch = None
+        self._generation = -1
+        functools.update_wrapper(self, fn)
+        runtime.STATE.kernels.add(self)
+
+    @property
+    def tasks(self) -> tuple[frontend.Task, ...]:
+        """The offloaded tasks, in launch order."""
+        return self._source.tasks
+
+    @property
+    def source(self) -> frontend.KernelSource:
+        return self._source
+
+    def _attach(self) -> None:
+        """Bind to the current runtime generation: a fresh launcher for the current arch."""
+        state = runtime.ensure_init()
+        if self._launcher is not None:
+            self._launcher.close()
+        from . import launcher
+
+        self._launcher = launcher.for_kernel(self, state)
+        self._launch = self._launcher.launch
+        self._generation = state.generation
+
+    def _drop(self) -> None:
+        """Free compiled code, graphs and buffers (init/reset)."""
+        if self._launcher is not None:
+            self._launcher.close()
+        self._launcher = None
+        self._launch = None
+        self._generation = -1
+        self.stats = KernelStats(num_tasks=len(self._source.tasks))
+
+    def __repr__(self) -> str:
+        mode = f"graph_while={self.graph_while!r}" if self.graph_while else f"cuda_graph={self.cuda_graph}"
+        return f"<qgraph.kernel {self.__qualname__} ({len(self.tasks)} tasks, {mode})>"
+
+
+def _bind_class(kernel_cls: type, src: frontend.KernelSource, fn: Callable) -> type:
+    """A Kernel subclass whose __call__ has the kernel's own parameters (fast binding)."""
+    params = []
+    ns: dict = {"_qg_state": runtime.STATE}
+    positional_defaults = fn.__defaults__ or ()
+    first_default = len([p for p in src.params if not p.keyword_only]) - len(positional_defaults)
+    star_done = False
+    for k, p in enumerate(src.params):
+        if p.keyword_only and not star_done:
+            params.append("*")
+            star_done = True
+        if p.keyword_only:
+            default = (fn.__kwdefaults__ or {}).get(p.name, _NO_DEFAULT)
+        else:
+            default = positional_defaults[k - first_default] if k >= first_default else _NO_DEFAULT
+        if default is _NO_DEFAULT:
+            params.append(p.name)
+        else:
+            ns[f"_qg_default_{k}"] = default
+            params.append(f"{p.name}=_qg_default_{k}")
+    if not star_done:
+        params.append("*")
+    params.append("stream=None")
+    names = [p.name for p in src.params]
+    packed = "(" + ", ".join(names) + ("," if len(names) == 1 else "") + ")"
+    code = (f"def __call__(self, {', '.join(params)}):\n"
+            f"    if self._generation != _qg_state.generation:\n"
+            f"        self._attach()\n"
+            f"    return self._launch({packed}, stream)\n")
+    exec(code, ns)
+    return type(f"Kernel_{src.name}", (kernel_cls,), {"__call__": ns["__call__"], "__slots__": ()})
+
+
+_NO_DEFAULT = object()
+
+
+def kernel(fn: Callable | None = None, *, cuda_graph: bool = False, graph_while: str | None = None,
+           graph_cache_size: int | None = None):
+    """Compile a function's top-level statements into offloaded tasks.
+
+    `cuda_graph=True` captures a call's tasks into a cached CUDA graph; `graph_while="flag"`
+    (implies cuda_graph) repeats the body on the device while the int32 `flag` is non-zero.
+    `graph_cache_size` bounds the graphs kept for this kernel (default QGRAPH_GRAPH_CACHE_SIZE).
+    """
+    if graph_while is not None and not isinstance(graph_while, str):
+        raise TypeError(f"graph_while must be a parameter name (str), got {graph_while!r}")
+    if graph_cache_size is not None and (not isinstance(graph_cache_size, int) or graph_cache_size < 1):
+        raise ValueError(f"graph_cache_size must be a positive int, got {graph_cache_size!r}")
+
+    def wrap(f: Callable) -> Kernel:
+        if isinstance(f, (Kernel, Func)):
+            raise TypeError(f"{f!r} is already decorated")
+        if not callable(f) or not hasattr(f, "__code__"):
+            raise TypeError(f"@qgraph.kernel decorates a Python function, got {f!r}")
+        source = frontend.parse_kernel(f, graph_while, lang.ndrange)
+        cls = _bind_class(Kernel, source, f)
+        return cls(f, source, cuda_graph, graph_while, graph_cache_size)
+
+    return wrap if fn is None else wrap(fn)
+
+
+def func(fn: Callable) -> Func:
+    """Mark a helper function callable from kernels (compiled inline for each backend)."""
+    if not callable(fn) or not hasattr(fn, "__code__"):
+        raise TypeError(f"@qgraph.func decorates a Python function, got {fn!r}")
+    return Func(fn)

@@ -1,0 +1,29 @@
+"""Exceptions and warnings raised by qgraph."""
+
+from __future__ import annotations
+
+
+class QgraphError(RuntimeError):
+    """A qgraph operation failed (no usable device, a driver error, a build failure)."""
+
+
+class QgraphSyntaxError(QgraphError):
+    """A kernel uses a construct qgraph cannot place in a task; names the source line."""
+
+    def __init__(self, message: str, filename: str | None = None, lineno: int | None = None,
+                 source_line: str | None = None) -> None:
+        self.message = message
+        self.filename = filename
+        self.lineno = lineno
+        self.source_line = source_line
+        where = ""
+        if filename is not None and lineno is not None:
+            where = f"{filename}:{lineno}: "
+        text = where + message
+        if source_line:
+            text += "\n    " + source_line.strip()
+        super().__init__(text)
+
+
+class FallbackWarning(UserWarning):
+    """A graph_while kernel runs as a host do-while loop instead of a device WHILE node."""

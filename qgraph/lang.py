@@ -1,0 +1,51 @@
+"""Names a kernel body may use besides Python and numba: ndrange and the atomics.
+
+Called from plain Python these run serially (handy for debugging); inside kernels codegen
+replaces them with each backend's atomic instruction.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+
+def ndrange(*bounds):
+    """Iterate over a 1- to 3-D index space; each bound is an int or a (start, stop) pair.
+
+    As the iterator of a top-level kernel loop, every index tuple is one parallel iteration.
+    """
+    ranges = [range(*b) if isinstance(b, tuple) else range(b) for b in bounds]
+    if len(ranges) == 1:
+        return iter(ranges[0])
+    return itertools.product(*ranges)
+
+
+def atomic_add(arr, index, value):
+    """Atomically add `value` to `arr[index]`; returns the old value."""
+    old = arr[index]
+    arr[index] = old + value
+    return old
+
+
+def atomic_sub(arr, index, value):
+    """Atomically subtract `value` from `arr[index]`; returns the old value."""
+    old = arr[index]
+    arr[index] = old - value
+    return old
+
+
+def atomic_min(arr, index, value):
+    """Atomically store min(arr[index], value); returns the old value."""
+    old = arr[index]
+    arr[index] = min(old, value)
+    return old
+
+
+def atomic_max(arr, index, value):
+    """Atomically store max(arr[index], value); returns the old value."""
+    old = arr[index]
+    arr[index] = max(old, value)
+    return old
+
+
+ATOMICS = {f.__name__: f for f in (atomic_add, atomic_sub, atomic_min, atomic_max)}

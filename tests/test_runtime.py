@@ -1,0 +1,99 @@
+"""init / reset / current_arch / sync and the environment variables."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import qgraph
+from qgraph.runtime import Settings, cache_directory
+
+
+@qgraph.kernel
+def inc(x):
+    for i in range(x.shape[0]):
+        x[i] += 1
+
+
+def test_init_cpu_and_current_arch():
+    qgraph.init("cpu")
+    assert qgraph.current_arch() == "cpu"
+    assert qgraph.device_info() is None
+
+
+def test_init_rejects_unknown_arch():
+    with pytest.raises(ValueError, match="expected 'cuda', 'cpu' or None"):
+        qgraph.init("tpu")
+
+
+def test_qgraph_arch_environment(monkeypatch):
+    monkeypatch.setenv("QGRAPH_ARCH", "cpu")
+    qgraph.init()
+    assert qgraph.current_arch() == "cpu"
+    monkeypatch.setenv("QGRAPH_ARCH", "gpu")
+    with pytest.raises(qgraph.QgraphError, match="QGRAPH_ARCH='gpu'"):
+        qgraph.init()
+
+
+def test_init_cuda_without_a_usable_gpu_says_why():
+    from conftest import cuda_unavailable_reason
+
+    if cuda_unavailable_reason() is None:
+        pytest.skip("a GPU is present")
+    with pytest.raises(qgraph.QgraphError, match="CUDA is not usable"):
+        qgraph.init("cuda")
+    assert qgraph.current_arch() in ("cpu", "cuda")
+
+
+def test_reinit_and_reset_drop_compiled_kernels(arch):
+    x = qgraph.ndarray(qgraph.i64, (4,))
+    inc(x)
+    assert inc.stats.specialisations == 1
+    qgraph.reset()
+    assert inc.stats.specialisations == 0
+    inc(x)
+    qgraph.init(arch)
+    inc(x)
+    np.testing.assert_array_equal(x.to_numpy(), 3)
+
+
+def test_kernel_called_before_any_init_initialises(tmp_path):
+    script = tmp_path / "first.py"
+    script.write_text(
+        "import numpy as np, qgraph\n"
+        "@qgraph.kernel\n"
+        "def k(x):\n"
+        "    for i in range(x.shape[0]):\n"
+        "        x[i] = 2\n"
+        "x = np.zeros(3)\n"
+        "k(x)\n"
+        "print(qgraph.current_arch(), x.sum())\n")
+    env = dict(os.environ, QGRAPH_ARCH="cpu")
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["cpu", "6.0"]
+
+
+def test_settings_from_environment():
+    s = Settings.from_environ({"QGRAPH_GRAPHS": "0", "QGRAPH_GRAPH_WHILE": "host", "QGRAPH_GRAPH_CACHE_SIZE": "3",
+                               "QGRAPH_CACHE_DIR": "/tmp/qg-x"})
+    assert (s.graphs, s.graph_while_host, s.graph_cache_size, s.cache_dir) == (False, True, 3, "/tmp/qg-x")
+    assert Settings.from_environ({}).graphs and not Settings.from_environ({}).graph_while_host
+    with pytest.raises(qgraph.QgraphError, match="QGRAPH_GRAPH_WHILE='sometimes'"):
+        Settings.from_environ({"QGRAPH_GRAPH_WHILE": "sometimes"})
+    with pytest.raises(qgraph.QgraphError, match="QGRAPH_GRAPH_CACHE_SIZE"):
+        Settings.from_environ({"QGRAPH_GRAPH_CACHE_SIZE": "0"})
+
+
+def test_cache_directory_defaults_and_off_switch():
+    assert cache_directory({"QGRAPH_CACHE": "0"}) is None
+    assert cache_directory({"XDG_CACHE_HOME": "/c"}) == "/c/qgraph"
+    assert cache_directory({"QGRAPH_CACHE_DIR": "/d"}) == "/d"
+
+
+def test_sync_is_safe_on_every_arch(arch):
+    qgraph.sync()
