@@ -188,6 +188,26 @@ def expected_param_sizes(argtypes: list[ArgType]) -> list[int]:
     return sizes
 
 
+def error_locations(error: BaseException) -> list[tuple[str, int]]:
+    """(file, line) pairs a numba compile error points at.
+
+    numba (CPU) writes them into the message; numba-cuda's compile() drops them, but the
+    IR location is still a local (`loc`, or an instruction's `.loc`) in the frames that
+    raised it, so the traceback is searched too.
+    """
+    found = [(f, int(n)) for f, n in re.findall(r'File "([^"]+)", line (\d+)', str(error))]
+    tb = error.__traceback__
+    while tb is not None:
+        for name in ("loc", "inst", "stmt"):
+            value = tb.tb_frame.f_locals.get(name)
+            loc = value if name == "loc" else getattr(value, "loc", None)
+            line, filename = getattr(loc, "line", None), getattr(loc, "filename", None)
+            if isinstance(line, int) and isinstance(filename, str):
+                found.append((filename, line))
+        tb = tb.tb_next
+    return found
+
+
 def int64_argtype() -> ArgType:
     from .arguments import arg_type, scalar_sig
 

@@ -64,7 +64,10 @@ F64, I64, BOOL = scalar_sig(np.dtype(np.float64)), scalar_sig(np.dtype(np.int64)
 for _dt in ("int8", "int16", "int32", "uint8", "uint16", "uint32", "uint64", "float32"):
     scalar_sig(np.dtype(_dt))
 
-_SCALAR_PACK = {sig: struct.Struct("<" + t.dtype.char).pack
+_STRUCT_CODES = {("i", 1): "b", ("i", 2): "h", ("i", 4): "i", ("i", 8): "q", ("u", 1): "B", ("u", 2): "H",
+                 ("u", 4): "I", ("u", 8): "Q", ("f", 4): "f", ("f", 8): "d", ("b", 1): "?"}
+# struct's standard sizes ("<"): 'l' would be 4 bytes, so formats come from kind and itemsize.
+_SCALAR_PACK = {sig: struct.Struct("<" + _STRUCT_CODES[t.dtype.kind, t.dtype.itemsize]).pack
                 for sig, t in list(_TYPES.items()) if t.ndim is None}
 
 
@@ -296,31 +299,42 @@ def cuda_slow(value: object, name: str, fixed: str | None) -> tuple[str, bytes, 
 # --------------------------------------------------------------------------- resolvers
 
 
-def make_resolver(names: tuple[str, ...], fixed: tuple[str | None, ...], arch: str):
-    """A straight-line function: args -> (key, values), with fast paths per argument.
+def resolver_lines(names: tuple[str, ...], fixed: tuple[str | None, ...], arch: str, ns: dict,
+                   indent: str = "    ") -> list[str]:
+    """Straight-line code assigning s<k> (type string) and v<k> (value) from argument a<k>.
 
-    cpu values are what the numba runner takes; cuda values are parameter bytes.
+    Fast paths (two attribute loads) for qgraph arrays and Python scalars; the rest goes
+    through the slow path. cpu values are what the numba runner takes; cuda values are
+    by-value parameter bytes. `ns` receives the constants the lines use.
     """
     from .arrays import Ndarray
 
-    ns: dict = {"_Ndarray": Ndarray, "_F64": F64, "_I64": I64, "_BOOL": BOOL,
-                "_slow": cpu_slow if arch == "cpu" else _cuda_slow_value, "_fixed": fixed, "_names": names}
+    ns.update({"_Ndarray": Ndarray, "_F64": F64, "_I64": I64, "_fixed": fixed, "_names": names,
+               "_slow": cpu_slow if arch == "cpu" else _cuda_slow_value})
     field = "_host" if arch == "cpu" else "_abi"
-    lines = [f"def _qg_resolve({', '.join(f'a{k}' for k in range(len(names)))}):"]
+    lines = []
     for k, fix in enumerate(fixed):
         a = f"a{k}"
-        lines.append(f"    t = type({a})")
-        lines.append(f"    if t is _Ndarray and {a}.{field} is not None:")
-        lines.append(f"        s{k} = {a}._sig; v{k} = {a}.{field}")
-        fast = _scalar_fast_path(a, fix, arch, ns, k)
-        lines += [f"    {line}" for line in fast]
-        lines.append("    else:")
-        lines.append(f"        s{k}, v{k} = _slow({a}, _names[{k}], _fixed[{k}])")
-    keys = ", ".join(f"s{k}" for k in range(len(names)))
-    values = ", ".join(f"v{k}" for k in range(len(names)))
-    comma = "," if len(names) == 1 else ""
-    lines.append(f"    return ({keys}{comma}), ({values}{comma})")
-    exec("\n".join(lines), ns)
+        lines.append(f"t = type({a})")
+        lines.append(f"if t is _Ndarray and {a}.{field} is not None:")
+        lines.append(f"    s{k} = {a}._sig; v{k} = {a}.{field}")
+        lines += _scalar_fast_path(a, fix, arch, ns, k)
+        lines.append("else:")
+        lines.append(f"    s{k}, v{k} = _slow({a}, _names[{k}], _fixed[{k}])")
+    return [indent + line for line in lines]
+
+
+def make_resolver(names: tuple[str, ...], fixed: tuple[str | None, ...], arch: str):
+    """A function: args -> (key, values); the launchers inline the same lines."""
+    ns: dict = {}
+    body = resolver_lines(names, fixed, arch, ns)
+    n = len(names)
+    comma = "," if n == 1 else ""
+    keys = ", ".join(f"s{k}" for k in range(n)) + comma
+    values = ", ".join(f"v{k}" for k in range(n)) + comma
+    source = (f"def _qg_resolve({', '.join(f'a{k}' for k in range(n))}):\n" + "\n".join(body) +
+              f"\n    return ({keys}), ({values})\n")
+    exec(source, ns)
     return ns["_qg_resolve"]
 
 

@@ -380,15 +380,29 @@ _PACK_Q = {n: struct.Struct(f"<{n}q").pack for n in range(1, 8)}
 
 
 def bounds_function(src: KernelSource, namespace: dict):
-    """A host function: args -> (packed bound params per parallel task, iteration counts)."""
+    """A host function: args -> (packed bound params per parallel task, iteration counts).
+
+    Tasks whose loops have the same bound expressions share one evaluation.
+    """
     at = src.fn_def
     body: list[ast.stmt] = []
-    packed, totals = [], []
+    packed: list[ast.expr] = []
+    totals: list[ast.expr] = []
+    seen: dict[tuple, tuple[str, str]] = {}
+
+    def idx(e: ast.expr) -> ast.expr:
+        return _call("_qg_index", [e], e)
+
     for task in src.tasks:
         if not task.parallel:
             continue
         k = task.index
-        idx = lambda e: _call("_qg_index", [e], e)  # noqa: E731
+        signature = tuple(None if e is None else ast.dump(e) for d in task.dims for e in (d.start, d.stop, d.step))
+        if signature in seen:
+            pack_name, count_name = seen[signature]
+            packed.append(_name(pack_name, at))
+            totals.append(_name(count_name, at))
+            continue
         if len(task.dims) == 1:
             dim = task.dims[0]
             step = dim.step if dim.step is not None else ast.copy_location(ast.Constant(1), at)
@@ -412,8 +426,10 @@ def bounds_function(src: KernelSource, namespace: dict):
                 total = _binop(total, ast.Mult(), _name(c, at), at)
             body.append(_assign(n, total, at))
             pieces = starts + counts[1:] + [n]
-        pack = _call(f"_qg_pack{len(pieces)}", [_name(p, at) for p in pieces], at)
-        packed.append(pack)
+        pack_name = f"_qg_b_{k}"
+        body.append(_assign(pack_name, _call(f"_qg_pack{len(pieces)}", [_name(p, at) for p in pieces], at), at))
+        seen[signature] = (pack_name, n)
+        packed.append(_name(pack_name, at))
         totals.append(_name(n, at))
     result = ast.Tuple([ast.Tuple(packed, ast.Load()), ast.Tuple(totals, ast.Load())], ast.Load())
     body.append(ast.copy_location(ast.Return(result), at))

@@ -133,13 +133,14 @@ class WhileLoop:
         self.slot = device.alloc(8)
         device.sync_stream()
         self._buffers: list[ParamBuffer] = []
+        # the slot writer's parameters: (slot address, flag address from the flag's array bytes)
+        self.slot_expr = f"_slot + p[{flag_index}][32:40]"
 
-    def build_prologue(self, graph, packs: tuple):
+    def build_prologue(self, graph, block: bytes):
         """Add the slot writer and the WHILE node; returns (body graph, body deps, slot node)."""
         d = driver()
-        slot_bytes = self.slot.to_bytes(8, "little")
         store = ParamBuffer(16)
-        store.data[:] = slot_bytes + packs[self._flag][32:40]
+        store.data[:] = block
         store_params = kernel_node_params(self._helpers.store, 1, 1, store)
         store_node = check(d.cuGraphAddKernelNode(graph, [], 0, store_params), "adding the flag-slot node")
         self._buffers.append(store)
@@ -153,7 +154,7 @@ class WhileLoop:
         params.conditional.ctx = self._device.context
         check(d.cuGraphAddNode(graph, [store_node], None, 1, params), "adding the WHILE node")
         body = params.conditional.phGraph_out[0]
-        slot_node = _Node(f"_slot + p[{self._flag}][32:40]", "1", store, store_params, store_node)
+        slot_node = _Node(self.slot_expr, "1", store, store_params, store_node)
         return body, [], slot_node
 
     def build_condition(self, body, deps: list) -> None:
@@ -176,11 +177,11 @@ class WhileLoop:
 class HostLoop:
     """graph_while without a WHILE node: run the body, read the flag back, repeat."""
 
-    def __init__(self, device: CudaDevice, first_run, relaunch, flag_index: int, stats) -> None:
+    def __init__(self, device: CudaDevice, first_run, graph, flag_index: int, stats) -> None:
         d = driver()
         self._device = device
         self._first_run = first_run
-        self._relaunch = relaunch
+        self._graph = graph  # a TaskGraph of the body, or None when the body runs eagerly
         self._flag = flag_index
         self._stats = stats
         self._host = check(d.cuMemHostAlloc(4, 0), "cuMemHostAlloc")
@@ -193,9 +194,11 @@ class HostLoop:
     def run(self, args: tuple, packs: tuple, stream: int) -> None:
         flag = int.from_bytes(packs[self._flag][32:40], "little")
         self._first_run(args, packs, stream)
+        graph = self._graph
+        exec_handle = graph.exec_for(packs) if graph is not None else None
         while self._read(flag, stream):
-            if self._relaunch is not None:
-                self._relaunch(stream)
+            if graph is not None:
+                graph.relaunch(exec_handle, stream)
             else:
                 self._first_run(args, packs, stream)
 

@@ -95,6 +95,7 @@ class CudaDevice:
         self.stream_handle = int(self.stream)
         self._events: list = []
         self._modules: list = []
+        self._ctx_synchronize = d.cuCtxSynchronize
 
     # ------------------------------------------------------------------ context
 
@@ -106,7 +107,9 @@ class CudaDevice:
             self._thread = ident
 
     def synchronize(self) -> None:
-        check(driver().cuCtxSynchronize(), "cuCtxSynchronize")
+        err = self._ctx_synchronize()[0]
+        if err:
+            raise fail(err, "cuCtxSynchronize")
 
     def sync_stream(self) -> None:
         check(driver().cuStreamSynchronize(self.stream), "cuStreamSynchronize")

@@ -1,28 +1,32 @@
 """CUDA launches of a kernel call: argument resolution, specialisation lookup, dispatch.
 
-Each specialisation gets one runner, chosen once:
+The call path is one generated function per kernel (`launch`): resolve the arguments
+inline to a key of type strings and a tuple of parameter bytes, look the specialisation
+up, run it. Each specialisation gets one runner, chosen once:
 - eager: the tasks launched one by one (generated straight-line cuLaunchKernel calls);
-- graph: a cached CUDA graph replayed with in-place node updates (graph_cache);
+- graph: a cached CUDA graph (graph_cache), an instance per recent argument set;
 - device loop: a graph with a WHILE node (conditional);
 - host loop: the body replayed while the flag read back is non-zero (conditional).
 """
 
 from __future__ import annotations
 
+import threading
 import warnings
 
 from . import conditional
-from .arguments import make_resolver
+from .arguments import resolver_lines
 from .compile_cache import CodeCache
 from .cuda_backend import TaskKernel, compile_tasks
 from .cuda_device import driver, fail, stream_handle
-from .errors import FallbackWarning, QgraphError
+from .errors import FallbackWarning
 from .frontend import syntax_error
 from .graph_cache import GraphCache, TaskGraph
 from .launcher import check_flag_type, compile_error, fixed_scalar_types, flag_shape_error, is_compile_error
 from .param_buffers import ParamBuffer, block_expr, generate, grid_expr, signature_with_constants
 
-_ONE = (1).to_bytes(8, "little")
+_FLAG_SHAPES = ((1).to_bytes(8, "little"), b"")  # bytes 40:48 of a flag's parameters: shape (1,) or ()
+_BOUNDS_MEMO = 16  # eager calls remember the loop bounds of this many recent argument sets
 
 
 class EagerRunner:
@@ -32,12 +36,17 @@ class EagerRunner:
         self.kernels = kernels
         self.buffers = [ParamBuffer(tk.param_size) for tk in kernels]
         d = driver()
-        constants = {"_bounds": bounds, "_hold": lifetimes.hold, "_launch": d.cuLaunchKernel,
-                     "_fail": _launch_failure(name)}
+        # _keep: the driver reads each buffer's `extra` array by address; it lives as long as `run`
+        constants = {"_bounds": bounds, "_memo": {}, "_hold": lifetimes.hold, "_launch": d.cuLaunchKernel,
+                     "_fail": _launch_failure(name), "_keep": self.buffers, "_memo_size": _BOUNDS_MEMO}
         lines = []
-        has_bounds = any(tk.parallel for tk in kernels)
-        if has_bounds:
-            lines.append("    b, n = _bounds(*args)")
+        if any(tk.parallel for tk in kernels):
+            lines += ["    bn = _memo.get(p)",
+                      "    if bn is None:",
+                      "        if len(_memo) >= _memo_size:",
+                      "            _memo.clear()",
+                      "        bn = _memo[p] = _bounds(*args)",
+                      "    b, n = bn"]
         lines.append("    _hold(stream, args)")
         for k, (tk, buf) in enumerate(zip(kernels, self.buffers)):
             constants[f"f{k}"] = tk.function
@@ -89,11 +98,9 @@ class CudaLauncher:
         self.lifetimes = state.lifetimes
         self.settings = state.settings
         self.code_cache = CodeCache(state.settings.cache_dir)
-        self._resolve = make_resolver(src.param_names, fixed_scalar_types(src), "cuda")
         self._bounds = None
         self._specs: dict[tuple, _Spec] = {}
-        self._last: _Spec | None = None
-        self._stream = self.device.stream_handle
+        self._last: list = [None]
         self._flag = None if src.graph_while is None else src.param_names.index(src.graph_while)
         self.use_graphs = kernel.cuda_graph and state.settings.graphs
         capacity = kernel.graph_cache_size or state.settings.graph_cache_size
@@ -107,23 +114,42 @@ class CudaLauncher:
         self.stats.graph_nodes = 0
         self.stats.host_loop = False
         self.stats.cache_size = 0
+        self.launch = self._generate_launch()
 
     # ------------------------------------------------------------------ the call path
 
-    def launch(self, args: tuple, stream) -> None:
-        self.device.make_current()
-        key, packs = self._resolve(*args)
-        spec = self._specs.get(key)
-        if spec is None:
-            spec = self._specialise(key, args)
-        if spec is not self._last:
-            self._switch(spec)
-        if self._flag is not None and packs[self._flag][40:48] not in (_ONE, b""):  # shape (1,) or ()
-            raise flag_shape_error(self.src, (int.from_bytes(packs[self._flag][40:48], "little"),))
-        spec.run(args, packs, self._stream if stream is None else stream_handle(stream))
+    def _generate_launch(self):
+        """launch(a0, ..., stream): resolve inline, look up, run. Straight-line code."""
+        src = self.src
+        n = len(src.param_names)
+        ns: dict = {"_ident": threading.get_ident, "_dev": self.device, "_get": self._specs.get,
+                    "_specialise": self._specialise, "_switch": self._switch, "_last": self._last,
+                    "_stream": self.device.stream_handle, "_shandle": stream_handle, "_FLAG_OK": _FLAG_SHAPES,
+                    "_flag_error": self._flag_error}
+        comma = "," if n == 1 else ""
+        args = ", ".join(f"a{k}" for k in range(n))
+        lines = ["    if _ident() != _dev._thread:", "        _dev.make_current()"]
+        lines += resolver_lines(src.param_names, fixed_scalar_types(src), "cuda", ns)
+        lines += [f"    key = ({', '.join(f's{k}' for k in range(n))}{comma})",
+                  f"    p = ({', '.join(f'v{k}' for k in range(n))}{comma})",
+                  "    spec = _get(key)",
+                  "    if spec is None:",
+                  f"        spec = _specialise(key, ({args}{comma}))",
+                  "    if spec is not _last[0]:",
+                  "        _switch(spec)"]
+        if self._flag is not None:
+            lines += [f"    if p[{self._flag}][40:48] not in _FLAG_OK:",
+                      f"        raise _flag_error(p[{self._flag}])"]
+        lines.append(f"    spec.run(({args}{comma}), p, _stream if stream is None else _shandle(stream))")
+        source = f"def launch({args}{', ' if n else ''}stream):\n" + "\n".join(lines) + "\n"
+        exec(source, ns)
+        return ns["launch"]
+
+    def _flag_error(self, flag_bytes: bytes) -> TypeError:
+        return flag_shape_error(self.src, (int.from_bytes(flag_bytes[40:48], "little"),))
 
     def _switch(self, spec: _Spec) -> None:
-        self._last = spec
+        self._last[0] = spec
         stats = self.stats
         stats.used_graph = spec.uses_graph
         stats.graph_nodes = spec.nodes
@@ -178,12 +204,13 @@ class CudaLauncher:
             graph = TaskGraph(self.device, spec.kernels, self._bounds, self.lifetimes, self.stats,
                               self.src.name, args, packs, stream, loop)
             self.stats.builds += 1
+            self.stats.build_seconds = graph.build_seconds
             spec.graph = graph
             spec.nodes = graph.kernel_nodes
             self.stats.graph_nodes = graph.kernel_nodes
             run = graph.replay
             if self.while_mode == "host":
-                run = conditional.HostLoop(self.device, graph.replay, graph.relaunch, self._flag, self.stats).run
+                run = conditional.HostLoop(self.device, graph.replay, graph, self._flag, self.stats).run
             spec.run = run
             self.graphs.add(spec.key, graph)
             self.stats.cache_size = len(self.graphs)
@@ -202,12 +229,12 @@ class CudaLauncher:
             return
         self.kernel._fallback_warned = True
         warnings.warn(f"qgraph kernel {self.src.name}: graph_while runs as a host do-while loop because "
-                      f"{self.while_reason}", FallbackWarning, stacklevel=5)
+                      f"{self.while_reason}", FallbackWarning, stacklevel=6)
 
     def close(self) -> None:
         self.graphs.clear()
         self._specs.clear()
-        self._last = None
+        self._last[0] = None
 
 
 def _namespace(src) -> dict:
@@ -232,6 +259,3 @@ def check_bounds(src, key: tuple, bounds, args: tuple) -> None:
         signature = ", ".join(f"{n}: {t}" for n, t in zip(src.param_names, key))
         raise syntax_error(f"kernel {src.name}: a parallel loop's bounds cannot be evaluated for ({signature}): "
                            f"{type(e).__name__}: {e}", src.filename, lineno) from e
-
-
-__all__ = ["CudaLauncher", "EagerRunner", "QgraphError"]

@@ -27,6 +27,7 @@ class KernelStats:
     host_loop: bool = False  # the last call ran the host do-while fallback
     specialisations: int = 0  # argument type signatures compiled, total
     node_updates: int = 0  # in-place kernel-node parameter updates, total
+    build_seconds: float = 0.0  # wall time of the last graph build (compile excluded)
 
 
 class Func:
@@ -123,11 +124,10 @@ def _bind_class(kernel_cls: type, src: frontend.KernelSource, fn: Callable) -> t
         params.append("*")
     params.append("stream=None")
     names = [p.name for p in src.params]
-    packed = "(" + ", ".join(names) + ("," if len(names) == 1 else "") + ")"
     code = (f"def __call__(self, {', '.join(params)}):\n"
             f"    if self._generation != _qg_state.generation:\n"
             f"        self._attach()\n"
-            f"    return self._launch({packed}, stream)\n")
+            f"    return self._launch({', '.join(names)}{', ' if names else ''}stream)\n")
     exec(code, ns)
     return type(f"Kernel_{src.name}", (kernel_cls,), {"__call__": ns["__call__"], "__slots__": ()})
 

@@ -2,23 +2,33 @@
 
 A `TaskGraph` holds one kernel node per task, built with the explicit node API (faster to
 replay than a stream capture), each node reading its by-value parameter block from a
-persistent `ParamBuffer`. A replay compares the call's parameter blocks with what each
-node holds and calls `cuGraphExecKernelNodeSetParams` only for nodes whose bytes changed,
-then `cuGraphLaunch`. Updates affect later launches only, and the driver copies the block
-during the update, so back-to-back calls with different arguments need no sync.
+persistent `ParamBuffer`. It keeps up to `INSTANCES` executable instances of that graph,
+each keyed by the exact parameter bytes of the call it was last set up for:
 
-Node-state transitions, per graph: BUILT (instantiated and uploaded) -> replayed any
-number of times -> CLOSED (exec and graph destroyed; only after the device is idle).
+- a call whose bytes match an instance launches it: one dict lookup and cuGraphLaunch,
+  no bounds, no node updates (same arrays every call; two buffer sets swapped per call);
+- otherwise the oldest instance (or a new one, while fewer than INSTANCES exist) gets
+  `cuGraphExecKernelNodeSetParams` on exactly the nodes whose bytes changed.
+
+Node updates affect later launches only and the driver copies the parameter block during
+the update, so back-to-back calls with different arguments need no sync. A WHILE graph
+keeps a single instance (its conditional handle belongs to the graph).
+
+Lifecycle: BUILT (graph created, first instance uploaded) -> replayed any number of times
+-> CLOSED (instances and graph destroyed; the owner makes sure the device is idle first).
 """
 
 from __future__ import annotations
 
+import time
 from collections import OrderedDict
 
 from .cuda_backend import TaskKernel
 from .cuda_device import CudaDevice, check, driver, fail
 from .errors import QgraphError
 from .param_buffers import ParamBuffer, block_expr, generate, grid_expr, signature_with_constants
+
+INSTANCES = 4  # executable instances per graph (distinct argument sets kept update-free)
 
 
 class GraphCache:
@@ -57,7 +67,7 @@ class GraphCache:
 
 
 class _Node:
-    """One updatable kernel node: its parameter block expression and persistent state."""
+    """One updatable kernel node: how to compute its block, and its persistent state."""
 
     __slots__ = ("expr", "grid", "buffer", "params", "handle")
 
@@ -67,6 +77,16 @@ class _Node:
         self.buffer = buffer
         self.params = params
         self.handle = handle
+
+
+class _Instance:
+    """One executable instance and the parameter blocks its nodes hold."""
+
+    __slots__ = ("exec", "blocks")
+
+    def __init__(self, exec_handle, blocks: list) -> None:
+        self.exec = exec_handle
+        self.blocks = blocks
 
 
 def kernel_node_params(function, grid: int, block: int, buffer: ParamBuffer):
@@ -81,123 +101,148 @@ def kernel_node_params(function, grid: int, block: int, buffer: ParamBuffer):
     return params
 
 
-def first_block(tk: TaskKernel, bounds: tuple, packs: tuple) -> bytes:
-    parts = [] if tk.bounds_slot is None else [bounds[tk.bounds_slot]]
-    parts += [packs[k] for k in tk.arg_slots]
-    return b"".join(parts)
-
-
 class TaskGraph:
-    """An instantiated graph of a specialisation's tasks (optionally inside a WHILE loop)."""
+    """A graph of a specialisation's tasks (optionally inside a WHILE loop) and its instances."""
 
     def __init__(self, device: CudaDevice, kernels: list[TaskKernel], bounds, lifetimes, stats, name: str,
                  args: tuple, packs: tuple, stream: int, loop=None) -> None:
         d = driver()
+        started = time.perf_counter()
         self._device = device
         self._loop = loop
+        self._stats = stats
         self.name = name
-        self.exec = None
         self.graph = None
         self.kernel_nodes = 0
-        has_bounds = any(tk.parallel for tk in kernels)
-        b, n = bounds(*args) if has_bounds else ((), ())
+        self._instances: dict[tuple, _Instance] = {}
+        self._max_instances = 1 if loop is not None else INSTANCES
+        self._nodes: list[_Node] = []
+        self._blocks = self._generate_blocks(kernels, bounds, loop)
+        blocks, grids = self._blocks(args, packs)
         try:
             self.graph = check(d.cuGraphCreate(0), "cuGraphCreate")
-            nodes: list[_Node] = []
             parent, deps = self.graph, []
             if loop is not None:
-                parent, deps, slot_node = loop.build_prologue(self.graph, packs)
-                nodes.append(slot_node)
+                parent, deps, slot_node = loop.build_prologue(self.graph, blocks[0])
+                self._nodes.append(slot_node)
+            first_task = len(self._nodes)
             for k, tk in enumerate(kernels):
-                block = first_block(tk, b, packs)
+                block = blocks[first_task + k]
                 if len(block) != tk.param_size:
-                    raise QgraphError(f"task {k} of kernel {name}: parameter block of {len(block)} bytes for a "
-                                      f"kernel taking {tk.param_size}; please report this")
+                    raise QgraphError(f"task {k}: parameter block of {len(block)} bytes for a kernel taking "
+                                      f"{tk.param_size}; please report this")
                 buffer = ParamBuffer(tk.param_size)
                 buffer.data[:] = block
-                grid = max(1, -(-n[tk.bounds_slot] // tk.block)) if tk.parallel else 1
-                params = kernel_node_params(tk.function, grid, tk.block, buffer)
+                params = kernel_node_params(tk.function, grids[first_task + k], tk.block, buffer)
                 handle = check(d.cuGraphAddKernelNode(parent, deps, len(deps), params),
                                f"cuGraphAddKernelNode (task {k})")
-                nodes.append(_Node(block_expr(tk), grid_expr(tk, True), buffer, params, handle))
+                self._nodes.append(_Node(block_expr(tk), grid_expr(tk, True), buffer, params, handle))
                 deps = [handle]
             self.kernel_nodes = len(kernels)
             if loop is not None:
                 loop.build_condition(parent, deps)
                 self.kernel_nodes += loop.kernel_nodes
-            self.exec = check(d.cuGraphInstantiate(self.graph, 0), "cuGraphInstantiate")
-            check(d.cuGraphUpload(self.exec, stream), "cuGraphUpload")
+            self._template_blocks = list(blocks)  # what every fresh instance starts with
+            self._instances[packs] = self._instantiate(stream)
         except BaseException as e:
             self.close()
             if isinstance(e, QgraphError):
                 raise QgraphError(f"building the CUDA graph of kernel {name} failed: {e}") from e
             raise
-        self._nodes = nodes
-        self.replay = self._generate_replay(kernels, bounds, lifetimes, stats, has_bounds, packs, b)
-        self.relaunch = self._generate_relaunch(stats)
+        self.build_seconds = time.perf_counter() - started
+        self.replay = self._generate_replay(lifetimes, stats)
 
-    def _generate_replay(self, kernels, bounds, lifetimes, stats, has_bounds: bool, packs, b):
+    # ------------------------------------------------------------------ instances
+
+    def _instantiate(self, stream: int) -> _Instance:
         d = driver()
-        last = [packs, b]
-        blocks = [bytes(node.buffer.data) for node in self._nodes]
-        constants = {"_last": last, "_blk": blocks, "_set": d.cuGraphExecKernelNodeSetParams, "_ge": self.exec,
-                     "_stats": stats, "_fail": _failure(self.name)}
-        lines = ["    _last[0] = p", "    _last[1] = b"]
-        for k, node in enumerate(self._nodes):
-            constants[f"buf{k}"] = node.buffer.data
-            constants[f"np{k}"] = node.params
-            constants[f"node{k}"] = node.handle
-            lines += [f"    x = {node.expr}",
-                      f"    if x != _blk[{k}]:",
-                      f"        _blk[{k}] = x",
-                      f"        buf{k}[:] = x"]
-            if node.grid != "1":
-                lines.append(f"        np{k}.gridDimX = {node.grid}")
-            lines += [f"        r = _set(_ge, node{k}, np{k})[0]",
-                      "        if r:",
-                      f"            raise _fail(r, 'updating node {k}')",
-                      "        _stats.node_updates += 1"]
-        if self._loop is not None:
-            constants.update(self._loop.constants())
-        update = generate(f"def update({signature_with_constants('p, b, n', constants)}):\n" + "\n".join(lines) + "\n",
-                          "update", constants)
+        exec_handle = check(d.cuGraphInstantiate(self.graph, 0), "cuGraphInstantiate")
+        try:
+            check(d.cuGraphUpload(exec_handle, stream), "cuGraphUpload")
+        except BaseException:
+            d.cuGraphExecDestroy(exec_handle)
+            raise
+        return _Instance(exec_handle, list(self._template_blocks))
 
-        rc = {"_bounds": bounds, "_hold": lifetimes.hold, "_update": update, "_last": last,
-              "_glaunch": d.cuGraphLaunch, "_ge": self.exec, "_stats": stats, "_fail": _failure(self.name)}
-        body = []
-        if has_bounds:
-            body += ["    b, n = _bounds(*args)",
-                     "    _hold(stream, args)",
-                     "    if p != _last[0] or b != _last[1]:",
-                     "        _update(p, b, n)"]
-        else:
-            body += ["    _hold(stream, args)",
-                     "    if p != _last[0]:",
-                     "        _update(p, (), ())"]
-        body += ["    r = _glaunch(_ge, stream)[0]",
+    def _generate_blocks(self, kernels, bounds, loop):
+        """blocks(args, p) -> (parameter block per node, grid per node), as generated code."""
+        exprs, grids = [], []
+        if loop is not None:
+            exprs.append(loop.slot_expr)
+            grids.append("1")
+        for tk in kernels:
+            exprs.append(block_expr(tk))
+            grids.append(grid_expr(tk, True))
+        has_bounds = any(tk.parallel for tk in kernels)
+        constants = {"_bounds": bounds}
+        if loop is not None:
+            constants.update(loop.constants())
+        lines = ["    b, n = _bounds(*args)" if has_bounds else "    b = n = ()",
+                 f"    return [{', '.join(exprs)}], [{', '.join(grids)}]"]
+        source = f"def blocks({signature_with_constants('args, p', constants)}):\n" + "\n".join(lines) + "\n"
+        return generate(source, "blocks", constants)
+
+    def _generate_replay(self, lifetimes, stats):
+        d = driver()
+        constants = {"_get": self._instances.get, "_miss": self._miss, "_hold": lifetimes.hold,
+                     "_glaunch": d.cuGraphLaunch, "_stats": stats, "_fail": _failure(self.name), "_keep": self}
+        lines = ["    inst = _get(p)",
+                 "    if inst is None:",
+                 "        inst = _miss(args, p, stream)",
+                 "    _hold(stream, args)",
+                 "    r = _glaunch(inst.exec, stream)[0]",
                  "    if r:",
                  "        raise _fail(r, 'cuGraphLaunch')",
                  "    _stats.replays += 1"]
-        source = f"def replay({signature_with_constants('args, p, stream', rc)}):\n" + "\n".join(body) + "\n"
-        return generate(source, "replay", rc)
+        source = f"def replay({signature_with_constants('args, p, stream', constants)}):\n" + "\n".join(lines) + "\n"
+        return generate(source, "replay", constants)
 
-    def _generate_relaunch(self, stats):
-        launch, ge, failure = driver().cuGraphLaunch, self.exec, _failure(self.name)
+    def _miss(self, args: tuple, packs: tuple, stream: int) -> _Instance:
+        """An instance set up for these arguments: a new one, or the oldest one updated."""
+        blocks, grids = self._blocks(args, packs)
+        instances = self._instances
+        if len(instances) < self._max_instances:
+            instance = self._instantiate(stream)
+        else:
+            instance = instances.pop(next(iter(instances)))  # the oldest
+        self._update(instance, blocks, grids)
+        instances[packs] = instance
+        return instance
 
-        def relaunch(stream: int) -> None:
-            """Launch again with the parameters already in the graph (host do-while)."""
-            err = launch(ge, stream)[0]
+    def _update(self, instance: _Instance, blocks: list, grids: list) -> None:
+        """Set the nodes whose parameter blocks differ from what the instance holds."""
+        d = driver()
+        set_params = d.cuGraphExecKernelNodeSetParams
+        held = instance.blocks
+        for k, node in enumerate(self._nodes):
+            block = blocks[k]
+            if block == held[k]:
+                continue
+            node.buffer.data[:] = block
+            node.params.gridDimX = grids[k]
+            err = set_params(instance.exec, node.handle, node.params)[0]
             if err:
-                raise failure(err, "cuGraphLaunch")
-            stats.replays += 1
-        return relaunch
+                raise fail(err, f"updating node {k} of kernel {self.name}")
+            self._stats.node_updates += 1
+        instance.blocks = list(blocks)
+
+    def exec_for(self, packs: tuple):
+        """The instance set up for `packs` (after a replay with them)."""
+        return self._instances[packs].exec
+
+    def relaunch(self, exec_handle, stream: int) -> None:
+        """Launch an instance again as it is (the host do-while's later iterations)."""
+        err = driver().cuGraphLaunch(exec_handle, stream)[0]
+        if err:
+            raise fail(err, f"cuGraphLaunch of kernel {self.name}")
+        self._stats.replays += 1
 
     def close(self) -> None:
-        """Destroy the graph; the caller makes sure no launch of it is still queued."""
+        """Destroy instances and graph; the caller makes sure no launch is still queued."""
         d = driver()
-        if self.exec is not None:
-            d.cuGraphExecDestroy(self.exec)
-            self.exec = None
+        for instance in self._instances.values():
+            d.cuGraphExecDestroy(instance.exec)
+        self._instances.clear()
         if self.graph is not None:
             d.cuGraphDestroy(self.graph)
             self.graph = None

@@ -8,12 +8,13 @@ graph or the host do-while fallback.
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 
 import numpy as np
 
-from .arguments import arg_type, make_resolver, scalar_annotation
+from .arguments import arg_type, resolver_lines, scalar_annotation
 from .errors import QgraphError, QgraphSyntaxError
 from .frontend import _UNRESOLVED, KernelSource, syntax_error
 
@@ -55,22 +56,27 @@ def flag_shape_error(src: KernelSource, shape) -> TypeError:
                      f"got shape {tuple(shape)}")
 
 
-_NUMBA_LOCATION = re.compile(r'File "([^"]+)", line (\d+)')
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 def compile_error(src: KernelSource, key: tuple[str, ...], error: Exception, task=None) -> QgraphSyntaxError:
     """A numba compile failure as a QgraphSyntaxError naming the user's source line."""
-    text = str(error)
+    text = _ANSI.sub("", str(error))
     lines = [ln for ln in text.splitlines() if ln.strip()]
     summary = lines[0] if lines else type(error).__name__
     for ln in lines:  # numba puts the useful sentence after a header line
         if not ln.startswith(("Failed in", "During:", "File", "-", "Use of", "[1]", "No implementation")):
             summary = ln.strip()
             break
-    found = _NUMBA_LOCATION.findall(text)
+    from ._numba_adapter import error_locations
+
+    found = error_locations(error)
     target = os.path.abspath(src.filename)
-    user = [int(n) for f, n in found if os.path.abspath(f) == target]  # innermost location first
-    lineno = user[0] if user else (task.lineno if task is not None else src.lineno)
+    last = max((getattr(n, "end_lineno", 0) or 0) for n in ast.walk(src.fn_def))
+    # numba lists the failing statement, then the enclosing task and runner lines: in the
+    # kernel's own span, the deepest (largest) line is the statement itself.
+    user = [n for f, n in found if os.path.abspath(f) == target and src.lineno <= n <= last]
+    lineno = max(user) if user else (task.lineno if task is not None else src.lineno)
     signature = ", ".join(f"{n}: {t}" for n, t in zip(src.param_names, key))
     where = f"task {task.index}" if task is not None else src.name
     message = (f"cannot compile {where} of kernel {src.name} for ({signature}): {summary}\n"
@@ -93,24 +99,35 @@ class CpuLauncher:
         self._specs: dict[tuple, object] = {}
         self._program = None
         self._cache_dir = state.settings.cache_dir
-        self._resolve = make_resolver(self.src.param_names, fixed_scalar_types(self.src), "cpu")
         self._flag = None if self.src.graph_while is None else self.src.param_names.index(self.src.graph_while)
         stats = self.stats
         stats.used_graph = False
         stats.graph_nodes = 0
         stats.host_loop = False
         stats.cache_size = 0
+        self.launch = self._generate_launch()
 
-    def launch(self, args: tuple, stream) -> None:
-        key, values = self._resolve(*args)
-        runner = self._specs.get(key)
-        if runner is None:
-            self._first_call(key, values)
-            return
-        flag = self._flag
-        if flag is not None and values[flag].shape not in ((), (1,)):
-            raise flag_shape_error(self.src, values[flag].shape)
-        runner(*values)
+    def _generate_launch(self):
+        """launch(a0, ..., stream): resolve inline, look the runner up, call it."""
+        src = self.src
+        n = len(src.param_names)
+        ns: dict = {"_get": self._specs.get, "_first_call": self._first_call, "_flag_error": flag_shape_error,
+                    "_src": src}
+        comma = "," if n == 1 else ""
+        values = ", ".join(f"v{k}" for k in range(n))
+        lines = resolver_lines(src.param_names, fixed_scalar_types(src), "cpu", ns)
+        lines += [f"    key = ({', '.join(f's{k}' for k in range(n))}{comma})",
+                  "    runner = _get(key)",
+                  "    if runner is None:",
+                  f"        return _first_call(key, ({values}{comma}))"]
+        if self._flag is not None:
+            lines += [f"    if v{self._flag}.shape not in ((), (1,)):",
+                      f"        raise _flag_error(_src, v{self._flag}.shape)"]
+        lines.append(f"    runner({values})")
+        args = ", ".join(f"a{k}" for k in range(n))
+        source = f"def launch({args}{', ' if n else ''}stream):\n" + "\n".join(lines) + "\n"
+        exec(source, ns)
+        return ns["launch"]
 
     def _first_call(self, key: tuple, values: tuple) -> None:
         runner = None

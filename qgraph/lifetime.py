@@ -51,6 +51,8 @@ class Lifetimes:
 
     def release_all(self) -> None:
         """After a device-wide synchronize: nothing queued can still need its arguments."""
+        if not self._pending and not self._in_flight:
+            return
         while self._in_flight:
             event, _ = self._in_flight.popleft()
             self._device.release_event(event)

@@ -138,8 +138,9 @@ def current_arch() -> str:
 
 def sync() -> None:
     """Wait for all work qgraph has queued (on every stream)."""
-    if STATE.cuda is not None:
-        STATE.cuda.synchronize()
+    cuda = STATE.cuda
+    if cuda is not None:
+        cuda.synchronize()
         STATE.lifetimes.release_all()
 
 

@@ -124,7 +124,7 @@ def test_dropping_the_only_reference_after_an_async_call(cuda):
         del x
         gc.collect()
     qgraph.sync()
-    np.testing.assert_array_equal(out.to_numpy(), 6.0)
+    np.testing.assert_array_equal(out.to_numpy(), 8.0)  # (1 * 2 + 2) * 2
 
 
 def test_graphs_off_runs_eagerly(cuda, monkeypatch):
