@@ -10,6 +10,7 @@ See docs/ for the guide; the public names below are the contract (SPEC.md).
 """
 
 from .arrays import Ndarray, from_numpy, ndarray
+from .benchmarking import BenchmarkResult, benchmark
 from .decorator import Func, Kernel, KernelStats, func, kernel
 from .dtypes import f32, f64, i8, i16, i32, i64, u8, u16, u32, u64
 from .errors import FallbackWarning, QgraphError, QgraphSyntaxError
@@ -19,8 +20,8 @@ from .runtime import current_arch, device_info, init, reset, sync
 __version__ = "0.1.0"
 
 __all__ = [
-    "FallbackWarning", "Func", "Kernel", "KernelStats", "Ndarray", "QgraphError", "QgraphSyntaxError",
-    "atomic_add", "atomic_max", "atomic_min", "atomic_sub", "current_arch", "device_info", "f32", "f64",
+    "BenchmarkResult", "FallbackWarning", "Func", "Kernel", "KernelStats", "Ndarray", "QgraphError", "QgraphSyntaxError",
+    "atomic_add", "atomic_max", "atomic_min", "atomic_sub", "benchmark", "current_arch", "device_info", "f32", "f64",
     "from_numpy", "func", "i8", "i16", "i32", "i64", "init", "kernel", "ndarray", "ndrange", "reset",
     "sync", "u8", "u16", "u32", "u64",
 ]

@@ -22,11 +22,30 @@ from .arguments import ArgType
 # --------------------------------------------------------------------------- versions
 
 
+_QGRAPH_DIGEST: str | None = None
+
+
+def qgraph_digest() -> str:
+    """A hash of qgraph's own source: a qgraph upgrade must not load code an older one cached."""
+    global _QGRAPH_DIGEST
+    if _QGRAPH_DIGEST is None:
+        import hashlib
+
+        package = os.path.dirname(os.path.abspath(__file__))
+        h = hashlib.sha256()
+        for name in sorted(os.listdir(package)):
+            if name.endswith(".py"):
+                with open(os.path.join(package, name), "rb") as f:
+                    h.update(name.encode() + b"\0" + f.read())
+        _QGRAPH_DIGEST = h.hexdigest()[:16]
+    return _QGRAPH_DIGEST
+
+
 def toolchain_versions() -> str:
-    """Versions that change generated code; part of every disk-cache key."""
+    """Versions that change generated code (qgraph's own included); part of every cache key."""
     from importlib import metadata
 
-    parts = []
+    parts = [f"qgraph={qgraph_digest()}"]
     for dist in ("numba", "numba-cuda", "llvmlite"):
         try:
             parts.append(f"{dist}={metadata.version(dist)}")

@@ -338,23 +338,58 @@ def make_resolver(names: tuple[str, ...], fixed: tuple[str | None, ...], arch: s
     return ns["_qg_resolve"]
 
 
+_INT_RANGES = {"int8": (-(1 << 7), (1 << 7) - 1), "int16": (-(1 << 15), (1 << 15) - 1),
+               "int32": (-(1 << 31), (1 << 31) - 1), "int64": (-(1 << 63), (1 << 63) - 1),
+               "uint8": (0, (1 << 8) - 1), "uint16": (0, (1 << 16) - 1), "uint32": (0, (1 << 32) - 1),
+               "uint64": (0, (1 << 64) - 1)}
+
+
 def _scalar_fast_path(a: str, fix: str | None, arch: str, ns: dict, k: int) -> list[str]:
-    """Lines handling Python float/int arguments without the slow path."""
-    in_range = f"-9223372036854775808 <= {a} <= 9223372036854775807"
+    """Lines handling Python and NumPy scalars without the slow path."""
     if fix is None:
+        lo, hi = _INT_RANGES[I64]
+        ns["_np_scalars"] = _NUMPY_SCALARS[arch]
         if arch == "cpu":
             return [f"elif t is float: s{k} = _F64; v{k} = {a}",
-                    f"elif t is int and {in_range}: s{k} = _I64; v{k} = {a}"]
+                    f"elif t is int and {lo} <= {a} <= {hi}: s{k} = _I64; v{k} = {a}",
+                    f"elif t in _np_scalars: s{k} = _np_scalars[t]; v{k} = {a}"]
         ns["_pack_d"] = _SCALAR_PACK[F64]
         ns["_pack_q"] = _SCALAR_PACK[I64]
         return [f"elif t is float: s{k} = _F64; v{k} = _pack_d({a})",
-                f"elif t is int and {in_range}: s{k} = _I64; v{k} = _pack_q({a})"]
-    if fix == F64:
+                f"elif t is int and {lo} <= {a} <= {hi}: s{k} = _I64; v{k} = _pack_q({a})",
+                f"elif t in _np_scalars: s{k}, v{k} = _np_scalars[t]({a})"]
+    # an annotated scalar: Python numbers convert to the fixed type
+    ns[f"_fix{k}"] = fix
+    dtype = _TYPES[fix].dtype
+    if arch == "cpu":
+        ns[f"_conv{k}"] = dtype.type
+        value = f"_conv{k}({a})"
+    else:
+        ns[f"_conv{k}"] = _SCALAR_PACK[fix]
+        value = f"_conv{k}({a})"
+    if dtype.kind == "f":
+        return [f"elif t is float or t is int: s{k} = _fix{k}; v{k} = {value}"]
+    if dtype.kind == "b":
+        return [f"elif t is bool: s{k} = _fix{k}; v{k} = {value}"]
+    lo, hi = _INT_RANGES[fix]
+    return [f"elif t is int and {lo} <= {a} <= {hi}: s{k} = _fix{k}; v{k} = {value}"]
+
+
+def _numpy_scalar_table(arch: str) -> dict:
+    """NumPy scalar type -> type string (cpu) or -> function giving (type string, bytes) (cuda)."""
+    table: dict = {}
+    for sig, t in list(_TYPES.items()):
+        if t.ndim is not None:
+            continue
         if arch == "cpu":
-            return [f"elif t is float or t is int: s{k} = _F64; v{k} = float({a})"]
-        ns["_pack_d"] = _SCALAR_PACK[F64]
-        return [f"elif t is float or t is int: s{k} = _F64; v{k} = _pack_d({a})"]
-    return []
+            table[t.dtype.type] = sig
+        else:
+            pack = _SCALAR_PACK[sig]
+            table[t.dtype.type] = (lambda sig_, pack_: lambda v: (sig_, pack_(v)))(sig, pack)
+    return table
+
+
+_NUMPY_SCALARS = {"cpu": _numpy_scalar_table("cpu"), "cuda": _numpy_scalar_table("cuda")}
 
 
 def _cuda_slow_value(value: object, name: str, fixed: str | None) -> tuple[str, bytes]:

@@ -192,11 +192,6 @@ def compile_module(defs: list[ast.stmt], filename: str):
     return compile(module, filename, "exec")
 
 
-def used_params(src: KernelSource, task: Task) -> list[str]:
-    """Kernel parameters a task reads, in parameter order."""
-    return [p for p in src.param_names if p in task.loaded or p in task.bound_names]
-
-
 def task_locals(src: KernelSource, task: Task) -> set[str]:
     return set(src.param_names) | set(task.stored)
 
@@ -206,10 +201,9 @@ def task_locals(src: KernelSource, task: Task) -> set[str]:
 
 @dataclass
 class CpuModule:
-    code: object  # code object of the task functions and runner(s)
+    code: object  # code object of the unit functions and the runner(s)
     func_codes: list[tuple[str, object, KernelSource]]  # each @qgraph.func, run in its own module's globals
-    parallel_tasks: list[str]
-    serial_tasks: list[str]
+    units: list[tuple[str, bool]]  # (function name, has parallel loops), in call order
     atomics: set[str]
     fingerprint: str  # what the generated code depends on, for the disk cache
 
@@ -232,53 +226,108 @@ def _cpu_parallel_loop(task: Task, body: list[ast.stmt]) -> list[ast.stmt]:
             iter_ = _call(rng, [dim.start, dim.stop], dim.stop)
             inner = [ast.copy_location(ast.For(_name(var, at, True), iter_, inner, []), at)]
         else:
-            s, e, d = f"_qg_s{k}", f"_qg_e{k}", f"_qg_d{k}"
+            s, e, d = f"_qg_s{k}_{task.index}", f"_qg_e{k}_{task.index}", f"_qg_d{k}_{task.index}"
             stmts += [_assign(s, dim.start, at), _assign(e, dim.stop, at), _assign(d, dim.step, at)]
             trip = _call("_qg_trip_count", [_name(s, at), _name(e, at), _name(d, at)], at)
+            counter = f"_qg_k{task.index}"
             index = _assign(var, _binop(_name(s, at), ast.Add(),
-                                        _binop(_name("_qg_k", at), ast.Mult(), _name(d, at), at), at), at)
-            inner = [ast.copy_location(ast.For(_name("_qg_k", at, True), _call(rng, [trip], at),
+                                        _binop(_name(counter, at), ast.Mult(), _name(d, at), at), at), at)
+            inner = [ast.copy_location(ast.For(_name(counter, at, True), _call(rng, [trip], at),
                                                [index] + inner, []), at)]
     return stmts + inner
 
 
-def _cpu_runner(src: KernelSource, name: str, flag_index: ast.expr | None) -> ast.FunctionDef:
-    at = src.fn_def
-    calls: list[ast.stmt] = []
+_PURE_BUILTINS = {abs, min, max, int, float, bool, len, round, range}
+
+
+def _fusable(src: KernelSource, task: Task) -> bool:
+    """True when numba sees every write of this parallel task (setitem only, pure calls).
+
+    numba may reorder and fuse parallel loops in one function; its dependence analysis
+    counts only setitem as a write, so a loop that writes through a call (an atomic, a
+    helper, `x.fill()`) must stay in a function of its own.
+    """
+    if not task.parallel:
+        return False
+    local_names = task_locals(src, task)
+    for stmt in task.body:
+        for node in ast.walk(stmt):
+            if not isinstance(node, ast.Call):
+                continue
+            root = node.func
+            while isinstance(root, ast.Attribute):
+                root = root.value
+            if not isinstance(root, ast.Name) or root.id in local_names:
+                return False
+            if not _is_pure_call(src.resolve(node.func), node):
+                return False
+    return True
+
+
+def _is_pure_call(obj: object, node: ast.Call) -> bool:
+    """A call that writes no array: math functions, a few builtins, NumPy ufuncs without out=."""
+    import numpy as np
+
+    if node.keywords:
+        return False
+    if any(obj is b for b in _PURE_BUILTINS):
+        return True
+    if callable(obj) and getattr(obj, "__module__", None) == "math":
+        return True
+    return isinstance(obj, np.ufunc)
+
+
+def _units(src: KernelSource) -> list[list[Task]]:
+    """Tasks grouped into functions: runs of fusable parallel tasks together, others alone."""
+    units: list[list[Task]] = []
     for task in src.tasks:
-        args = [_name(p, at) for p in used_params(src, task)]
-        calls.append(ast.copy_location(ast.Expr(_call(task_name(task), args, at)), at))
-    if flag_index is not None:
-        flag = ast.copy_location(ast.Subscript(_name(src.graph_while, at), flag_index, ast.Load()), at)
-        test = ast.copy_location(ast.Compare(flag, [ast.Eq()], [ast.Constant(0)]), at)
-        brk = ast.copy_location(ast.If(test, [ast.copy_location(ast.Break(), at)], []), at)
-        calls = [ast.copy_location(ast.While(ast.Constant(True), calls + [brk], []), at)]
-    return _function(name, list(src.param_names), calls, src.lineno)
+        if units and _fusable(src, task) and all(_fusable(src, t) for t in units[-1]):
+            units[-1].append(task)
+        else:
+            units.append([task])
+    return units
 
 
 def cpu_module(src: KernelSource) -> CpuModule:
+    """One function per unit of tasks, and a runner that calls the units in order.
+
+    Runs of parallel tasks that numba can analyse share a function, so numba fuses
+    adjacent loops where that is safe, as it would for the same loops written by hand;
+    every other boundary between tasks is a call, which numba never reorders.
+    """
     symbols = Symbols()
     defs: list[ast.stmt] = []
-    parallel, serial = [], []
-    for task in src.tasks:
-        body = lower_statements(src, task.body, task_locals(src, task), symbols)
-        if task.parallel:
-            dims = [Dim(*lower_bounds(src, d, symbols)) for d in task.dims]
-            body = _cpu_parallel_loop(_with_dims(task, dims), body)
-            parallel.append(task_name(task))
-        else:
-            serial.append(task_name(task))
-        defs.append(_function(task_name(task), used_params(src, task), body, task.lineno))
+    units: list[tuple[str, bool]] = []
+    calls: list[ast.stmt] = []
+    at = src.fn_def
+    for number, unit in enumerate(_units(src)):
+        body: list[ast.stmt] = []
+        used: set[str] = set()
+        for task in unit:
+            stmts = lower_statements(src, task.body, task_locals(src, task), symbols)
+            if task.parallel:
+                dims = [Dim(*lower_bounds(src, d, symbols)) for d in task.dims]
+                stmts = _cpu_parallel_loop(_with_dims(task, dims), stmts)
+            body += stmts
+            used |= set(task.loaded) | set(task.bound_names)
+        params = [p for p in src.param_names if p in used]
+        name = f"_qg_unit_{number}"
+        defs.append(_function(name, params, body, unit[0].lineno))
+        units.append((name, any(t.parallel for t in unit)))
+        calls.append(ast.copy_location(ast.Expr(_call(name, [_name(p, at) for p in params], at)), at))
     if src.graph_while is None:
-        defs.append(_cpu_runner(src, RUNNER, None))
+        defs.append(_function(RUNNER, list(src.param_names), calls, src.lineno))
     else:
-        defs.append(_cpu_runner(src, RUNNER, ast.Constant(0)))
-        defs.append(_cpu_runner(src, RUNNER_0D, ast.Tuple([], ast.Load())))
+        for name, index in ((RUNNER, ast.Constant(0)), (RUNNER_0D, ast.Tuple([], ast.Load()))):
+            flag = ast.copy_location(ast.Subscript(_name(src.graph_while, at), index, ast.Load()), at)
+            test = ast.copy_location(ast.Compare(flag, [ast.Eq()], [ast.Constant(0)]), at)
+            brk = ast.copy_location(ast.If(test, [ast.copy_location(ast.Break(), at)], []), at)
+            loop = ast.copy_location(ast.While(ast.Constant(True), copy.deepcopy(calls) + [brk], []), at)
+            defs.append(_function(name, list(src.param_names), [loop], src.lineno))
     func_defs = lower_funcs(symbols)
     func_codes = [(fdef.name, compile_module([fdef], fn._source.filename), fn._source) for fdef, fn in func_defs]
     fingerprint = fingerprint_of(src, [f for f, _ in func_defs] + defs, symbols)
-    return CpuModule(compile_module(defs, src.filename), func_codes, parallel, serial, symbols.atomics,
-                     fingerprint)
+    return CpuModule(compile_module(defs, src.filename), func_codes, units, symbols.atomics, fingerprint)
 
 
 def lower_bounds(src: KernelSource, dim: Dim, symbols: Symbols) -> tuple:

@@ -3,10 +3,15 @@
 numba has no atomics on array elements, so these are numba intrinsics that emit LLVM
 `atomicrmw` on the element's address: real atomics under parallel loops, returning the old
 value like the CUDA ones. Imported only when a CPU kernel is compiled.
+
+Kernels call them through small jitted wrappers: numba's parallel-loop analysis cannot see
+a write made inside an intrinsic and would forward an earlier store across the loop, but
+it treats a call to another jitted function as one that may write its array arguments.
 """
 
 from __future__ import annotations
 
+import numba
 from numba.core import cgutils, types
 from numba.extending import intrinsic
 
@@ -62,10 +67,20 @@ def _make_atomic(op: str):
     return atomic
 
 
-atomic_add = _make_atomic("add")
-atomic_sub = _make_atomic("sub")
-atomic_min = _make_atomic("min")
-atomic_max = _make_atomic("max")
+def _jitted(op: str):
+    rmw = _make_atomic(op)
+
+    def atomic(arr, index, value):
+        return rmw(arr, index, value)
+
+    atomic.__name__ = atomic.__qualname__ = f"atomic_{op}"
+    return numba.njit(atomic)
+
+
+atomic_add = _jitted("add")
+atomic_sub = _jitted("sub")
+atomic_min = _jitted("min")
+atomic_max = _jitted("max")
 
 BY_NAME = {"atomic_add": atomic_add, "atomic_sub": atomic_sub,
            "atomic_min": atomic_min, "atomic_max": atomic_max}

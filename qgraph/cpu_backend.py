@@ -1,9 +1,9 @@
-"""Compile a kernel for the CPU: numba functions per task and one runner.
+"""Compile a kernel for the CPU: numba functions for groups of tasks, and a runner.
 
-Parallel tasks are `numba.njit(parallel=True)` with `prange`; the runner calls the tasks
-in order (and for graph_while repeats them while the flag is non-zero, inside compiled
-code). numba specialises the runner per argument types; compiled code is cached on disk
-under the qgraph cache directory, keyed by the generated code's fingerprint.
+Parallel tasks become `prange` loops of `numba.njit(parallel=True)` functions; the runner
+calls them in task order (for graph_while inside a do-while loop on the flag, in compiled
+code). numba specialises per argument types; compiled code is cached on disk under the
+qgraph cache directory, keyed by the generated code's fingerprint.
 """
 
 from __future__ import annotations
@@ -52,13 +52,9 @@ class CpuProgram:
         exec(module.code, kernel_ns)
         namespaces.append(kernel_ns)
 
-        compiled: dict[str, object] = {}
-        for name in module.funcs:
-            compiled[name] = adapter.njit(raw[name], parallel=False, cache=cache)
-        for name in module.parallel_tasks:
-            compiled[name] = adapter.njit(kernel_ns[name], parallel=True, cache=cache)
-        for name in module.serial_tasks:
-            compiled[name] = adapter.njit(kernel_ns[name], parallel=False, cache=cache)
+        compiled = {name: adapter.njit(raw[name], parallel=False, cache=cache) for name in module.funcs}
+        for name, parallel in module.units:
+            compiled[name] = adapter.njit(kernel_ns[name], parallel=parallel, cache=cache)
         for ns in namespaces:  # numba reads globals at compile time: point them at the dispatchers
             ns.update(compiled)
         self.runner = adapter.njit(kernel_ns[codegen.RUNNER], parallel=False, cache=cache)

@@ -56,7 +56,7 @@ class Kernel:
                  graph_while: str | None, graph_cache_size: int | None) -> None:
         self._fn = fn
         self._source = source
-        self.cuda_graph = bool(cuda_graph) or graph_while is not None
+        self.cuda_graph = bool(cuda_graph)
         self.graph_while = graph_while
         self.graph_cache_size = graph_cache_size
         self.stats = KernelStats(num_tasks=len(self._source.tasks))
@@ -85,6 +85,10 @@ class Kernel:
         self._launcher = launcher.for_kernel(self, state)
         self._launch = self._launcher.launch
         self._generation = state.generation
+
+    def _variant(self, cuda_graph: bool) -> Kernel:
+        """The same kernel with graphs on or off (for side-by-side benchmarks)."""
+        return type(self)(self._fn, self._source, cuda_graph, self.graph_while, self.graph_cache_size)
 
     def _drop(self) -> None:
         """Free compiled code, graphs and buffers (init/reset)."""
@@ -155,7 +159,7 @@ def kernel(fn: Callable | None = None, *, cuda_graph: bool = False, graph_while:
             raise TypeError(f"@qgraph.kernel decorates a Python function, got {f!r}")
         source = frontend.parse_kernel(f, graph_while, lang.ndrange)
         cls = _bind_class(Kernel, source, f)
-        return cls(f, source, cuda_graph, graph_while, graph_cache_size)
+        return cls(f, source, bool(cuda_graph) or graph_while is not None, graph_while, graph_cache_size)
 
     return wrap if fn is None else wrap(fn)
 

@@ -1,0 +1,330 @@
+"""`python -m qgraph bench`: launch overhead, measured side by side in one process.
+
+GPU: for each task count and array size, per-call time of the same T-task kernel run as
+- floor: a raw CUDA graph of equivalent hand-written NVRTC kernels (cuGraphAddKernelNode),
+- graph: qgraph, cuda_graph=True (same arrays every call) and with two array sets swapped,
+- eager: qgraph, tasks launched one by one,
+- numba: the same kernels launched through numba-cuda's dispatcher;
+and per iteration of a 1000-iteration loop: raw WHILE node vs qgraph's device loop, raw
+host loop (replay + flag read-back) vs qgraph's host fallback.
+CPU: qgraph vs hand-written numba.njit(parallel=True) loops.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+import time
+import warnings
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+import qgraph
+
+from .timing import Progress, median_call_seconds
+
+FULL_TASKS = (1, 2, 4, 8, 16, 32)
+FULL_SIZES = (256, 1 << 20, 1 << 24)
+QUICK_TASKS = (1, 8, 32)
+QUICK_SIZES = (256, 1 << 20)
+LOOP_ITERATIONS = 1000
+
+
+@dataclass
+class Row:
+    group: str  # "launch" (per call) or "loop" (per iteration)
+    mode: str
+    tasks: int
+    size: int
+    us: float
+    floor_us: float | None = None
+
+    @property
+    def ratio(self) -> float | None:
+        return None if not self.floor_us else self.us / self.floor_us
+
+
+@dataclass
+class Report:
+    arch: str
+    environment: dict
+    rows: list[Row] = field(default_factory=list)
+    headline: dict = field(default_factory=dict)
+    cpu_rows: list = field(default_factory=list)
+    seconds: float = 0.0
+
+    def to_json(self) -> dict:
+        rows = [dict(asdict(r), ratio=r.ratio) for r in self.rows]
+        cpu = [dict(asdict(r), ratio=r.ratio) for r in self.cpu_rows]
+        return {"arch": self.arch, "environment": self.environment, "rows": rows, "headline": self.headline,
+                "cpu": cpu, "seconds": self.seconds}
+
+
+def environment() -> dict:
+    from importlib import metadata
+
+    versions = {}
+    for dist in ("qgraph", "numba", "numba-cuda", "llvmlite", "cuda-bindings", "cuda-core", "numpy"):
+        try:
+            versions[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            versions[dist] = None
+    env = {"python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count(),
+           "versions": versions, "time": time.strftime("%Y-%m-%d %H:%M:%S")}
+    info = qgraph.device_info()
+    if info is not None:
+        env.update(device=info.name, compute_capability=".".join(map(str, info.compute_capability)),
+                   driver_version=".".join(map(str, info.driver_version_tuple)), multiprocessors=info.multiprocessors)
+    return env
+
+
+def _calls_for(seconds_per_call: float, budget: float) -> int:
+    return int(min(2000, max(3, budget / max(seconds_per_call, 1e-7))))
+
+
+def _measure(fn, budget: float, repeat: int, sync) -> float:
+    """Median seconds per call, with a call count sized to `budget` seconds per round."""
+    started = time.perf_counter()
+    fn()
+    sync()
+    estimate = time.perf_counter() - started
+    return median_call_seconds(fn, _calls_for(estimate, budget), repeat=repeat, sync=sync)
+
+
+def gpu_launch_rows(tasks: int, size: int, budget: float, repeat: int, numba_baseline: bool = True) -> list[Row]:
+    from .baselines import NumbaDispatch, RawGraphs
+    from .kernels import kernels_for
+
+    device = qgraph.runtime.STATE.cuda
+    module = kernels_for(tasks)
+    a = 1.0
+    sets = [[qgraph.ndarray(qgraph.f32, (size,)) for _ in range(tasks)] for _ in range(2)]
+    raw = RawGraphs(device, sets[0], size, a)
+    sync = qgraph.sync
+    floor = _measure(raw.launch, budget, repeat, sync)
+    graph_args = sets[0] + [size, a]
+    graph = _measure(lambda: module.graph(*graph_args), budget, repeat, sync)
+    swap_args = [sets[0] + [size, a], sets[1] + [size, a]]
+    state = [0]
+
+    def swapped() -> None:
+        state[0] ^= 1
+        module.graph(*swap_args[state[0]])
+
+    graph_swap = _measure(swapped, budget, repeat, sync)
+    eager = _measure(lambda: module.eager(*graph_args), budget, repeat, sync)
+    rows = [Row("launch", "floor", tasks, size, floor * 1e6, floor * 1e6),
+            Row("launch", "graph", tasks, size, graph * 1e6, floor * 1e6),
+            Row("launch", "graph, 2 sets swapped", tasks, size, graph_swap * 1e6, floor * 1e6),
+            Row("launch", "eager", tasks, size, eager * 1e6, floor * 1e6)]
+    if numba_baseline:
+        nb = NumbaDispatch(sets[0], size, a)
+        numba_time = _measure(nb.run, budget, repeat, sync)
+        rows.append(Row("launch", "numba dispatcher", tasks, size, numba_time * 1e6, floor * 1e6))
+    return rows
+
+
+def gpu_loop_rows(tasks: int, iterations: int, budget: float, repeat: int) -> list[Row]:
+    from .baselines import RawGraphs
+    from .kernels import kernels_for
+
+    device = qgraph.runtime.STATE.cuda
+    module = kernels_for(tasks)
+    size, a = 256, 1.0
+    arrays = [qgraph.ndarray(qgraph.f32, (size,)) for _ in range(tasks)]
+    counter, flag = qgraph.ndarray(qgraph.i32, (1,)), qgraph.ndarray(qgraph.i32, (1,))
+    raw = RawGraphs(device, arrays, size, a, counter, flag)
+    args = arrays + [counter, flag, size, a]
+
+    def per_iteration(run) -> float:
+        def call() -> None:
+            counter.fill(iterations)
+            run()
+        return _measure(call, budget, repeat, qgraph.sync) / iterations * 1e6
+
+    raw_while = per_iteration(raw.while_launch)
+    device_loop = per_iteration(lambda: module.loop(*args))
+    raw_host = per_iteration(raw.host_loop)
+    os.environ["QGRAPH_GRAPH_WHILE"] = "host"
+    try:
+        qgraph.init("cuda")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", qgraph.FallbackWarning)
+            host_loop = per_iteration(lambda: module.loop(*args))
+    finally:
+        del os.environ["QGRAPH_GRAPH_WHILE"]
+        qgraph.init("cuda")
+    return [Row("loop", "raw WHILE node", tasks, size, raw_while, raw_while),
+            Row("loop", "device loop", tasks, size, device_loop, raw_while),
+            Row("loop", "raw host loop", tasks, size, raw_host, raw_host),
+            Row("loop", "host fallback", tasks, size, host_loop, raw_host)]
+
+
+def gpu_headline(budget: float, repeat: int) -> dict:
+    """The launch-overhead figures of the issue tracker: 8 one-block tasks."""
+    from .baselines import CudaCoreLaunch, RawGraphs
+    from .kernels import kernels_for
+
+    device = qgraph.runtime.STATE.cuda
+    module = kernels_for(8)
+    size, a = 256, 1.0
+    arrays = [qgraph.ndarray(qgraph.f32, (size,)) for _ in range(8)]
+    args = arrays + [size, a]
+    raw = RawGraphs(device, arrays, size, a)
+    module.graph(*args)
+    sync = qgraph.sync
+    floor_sync = _measure(raw.launch_sync, budget, repeat, lambda: None)
+
+    def graph_sync() -> None:
+        module.graph(*args)
+        sync()
+
+    qgraph_sync = _measure(graph_sync, budget, repeat, lambda: None)
+    core = CudaCoreLaunch(arrays[0], size, a)
+    core_launch = _measure(core.launch, budget, repeat, core.sync)
+    eager = _measure(lambda: module.eager(*args), budget, repeat, sync)
+    # graph build time, compile excluded: a fresh graph of an already compiled specialisation
+    qgraph.reset()
+    fresh = kernels_for(8)
+    fresh.graph(*args)  # compiles (from the disk cache) and builds
+    build_ms = fresh.graph.stats.build_seconds * 1e3
+    # host time of one graph call (the GPU is kept busy, so this is the Python + driver cost)
+    sync()
+    started = time.perf_counter()
+    for _ in range(200):
+        fresh.graph(*args)
+    host_us = (time.perf_counter() - started) / 200 * 1e6
+    sync()
+    return {"floor_launch_sync_us": floor_sync * 1e6, "graph_launch_sync_us": qgraph_sync * 1e6,
+            "launch_sync_ratio": qgraph_sync / floor_sync, "cuda_core_launch_us": core_launch * 1e6,
+            "eager_per_task_us": eager * 1e6 / 8, "eager_per_task_ratio": eager / 8 / core_launch,
+            "graph_build_ms": build_ms, "graph_call_host_us": host_us}
+
+
+def run(quick: bool = False, arch: str | None = None, progress_stream=None, cpu_sizes=None) -> Report:
+    started = time.perf_counter()
+    qgraph.init(arch)
+    report = Report(qgraph.current_arch(), environment())
+    if report.arch != "cuda":
+        from .cpu import run_cpu_suite
+
+        sizes = cpu_sizes or ((10**5, 10**6) if quick else (10**6, 10**7))
+        progress = Progress(3 * len(sizes), "cpu suite", stream=progress_stream)
+        report.cpu_rows = run_cpu_suite(sizes=sizes, repeat=5 if quick else 20, progress=progress)
+        progress.close()
+        report.seconds = time.perf_counter() - started
+        return report
+    tasks = QUICK_TASKS if quick else FULL_TASKS
+    sizes = QUICK_SIZES if quick else FULL_SIZES
+    budget, repeat = (0.02, 3) if quick else (0.1, 5)
+    iterations = 200 if quick else LOOP_ITERATIONS
+    loop_tasks = (1, 8) if quick else (1, 8, 32)
+    progress = Progress(len(tasks) * len(sizes) + len(loop_tasks) + 1, "gpu suite", stream=progress_stream)
+    for t in tasks:
+        for size in sizes:
+            report.rows += gpu_launch_rows(t, size, budget, repeat, numba_baseline=not (quick and t == 32))
+            progress(f"{t} tasks, {size} elements")
+    for t in loop_tasks:
+        report.rows += gpu_loop_rows(t, iterations, budget, repeat)
+        progress(f"loop, {t} tasks")
+    report.headline = gpu_headline(budget, repeat)
+    progress("headline")
+    progress.close()
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+def table(report: Report) -> str:
+    lines = []
+    if report.cpu_rows:
+        from .cpu import cpu_table
+
+        lines += ["CPU: qgraph vs hand-written numba.njit(parallel=True), per call", cpu_table(report.cpu_rows)]
+        if report.arch != "cuda":
+            lines.append("(GPU rows need a CUDA GPU: run `python -m qgraph bench` on one.)")
+        return "\n".join(lines)
+    env = report.environment
+    lines.append(f"{env.get('device')} (cc {env.get('compute_capability')}, driver {env.get('driver_version')}), "
+                 f"{report.seconds:.0f} s")
+    launch = [r for r in report.rows if r.group == "launch"]
+    modes = list(dict.fromkeys(r.mode for r in launch))
+    lines.append("\nper call, us (ratio to floor): floor = raw CUDA graph of hand-written kernels")
+    lines.append(f"{'tasks':>5} {'size':>9} " + " ".join(f"{m:>22}" for m in modes))
+    keys = sorted({(r.tasks, r.size) for r in launch})
+    for t, size in keys:
+        cells = []
+        for m in modes:
+            r = next((r for r in launch if r.tasks == t and r.size == size and r.mode == m), None)
+            cells.append(f"{'-':>22}" if r is None else f"{r.us:>13.1f} ({r.ratio:5.2f})")
+        lines.append(f"{t:>5} {size:>9} " + " ".join(cells))
+    loop = [r for r in report.rows if r.group == "loop"]
+    if loop:
+        lines.append("\ngraph_while, per iteration, us (ratio to its raw equivalent)")
+        for r in loop:
+            lines.append(f"{r.tasks:>3} tasks  {r.mode:<18} {r.us:8.2f} ({r.ratio:4.2f})")
+        by = {(r.tasks, r.mode): r.us for r in loop}
+        for t in sorted({r.tasks for r in loop}):
+            lines.append(f"{t:>3} tasks  device loop is {by[(t, 'host fallback')] / by[(t, 'device loop')]:.2f}x "
+                         "faster than the host fallback")
+    h = report.headline
+    if h:
+        lines.append("\nheadline, 8 one-block tasks:")
+        lines.append(f"  launch + sync: qgraph {h['graph_launch_sync_us']:.2f} us vs floor "
+                     f"{h['floor_launch_sync_us']:.2f} us ({h['launch_sync_ratio']:.2f}x)")
+        lines.append(f"  eager: {h['eager_per_task_us']:.2f} us per task vs cuda.core launch "
+                     f"{h['cuda_core_launch_us']:.2f} us ({h['eager_per_task_ratio']:.2f}x)")
+        lines.append(f"  graph build (compile excluded): {h['graph_build_ms']:.2f} ms; "
+                     f"host time per graph call: {h['graph_call_host_us']:.2f} us")
+    return "\n".join(lines)
+
+
+def plot(report: Report, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    launch = [r for r in report.rows if r.group == "launch"]
+    if not launch:
+        raise ValueError("no GPU rows to plot (the plot shows per-call time vs task count on a GPU)")
+    sizes = sorted({r.size for r in launch})
+    fig, axes = plt.subplots(1, len(sizes), figsize=(5 * len(sizes), 4), squeeze=False)
+    for ax, size in zip(axes[0], sizes):
+        for mode in dict.fromkeys(r.mode for r in launch):
+            pts = sorted((r.tasks, r.us) for r in launch if r.size == size and r.mode == mode)
+            if pts:
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=mode)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("tasks per kernel")
+        ax.set_ylabel("time per call (us)")
+        ax.set_title(f"{size} elements per task")
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0][0].legend(fontsize=8)
+    env = report.environment
+    fig.suptitle(f"qgraph launch overhead on {env.get('device', report.arch)}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main(quick: bool, json_path: str | None, plot_path: str | None, arch: str | None) -> int:
+    report = run(quick=quick, arch=arch)
+    print(table(report))
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump(report.to_json(), f, indent=1)
+        print(f"\nwrote {json_path}", file=sys.stderr)
+    if plot_path:
+        if report.arch == "cuda":
+            plot(report, plot_path)
+            print(f"wrote {plot_path}", file=sys.stderr)
+        else:
+            print("no plot: the plot shows GPU rows; run on a CUDA GPU", file=sys.stderr)
+    return 0
+
+
+__all__ = ["Report", "Row", "main", "plot", "run", "table", "np"]
