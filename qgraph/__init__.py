@@ -20,7 +20,8 @@ from .runtime import current_arch, device_info, init, reset, sync
 __version__ = "0.1.0"
 
 __all__ = [
-    "BenchmarkResult", "FallbackWarning", "Func", "Kernel", "KernelStats", "Ndarray", "QgraphError", "QgraphSyntaxError",
+    "BenchmarkResult", "FallbackWarning", "Func", "Kernel", "KernelStats", "Ndarray", "QgraphError",
+    "QgraphSyntaxError",
     "atomic_add", "atomic_max", "atomic_min", "atomic_sub", "benchmark", "current_arch", "device_info", "f32", "f64",
     "from_numpy", "func", "i8", "i16", "i32", "i64", "init", "kernel", "ndarray", "ndrange", "reset",
     "sync", "u8", "u16", "u32", "u64",

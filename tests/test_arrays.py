@@ -82,4 +82,4 @@ def test_cuda_array_interface(cuda):
 
 def test_cpu_array_has_no_cuda_interface(cpu):
     with pytest.raises(AttributeError):
-        qgraph.ndarray(qgraph.f32, (2,)).__cuda_array_interface__
+        _ = qgraph.ndarray(qgraph.f32, (2,)).__cuda_array_interface__

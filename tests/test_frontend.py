@@ -151,6 +151,7 @@ def test_break_in_a_nested_serial_loop_is_fine():
             for j in range(3):
                 if j == 1:
                     break
+                x[i] = j
 
     assert k.tasks[0].parallel
 

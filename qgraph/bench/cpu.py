@@ -102,9 +102,11 @@ def run_cpu_suite(sizes=(10**6, 10**7), repeat: int = 20, progress=None) -> list
             n_first = _first_call(nk, nargs)
             # interleave the two sides so drift in machine load affects both equally
             q_times, n_times = [], []
+            q_call = lambda k=qk, a=qargs: k(*a)
+            n_call = lambda k=nk, a=nargs: k(*a)
             for _ in range(3):
-                q_times.append(median_call_seconds(lambda: qk(*qargs), calls=1, repeat=repeat))
-                n_times.append(median_call_seconds(lambda: nk(*nargs), calls=1, repeat=repeat))
+                q_times.append(median_call_seconds(q_call, calls=1, repeat=repeat))
+                n_times.append(median_call_seconds(n_call, calls=1, repeat=repeat))
             rows.append(CpuRow(name, size, min(q_times) * 1e6, min(n_times) * 1e6, q_first, n_first))
             if progress is not None:
                 progress()

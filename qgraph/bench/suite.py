@@ -20,8 +20,6 @@ import time
 import warnings
 from dataclasses import asdict, dataclass, field
 
-import numpy as np
-
 import qgraph
 
 from .timing import Progress, median_call_seconds
@@ -258,13 +256,13 @@ def table(report: Report) -> str:
         cells = []
         for m in modes:
             r = next((r for r in launch if r.tasks == t and r.size == size and r.mode == m), None)
-            cells.append(f"{'-':>22}" if r is None else f"{r.us:>13.1f} ({r.ratio:5.2f})")
+            cells.append(f"{'-':>22}" if r is None else f"{f'{r.us:.1f} ({r.ratio:.2f})':>22}")
         lines.append(f"{t:>5} {size:>9} " + " ".join(cells))
     loop = [r for r in report.rows if r.group == "loop"]
     if loop:
         lines.append("\ngraph_while, per iteration, us (ratio to its raw equivalent)")
         for r in loop:
-            lines.append(f"{r.tasks:>3} tasks  {r.mode:<18} {r.us:8.2f} ({r.ratio:4.2f})")
+            lines.append(f"{r.tasks:>3} tasks  {r.mode:<18} {r.us:8.2f} ({r.ratio:.2f})")
         by = {(r.tasks, r.mode): r.us for r in loop}
         for t in sorted({r.tasks for r in loop}):
             lines.append(f"{t:>3} tasks  device loop is {by[(t, 'host fallback')] / by[(t, 'device loop')]:.2f}x "
@@ -327,4 +325,4 @@ def main(quick: bool, json_path: str | None, plot_path: str | None, arch: str | 
     return 0
 
 
-__all__ = ["Report", "Row", "main", "plot", "run", "table", "np"]
+__all__ = ["Report", "Row", "main", "plot", "run", "table"]

@@ -41,7 +41,8 @@ class Progress:
         width = 30
         filled = int(width * self.done / self.total)
         elapsed = time.perf_counter() - self.started
-        line = f"\r{self.label} [{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total} {elapsed:5.1f}s {note}"
+        bar = "#" * filled + "." * (width - filled)
+        line = f"\r{self.label} [{bar}] {self.done}/{self.total} {elapsed:5.1f}s {note}"
         if self.enabled:
             self.stream.write(line[:110].ljust(110))
             self.stream.flush()

@@ -1,0 +1,74 @@
+"""qgraph.benchmark and the suite's table / JSON / plot."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import qgraph
+from qgraph.bench import suite
+
+
+@qgraph.kernel(cuda_graph=True)
+def two_tasks(x, y):
+    for i in range(x.shape[0]):
+        x[i] += 1.0
+    for i in range(y.shape[0]):
+        y[i] = x[i] * 2.0
+
+
+def test_benchmark_result_on_every_arch(arch):
+    x, y = qgraph.ndarray(qgraph.f64, (64,)), qgraph.ndarray(qgraph.f64, (64,))
+    result = qgraph.benchmark(two_tasks, x, y, repeat=3, round_seconds=0.001)
+    expected = {"cpu"} if arch == "cpu" else {"eager", "graph"}
+    assert set(result.us_per_call) == expected
+    assert all(v > 0 for v in result.us_per_call.values())
+    text = str(result)
+    assert "two_tasks" in text and "us/call" in text
+    assert result.rounds == 3 and result.calls_per_round >= 1
+    assert y.to_numpy()[0] == 2.0 * x.to_numpy()[0]  # the calls really ran
+
+
+def test_benchmark_graph_is_faster_than_eager_on_gpu(cuda):
+    x, y = qgraph.ndarray(qgraph.f64, (64,)), qgraph.ndarray(qgraph.f64, (64,))
+    result = qgraph.benchmark(two_tasks, x, y, repeat=5)
+    assert result.speedup() > 0  # a ratio, reported; the timing itself is the benchmark's job
+
+
+def test_benchmark_rejects_bad_arguments(cpu):
+    with pytest.raises(TypeError, match="takes a @qgraph.kernel"):
+        qgraph.benchmark(lambda: None)
+    with pytest.raises(ValueError, match="modes must be"):
+        qgraph.benchmark(two_tasks, np.zeros(2), np.zeros(2), modes=("fast",))
+
+
+def _report():
+    rows = []
+    for mode, us in (("floor", 7.0), ("graph", 7.5), ("eager", 30.0)):
+        for t in (1, 8):
+            rows.append(suite.Row("launch", mode, t, 256, us * t, 7.0 * t))
+    for mode, us, raw in (("raw WHILE node", 12.0, 12.0), ("device loop", 12.5, 12.0),
+                          ("raw host loop", 20.0, 20.0), ("host fallback", 21.0, 20.0)):
+        rows.append(suite.Row("loop", mode, 8, 256, us, raw))
+    headline = {"floor_launch_sync_us": 12.0, "graph_launch_sync_us": 13.0, "launch_sync_ratio": 13 / 12,
+                "cuda_core_launch_us": 3.0, "eager_per_task_us": 3.5, "eager_per_task_ratio": 3.5 / 3,
+                "graph_build_ms": 0.7, "graph_call_host_us": 3.0}
+    return suite.Report("cuda", {"device": "Test GPU", "compute_capability": "9.0", "driver_version": "13.0"},
+                        rows, headline)
+
+
+def test_table_json_and_plot(tmp_path):
+    report = _report()
+    text = suite.table(report)
+    assert "Test GPU" in text and "graph" in text and "(1.07)" in text
+    assert "device loop is 1.68x faster than the host fallback" in text
+    data = report.to_json()
+    json.dumps(data)
+    graph_row = next(r for r in data["rows"] if r["mode"] == "graph" and r["tasks"] == 1)
+    assert graph_row["ratio"] == pytest.approx(7.5 / 7.0)
+    pytest.importorskip("matplotlib")
+    path = tmp_path / "plot.png"
+    suite.plot(report, str(path))
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
