@@ -196,6 +196,26 @@ def ptx_entry(ptx: str) -> tuple[str, list[int]]:
     return match.group(1), sizes
 
 
+_DECLARATION = re.compile(r"\s*(\.reg|\.local|\.shared|\.pragma|//|$)")
+
+
+def add_grid_dependency_control(ptx: str) -> str:
+    """Start the kernel with `griddepcontrol.launch_dependents; griddepcontrol.wait;` (sm_90+).
+
+    With programmatic graph edges the next kernel is launched while this one runs and
+    waits at its first instruction until this grid has completed and its writes are
+    visible; without such an edge both instructions do nothing. numba-cuda cannot emit
+    them, so they are inserted after the entry's register declarations.
+    """
+    lines = ptx.splitlines()
+    entry = next(i for i, line in enumerate(lines) if ".entry" in line)
+    brace = next(i for i in range(entry, len(lines)) if lines[i].strip() == "{")
+    at = brace + 1
+    while at < len(lines) and _DECLARATION.match(lines[at]):
+        at += 1
+    return "\n".join(lines[:at] + ["\tgriddepcontrol.launch_dependents;", "\tgriddepcontrol.wait;"] + lines[at:]) + "\n"
+
+
 def expected_param_sizes(argtypes: list[ArgType]) -> list[int]:
     """numba's flattened parameter sizes for these argument types (what we pack)."""
     sizes: list[int] = []

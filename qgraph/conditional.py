@@ -22,7 +22,7 @@ import ctypes
 from .compile_cache import CodeCache, entry_key
 from .cuda_device import CudaDevice, check, driver
 from .errors import QgraphError
-from .graph_cache import _Node, kernel_node_params
+from .graph_cache import _Node, add_edge, kernel_node_params
 from .param_buffers import ParamBuffer
 
 MIN_COMPUTE_CAPABILITY = (9, 0)
@@ -60,6 +60,7 @@ extern "C" __global__ void qgraph_store_flag_address(unsigned long long* slot, u
 
 extern "C" __global__ void qgraph_while_condition(cudaGraphConditionalHandle handle, const int* const* slot)
 {
+    asm volatile("griddepcontrol.wait;" ::: "memory");  // behind a programmatic edge: the body has finished
     cudaGraphSetConditional(handle, **slot != 0 ? 1u : 0u);
 }
 """
@@ -157,12 +158,14 @@ class WhileLoop:
         slot_node = _Node(self.slot_expr, "1", store, store_params, store_node)
         return body, [], slot_node
 
-    def build_condition(self, body, deps: list) -> None:
+    def build_condition(self, body, deps: list, programmatic: bool) -> None:
         d = driver()
         cond = ParamBuffer(16)
         cond.data[:] = int(self.handle).to_bytes(8, "little") + self.slot.to_bytes(8, "little")
         params = kernel_node_params(self._helpers.condition, 1, 1, cond)
-        check(d.cuGraphAddKernelNode(body, deps, len(deps), params), "adding the condition kernel")
+        node = check(d.cuGraphAddKernelNode(body, [], 0, params), "adding the condition kernel")
+        if deps:
+            add_edge(body, deps[0], node, programmatic)
         self._buffers.append(cond)
 
     def constants(self) -> dict:

@@ -9,6 +9,7 @@ qgraph cache directory, keyed by the generated code's fingerprint.
 from __future__ import annotations
 
 import os
+import sys
 
 from . import _numba_adapter as adapter
 from . import codegen
@@ -32,7 +33,8 @@ class CpuProgram:
         module = codegen.cpu_module(src)
         self.fingerprint = module.fingerprint
         cache = None
-        if cache_dir is not None:
+        # numba can reload cached code only for functions whose module it can import again
+        if cache_dir is not None and _importable(src) and all(_importable(s) for _, _, s in module.func_codes):
             cache = (os.path.join(cache_dir, "cpu", adapter.toolchain_versions_digest()), module.fingerprint)
         from . import cpu_atomics
 
@@ -61,6 +63,10 @@ class CpuProgram:
         self.runner_0d = None
         if src.graph_while is not None:
             self.runner_0d = adapter.njit(kernel_ns[codegen.RUNNER_0D], parallel=False, cache=cache)
+
+
+def _importable(src: KernelSource) -> bool:
+    return sys.modules.get(src.globals.get("__name__", "")) is not None
 
 
 def _namespace(src: KernelSource, injected: dict) -> dict:

@@ -24,6 +24,7 @@ from .errors import QgraphError
 from .frontend import KernelSource, Task
 
 BLOCK = 256  # threads per block for parallel tasks (capped by each kernel's own limit)
+PDL_COMPUTE_CAPABILITY = (9, 0)  # griddepcontrol and programmatic graph edges: Hopper and newer
 
 _TOOLCHAIN: str | None = None
 
@@ -45,6 +46,7 @@ class TaskKernel:
     param_size: int
     bounds_slot: int | None  # index of its packed bounds in the host bounds tuple
     arg_slots: tuple[int, ...]  # kernel argument indices, in parameter order
+    waits: bool = False  # starts with griddepcontrol.wait: safe behind a programmatic edge
 
     @property
     def parallel(self) -> bool:
@@ -78,7 +80,8 @@ def compile_tasks(src: KernelSource, key: tuple[str, ...], device: CudaDevice,
     func_defs = codegen.lower_funcs(symbols)
     fingerprint = codegen.fingerprint_of(src, [c.function for c in codes] + [f for f, _ in func_defs], symbols)
     cc = device.info.compute_capability
-    ckey = entry_key("tasks", fingerprint, ",".join(key), f"sm_{cc[0]}{cc[1]}", toolchain())
+    waits = tuple(cc) >= PDL_COMPUTE_CAPABILITY
+    ckey = entry_key("tasks", fingerprint, ",".join(key), f"sm_{cc[0]}{cc[1]}", f"pdl={waits}", toolchain())
 
     cached = cache.load(ckey)
     if cached is not None:
@@ -86,6 +89,8 @@ def compile_tasks(src: KernelSource, key: tuple[str, ...], device: CudaDevice,
         entries, sizes = manifest["entries"], manifest["param_sizes"]
     else:
         ptx_list, entries, sizes = _compile_ptx(src, codes, orders, types, func_defs, cc)
+        if waits:
+            ptx_list = [(name, adapter.add_grid_dependency_control(ptx)) for name, ptx in ptx_list]
         cubin = device.link_ptx(ptx_list) if ptx_list else b""
         if ptx_list:
             cache.store(ckey, {"kernel": src.qualname, "entries": entries, "param_sizes": sizes,
@@ -107,7 +112,7 @@ def compile_tasks(src: KernelSource, key: tuple[str, ...], device: CudaDevice,
             block = min(BLOCK, limit)
             bounds_slot = slot
             slot += 1
-        kernels.append(TaskKernel(task, function, block, size, bounds_slot, tuple(order)))
+        kernels.append(TaskKernel(task, function, block, size, bounds_slot, tuple(order), waits))
     return kernels
 
 

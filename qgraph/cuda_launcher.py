@@ -202,7 +202,7 @@ class CudaLauncher:
             if self.while_mode == "device":
                 loop = conditional.WhileLoop(self.device, self.code_cache, self._flag)
             graph = TaskGraph(self.device, spec.kernels, self._bounds, self.lifetimes, self.stats,
-                              self.src.name, args, packs, stream, loop)
+                              self.src.name, args, packs, stream, loop, programmatic=self.settings.programmatic_edges)
             self.stats.builds += 1
             self.stats.build_seconds = graph.build_seconds
             spec.graph = graph

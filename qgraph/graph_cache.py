@@ -2,8 +2,12 @@
 
 A `TaskGraph` holds one kernel node per task, built with the explicit node API (faster to
 replay than a stream capture), each node reading its by-value parameter block from a
-persistent `ParamBuffer`. It keeps up to `INSTANCES` executable instances of that graph,
-each keyed by the exact parameter bytes of the call it was last set up for:
+persistent `ParamBuffer`. On Hopper and newer the edges between task nodes are
+programmatic: each task kernel starts with `griddepcontrol.wait`, so the next one is
+launched while the previous runs and the launch gap leaves the critical path.
+
+A graph keeps up to `INSTANCES` executable instances, each keyed by the exact parameter
+bytes of the call it was last set up for:
 
 - a call whose bytes match an instance launches it: one dict lookup and cuGraphLaunch,
   no bounds, no node updates (same arrays every call; two buffer sets swapped per call);
@@ -89,6 +93,16 @@ class _Instance:
         self.blocks = blocks
 
 
+def add_edge(graph, before, after, programmatic: bool) -> None:
+    """`before` -> `after`; programmatic: `after` launches early and waits in its first instruction."""
+    d = driver()
+    edge = d.CUgraphEdgeData()
+    if programmatic:
+        edge.type = d.CUgraphDependencyType.CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC
+        edge.from_port = d.CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC
+    check(d.cuGraphAddDependencies(graph, [before], [after], [edge], 1), "cuGraphAddDependencies")
+
+
 def kernel_node_params(function, grid: int, block: int, buffer: ParamBuffer):
     d = driver()
     params = d.CUDA_KERNEL_NODE_PARAMS()
@@ -105,7 +119,7 @@ class TaskGraph:
     """A graph of a specialisation's tasks (optionally inside a WHILE loop) and its instances."""
 
     def __init__(self, device: CudaDevice, kernels: list[TaskKernel], bounds, lifetimes, stats, name: str,
-                 args: tuple, packs: tuple, stream: int, loop=None) -> None:
+                 args: tuple, packs: tuple, stream: int, loop=None, programmatic: bool = False) -> None:
         d = driver()
         started = time.perf_counter()
         self._device = device
@@ -134,13 +148,15 @@ class TaskGraph:
                 buffer = ParamBuffer(tk.param_size)
                 buffer.data[:] = block
                 params = kernel_node_params(tk.function, grids[first_task + k], tk.block, buffer)
-                handle = check(d.cuGraphAddKernelNode(parent, deps, len(deps), params),
-                               f"cuGraphAddKernelNode (task {k})")
+                handle = check(d.cuGraphAddKernelNode(parent, [], 0, params), f"cuGraphAddKernelNode (task {k})")
+                if deps:
+                    add_edge(parent, deps[0], handle, programmatic and tk.waits)
                 self._nodes.append(_Node(block_expr(tk), grid_expr(tk, True), buffer, params, handle))
                 deps = [handle]
             self.kernel_nodes = len(kernels)
+            self.programmatic = programmatic and len(kernels) > 1
             if loop is not None:
-                loop.build_condition(parent, deps)
+                loop.build_condition(parent, deps, programmatic)
                 self.kernel_nodes += loop.kernel_nodes
             self._template_blocks = list(blocks)  # what every fresh instance starts with
             self._instances[packs] = self._instantiate(stream)

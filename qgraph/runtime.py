@@ -24,6 +24,7 @@ class Settings:
     graph_while_host: bool = False  # QGRAPH_GRAPH_WHILE=host forces the host do-while
     cache_dir: str | None = None  # QGRAPH_CACHE_DIR; None when the disk cache is off
     graph_cache_size: int = 16  # QGRAPH_GRAPH_CACHE_SIZE: graphs kept per kernel (LRU)
+    programmatic_edges: bool = True  # QGRAPH_PDL=0: plain edges between graph kernel nodes
 
     @classmethod
     def from_environ(cls, environ=os.environ) -> Settings:
@@ -38,7 +39,8 @@ class Settings:
                 raise ValueError
         except ValueError:
             raise QgraphError(f"QGRAPH_GRAPH_CACHE_SIZE={size_text!r}: expected a positive integer") from None
-        return cls(graphs, mode == "host", cache_directory(environ), size)
+        pdl = environ.get("QGRAPH_PDL", "1").strip().lower() not in ("0", "false", "off", "no")
+        return cls(graphs, mode == "host", cache_directory(environ), size, pdl)
 
 
 def cache_directory(environ=os.environ) -> str | None:

@@ -193,3 +193,32 @@ def test_two_streams(cuda):
     np.testing.assert_array_equal(b.to_numpy(), 20.0)
     bump(a, stream=int(s1.handle))
     np.testing.assert_array_equal(a.to_numpy(), 21.0)
+
+
+@qgraph.kernel(cuda_graph=True)
+def reversed_chain(x, y, z):
+    for i in range(x.shape[0]):
+        x[i] = x[i] * 2.0 + 1.0
+    for i in range(x.shape[0]):
+        y[i] = x[x.shape[0] - 1 - i]  # reads what other threads of the previous task wrote
+    for i in range(x.shape[0]):
+        z[i] = y[i] + y[(i + 1) % x.shape[0]]
+
+
+@pytest.mark.parametrize("pdl", ["1", "0"])
+def test_dependent_tasks_see_all_previous_writes(cuda, monkeypatch, pdl):
+    monkeypatch.setenv("QGRAPH_PDL", pdl)
+    qgraph.init("cuda")
+    n = 300_000
+    x0 = np.random.default_rng(5).random(n)
+    x, y, z = qgraph.from_numpy(x0), qgraph.ndarray(qgraph.f64, (n,)), qgraph.ndarray(qgraph.f64, (n,))
+    for _ in range(3):
+        reversed_chain(x, y, z)
+    ref = x0.copy()
+    for _ in range(3):
+        ref = ref * 2.0 + 1.0
+        yr = ref[::-1].copy()
+        zr = yr + np.roll(yr, -1)
+    np.testing.assert_array_equal(z.to_numpy(), zr)
+    monkeypatch.delenv("QGRAPH_PDL")
+    qgraph.init("cuda")

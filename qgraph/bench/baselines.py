@@ -23,7 +23,7 @@ def _nvrtc_module(device):
 
     cubin = _nvrtc_cubin(CUDA_SOURCE, device.info.compute_capability)
     module = device.load_module(cubin)
-    return {name: device.function(module, name) for name in ("task", "countdown", "condition")}
+    return {name: device.function(module, name) for name in ("task", "task_pdl", "countdown", "condition")}
 
 
 class _Args:
@@ -50,9 +50,10 @@ def _node_params(function, grid: int, block: int, args: _Args):
 class RawGraphs:
     """The floor: T task kernels as a raw graph, as a WHILE node, and as a host loop."""
 
-    def __init__(self, device, arrays, n: int, a: float, counter=None, flag=None) -> None:
+    def __init__(self, device, arrays, n: int, a: float, counter=None, flag=None, programmatic: bool = False) -> None:
         d = driver()
         self.device = device
+        self.programmatic = programmatic  # the same graph with programmatic (PDL) edges
         self.functions = _nvrtc_module(device)
         self.stream = device.stream_handle
         grid = (n + 255) // 256
@@ -66,13 +67,17 @@ class RawGraphs:
             self._build_loops(arrays, n, a, grid, counter, flag)
 
     def _add_tasks(self, graph, arrays, n, a, grid, deps):
+        from ..graph_cache import add_edge
+
         d = driver()
+        function = self.functions["task_pdl" if self.programmatic else "task"]
         for k, arr in enumerate(arrays):
             args = _Args(ctypes.c_uint64(arr._ptr), ctypes.c_int64(n), ctypes.c_float(a),
                          ctypes.c_float(task_constant(k)))
             self._keep.append(args)
-            node = check(d.cuGraphAddKernelNode(graph, deps, len(deps), _node_params(self.functions["task"], grid,
-                                                                                      256, args)), "add node")
+            node = check(d.cuGraphAddKernelNode(graph, [], 0, _node_params(function, grid, 256, args)), "add node")
+            if deps:
+                add_edge(graph, deps[0], node, self.programmatic)
             deps = [node]
         return deps
 

@@ -181,6 +181,10 @@ def gpu_headline(budget: float, repeat: int) -> dict:
         sync()
 
     qgraph_sync = _measure(graph_sync, budget, repeat, lambda: None)
+    floor_time = _measure(raw.launch, budget, repeat, sync)
+    graph_time = _measure(lambda: module.graph(*args), budget, repeat, sync)
+    raw_pdl = RawGraphs(device, arrays, size, a, programmatic=True)
+    pdl_time = _measure(raw_pdl.launch, budget, repeat, sync)
     core = CudaCoreLaunch(arrays[0], size, a)
     core_launch = _measure(core.launch, budget, repeat, core.sync)
     eager = _measure(lambda: module.eager(*args), budget, repeat, sync)
@@ -196,7 +200,9 @@ def gpu_headline(budget: float, repeat: int) -> dict:
         fresh.graph(*args)
     host_us = (time.perf_counter() - started) / 200 * 1e6
     sync()
-    return {"floor_launch_sync_us": floor_sync * 1e6, "graph_launch_sync_us": qgraph_sync * 1e6,
+    return {"floor_us": floor_time * 1e6, "graph_us": graph_time * 1e6, "raw_pdl_graph_us": pdl_time * 1e6,
+            "graph_vs_raw_pdl": graph_time / pdl_time,
+            "floor_launch_sync_us": floor_sync * 1e6, "graph_launch_sync_us": qgraph_sync * 1e6,
             "launch_sync_ratio": qgraph_sync / floor_sync, "cuda_core_launch_us": core_launch * 1e6,
             "eager_per_task_us": eager * 1e6 / 8, "eager_per_task_ratio": eager / 8 / core_launch,
             "graph_build_ms": build_ms, "graph_call_host_us": host_us}
@@ -270,6 +276,10 @@ def table(report: Report) -> str:
     h = report.headline
     if h:
         lines.append("\nheadline, 8 one-block tasks:")
+        if "raw_pdl_graph_us" in h:
+            lines.append(f"  back-to-back: qgraph {h['graph_us']:.2f} us, floor {h['floor_us']:.2f} us, the same raw "
+                         f"graph with programmatic edges {h['raw_pdl_graph_us']:.2f} us "
+                         f"(qgraph {h['graph_vs_raw_pdl']:.2f}x of it)")
         lines.append(f"  launch + sync: qgraph {h['graph_launch_sync_us']:.2f} us vs floor "
                      f"{h['floor_launch_sync_us']:.2f} us ({h['launch_sync_ratio']:.2f}x)")
         lines.append(f"  eager: {h['eager_per_task_us']:.2f} us per task vs cuda.core launch "
