@@ -1,0 +1,115 @@
+"""The runnable examples (examples/, installed as qgraph.examples) on the CPU backend."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+from qgraph.examples import heat_diffusion, jacobi, particles
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+def test_heat_converges_and_matches_numpy(cpu):
+    r = heat_diffusion.run(n=16, tol=1e-4)
+    assert r.arch == "cpu" and r.n == 16
+    assert r.converged and r.max_change < 1e-4
+    assert 50 < r.steps < 2000
+    assert r.reference_error is not None and r.reference_error < 1e-9
+    assert r.seconds > 0 and r.steps_per_second > 0
+    assert heat_diffusion.diffuse.stats.num_tasks == 4
+    u = r.u
+    assert u.shape == (16, 16)
+    np.testing.assert_array_equal(u[0], 1.0)  # the hot edge is untouched
+    np.testing.assert_array_equal(u[-1], 0.0)
+    assert (u[1:-1, 1:-1] > 0).all() and (u <= 1.0).all()
+    assert (np.diff(u[:, 8]) <= 0).all()  # temperature falls away from the hot edge
+
+
+def test_heat_stops_at_max_steps(cpu):
+    r = heat_diffusion.run(n=24, tol=1e-12, max_steps=37)
+    assert r.steps == 37 and not r.converged
+    assert r.reference_error < 1e-9
+    unchecked = heat_diffusion.run(n=24, tol=1e-12, max_steps=37, check=False)
+    assert unchecked.reference_error is None
+    np.testing.assert_array_equal(unchecked.u, r.u)
+
+
+def test_heat_main(cpu, capsys):
+    assert heat_diffusion.main(["--n", "12", "--tol", "1e-3"]) == 0
+    out = capsys.readouterr().out
+    assert "converged" in out and "steps/s" in out and "check vs NumPy" in out and "OK" in out
+    assert heat_diffusion.main(["--n", "12", "--max-steps", "5", "--no-check"]) == 0
+    out = capsys.readouterr().out
+    assert "NOT converged" in out and "check" not in out
+
+
+def test_heat_script_runs_as_a_subprocess():
+    env = dict(os.environ, QGRAPH_ARCH="cpu")
+    proc = subprocess.run([sys.executable, str(EXAMPLES / "heat_diffusion.py"), "--n", "16"],
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "on cpu" in proc.stdout and "steps/s" in proc.stdout and "OK" in proc.stdout
+
+
+def test_particles_match_numpy(cpu):
+    r = particles.run(n=64, steps=50, dt=1e-3)
+    assert r.arch == "cpu" and r.n == 64 and r.steps == 50 and not r.pairwise
+    assert r.max_error is not None and r.max_error < 1e-9
+    assert r.position_error <= r.max_error and r.velocity_error <= r.max_error
+    assert r.steps_per_second > 0
+    assert particles.step.stats.num_tasks == 3
+    assert r.pos.shape == (64, 2) and (np.abs(r.pos) <= particles.BOX).all()
+    pos0, vel0 = particles.initial_state(64)
+    assert np.abs(r.pos - pos0).max() > 1e-3  # they moved
+
+
+def test_particles_walls_reflect(cpu):
+    # 400 steps of gravity and the spring push particles into the lower wall (rest point y = -g/k < -BOX)
+    r = particles.run(n=32, steps=400, dt=2e-3)
+    assert r.max_error < 1e-9
+    assert (np.abs(r.pos) <= particles.BOX).all()
+    assert r.pos[:, 1].min() < -0.8 * particles.BOX
+
+
+def test_particles_pairwise_repulsion(cpu):
+    r = particles.run(n=48, steps=40, pairwise=True)
+    assert r.pairwise and r.max_error < 1e-9
+    free = particles.run(n=48, steps=40, pairwise=False, check=False)
+    assert free.max_error is None
+    assert np.abs(r.vel - free.vel).max() > 1e-6  # the pairwise loop did something
+
+
+def test_particles_main(cpu, capsys):
+    assert particles.main(["--n", "20", "--steps", "10"]) == 0
+    out = capsys.readouterr().out
+    assert "particles: 20" in out and "steps/s" in out and "OK" in out
+    assert particles.main(["--n", "20", "--steps", "10", "--pairwise", "--no-check"]) == 0
+    assert "pairwise" in capsys.readouterr().out
+
+
+def test_jacobi_converges_to_the_solution(cpu):
+    r = jacobi.run(n=40, tol=1e-10)
+    assert r.arch == "cpu" and r.n == 40
+    assert r.converged and r.residual < 1e-10
+    assert 20 < r.iterations < 1000  # contraction rate about 1/1.2 per sweep
+    assert r.error < 1e-8 and r.true_residual < 1e-7
+    a, b = jacobi.make_system(40)
+    np.testing.assert_allclose(r.x, np.linalg.solve(a, b), atol=1e-8)
+    assert jacobi.jacobi.stats.num_tasks == 4
+
+
+def test_jacobi_stops_at_max_iters(cpu):
+    r = jacobi.run(n=30, tol=1e-12, max_iters=3)
+    assert r.iterations == 3 and not r.converged and r.error > 1e-6
+
+
+def test_jacobi_main(cpu, capsys):
+    assert jacobi.main(["--n", "24"]) == 0
+    out = capsys.readouterr().out
+    assert "converged after" in out and "iterations/s" in out and "np.linalg.solve" in out
+    assert jacobi.main(["--n", "24", "--max-iters", "2"]) == 1
+    assert "NOT converged" in capsys.readouterr().out
