@@ -121,8 +121,13 @@ def scalar_value(value: object, name: str, fixed: str | None) -> tuple[str, obje
         if isinstance(value, (bool, int, float, np.generic)) and not isinstance(value, (complex, np.complexfloating)):
             if dtype.kind in "iu" and isinstance(value, (float, np.floating)):
                 raise TypeError(f"argument '{name}': expected an integer ({fixed}), got {type(value).__name__}")
+            if dtype.kind in "iu":
+                lo, hi = _INT_RANGES[fixed]
+                if not lo <= int(value) <= hi:
+                    raise TypeError(f"argument '{name}': {value} does not fit in {fixed}")
             return fixed, dtype.type(value)
-        raise TypeError(f"argument '{name}': expected a {fixed} scalar, got {type(value).__name__}")
+        kind = "an array" if _is_array_like(value) else type(value).__name__
+        raise TypeError(f"argument '{name}': expected a {fixed} scalar, got {kind}")
     if isinstance(value, (bool, np.bool_)):
         return BOOL, bool(value)
     if isinstance(value, int):
@@ -137,18 +142,25 @@ def scalar_value(value: object, name: str, fixed: str | None) -> tuple[str, obje
                     "pass a qgraph/NumPy/device array or an int, float or bool")
 
 
+def _is_array_like(value: object) -> bool:
+    from .arrays import Ndarray
+
+    return isinstance(value, (Ndarray, np.ndarray)) or hasattr(value, "__cuda_array_interface__") \
+        or hasattr(value, "__dlpack__")
+
+
 # --------------------------------------------------------------------------- CPU
 
 
 def cpu_slow(value: object, name: str, fixed: str | None) -> tuple[str, object]:
     from .arrays import Ndarray
 
+    if fixed is not None:
+        return scalar_value(value, name, fixed)
     if isinstance(value, Ndarray):
         raise TypeError(f"argument '{name}' is a qgraph array in CUDA device memory but qgraph runs on "
                         "cpu; create arrays after qgraph.init(), or copy with qgraph.from_numpy(a.to_numpy())")
     if isinstance(value, np.ndarray):
-        if fixed is not None:
-            raise TypeError(f"argument '{name}': expected a {fixed} scalar, got an array")
         dtype = as_dtype(value.dtype, f"argument '{name}'")
         contiguous = value.flags.c_contiguous
         return array_sig(dtype, value.ndim, contiguous), value
@@ -279,6 +291,9 @@ def cuda_slow(value: object, name: str, fixed: str | None) -> tuple[str, bytes, 
     """(type string, parameter bytes, owner to keep alive) for anything but the fast paths."""
     from .arrays import Ndarray
 
+    if fixed is not None:
+        sig, scalar = scalar_value(value, name, fixed)
+        return sig, _SCALAR_PACK[sig](scalar), None
     if isinstance(value, Ndarray):
         raise TypeError(f"argument '{name}' is a qgraph array in host memory (created on cpu) but qgraph "
                         "runs on cuda; create arrays after qgraph.init('cuda'), or copy it with "
@@ -288,8 +303,6 @@ def cuda_slow(value: object, name: str, fixed: str | None) -> tuple[str, bytes, 
                         f"device first: {name} = qgraph.from_numpy({name})")
     reader = _device_reader(type(value))
     if reader is not None:
-        if fixed is not None:
-            raise TypeError(f"argument '{name}': expected a {fixed} scalar, got an array")
         view = reader(value, name)
         return view.sig, view.abi, view.owner
     sig, scalar = scalar_value(value, name, fixed)
@@ -316,9 +329,13 @@ def resolver_lines(names: tuple[str, ...], fixed: tuple[str | None, ...], arch: 
     for k, fix in enumerate(fixed):
         a = f"a{k}"
         lines.append(f"t = type({a})")
-        lines.append(f"if t is _Ndarray and {a}.{field} is not None:")
-        lines.append(f"    s{k} = {a}._sig; v{k} = {a}.{field}")
-        lines += _scalar_fast_path(a, fix, arch, ns, k)
+        fast = _scalar_fast_path(a, fix, arch, ns, k)
+        if fix is None:  # an annotated parameter is a scalar: no array fast path
+            lines.append(f"if t is _Ndarray and {a}.{field} is not None:")
+            lines.append(f"    s{k} = {a}._sig; v{k} = {a}.{field}")
+        else:
+            fast[0] = fast[0][2:]  # "elif ..." -> "if ..."
+        lines += fast
         lines.append("else:")
         lines.append(f"    s{k}, v{k} = _slow({a}, _names[{k}], _fixed[{k}])")
     return [indent + line for line in lines]

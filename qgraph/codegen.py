@@ -3,8 +3,9 @@
 Everything is built as AST with the user's line numbers and file name, so numba's error
 messages and tracebacks point at the user's source lines.
 
-- CPU: one module per kernel: `@qgraph.func` helpers, one function per task (parallel
-  tasks loop with prange) and a runner that calls the tasks in order (and, for
+- CPU: one module per kernel: `@qgraph.func` helpers, one function per unit of tasks
+  (runs of parallel tasks numba can analyse share one, so numba may fuse their loops;
+  every other task is its own) and a runner that calls the units in order (and, for
   graph_while, repeats them while the flag is non-zero).
 - CUDA: one kernel function per task and signature; parallel tasks get one thread per
   iteration, with the launch bounds passed in as leading by-value parameters.
@@ -26,7 +27,6 @@ from .frontend import _UNRESOLVED, Dim, KernelSource, Task, collect_names
 
 PREFIX = "_qg_"
 RUNNER = "_qg_run"
-RUNNER_0D = "_qg_run_0d"
 
 
 def task_name(task: Task) -> str:
@@ -288,14 +288,41 @@ def _units(src: KernelSource) -> list[list[Task]]:
     return units
 
 
-def cpu_module(src: KernelSource) -> CpuModule:
+class _ZeroDIndex(ast.NodeTransformer):
+    """`x[()]` -> `x[0]` (and `atomic_*(x, (), v)` -> `atomic_*(x, 0, v)`) for the 0-d array
+    parameters, which the CPU runner gets as shape (1,)."""
+
+    def __init__(self, names: frozenset[str]) -> None:
+        self.names = names
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        self.generic_visit(node)
+        if isinstance(node.func, ast.Name) and node.func.id in CPU_ATOMICS.values() and len(node.args) == 3:
+            target, index = node.args[0], node.args[1]
+            if isinstance(target, ast.Name) and target.id in self.names \
+                    and isinstance(index, ast.Tuple) and not index.elts:
+                node.args[1] = ast.copy_location(ast.Constant(0), index)
+        return node
+
+    def visit_Subscript(self, node: ast.Subscript) -> ast.AST:
+        self.generic_visit(node)
+        if isinstance(node.value, ast.Name) and node.value.id in self.names \
+                and isinstance(node.slice, ast.Tuple) and not node.slice.elts:
+            node.slice = ast.copy_location(ast.Constant(0), node.slice)
+        return node
+
+
+def cpu_module(src: KernelSource, zero_d: frozenset[str] = frozenset()) -> CpuModule:
     """One function per unit of tasks, and a runner that calls the units in order.
 
     Runs of parallel tasks that numba can analyse share a function, so numba fuses
     adjacent loops where that is safe, as it would for the same loops written by hand;
-    every other boundary between tasks is a call, which numba never reorders.
+    every other boundary between tasks is a call, which numba never reorders. numba's
+    parallel loops cannot index 0-d arrays, so the parameters in `zero_d` arrive with
+    shape (1,) and their `x[()]` is rewritten to `x[0]`.
     """
     symbols = Symbols()
+    zero_d_index = _ZeroDIndex(zero_d)
     defs: list[ast.stmt] = []
     units: list[tuple[str, bool]] = []
     calls: list[ast.stmt] = []
@@ -305,6 +332,7 @@ def cpu_module(src: KernelSource) -> CpuModule:
         used: set[str] = set()
         for task in unit:
             stmts = lower_statements(src, task.body, task_locals(src, task), symbols)
+            stmts = [zero_d_index.visit(s) for s in stmts]
             if task.parallel:
                 dims = [Dim(*lower_bounds(src, d, symbols)) for d in task.dims]
                 stmts = _cpu_parallel_loop(_with_dims(task, dims), stmts)
@@ -317,13 +345,12 @@ def cpu_module(src: KernelSource) -> CpuModule:
         calls.append(ast.copy_location(ast.Expr(_call(name, [_name(p, at) for p in params], at)), at))
     if src.graph_while is None:
         defs.append(_function(RUNNER, list(src.param_names), calls, src.lineno))
-    else:
-        for name, index in ((RUNNER, ast.Constant(0)), (RUNNER_0D, ast.Tuple([], ast.Load()))):
-            flag = ast.copy_location(ast.Subscript(_name(src.graph_while, at), index, ast.Load()), at)
-            test = ast.copy_location(ast.Compare(flag, [ast.Eq()], [ast.Constant(0)]), at)
-            brk = ast.copy_location(ast.If(test, [ast.copy_location(ast.Break(), at)], []), at)
-            loop = ast.copy_location(ast.While(ast.Constant(True), copy.deepcopy(calls) + [brk], []), at)
-            defs.append(_function(name, list(src.param_names), [loop], src.lineno))
+    else:  # the flag has shape (1,) here: a 0-d flag arrives reshaped
+        flag = ast.copy_location(ast.Subscript(_name(src.graph_while, at), ast.Constant(0), ast.Load()), at)
+        test = ast.copy_location(ast.Compare(flag, [ast.Eq()], [ast.Constant(0)]), at)
+        brk = ast.copy_location(ast.If(test, [ast.copy_location(ast.Break(), at)], []), at)
+        loop = ast.copy_location(ast.While(ast.Constant(True), calls + [brk], []), at)
+        defs.append(_function(RUNNER, list(src.param_names), [loop], src.lineno))
     func_defs = lower_funcs(symbols)
     func_codes = [(fdef.name, compile_module([fdef], fn._source.filename), fn._source) for fdef, fn in func_defs]
     fingerprint = fingerprint_of(src, [f for f, _ in func_defs] + defs, symbols)

@@ -29,8 +29,8 @@ def _trip_count(start, stop, step):
 class CpuProgram:
     """The numba runner(s) of one kernel; numba compiles one overload per signature."""
 
-    def __init__(self, src: KernelSource, cache_dir: str | None) -> None:
-        module = codegen.cpu_module(src)
+    def __init__(self, src: KernelSource, cache_dir: str | None, zero_d: frozenset[str] = frozenset()) -> None:
+        module = codegen.cpu_module(src, zero_d)
         self.fingerprint = module.fingerprint
         cache = None
         # numba can reload cached code only for functions whose module it can import again
@@ -60,9 +60,6 @@ class CpuProgram:
         for ns in namespaces:  # numba reads globals at compile time: point them at the dispatchers
             ns.update(compiled)
         self.runner = adapter.njit(kernel_ns[codegen.RUNNER], parallel=False, cache=cache)
-        self.runner_0d = None
-        if src.graph_while is not None:
-            self.runner_0d = adapter.njit(kernel_ns[codegen.RUNNER_0D], parallel=False, cache=cache)
 
 
 def _importable(src: KernelSource) -> bool:

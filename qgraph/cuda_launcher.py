@@ -20,9 +20,16 @@ from .compile_cache import CodeCache
 from .cuda_backend import TaskKernel, compile_tasks
 from .cuda_device import driver, fail, stream_handle
 from .errors import FallbackWarning
-from .frontend import syntax_error
 from .graph_cache import GraphCache, TaskGraph
-from .launcher import check_flag_type, compile_error, fixed_scalar_types, flag_shape_error, is_compile_error
+from .launcher import (
+    check_bounds,
+    check_flag_type,
+    compile_error,
+    fixed_scalar_types,
+    flag_shape_error,
+    host_bounds,
+    is_compile_error,
+)
 from .param_buffers import ParamBuffer, block_expr, generate, grid_expr, signature_with_constants
 
 _FLAG_SHAPES = ((1).to_bytes(8, "little"), b"")  # bytes 40:48 of a flag's parameters: shape (1,) or ()
@@ -165,9 +172,7 @@ class CudaLauncher:
         if self._flag is not None:
             check_flag_type(src, key)
         if self._bounds is None:
-            from .codegen import bounds_function
-
-            self._bounds = bounds_function(src, _namespace(src))
+            self._bounds = host_bounds(src)
         check_bounds(src, key, self._bounds, args)
         try:
             kernels = compile_tasks(src, key, self.device, self.code_cache)
@@ -237,25 +242,3 @@ class CudaLauncher:
         self._last[0] = None
 
 
-def _namespace(src) -> dict:
-    ns = dict(src.globals)
-    ns.update(src.closure)
-    return ns
-
-
-def check_bounds(src, key: tuple, bounds, args: tuple) -> None:
-    """Evaluate the loop bounds once per specialisation; a failure names the loop's line."""
-    if not any(t.parallel for t in src.tasks):
-        return
-    try:
-        bounds(*args)
-    except Exception as e:
-        lineno = src.lineno
-        tb = e.__traceback__
-        while tb is not None:  # the bounds function carries the user's file and line numbers
-            if tb.tb_frame.f_code.co_name == "_qg_bounds":
-                lineno = tb.tb_lineno
-            tb = tb.tb_next
-        signature = ", ".join(f"{n}: {t}" for n, t in zip(src.param_names, key))
-        raise syntax_error(f"kernel {src.name}: a parallel loop's bounds cannot be evaluated for ({signature}): "
-                           f"{type(e).__name__}: {e}", src.filename, lineno) from e

@@ -303,8 +303,15 @@ class _Splitter:
             for brk in _loop_level_breaks(stmt.body):
                 raise self.error("break cannot leave a parallel loop (its iterations run at the same "
                                  "time); use continue or an if around the body", brk)
-            bound_names = collect_names(
-                [e for d in dims for e in (d.start, d.stop, d.step) if e is not None]).loaded
+            bound_exprs = [e for d in dims for e in (d.start, d.stop, d.step) if e is not None]
+            for expr in bound_exprs:
+                for sub in ast.walk(expr):
+                    if isinstance(sub, ast.Subscript) and isinstance(sub.value, ast.Name) \
+                            and sub.value.id in self.param_names:
+                        raise self.error(f"loop bounds cannot read array elements ({ast.unparse(sub)}): bounds are "
+                                         "evaluated on the host before the launch; pass the count as a scalar "
+                                         "argument", sub)
+            bound_names = collect_names(bound_exprs).loaded
             tasks.append(Task(len(tasks), True, stmt.lineno, list(stmt.body), loop_vars, dims,
                               bound_names=frozenset(bound_names)))
         flush()

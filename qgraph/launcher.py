@@ -78,10 +78,37 @@ def compile_error(src: KernelSource, key: tuple[str, ...], error: Exception, tas
     user = [n for f, n in found if os.path.abspath(f) == target and src.lineno <= n <= last]
     lineno = max(user) if user else (task.lineno if task is not None else src.lineno)
     signature = ", ".join(f"{n}: {t}" for n, t in zip(src.param_names, key))
-    where = f"task {task.index}" if task is not None else src.name
-    message = (f"cannot compile {where} of kernel {src.name} for ({signature}): {summary}\n"
+    where = f"task {task.index} of kernel {src.name}" if task is not None else f"kernel {src.name}"
+    message = (f"cannot compile {where} for ({signature}): {summary}\n"
                f"(compiler said:)\n{text}")
     return syntax_error(message, src.filename, lineno)
+
+
+def check_bounds(src, key: tuple, bounds, args: tuple) -> None:
+    """Evaluate the loop bounds once per specialisation; a failure names the loop's line."""
+    if not any(t.parallel for t in src.tasks):
+        return
+    try:
+        bounds(*args)
+    except Exception as e:
+        lineno = src.lineno
+        tb = e.__traceback__
+        while tb is not None:  # the bounds function carries the user's file and line numbers
+            if tb.tb_frame.f_code.co_name == "_qg_bounds":
+                lineno = tb.tb_lineno
+            tb = tb.tb_next
+        signature = ", ".join(f"{n}: {t}" for n, t in zip(src.param_names, key))
+        raise syntax_error(f"kernel {src.name}: a parallel loop's bounds cannot be evaluated for ({signature}): "
+                           f"{type(e).__name__}: {e}", src.filename, lineno) from e
+
+
+def host_bounds(src: KernelSource):
+    """The host function evaluating every parallel loop's bounds (codegen.bounds_function)."""
+    from .codegen import bounds_function
+
+    ns = dict(src.globals)
+    ns.update(src.closure)
+    return bounds_function(src, ns)
 
 
 def is_compile_error(error: Exception) -> bool:
@@ -97,7 +124,8 @@ class CpuLauncher:
         self.src = kernel._source
         self.stats = kernel.stats
         self._specs: dict[tuple, object] = {}
-        self._program = None
+        self._programs: dict[frozenset, object] = {}  # by the set of 0-d array parameters
+        self._bounds = None
         self._cache_dir = state.settings.cache_dir
         self._flag = None if self.src.graph_while is None else self.src.param_names.index(self.src.graph_while)
         stats = self.stats
@@ -130,19 +158,21 @@ class CpuLauncher:
         return ns["launch"]
 
     def _first_call(self, key: tuple, values: tuple) -> None:
-        runner = None
         if self._flag is not None:
             check_flag_type(self.src, key)
             if values[self._flag].shape not in ((), (1,)):
                 raise flag_shape_error(self.src, values[self._flag].shape)
-        if self._program is None:
+        if self._bounds is None:
+            self._bounds = host_bounds(self.src)
+        check_bounds(self.src, key, self._bounds, values)  # the same errors as on CUDA
+        zero_d = [k for k, sig in enumerate(key) if arg_type(sig).ndim == 0]
+        names = frozenset(self.src.param_names[k] for k in zero_d)
+        program = self._programs.get(names)
+        if program is None:
             from .cpu_backend import CpuProgram
 
-            self._program = CpuProgram(self.src, self._cache_dir)
-        program = self._program
-        runner = program.runner
-        if self._flag is not None and arg_type(key[self._flag]).ndim == 0:
-            runner = program.runner_0d
+            program = self._programs[names] = CpuProgram(self.src, self._cache_dir, names)
+        runner = program.runner if not zero_d else _reshaping(program.runner, zero_d)
         try:
             runner(*values)
         except Exception as e:
@@ -155,7 +185,17 @@ class CpuLauncher:
 
     def close(self) -> None:
         self._specs.clear()
-        self._program = None
+        self._programs.clear()
+
+
+def _reshaping(runner, zero_d: list[int]):
+    """The runner, given 0-d arrays as shape (1,) views (numba's parallel loops need that)."""
+    def run(*values):
+        values = list(values)
+        for k in zero_d:
+            values[k] = values[k].reshape(1)
+        return runner(*values)
+    return run
 
 
 def _is_typing_stage(error: Exception) -> bool:

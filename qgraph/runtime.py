@@ -31,7 +31,7 @@ class Settings:
         graphs = environ.get("QGRAPH_GRAPHS", "1").strip().lower() not in ("0", "false", "off", "no")
         mode = environ.get("QGRAPH_GRAPH_WHILE", "auto").strip().lower()
         if mode not in ("auto", "host", "device", ""):
-            raise QgraphError(f"QGRAPH_GRAPH_WHILE={mode!r}: expected 'host' (or unset)")
+            raise QgraphError(f"QGRAPH_GRAPH_WHILE={mode!r}: expected 'host' (force the host loop) or 'auto'")
         size_text = environ.get("QGRAPH_GRAPH_CACHE_SIZE", "16")
         try:
             size = int(size_text)

@@ -277,3 +277,26 @@ def test_source_must_be_readable():
 def test_kernel_repr_and_tasks_are_inspectable():
     assert "inner_kernel" in repr(inner_kernel) and "1 tasks" in repr(inner_kernel)
     assert inner_kernel.tasks[0].kind == "serial"
+
+
+def test_loop_bounds_cannot_read_array_elements():
+    with pytest.raises(QgraphSyntaxError, match=r"loop bounds cannot read array elements \(count\[0\]\)"):
+        @qgraph.kernel
+        def k(x, count):
+            for i in range(count[0]):
+                x[i] = 0
+
+
+@qgraph.kernel
+def takes_scalars(out, a: float, n: qgraph.i32):
+    out[0] = a * n
+
+
+def test_annotated_scalars_reject_arrays_and_overflow(arch):
+    out = qgraph.ndarray(qgraph.f64, (1,))
+    with pytest.raises(TypeError, match="argument 'a': expected a float64 scalar, got an array"):
+        takes_scalars(out, out, 1)
+    with pytest.raises(TypeError, match="argument 'n': 1099511627776 does not fit in int32"):
+        takes_scalars(out, 1.0, 2**40)
+    takes_scalars(out, 1.5, 4)
+    assert out.to_numpy()[0] == 6.0

@@ -288,3 +288,18 @@ def skip_odd_float(out):
         if i % 2 == 1:
             continue
         out[i] += 1.0
+
+
+@qgraph.kernel
+def zero_d_in_parallel_loop(total, scale, out):
+    for i in range(out.shape[0]):
+        out[i] = scale[()] * i
+        qgraph.atomic_add(total, (), 1)
+
+
+def test_zero_d_arrays_inside_parallel_loops(arch):
+    total, scale = qgraph.ndarray(qgraph.i64, ()), qgraph.from_numpy(np.array(2.5))
+    out = qgraph.ndarray(qgraph.f64, (10,))
+    zero_d_in_parallel_loop(total, scale, out)
+    np.testing.assert_array_equal(out.to_numpy(), 2.5 * np.arange(10))
+    assert total.to_numpy() == 10
