@@ -151,6 +151,18 @@ def _is_array_like(value: object) -> bool:
 
 # --------------------------------------------------------------------------- CPU
 
+_NUMPY_SIGS: dict[tuple, str] = {}
+
+
+def numpy_sig(value: np.ndarray, name: str) -> str:
+    """The type string of a NumPy array argument (cached per dtype, ndim and layout)."""
+    key = (value.dtype, value.ndim, value.flags.c_contiguous)
+    sig = _NUMPY_SIGS.get(key)
+    if sig is None:
+        dtype = as_dtype(value.dtype, f"argument '{name}'")
+        sig = _NUMPY_SIGS[key] = array_sig(dtype, value.ndim, value.flags.c_contiguous)
+    return sig
+
 
 def cpu_slow(value: object, name: str, fixed: str | None) -> tuple[str, object]:
     from .arrays import Ndarray
@@ -161,9 +173,7 @@ def cpu_slow(value: object, name: str, fixed: str | None) -> tuple[str, object]:
         raise TypeError(f"argument '{name}' is a qgraph array in CUDA device memory but qgraph runs on "
                         "cpu; create arrays after qgraph.init(), or copy with qgraph.from_numpy(a.to_numpy())")
     if isinstance(value, np.ndarray):
-        dtype = as_dtype(value.dtype, f"argument '{name}'")
-        contiguous = value.flags.c_contiguous
-        return array_sig(dtype, value.ndim, contiguous), value
+        return numpy_sig(value, name), value
     if hasattr(value, "__cuda_array_interface__") or _is_device_dlpack(value):
         raise TypeError(f"argument '{name}' is a CUDA device array but qgraph runs on cpu; pass a NumPy "
                         "array or a qgraph.ndarray, or call qgraph.init('cuda')")
@@ -323,6 +333,7 @@ def resolver_lines(names: tuple[str, ...], fixed: tuple[str | None, ...], arch: 
     from .arrays import Ndarray
 
     ns.update({"_Ndarray": Ndarray, "_F64": F64, "_I64": I64, "_fixed": fixed, "_names": names,
+               "_np_ndarray": np.ndarray, "_numpy_sig": numpy_sig,
                "_slow": cpu_slow if arch == "cpu" else _cuda_slow_value})
     field = "_host" if arch == "cpu" else "_abi"
     lines = []
@@ -333,6 +344,9 @@ def resolver_lines(names: tuple[str, ...], fixed: tuple[str | None, ...], arch: 
         if fix is None:  # an annotated parameter is a scalar: no array fast path
             lines.append(f"if t is _Ndarray and {a}.{field} is not None:")
             lines.append(f"    s{k} = {a}._sig; v{k} = {a}.{field}")
+            if arch == "cpu":
+                lines.append("elif t is _np_ndarray:")
+                lines.append(f"    s{k} = _numpy_sig({a}, _names[{k}]); v{k} = {a}")
         else:
             fast[0] = fast[0][2:]  # "elif ..." -> "if ..."
         lines += fast
