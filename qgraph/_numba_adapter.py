@@ -159,9 +159,9 @@ def numba_type(t: ArgType):
 
 def cuda_namespace() -> dict:
     """Names the generated CUDA task code uses, bound to numba-cuda objects."""
-    from numba import cuda, int64
+    from numba import cuda, int64, uint32, uint64
 
-    return {"_qg_cuda": cuda, "_qg_i64": int64}
+    return {"_qg_cuda": cuda, "_qg_i64": int64, "_qg_u32": uint32, "_qg_u64": uint64}
 
 
 def cuda_device_function(py_func):

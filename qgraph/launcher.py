@@ -172,7 +172,7 @@ class CpuLauncher:
             from .cpu_backend import CpuProgram
 
             program = self._programs[names] = CpuProgram(self.src, self._cache_dir, names)
-        runner = program.runner if not zero_d else _reshaping(program.runner, zero_d)
+        runner = program.runner
         try:
             runner(*values)
         except Exception as e:
@@ -186,16 +186,6 @@ class CpuLauncher:
     def close(self) -> None:
         self._specs.clear()
         self._programs.clear()
-
-
-def _reshaping(runner, zero_d: list[int]):
-    """The runner, given 0-d arrays as shape (1,) views (numba's parallel loops need that)."""
-    def run(*values):
-        values = list(values)
-        for k in zero_d:
-            values[k] = values[k].reshape(1)
-        return runner(*values)
-    return run
 
 
 def _is_typing_stage(error: Exception) -> bool:

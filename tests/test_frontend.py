@@ -300,3 +300,16 @@ def test_annotated_scalars_reject_arrays_and_overflow(arch):
         takes_scalars(out, 1.0, 2**40)
     takes_scalars(out, 1.5, 4)
     assert out.to_numpy()[0] == 6.0
+
+
+@qgraph.kernel
+def stepped(x, step):
+    x[0] = 1.0
+    for i in range(0, x.shape[0], step):
+        x[i] = 2.0
+
+
+def test_zero_step_names_the_loop_line(arch):
+    with pytest.raises(QgraphSyntaxError, match="range\\(\\) arg 3 must not be zero") as info:
+        stepped(qgraph.ndarray(qgraph.f64, (4,)), 0)
+    assert info.value.lineno == stepped.tasks[1].lineno

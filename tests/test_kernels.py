@@ -303,3 +303,19 @@ def test_zero_d_arrays_inside_parallel_loops(arch):
     zero_d_in_parallel_loop(total, scale, out)
     np.testing.assert_array_equal(out.to_numpy(), 2.5 * np.arange(10))
     assert total.to_numpy() == 10
+
+
+@qgraph.func
+def twice_value(a):
+    return a[()] * 2.0
+
+
+@qgraph.kernel
+def zero_d_to_func(scale, out):
+    out[0] = twice_value(scale)
+
+
+def test_zero_d_array_passed_to_a_func_in_a_serial_task(arch):
+    out = qgraph.ndarray(qgraph.f64, (1,))
+    zero_d_to_func(qgraph.from_numpy(np.array(1.25)), out)
+    assert out.to_numpy()[0] == 2.5
