@@ -217,13 +217,9 @@ def _cpu_parallel_loop(task: Task, body: list[ast.stmt], zero_d: frozenset[str])
     """prange over the outer dimension; inner ndrange dimensions as serial loops."""
     at = ast.Pass()
     ast.copy_location(at, task.body[0])
-    stmts: list[ast.stmt] = []
     views = _ZeroDIndex(zero_d)
     inner = [views.visit(s) for s in body]
-    for name in sorted(views.used):  # 1-element views of 0-d arrays, made before the loop
-        reshape = ast.copy_location(ast.Attribute(_name(name, at), "reshape", ast.Load()), at)
-        stmts.append(_assign(zero_d_view(name), ast.copy_location(
-            ast.Call(reshape, [ast.copy_location(ast.Constant(1), at)], []), at), at))
+    stmts: list[ast.stmt] = _view_assignments(views.used, at)
     for k in range(len(task.dims) - 1, -1, -1):
         dim = task.dims[k]
         var = task.loop_vars[k]
@@ -301,6 +297,16 @@ def zero_d_view(name: str) -> str:
     return f"_qg_0d_{name}"
 
 
+def _view_assignments(names, at: ast.AST) -> list[ast.stmt]:
+    """`_qg_0d_x = x.reshape(1)` for each 0-d array parameter that needs a view."""
+    out = []
+    for name in sorted(names):
+        reshape = ast.copy_location(ast.Attribute(_name(name, at), "reshape", ast.Load()), at)
+        out.append(_assign(zero_d_view(name), ast.copy_location(
+            ast.Call(reshape, [ast.copy_location(ast.Constant(1), at)], []), at), at))
+    return out
+
+
 class _ZeroDIndex(ast.NodeTransformer):
     """Inside a CPU parallel loop: `x[()]` -> `view[0]` and `atomic_*(x, (), v)` ->
     `atomic_*(view, 0, v)` for 0-d array parameters, `view` being `x.reshape(1)`.
@@ -309,8 +315,11 @@ class _ZeroDIndex(ast.NodeTransformer):
     so the loop must index a 1-element view instead.
     """
 
-    def __init__(self, names: frozenset[str]) -> None:
+    def __init__(self, names: frozenset[str], atomics: frozenset[str] = frozenset(CPU_ATOMICS.values()),
+                 subscripts: bool = True) -> None:
         self.names = names
+        self.atomics = atomics  # how the backend spells the atomics (names or dotted paths)
+        self.subscripts = subscripts  # rewrite x[()] too (numba-cuda indexes 0-d arrays itself)
         self.used: set[str] = set()
 
     def _view(self, node: ast.expr, index: ast.expr) -> ast.expr | None:
@@ -321,7 +330,7 @@ class _ZeroDIndex(ast.NodeTransformer):
 
     def visit_Call(self, node: ast.Call) -> ast.AST:
         self.generic_visit(node)
-        if isinstance(node.func, ast.Name) and node.func.id in CPU_ATOMICS.values() and len(node.args) == 3:
+        if ast.unparse(node.func) in self.atomics and len(node.args) == 3:
             view = self._view(node.args[0], node.args[1])
             if view is not None:
                 node.args[0] = view
@@ -330,6 +339,8 @@ class _ZeroDIndex(ast.NodeTransformer):
 
     def visit_Subscript(self, node: ast.Subscript) -> ast.AST:
         self.generic_visit(node)
+        if not self.subscripts:
+            return node
         view = self._view(node.value, node.slice)
         if view is not None:
             node.value = view
@@ -430,10 +441,18 @@ def cuda_bound_params(task: Task) -> tuple[str, ...]:
     return starts + counts + ("_qg_n",)
 
 
-def cuda_task(src: KernelSource, task: Task, param_order: list[str], symbols: Symbols) -> CudaTaskCode:
-    """The kernel function of one task, taking `param_order` after the bound parameters."""
+def cuda_task(src: KernelSource, task: Task, param_order: list[str], symbols: Symbols,
+              zero_d: frozenset[str] = frozenset()) -> CudaTaskCode:
+    """The kernel function of one task, taking `param_order` after the bound parameters.
+
+    numba-cuda's atomics do not take a 0-d array: `atomic_*(x, (), v)` on a 0-d parameter
+    goes through a 1-element view of it.
+    """
     body = lower_statements(src, task.body, task_locals(src, task), symbols)
     at = task.body[0]
+    views = _ZeroDIndex(zero_d, frozenset(CUDA_ATOMICS.values()), subscripts=False)
+    body = [views.visit(s) for s in body]
+    body = _view_assignments(views.used, at) + body
     bounds = cuda_bound_params(task)
     if task.parallel:
         body = [_ContinueToReturn().visit(s) for s in body]

@@ -72,11 +72,12 @@ def compile_tasks(src: KernelSource, key: tuple[str, ...], device: CudaDevice,
     """Compile (or load from the disk cache) every task of one specialisation."""
     types = [arg_type(s) for s in key]
     symbols = codegen.Symbols(dict(codegen.CUDA_ATOMICS))
+    zero_d = frozenset(name for name, t in zip(src.param_names, types) if t.ndim == 0)
     orders, codes = [], []
     for task in src.tasks:
         order = param_order(src, task, types)
         orders.append(order)
-        codes.append(codegen.cuda_task(src, task, [src.param_names[k] for k in order], symbols))
+        codes.append(codegen.cuda_task(src, task, [src.param_names[k] for k in order], symbols, zero_d))
     func_defs = codegen.lower_funcs(symbols)
     fingerprint = codegen.fingerprint_of(src, [c.function for c in codes] + [f for f, _ in func_defs], symbols)
     cc = device.info.compute_capability
