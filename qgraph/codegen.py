@@ -316,16 +316,17 @@ class _ZeroDIndex(ast.NodeTransformer):
     """
 
     def __init__(self, names: frozenset[str], atomics: frozenset[str] = frozenset(CPU_ATOMICS.values()),
-                 subscripts: bool = True) -> None:
+                 rename: bool = True) -> None:
         self.names = names
         self.atomics = atomics  # how the backend spells the atomics (names or dotted paths)
-        self.subscripts = subscripts  # rewrite x[()] too (numba-cuda indexes 0-d arrays itself)
+        self.rename = rename  # index the view `_qg_0d_x` (CPU), or `x` itself when it is passed as (1,)
         self.used: set[str] = set()
 
     def _view(self, node: ast.expr, index: ast.expr) -> ast.expr | None:
         if isinstance(node, ast.Name) and node.id in self.names and isinstance(index, ast.Tuple) and not index.elts:
             self.used.add(node.id)
-            return ast.copy_location(ast.Name(zero_d_view(node.id), ast.Load()), node)
+            name = zero_d_view(node.id) if self.rename else node.id
+            return ast.copy_location(ast.Name(name, ast.Load()), node)
         return None
 
     def visit_Call(self, node: ast.Call) -> ast.AST:
@@ -339,8 +340,6 @@ class _ZeroDIndex(ast.NodeTransformer):
 
     def visit_Subscript(self, node: ast.Subscript) -> ast.AST:
         self.generic_visit(node)
-        if not self.subscripts:
-            return node
         view = self._view(node.value, node.slice)
         if view is not None:
             node.value = view
@@ -441,18 +440,29 @@ def cuda_bound_params(task: Task) -> tuple[str, ...]:
     return starts + counts + ("_qg_n",)
 
 
+def zero_d_atomic_targets(src: KernelSource, task: Task, zero_d: frozenset[str]) -> frozenset[str]:
+    """0-d array parameters a task updates with `qgraph.atomic_*(x, (), v)`."""
+    found = set()
+    for stmt in task.body:
+        for node in ast.walk(stmt):
+            if isinstance(node, ast.Call) and len(node.args) == 3 and isinstance(node.args[0], ast.Name) \
+                    and node.args[0].id in zero_d and isinstance(node.args[1], ast.Tuple) \
+                    and not node.args[1].elts and src.resolve(node.func) in lang.ATOMICS.values():
+                found.add(node.args[0].id)
+    return frozenset(found)
+
+
 def cuda_task(src: KernelSource, task: Task, param_order: list[str], symbols: Symbols,
-              zero_d: frozenset[str] = frozenset()) -> CudaTaskCode:
+              as_one_element: frozenset[str] = frozenset()) -> CudaTaskCode:
     """The kernel function of one task, taking `param_order` after the bound parameters.
 
-    numba-cuda's atomics do not take a 0-d array: `atomic_*(x, (), v)` on a 0-d parameter
-    goes through a 1-element view of it.
+    numba-cuda's atomics take no 0-d array, so the 0-d parameters in `as_one_element`
+    (see zero_d_atomic_targets) are passed to this task as 1-element arrays and their
+    `x[()]` / `atomic_*(x, (), v)` become `x[0]` / `atomic_*(x, 0, v)`.
     """
     body = lower_statements(src, task.body, task_locals(src, task), symbols)
     at = task.body[0]
-    views = _ZeroDIndex(zero_d, frozenset(CUDA_ATOMICS.values()), subscripts=False)
-    body = [views.visit(s) for s in body]
-    body = _view_assignments(views.used, at) + body
+    body = [_ZeroDIndex(as_one_element, frozenset(CUDA_ATOMICS.values()), rename=False).visit(s) for s in body]
     bounds = cuda_bound_params(task)
     if task.parallel:
         body = [_ContinueToReturn().visit(s) for s in body]

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from . import _numba_adapter as adapter
 from . import codegen
-from .arguments import ArgType, arg_type
+from .arguments import ArgType, arg_type, array_sig
 from .compile_cache import CodeCache, entry_key
 from .cuda_device import CudaDevice, check, driver
 from .errors import QgraphError
@@ -47,6 +47,7 @@ class TaskKernel:
     bounds_slot: int | None  # index of its packed bounds in the host bounds tuple
     arg_slots: tuple[int, ...]  # kernel argument indices, in parameter order
     waits: bool = False  # starts with griddepcontrol.wait: safe behind a programmatic edge
+    suffixes: dict[int, bytes] = None  # argument index -> bytes appended to its block (a 0-d array as (1,))
 
     @property
     def parallel(self) -> bool:
@@ -73,11 +74,19 @@ def compile_tasks(src: KernelSource, key: tuple[str, ...], device: CudaDevice,
     types = [arg_type(s) for s in key]
     symbols = codegen.Symbols(dict(codegen.CUDA_ATOMICS))
     zero_d = frozenset(name for name, t in zip(src.param_names, types) if t.ndim == 0)
-    orders, codes = [], []
+    orders, codes, task_types, suffixes = [], [], [], []
     for task in src.tasks:
         order = param_order(src, task, types)
         orders.append(order)
-        codes.append(codegen.cuda_task(src, task, [src.param_names[k] for k in order], symbols, zero_d))
+        one_element = codegen.zero_d_atomic_targets(src, task, zero_d)
+        codes.append(codegen.cuda_task(src, task, [src.param_names[k] for k in order], symbols, one_element))
+        these, suffix = list(types), {}
+        for k, name in enumerate(src.param_names):
+            if name in one_element:  # the 0-d array's parameters, extended to shape (1,)
+                these[k] = arg_type(array_sig(types[k].dtype, 1, True))
+                suffix[k] = (1).to_bytes(8, "little") + types[k].dtype.itemsize.to_bytes(8, "little")
+        task_types.append(these)
+        suffixes.append(suffix)
     func_defs = codegen.lower_funcs(symbols)
     fingerprint = codegen.fingerprint_of(src, [c.function for c in codes] + [f for f, _ in func_defs], symbols)
     cc = device.info.compute_capability
@@ -89,7 +98,7 @@ def compile_tasks(src: KernelSource, key: tuple[str, ...], device: CudaDevice,
         manifest, cubin = cached
         entries, sizes = manifest["entries"], manifest["param_sizes"]
     else:
-        ptx_list, entries, sizes = _compile_ptx(src, codes, orders, types, func_defs, cc)
+        ptx_list, entries, sizes = _compile_ptx(src, codes, orders, task_types, func_defs, cc)
         if waits:
             ptx_list = [(name, adapter.add_grid_dependency_control(ptx)) for name, ptx in ptx_list]
         cubin = device.link_ptx(ptx_list) if ptx_list else b""
@@ -102,7 +111,7 @@ def compile_tasks(src: KernelSource, key: tuple[str, ...], device: CudaDevice,
         return kernels
     module = device.load_module(cubin)
     slot = 0
-    for task, order, entry, size in zip(src.tasks, orders, entries, sizes):
+    for task, order, entry, size, suffix in zip(src.tasks, orders, entries, sizes, suffixes):
         function = device.function(module, entry)
         block = 1
         bounds_slot = None
@@ -113,11 +122,11 @@ def compile_tasks(src: KernelSource, key: tuple[str, ...], device: CudaDevice,
             block = min(BLOCK, limit)
             bounds_slot = slot
             slot += 1
-        kernels.append(TaskKernel(task, function, block, size, bounds_slot, tuple(order), waits))
+        kernels.append(TaskKernel(task, function, block, size, bounds_slot, tuple(order), waits, suffix))
     return kernels
 
 
-def _compile_ptx(src, codes, orders, types, func_defs, cc):
+def _compile_ptx(src, codes, orders, task_types, func_defs, cc):
     """numba-cuda: every task to PTX. Raises numba's errors for the launcher to translate."""
     ns_base = adapter.cuda_namespace()
     raw_funcs = {}
@@ -135,7 +144,7 @@ def _compile_ptx(src, codes, orders, types, func_defs, cc):
 
     i64 = adapter.int64_argtype()
     ptx_list, entries, sizes = [], [], []
-    for code, order in zip(codes, orders):
+    for code, order, types in zip(codes, orders, task_types):
         argtypes = [i64] * len(code.bound_params) + [types[k] for k in order]
         try:
             ptx = adapter.cuda_compile_ptx(kernel_ns[code.function.name], argtypes, cc)

@@ -4,7 +4,8 @@ A `TaskGraph` holds one kernel node per task, built with the explicit node API (
 replay than a stream capture), each node reading its by-value parameter block from a
 persistent `ParamBuffer`. On Hopper and newer the edges between task nodes are
 programmatic: each task kernel starts with `griddepcontrol.wait`, so the next one is
-launched while the previous runs and the launch gap leaves the critical path.
+launched as the previous one's blocks exit, and most of the launch gap leaves the
+critical path.
 
 A graph keeps up to `INSTANCES` executable instances, each keyed by the exact parameter
 bytes of the call it was last set up for:

@@ -44,7 +44,8 @@ class ParamBuffer:
 def block_expr(tk: TaskKernel) -> str:
     """Python expression of a task's parameter block from `b` (bounds) and `p` (arg bytes)."""
     parts = [] if tk.bounds_slot is None else [f"b[{tk.bounds_slot}]"]
-    parts += [f"p[{k}]" for k in tk.arg_slots]
+    suffixes = tk.suffixes or {}
+    parts += [f"p[{k}]" + (f" + {suffixes[k]!r}" if k in suffixes else "") for k in tk.arg_slots]
     return " + ".join(parts) if parts else "b''"
 
 

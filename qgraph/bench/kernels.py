@@ -66,7 +66,6 @@ extern "C" __global__ void task(float* x, long long n, float a, float c)
 
 extern "C" __global__ void task_pdl(float* x, long long n, float a, float c)
 {
-    asm volatile("griddepcontrol.launch_dependents;");
     asm volatile("griddepcontrol.wait;" ::: "memory");
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) x[i] = x[i] * a + c;
