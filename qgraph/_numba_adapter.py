@@ -199,16 +199,16 @@ def ptx_entry(ptx: str) -> tuple[str, list[int]]:
 _DECLARATION = re.compile(r"\s*(\.reg|\.local|\.shared|\.pragma|//|$)")
 
 
-def add_grid_dependency_control(ptx: str) -> str:
-    """Start the kernel with `griddepcontrol.wait;` (sm_90+).
+def add_grid_dependency_control(ptx: str, trigger: bool = False) -> str:
+    """Start the kernel with `griddepcontrol.wait;` (sm_90+), after `launch_dependents` if `trigger`.
 
-    Behind a programmatic graph edge the kernel is launched before its predecessor has
+    Behind a programmatic graph edge a kernel is launched before its predecessor has
     finished and waits in this first instruction until that grid has completed and its
-    writes are visible; without such an edge it does nothing. numba-cuda cannot emit it,
-    so it is inserted after the entry's register declarations. (The predecessor does not
-    issue `griddepcontrol.launch_dependents`: measured on an H200, that instruction costs
-    a quarter of the bandwidth of a memory-bound kernel; the implicit trigger at block
-    exit keeps most of the launch-latency gain.)
+    writes are visible; without such an edge it does nothing. `launch_dependents` lets
+    the successor launch as soon as every block has started, not as they exit: worth it
+    for a grid that fits in one wave, but on an H200 it cost a memory-bound kernel of many
+    waves a quarter of its bandwidth, so qgraph compiles both variants and picks per node.
+    numba-cuda cannot emit either, so they are inserted after the register declarations.
     """
     lines = ptx.splitlines()
     entry = next(i for i, line in enumerate(lines) if ".entry" in line)
@@ -216,7 +216,13 @@ def add_grid_dependency_control(ptx: str) -> str:
     at = brace + 1
     while at < len(lines) and _DECLARATION.match(lines[at]):
         at += 1
-    return "\n".join(lines[:at] + ["\tgriddepcontrol.wait;"] + lines[at:]) + "\n"
+    control = ["\tgriddepcontrol.launch_dependents;"] if trigger else []
+    return "\n".join(lines[:at] + control + ["\tgriddepcontrol.wait;"] + lines[at:]) + "\n"
+
+
+def rename_entry(ptx: str, entry: str, new_name: str) -> str:
+    """The same kernel under another entry name (two variants can then share one cubin)."""
+    return ptx.replace(entry, new_name)  # the mangled name, and its parameters' names
 
 
 def expected_param_sizes(argtypes: list[ArgType]) -> list[int]:

@@ -25,6 +25,7 @@ from .frontend import KernelSource, Task
 
 BLOCK = 256  # threads per block for parallel tasks (capped by each kernel's own limit)
 PDL_COMPUTE_CAPABILITY = (9, 0)  # griddepcontrol and programmatic graph edges: Hopper and newer
+TRIGGER = "_qg_trigger"  # entry-name suffix of each task's launch_dependents variant
 
 _TOOLCHAIN: str | None = None
 
@@ -48,6 +49,14 @@ class TaskKernel:
     arg_slots: tuple[int, ...]  # kernel argument indices, in parameter order
     waits: bool = False  # starts with griddepcontrol.wait: safe behind a programmatic edge
     suffixes: dict[int, bytes] = None  # argument index -> bytes appended to its block (a 0-d array as (1,))
+    trigger_function: object = None  # the same kernel starting with launch_dependents (see below)
+    wave: int = 0  # blocks that fit on the device at once: the trigger variant is for grids up to this
+
+    def function_for(self, grid: int, programmatic: bool):
+        """The variant for a graph node of `grid` blocks: launch_dependents only for one-wave grids."""
+        if programmatic and self.trigger_function is not None and grid <= self.wave:
+            return self.trigger_function
+        return self.function
 
     @property
     def parallel(self) -> bool:
@@ -100,7 +109,12 @@ def compile_tasks(src: KernelSource, key: tuple[str, ...], device: CudaDevice,
     else:
         ptx_list, entries, sizes = _compile_ptx(src, codes, orders, task_types, func_defs, cc)
         if waits:
-            ptx_list = [(name, adapter.add_grid_dependency_control(ptx)) for name, ptx in ptx_list]
+            variants = []
+            for (name, ptx), entry in zip(ptx_list, entries):
+                variants.append((name, adapter.add_grid_dependency_control(ptx)))
+                trigger = adapter.add_grid_dependency_control(ptx, trigger=True)
+                variants.append((f"trigger_{name}", adapter.rename_entry(trigger, entry, entry + TRIGGER)))
+            ptx_list = variants
         cubin = device.link_ptx(ptx_list) if ptx_list else b""
         if ptx_list:
             cache.store(ckey, {"kernel": src.qualname, "entries": entries, "param_sizes": sizes,
@@ -122,7 +136,13 @@ def compile_tasks(src: KernelSource, key: tuple[str, ...], device: CudaDevice,
             block = min(BLOCK, limit)
             bounds_slot = slot
             slot += 1
-        kernels.append(TaskKernel(task, function, block, size, bounds_slot, tuple(order), waits, suffix))
+        kernel = TaskKernel(task, function, block, size, bounds_slot, tuple(order), waits, suffix)
+        if waits:
+            kernel.trigger_function = device.function(module, entry + TRIGGER)
+            per_sm = check(driver().cuOccupancyMaxActiveBlocksPerMultiprocessor(function, block, 0),
+                           "cuOccupancyMaxActiveBlocksPerMultiprocessor")
+            kernel.wave = per_sm * device.info.multiprocessors
+        kernels.append(kernel)
     return kernels
 
 

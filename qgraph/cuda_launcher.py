@@ -116,7 +116,8 @@ class CudaLauncher:
         if src.graph_while is not None:
             self.while_mode, self.while_reason = conditional.while_strategy(
                 self.device.info.compute_capability, self.device.info.driver_version,
-                graphs=self.use_graphs, force_host=state.settings.graph_while_host)
+                graphs=self.use_graphs,
+                force_host=state.settings.graph_while_host or getattr(kernel, "_force_host_loop", False))
         self.stats.used_graph = False
         self.stats.graph_nodes = 0
         self.stats.host_loop = False

@@ -74,14 +74,15 @@ class GraphCache:
 class _Node:
     """One updatable kernel node: how to compute its block, and its persistent state."""
 
-    __slots__ = ("expr", "grid", "buffer", "params", "handle")
+    __slots__ = ("expr", "grid", "buffer", "params", "handle", "kernel")
 
-    def __init__(self, expr: str, grid: str, buffer: ParamBuffer, params, handle) -> None:
+    def __init__(self, expr: str, grid: str, buffer: ParamBuffer, params, handle, kernel=None) -> None:
         self.expr = expr
         self.grid = grid
         self.buffer = buffer
         self.params = params
         self.handle = handle
+        self.kernel = kernel  # the TaskKernel of a task node (its function variant follows the grid)
 
 
 class _Instance:
@@ -131,6 +132,7 @@ class TaskGraph:
         self.kernel_nodes = 0
         self._instances: dict[tuple, _Instance] = {}
         self._max_instances = 1 if loop is not None else INSTANCES
+        self.programmatic = programmatic
         self._nodes: list[_Node] = []
         self._blocks = self._generate_blocks(kernels, bounds, loop)
         blocks, grids = self._blocks(args, packs)
@@ -148,14 +150,14 @@ class TaskGraph:
                                       f"{tk.param_size}; please report this")
                 buffer = ParamBuffer(tk.param_size)
                 buffer.data[:] = block
-                params = kernel_node_params(tk.function, grids[first_task + k], tk.block, buffer)
+                grid = grids[first_task + k]
+                params = kernel_node_params(tk.function_for(grid, programmatic), grid, tk.block, buffer)
                 handle = check(d.cuGraphAddKernelNode(parent, [], 0, params), f"cuGraphAddKernelNode (task {k})")
                 if deps:
                     add_edge(parent, deps[0], handle, programmatic and tk.waits)
-                self._nodes.append(_Node(block_expr(tk), grid_expr(tk, True), buffer, params, handle))
+                self._nodes.append(_Node(block_expr(tk), grid_expr(tk, True), buffer, params, handle, tk))
                 deps = [handle]
             self.kernel_nodes = len(kernels)
-            self.programmatic = programmatic and len(kernels) > 1
             if loop is not None:
                 loop.build_condition(parent, deps, programmatic)
                 self.kernel_nodes += loop.kernel_nodes
@@ -237,6 +239,8 @@ class TaskGraph:
                 continue
             node.buffer.data[:] = block
             node.params.gridDimX = grids[k]
+            if node.kernel is not None:
+                node.params.func = node.kernel.function_for(grids[k], self.programmatic)
             err = set_params(instance.exec, node.handle, node.params)[0]
             if err:
                 raise fail(err, f"updating node {k} of kernel {self.name}")

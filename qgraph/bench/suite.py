@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 
 import qgraph
 
-from .timing import Progress, median_call_seconds
+from .timing import Progress, interleaved_seconds, warm_up_gpu
 
 FULL_TASKS = (1, 2, 4, 8, 16, 32)
 FULL_SIZES = (256, 1 << 20, 1 << 24)
@@ -64,8 +64,8 @@ class Report:
 def environment() -> dict:
     from importlib import metadata
 
-    versions = {}
-    for dist in ("qgraph", "numba", "numba-cuda", "llvmlite", "cuda-bindings", "cuda-core", "numpy"):
+    versions = {"qgraph": qgraph.__version__}
+    for dist in ("numba", "numba-cuda", "llvmlite", "cuda-bindings", "cuda-core", "numpy"):
         try:
             versions[dist] = metadata.version(dist)
         except metadata.PackageNotFoundError:
@@ -79,19 +79,6 @@ def environment() -> dict:
     return env
 
 
-def _calls_for(seconds_per_call: float, budget: float) -> int:
-    return int(min(2000, max(3, budget / max(seconds_per_call, 1e-7))))
-
-
-def _measure(fn, budget: float, repeat: int, sync) -> float:
-    """Median seconds per call, with a call count sized to `budget` seconds per round."""
-    started = time.perf_counter()
-    fn()
-    sync()
-    estimate = time.perf_counter() - started
-    return median_call_seconds(fn, _calls_for(estimate, budget), repeat=repeat, sync=sync)
-
-
 def gpu_launch_rows(tasks: int, size: int, budget: float, repeat: int, numba_baseline: bool = True) -> list[Row]:
     from .baselines import NumbaDispatch, RawGraphs
     from .kernels import kernels_for
@@ -101,10 +88,7 @@ def gpu_launch_rows(tasks: int, size: int, budget: float, repeat: int, numba_bas
     a = 1.0
     sets = [[qgraph.ndarray(qgraph.f32, (size,)) for _ in range(tasks)] for _ in range(2)]
     raw = RawGraphs(device, sets[0], size, a)
-    sync = qgraph.sync
-    floor = _measure(raw.launch, budget, repeat, sync)
     graph_args = sets[0] + [size, a]
-    graph = _measure(lambda: module.graph(*graph_args), budget, repeat, sync)
     swap_args = [sets[0] + [size, a], sets[1] + [size, a]]
     state = [0]
 
@@ -112,17 +96,13 @@ def gpu_launch_rows(tasks: int, size: int, budget: float, repeat: int, numba_bas
         state[0] ^= 1
         module.graph(*swap_args[state[0]])
 
-    graph_swap = _measure(swapped, budget, repeat, sync)
-    eager = _measure(lambda: module.eager(*graph_args), budget, repeat, sync)
-    rows = [Row("launch", "floor", tasks, size, floor * 1e6, floor * 1e6),
-            Row("launch", "graph", tasks, size, graph * 1e6, floor * 1e6),
-            Row("launch", "graph, 2 sets swapped", tasks, size, graph_swap * 1e6, floor * 1e6),
-            Row("launch", "eager", tasks, size, eager * 1e6, floor * 1e6)]
+    calls = {"floor": raw.launch, "graph": lambda: module.graph(*graph_args),
+             "graph, 2 sets swapped": swapped, "eager": lambda: module.eager(*graph_args)}
     if numba_baseline:
-        nb = NumbaDispatch(sets[0], size, a)
-        numba_time = _measure(nb.run, budget, repeat, sync)
-        rows.append(Row("launch", "numba dispatcher", tasks, size, numba_time * 1e6, floor * 1e6))
-    return rows
+        calls["numba dispatcher"] = NumbaDispatch(sets[0], size, a).run
+    times = interleaved_seconds(calls, budget, repeat, qgraph.sync)
+    floor = times["floor"] * 1e6
+    return [Row("launch", mode, tasks, size, t * 1e6, floor) for mode, t in times.items()]
 
 
 def gpu_loop_rows(tasks: int, iterations: int, budget: float, repeat: int) -> list[Row]:
@@ -136,33 +116,29 @@ def gpu_loop_rows(tasks: int, iterations: int, budget: float, repeat: int) -> li
     counter, flag = qgraph.ndarray(qgraph.i32, (1,)), qgraph.ndarray(qgraph.i32, (1,))
     raw = RawGraphs(device, arrays, size, a, counter, flag)
     args = arrays + [counter, flag, size, a]
+    fallback = module.loop._variant(cuda_graph=True)
+    fallback._force_host_loop = True  # the same kernel on the host do-while path, side by side
 
-    def per_iteration(run) -> float:
+    def run(fn):
         def call() -> None:
             counter.fill(iterations)
-            run()
-        return _measure(call, budget, repeat, qgraph.sync) / iterations * 1e6
+            fn()
+        return call
 
-    raw_while = per_iteration(raw.while_launch)
-    device_loop = per_iteration(lambda: module.loop(*args))
-    raw_host = per_iteration(raw.host_loop)
-    os.environ["QGRAPH_GRAPH_WHILE"] = "host"
-    try:
-        qgraph.init("cuda")
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", qgraph.FallbackWarning)
-            host_loop = per_iteration(lambda: module.loop(*args))
-    finally:
-        del os.environ["QGRAPH_GRAPH_WHILE"]
-        qgraph.init("cuda")
-    return [Row("loop", "raw WHILE node", tasks, size, raw_while, raw_while),
-            Row("loop", "device loop", tasks, size, device_loop, raw_while),
-            Row("loop", "raw host loop", tasks, size, raw_host, raw_host),
-            Row("loop", "host fallback", tasks, size, host_loop, raw_host)]
+    calls = {"raw WHILE node": run(raw.while_launch), "device loop": run(lambda: module.loop(*args)),
+             "raw host loop": run(raw.host_loop), "host fallback": run(lambda: fallback(*args))}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", qgraph.FallbackWarning)
+        times = interleaved_seconds(calls, budget, repeat, qgraph.sync)
+    us = {mode: t / iterations * 1e6 for mode, t in times.items()}
+    return [Row("loop", "raw WHILE node", tasks, size, us["raw WHILE node"], us["raw WHILE node"]),
+            Row("loop", "device loop", tasks, size, us["device loop"], us["raw WHILE node"]),
+            Row("loop", "raw host loop", tasks, size, us["raw host loop"], us["raw host loop"]),
+            Row("loop", "host fallback", tasks, size, us["host fallback"], us["raw host loop"])]
 
 
 def gpu_headline(budget: float, repeat: int) -> dict:
-    """The launch-overhead figures of the issue tracker: 8 one-block tasks."""
+    """The figures the issues track, for 8 one-block tasks, measured side by side."""
     from .baselines import CudaCoreLaunch, RawGraphs
     from .kernels import kernels_for
 
@@ -172,39 +148,37 @@ def gpu_headline(budget: float, repeat: int) -> dict:
     arrays = [qgraph.ndarray(qgraph.f32, (size,)) for _ in range(8)]
     args = arrays + [size, a]
     raw = RawGraphs(device, arrays, size, a)
-    module.graph(*args)
+    raw_pdl = RawGraphs(device, arrays, size, a, programmatic=True)
     sync = qgraph.sync
-    floor_sync = _measure(raw.launch_sync, budget, repeat, lambda: None)
 
     def graph_sync() -> None:
         module.graph(*args)
         sync()
 
-    qgraph_sync = _measure(graph_sync, budget, repeat, lambda: None)
-    floor_time = _measure(raw.launch, budget, repeat, sync)
-    graph_time = _measure(lambda: module.graph(*args), budget, repeat, sync)
-    raw_pdl = RawGraphs(device, arrays, size, a, programmatic=True)
-    pdl_time = _measure(raw_pdl.launch, budget, repeat, sync)
     core = CudaCoreLaunch(arrays[0], size, a)
-    core_launch = _measure(core.launch, budget, repeat, core.sync)
-    eager = _measure(lambda: module.eager(*args), budget, repeat, sync)
+    per_call = interleaved_seconds({
+        "floor": raw.launch, "graph": lambda: module.graph(*args), "raw_pdl": raw_pdl.launch,
+        "eager": lambda: module.eager(*args)}, budget, repeat, sync)
+    with_sync = interleaved_seconds({"floor": raw.launch_sync, "graph": graph_sync}, budget, repeat, lambda: None)
+    core_launch = interleaved_seconds({"core": core.launch}, budget, repeat, core.sync)["core"]
     # graph build time, compile excluded: a fresh graph of an already compiled specialisation
     qgraph.reset()
-    fresh = kernels_for(8)
-    fresh.graph(*args)  # compiles (from the disk cache) and builds
-    build_ms = fresh.graph.stats.build_seconds * 1e3
+    module.graph(*args)  # compiles (from the disk cache) and builds
+    build_ms = module.graph.stats.build_seconds * 1e3
     # host time of one graph call (the GPU is kept busy, so this is the Python + driver cost)
     sync()
     started = time.perf_counter()
     for _ in range(200):
-        fresh.graph(*args)
+        module.graph(*args)
     host_us = (time.perf_counter() - started) / 200 * 1e6
     sync()
-    return {"floor_us": floor_time * 1e6, "graph_us": graph_time * 1e6, "raw_pdl_graph_us": pdl_time * 1e6,
-            "graph_vs_raw_pdl": graph_time / pdl_time,
-            "floor_launch_sync_us": floor_sync * 1e6, "graph_launch_sync_us": qgraph_sync * 1e6,
-            "launch_sync_ratio": qgraph_sync / floor_sync, "cuda_core_launch_us": core_launch * 1e6,
-            "eager_per_task_us": eager * 1e6 / 8, "eager_per_task_ratio": eager / 8 / core_launch,
+    return {"floor_us": per_call["floor"] * 1e6, "graph_us": per_call["graph"] * 1e6,
+            "raw_pdl_graph_us": per_call["raw_pdl"] * 1e6, "graph_vs_floor": per_call["graph"] / per_call["floor"],
+            "graph_vs_raw_pdl": per_call["graph"] / per_call["raw_pdl"],
+            "floor_launch_sync_us": with_sync["floor"] * 1e6, "graph_launch_sync_us": with_sync["graph"] * 1e6,
+            "launch_sync_ratio": with_sync["graph"] / with_sync["floor"], "cuda_core_launch_us": core_launch * 1e6,
+            "eager_per_task_us": per_call["eager"] * 1e6 / 8,
+            "eager_per_task_ratio": per_call["eager"] / 8 / core_launch,
             "graph_build_ms": build_ms, "graph_call_host_us": host_us}
 
 
@@ -227,6 +201,7 @@ def run(quick: bool = False, arch: str | None = None, progress_stream=None, cpu_
     iterations = 200 if quick else LOOP_ITERATIONS
     loop_tasks = (1, 8) if quick else (1, 8, 32)
     progress = Progress(len(tasks) * len(sizes) + len(loop_tasks) + 1, "gpu suite", stream=progress_stream)
+    warm_up_gpu(0.5 if quick else 2.0)
     for t in tasks:
         for size in sizes:
             report.rows += gpu_launch_rows(t, size, budget, repeat, numba_baseline=not (quick and t == 32))

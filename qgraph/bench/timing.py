@@ -23,6 +23,49 @@ def median_call_seconds(fn, calls: int, repeat: int = 7, sync=None, warmup: int 
     return statistics.median(rounds)
 
 
+def interleaved_seconds(calls: dict, budget: float, repeat: int, sync) -> dict:
+    """Median seconds per call of each callable, timed in interleaved rounds.
+
+    Every round times each mode once (calls sized to `budget` seconds), so clock ramps and
+    drifting machine load affect all modes alike: the ratios are side by side.
+    """
+    counts = {}
+    for name, fn in calls.items():
+        fn()
+        sync()
+        started = time.perf_counter()
+        fn()
+        sync()
+        counts[name] = int(min(2000, max(3, budget / max(time.perf_counter() - started, 1e-7))))
+    rounds: dict = {name: [] for name in calls}
+    for _ in range(repeat):
+        for name, fn in calls.items():
+            count = counts[name]
+            started = time.perf_counter()
+            for _ in range(count):
+                fn()
+            sync()
+            rounds[name].append((time.perf_counter() - started) / count)
+    return {name: statistics.median(r) for name, r in rounds.items()}
+
+
+def warm_up_gpu(seconds: float = 1.0) -> None:
+    """Keep the GPU busy for a moment so its clocks leave idle before anything is timed."""
+    import numpy as np
+
+    import qgraph
+
+    from .kernels import kernels_for
+
+    module = kernels_for(1)
+    x = qgraph.from_numpy(np.zeros(1 << 22, np.float32))
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        for _ in range(50):
+            module.eager(x, x.shape[0], 1.0)
+        qgraph.sync()
+
+
 class Progress:
     """A one-line progress bar on stderr (no dependency)."""
 
