@@ -1,9 +1,10 @@
 """Argument resolution: a call's arguments -> (specialisation key, backend values).
 
 The key is a tuple of short type strings ("float32[1d]", "float64", ...): strings cache
-their hash, so the key costs one tuple hash per call. Each kernel gets a generated resolver
-with straight-line fast paths for qgraph arrays and Python scalars; everything else (NumPy,
-CuPy, PyTorch, numba, DLPack arrays; NumPy scalars) goes through the slow path here.
+their hash, so the key costs one tuple hash per call. Each launcher inlines the lines of
+`resolver_lines` into its generated call path: straight-line fast paths for qgraph arrays,
+NumPy arrays (cpu), Python and NumPy scalars; everything else (CuPy, PyTorch, numba and
+DLPack arrays) goes through the slow path here.
 
 Backend values: on CPU, what the numba runner takes (NumPy arrays, scalars); on CUDA, the
 argument's by-value kernel parameter bytes in numba's flattened layout.
@@ -353,20 +354,6 @@ def resolver_lines(names: tuple[str, ...], fixed: tuple[str | None, ...], arch: 
         lines.append("else:")
         lines.append(f"    s{k}, v{k} = _slow({a}, _names[{k}], _fixed[{k}])")
     return [indent + line for line in lines]
-
-
-def make_resolver(names: tuple[str, ...], fixed: tuple[str | None, ...], arch: str):
-    """A function: args -> (key, values); the launchers inline the same lines."""
-    ns: dict = {}
-    body = resolver_lines(names, fixed, arch, ns)
-    n = len(names)
-    comma = "," if n == 1 else ""
-    keys = ", ".join(f"s{k}" for k in range(n)) + comma
-    values = ", ".join(f"v{k}" for k in range(n)) + comma
-    source = (f"def _qg_resolve({', '.join(f'a{k}' for k in range(n))}):\n" + "\n".join(body) +
-              f"\n    return ({keys}), ({values})\n")
-    exec(source, ns)
-    return ns["_qg_resolve"]
 
 
 _INT_RANGES = {"int8": (-(1 << 7), (1 << 7) - 1), "int16": (-(1 << 15), (1 << 15) - 1),

@@ -105,15 +105,17 @@ def add_edge(graph, before, after, programmatic: bool) -> None:
     check(d.cuGraphAddDependencies(graph, [before], [after], [edge], 1), "cuGraphAddDependencies")
 
 
-def kernel_node_params(function, grid: int, block: int, buffer: ParamBuffer):
+def kernel_node_params(function, grid: int, block: int, buffer: ParamBuffer | None = None,
+                       kernel_params: int = 0):
+    """A 1-D kernel node: parameters from `buffer` (by `extra`) or a `kernel_params` array."""
     d = driver()
     params = d.CUDA_KERNEL_NODE_PARAMS()
     params.func = function
     params.gridDimX, params.gridDimY, params.gridDimZ = grid, 1, 1
     params.blockDimX, params.blockDimY, params.blockDimZ = block, 1, 1
     params.sharedMemBytes = 0
-    params.kernelParams = 0
-    params.extra = buffer.extra
+    params.kernelParams = kernel_params
+    params.extra = buffer.extra if buffer is not None else 0
     return params
 
 

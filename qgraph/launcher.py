@@ -12,8 +12,6 @@ import ast
 import os
 import re
 
-import numpy as np
-
 from .arguments import arg_type, resolver_lines, scalar_annotation
 from .errors import QgraphError, QgraphSyntaxError
 from .frontend import _UNRESOLVED, KernelSource, syntax_error
@@ -195,5 +193,3 @@ def _is_typing_stage(error: Exception) -> bool:
                               errors.NotDefinedError, errors.UnsupportedParforsError,
                               errors.CompilerError))
 
-
-__all__ = ["for_kernel", "CpuLauncher", "np"]

@@ -36,15 +36,9 @@ class _Args:
 
 
 def _node_params(function, grid: int, block: int, args: _Args):
-    d = driver()
-    p = d.CUDA_KERNEL_NODE_PARAMS()
-    p.func = function
-    p.gridDimX, p.gridDimY, p.gridDimZ = grid, 1, 1
-    p.blockDimX, p.blockDimY, p.blockDimZ = block, 1, 1
-    p.sharedMemBytes = 0
-    p.kernelParams = args.address
-    p.extra = 0
-    return p
+    from ..graph_cache import kernel_node_params
+
+    return kernel_node_params(function, grid, block, kernel_params=args.address)
 
 
 class RawGraphs:
