@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+
 from qgraph.examples import heat_diffusion, jacobi, particles
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"

@@ -13,6 +13,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def test_ruff_check():
     pytest.importorskip("ruff")
-    out = subprocess.run([sys.executable, "-m", "ruff", "check", "qgraph", "tests", "benchmarks"],
+    out = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", "qgraph", "tests", "benchmarks"],
                          cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout + out.stderr
