@@ -72,10 +72,6 @@ _SCALAR_PACK = {sig: struct.Struct("<" + _STRUCT_CODES[t.dtype.kind, t.dtype.ite
                 for sig, t in list(_TYPES.items()) if t.ndim is None}
 
 
-def scalar_packer(sig: str):
-    return _SCALAR_PACK[sig]
-
-
 def is_contiguous(shape: tuple[int, ...], strides: tuple[int, ...], itemsize: int) -> bool:
     expected = itemsize
     for n, s in zip(reversed(shape), reversed(strides)):

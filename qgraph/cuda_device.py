@@ -37,6 +37,13 @@ def fail(err, what: str) -> QgraphError:
     return QgraphError(f"{what} failed: {name} ({text})")
 
 
+def kernel_failure(name: str):
+    """failure(err, what) -> QgraphError "<what> of kernel <name> failed: ...", for generated code."""
+    def failure(err, what: str) -> QgraphError:
+        return fail(err, f"{what} of kernel {name}")
+    return failure
+
+
 def check(result, what: str):
     """Unpack a cuda.bindings result tuple, raising QgraphError on a driver error."""
     err = result[0]

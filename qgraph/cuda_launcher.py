@@ -18,7 +18,7 @@ from . import conditional
 from .arguments import resolver_lines
 from .compile_cache import CodeCache
 from .cuda_backend import TaskKernel, compile_tasks
-from .cuda_device import driver, fail, stream_handle
+from .cuda_device import driver, kernel_failure, stream_handle
 from .errors import FallbackWarning
 from .graph_cache import GraphCache, TaskGraph
 from .launcher import (
@@ -45,7 +45,7 @@ class EagerRunner:
         d = driver()
         # _keep: the driver reads each buffer's `extra` array by address; it lives as long as `run`
         constants = {"_bounds": bounds, "_memo": {}, "_hold": lifetimes.hold, "_launch": d.cuLaunchKernel,
-                     "_fail": _launch_failure(name), "_keep": self.buffers, "_memo_size": _BOUNDS_MEMO}
+                     "_fail": kernel_failure(name), "_keep": self.buffers, "_memo_size": _BOUNDS_MEMO}
         lines = []
         if any(tk.parallel for tk in kernels):
             lines += ["    bn = _memo.get(p)",
@@ -68,15 +68,9 @@ class EagerRunner:
             lines.append(f"{indent}r = _launch(f{k}, {grid_expr(tk, False)}, 1, 1, {tk.block}, 1, 1, 0, "
                          f"stream, 0, ex{k})[0]")
             lines.append(f"{indent}if r:")
-            lines.append(f"{indent}    raise _fail(r, {k})")
+            lines.append(f"{indent}    raise _fail(r, 'launching task {k}')")
         source = f"def run({signature_with_constants('args, p, stream', constants)}):\n" + "\n".join(lines) + "\n"
         self.run = generate(source, "run", constants)
-
-
-def _launch_failure(name: str):
-    def failure(err, task_index: int):
-        return fail(err, f"launching task {task_index} of kernel {name}")
-    return failure
 
 
 class _Spec:

@@ -29,7 +29,7 @@ import time
 from collections import OrderedDict
 
 from .cuda_backend import TaskKernel
-from .cuda_device import CudaDevice, check, driver, fail
+from .cuda_device import CudaDevice, check, driver, fail, kernel_failure
 from .errors import QgraphError
 from .param_buffers import ParamBuffer, block_expr, generate, grid_expr, signature_with_constants
 
@@ -206,7 +206,7 @@ class TaskGraph:
     def _generate_replay(self, lifetimes, stats):
         d = driver()
         constants = {"_get": self._instances.get, "_miss": self._miss, "_hold": lifetimes.hold,
-                     "_glaunch": d.cuGraphLaunch, "_stats": stats, "_fail": _failure(self.name), "_keep": self}
+                     "_glaunch": d.cuGraphLaunch, "_stats": stats, "_fail": kernel_failure(self.name), "_keep": self}
         lines = ["    inst = _get(p)",
                  "    if inst is None:",
                  "        inst = _miss(args, p, stream)",
@@ -272,9 +272,3 @@ class TaskGraph:
         if self._loop is not None:
             self._loop.close()
             self._loop = None
-
-
-def _failure(name: str):
-    def failure(err, what: str):
-        return fail(err, f"{what} of kernel {name}")
-    return failure
