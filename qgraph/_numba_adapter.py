@@ -45,7 +45,9 @@ def toolchain_versions() -> str:
     """Versions that change generated code (qgraph's own included); part of every cache key."""
     from importlib import metadata
 
-    parts = [f"qgraph={qgraph_digest()}"]
+    from .compile_cache import FORMAT
+
+    parts = [f"qgraph={qgraph_digest()}", f"cache-format={FORMAT}"]
     for dist in ("numba", "numba-cuda", "llvmlite"):
         try:
             parts.append(f"{dist}={metadata.version(dist)}")

@@ -207,6 +207,7 @@ class CpuModule:
     units: list[tuple[str, bool]]  # (function name, has parallel loops), in call order
     atomics: set[str]
     fingerprint: str  # what the generated code depends on, for the disk cache
+    runner: str  # the runner's (unique) function name
 
     @property
     def funcs(self) -> list[str]:
@@ -385,9 +386,42 @@ def cpu_module(src: KernelSource, zero_d: frozenset[str] = frozenset()) -> CpuMo
         loop = ast.copy_location(ast.While(ast.Constant(True), calls + [brk], []), at)
         defs.append(_function(RUNNER, list(src.param_names), [loop], src.lineno))
     func_defs = lower_funcs(symbols)
-    func_codes = [(fdef.name, compile_module([fdef], fn._source.filename), fn._source) for fdef, fn in func_defs]
     fingerprint = fingerprint_of(src, [f for f, _ in func_defs] + defs, symbols)
-    return CpuModule(compile_module(defs, src.filename), func_codes, units, symbols.atomics, fingerprint)
+    # numba names compiled code after module, qualname and a per-process counter, so two
+    # kernels compiled by different processes can emit the same symbol, and a process
+    # loading both from the disk cache links whichever it loaded first. Names unique to the
+    # kernel and its code make every cached symbol mean exactly one piece of code.
+    renames = {name: unique_symbol(name, src.name, fingerprint)
+               for name in [f.name for f, _ in func_defs] + [d.name for d in defs]}
+    for fdef, _ in func_defs:
+        _Rename(renames).visit(fdef)
+    for d in defs:
+        _Rename(renames).visit(d)
+    func_codes = [(fdef.name, compile_module([fdef], fn._source.filename), fn._source) for fdef, fn in func_defs]
+    units = [(renames[name], parallel) for name, parallel in units]
+    return CpuModule(compile_module(defs, src.filename), func_codes, units, symbols.atomics, fingerprint,
+                     renames[RUNNER])
+
+
+def unique_symbol(name: str, kernel_name: str, fingerprint: str) -> str:
+    """A generated function's name, unique to its kernel and code (see cpu_module)."""
+    return f"{name}__{kernel_name}_{fingerprint[:16]}"
+
+
+class _Rename(ast.NodeTransformer):
+    """Rename generated functions: their definitions and every reference to them."""
+
+    def __init__(self, mapping: dict[str, str]) -> None:
+        self.mapping = mapping
+
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> ast.AST:
+        node.name = self.mapping.get(node.name, node.name)
+        self.generic_visit(node)
+        return node
+
+    def visit_Name(self, node: ast.Name) -> ast.AST:
+        node.id = self.mapping.get(node.id, node.id)
+        return node
 
 
 def lower_bounds(src: KernelSource, dim: Dim, symbols: Symbols) -> tuple:

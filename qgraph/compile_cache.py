@@ -15,7 +15,9 @@ import json
 import os
 import tempfile
 
-FORMAT = 1
+# 2: generated CPU functions carry names unique to their kernel and code (older CPU entries
+# could define the same symbol for different kernels); every older entry is ignored.
+FORMAT = 2
 
 
 def entry_key(*parts: str) -> str:

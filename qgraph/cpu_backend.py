@@ -59,7 +59,7 @@ class CpuProgram:
             compiled[name] = adapter.njit(kernel_ns[name], parallel=parallel, cache=cache)
         for ns in namespaces:  # numba reads globals at compile time: point them at the dispatchers
             ns.update(compiled)
-        self.runner = adapter.njit(kernel_ns[codegen.RUNNER], parallel=False, cache=cache)
+        self.runner = adapter.njit(kernel_ns[module.runner], parallel=False, cache=cache)
 
 
 def _importable(src: KernelSource) -> bool:

@@ -6,6 +6,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from qgraph.compile_cache import CodeCache, entry_key
 
 
@@ -84,3 +86,119 @@ def test_cache_off_writes_nothing(tmp_path):
     out = _run(tmp_path, {"QGRAPH_CACHE_DIR": str(cache_dir), "QGRAPH_CACHE": "0"})
     assert out.returncode == 0 and out.stdout.strip() == "20", out.stderr
     assert not cache_dir.exists()
+
+
+# ---------------------------------------------------------------- one kernel must never run another's code
+# (numba names compiled symbols by module, qualname and a per-process counter: two kernels compiled by
+# different processes once defined the same symbol, and a process loading both ran the first one's code)
+
+_TWO_KERNELS = """
+import qgraph as qg
+
+@qg.kernel
+def a(x):
+    for i in range(x.shape[0]):
+        x[i] = x[i] + 1
+
+@qg.kernel
+def b(x):
+    for i in range(x.shape[0]):
+        x[i] = x[i] * 10
+"""
+
+_RUN_NAMED = """
+import sys
+import numpy as np
+import qgraph as qg
+import two_kernels as m
+
+qg.init(sys.argv[1])
+for name in sys.argv[2:]:
+    x = qg.from_numpy(np.ones(4))
+    getattr(m, name)(x)
+    print(name, x.to_numpy()[0])
+"""
+
+
+def _python(tmp_path, cache_dir, script: str, *args: str) -> str:
+    env = dict(os.environ, QGRAPH_CACHE_DIR=str(cache_dir), PYTHONPATH=str(tmp_path))
+    env.pop("QGRAPH_ARCH", None)
+    out = subprocess.run([sys.executable, str(tmp_path / script), *args], capture_output=True, text=True,
+                         env=env, timeout=600)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+@pytest.mark.parametrize("order", [("a", "b"), ("b", "a")])
+def test_warm_cache_runs_each_kernels_own_code(tmp_path, arch, order):
+    (tmp_path / "two_kernels.py").write_text(_TWO_KERNELS)
+    (tmp_path / "run_named.py").write_text(_RUN_NAMED)
+    cache_dir = tmp_path / "cache"
+    for name in order:  # each kernel compiled by a process of its own ...
+        _python(tmp_path, cache_dir, "run_named.py", arch, name)
+    both = _python(tmp_path, cache_dir, "run_named.py", arch, *order)  # ... then both loaded by a third
+    assert both.split("\n")[:2] == [f"{n} {2.0 if n == 'a' else 10.0}" for n in order]
+
+
+_TWENTY_KERNELS = """
+import qgraph
+
+def _make_helper(c):
+    @qgraph.func
+    def helper(v):  # the same name in every kernel
+        return v * 1.5 + c
+    return helper
+
+def _make_kernel(c):
+    helper = _make_helper(c)
+
+    @qgraph.kernel
+    def step(x, out, s: float):  # the same name, tasks and helper name in every kernel
+        for i in range(x.shape[0]):
+            out[i] = helper(x[i]) * s
+        out[0] = out[0] + c
+    return step
+
+KERNELS = [_make_kernel(float(c)) for c in range(20)]
+"""
+
+_RUN_SUBSET = """
+import sys
+import numpy as np
+import qgraph
+import twenty_kernels as m
+
+qgraph.init(sys.argv[1])
+rng = np.random.default_rng(7)
+x_host = rng.random(37)
+bad = []
+for k in map(int, sys.argv[2:]):
+    x, out = qgraph.from_numpy(x_host), qgraph.ndarray(qgraph.f64, (37,))
+    m.KERNELS[k](x, out, 2.0)
+    expect = (x_host * 1.5 + k) * 2.0
+    expect[0] += k
+    if not np.allclose(out.to_numpy(), expect, rtol=1e-12):
+        bad.append(k)
+print("bad", bad)
+"""
+
+
+def test_twenty_same_named_kernels_compiled_by_four_processes(tmp_path, arch):
+    import random
+
+    (tmp_path / "twenty_kernels.py").write_text(_TWENTY_KERNELS)
+    (tmp_path / "run_subset.py").write_text(_RUN_SUBSET)
+    cache_dir = tmp_path / "cache"
+    pick = random.Random(20261122)
+    subsets = [pick.sample(range(20), 6) for _ in range(4)]
+    env = dict(os.environ, QGRAPH_CACHE_DIR=str(cache_dir), PYTHONPATH=str(tmp_path))
+    procs = [subprocess.Popen([sys.executable, str(tmp_path / "run_subset.py"), arch, *map(str, s)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for s in subsets]
+    for p in procs:
+        stdout, stderr = p.communicate(timeout=600)
+        assert p.returncode == 0, stderr
+        assert stdout.strip() == "bad []", stdout
+    everything = list(range(20))
+    pick.shuffle(everything)
+    final = _python(tmp_path, cache_dir, "run_subset.py", arch, *map(str, everything))
+    assert final.strip() == "bad []"
