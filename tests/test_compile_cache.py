@@ -120,9 +120,15 @@ for name in sys.argv[2:]:
 """
 
 
-def _python(tmp_path, cache_dir, script: str, *args: str) -> str:
-    env = dict(os.environ, QGRAPH_CACHE_DIR=str(cache_dir), PYTHONPATH=str(tmp_path))
+def _env(tmp_path, cache_dir) -> dict:
+    path = os.pathsep.join(p for p in (str(tmp_path), os.environ.get("PYTHONPATH")) if p)
+    env = dict(os.environ, QGRAPH_CACHE_DIR=str(cache_dir), PYTHONPATH=path)
     env.pop("QGRAPH_ARCH", None)
+    return env
+
+
+def _python(tmp_path, cache_dir, script: str, *args: str) -> str:
+    env = _env(tmp_path, cache_dir)
     out = subprocess.run([sys.executable, str(tmp_path / script), *args], capture_output=True, text=True,
                          env=env, timeout=600)
     assert out.returncode == 0, out.stderr
@@ -191,7 +197,7 @@ def test_twenty_same_named_kernels_compiled_by_four_processes(tmp_path, arch):
     cache_dir = tmp_path / "cache"
     pick = random.Random(20261122)
     subsets = [pick.sample(range(20), 6) for _ in range(4)]
-    env = dict(os.environ, QGRAPH_CACHE_DIR=str(cache_dir), PYTHONPATH=str(tmp_path))
+    env = _env(tmp_path, cache_dir)
     procs = [subprocess.Popen([sys.executable, str(tmp_path / "run_subset.py"), arch, *map(str, s)],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for s in subsets]
     for p in procs:
