@@ -1,8 +1,9 @@
-"""graph_while: the device WHILE loop, its condition kernel and pointer slot, and the fallback.
+"""Device control flow: the WHILE loop of a DeviceLoop region, its condition kernel and
+pointer slot, the capability check and the host fallback.
 
-Device loop (compute capability 9.0+, driver for CUDA 12.4+):
+Device loop (compute capability 9.0+, driver for CUDA 12.4+), per DeviceLoop region:
 
-    [store flag address -> slot] -> WHILE(handle) { task nodes ... -> condition kernel }
+    [store flag address -> slot] -> WHILE(handle) { body region ... -> condition kernel }
 
 The handle's default value is 1 and is re-armed on every launch (CU_GRAPH_COND_ASSIGN_DEFAULT),
 so each call runs the body at least once: do-while. The condition kernel reads the flag
@@ -19,11 +20,13 @@ from __future__ import annotations
 
 import ctypes
 
-from .compile_cache import CodeCache, entry_key
-from .cuda_device import CudaDevice, check, driver
-from .errors import QgraphError
-from .graph_cache import _Node, add_edge, kernel_node_params
-from .param_buffers import ParamBuffer
+from .args.kinds import FlagKind
+from .compiler.code_cache import entry_key
+from .driver import nvrtc
+from .driver.device import check, driver
+from .driver.nodes import GraphNode, add_edge, kernel_node_params
+from .driver.params import ParamBuffer
+from .runtime import DeviceState
 
 MIN_COMPUTE_CAPABILITY = (9, 0)
 MIN_DRIVER_VERSION = 12040  # CUDA 12.4
@@ -66,84 +69,58 @@ extern "C" __global__ void qgraph_while_condition(cudaGraphConditionalHandle han
 """
 
 
-def _nvrtc_cubin(source: str, cc: tuple[int, int]) -> bytes:
-    from cuda.bindings import nvrtc
-
-    def ok(result, what):
-        if result[0] != nvrtc.nvrtcResult.NVRTC_SUCCESS:
-            raise QgraphError(f"NVRTC {what} failed: {result[0]}")
-        return result[1] if len(result) > 1 else None
-
-    prog = ok(nvrtc.nvrtcCreateProgram(source.encode(), b"qgraph_while.cu", 0, [], []), "create")
-    try:
-        opts = [f"-arch=sm_{cc[0]}{cc[1]}".encode()]
-        err = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)[0]
-        if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
-            size = ok(nvrtc.nvrtcGetProgramLogSize(prog), "log size")
-            log = b" " * size
-            nvrtc.nvrtcGetProgramLog(prog, log)
-            raise QgraphError(f"compiling the graph_while condition kernel failed:\n{log.decode(errors='replace')}")
-        size = ok(nvrtc.nvrtcGetCUBINSize(prog), "cubin size")
-        cubin = b" " * size
-        ok(nvrtc.nvrtcGetCUBIN(prog, cubin), "cubin")
-        return cubin
-    finally:
-        nvrtc.nvrtcDestroyProgram(prog)
-
-
-def _nvrtc_version() -> str:
-    from cuda.bindings import nvrtc
-
-    result = nvrtc.nvrtcVersion()
-    return f"{result[1]}.{result[2]}"
-
-
 class _Helpers:
     """The slot-writer and condition kernels, loaded once per device."""
 
-    def __init__(self, device: CudaDevice, cache: CodeCache) -> None:
+    def __init__(self, target: DeviceState) -> None:
+        device = target.device
         cc = device.info.compute_capability
         key = entry_key("while-helpers", HELPER_SOURCE, f"sm_{cc[0]}{cc[1]}")
-        cached = cache.load(key)
+        cached = target.code_cache.load(key)
         if cached is not None:
             cubin = cached[1]
         else:
-            cubin = _nvrtc_cubin(HELPER_SOURCE, cc)
-            cache.store(key, {"nvrtc": _nvrtc_version()}, cubin)
+            cubin = nvrtc.compile_cubin(HELPER_SOURCE, "qgraph_while.cu", cc)
+            target.code_cache.store(key, {"nvrtc": nvrtc.version()}, cubin)
         module = device.load_module(cubin)
         self.store = device.function(module, "qgraph_store_flag_address")
         self.condition = device.function(module, "qgraph_while_condition")
 
 
-def helpers(device: CudaDevice, cache: CodeCache) -> _Helpers:
-    found = getattr(device, "_while_helpers", None)
+def helpers(target: DeviceState) -> _Helpers:
+    found = target.helpers.get("while")
     if found is None:
-        found = device._while_helpers = _Helpers(device, cache)
+        found = target.helpers["while"] = _Helpers(target)
     return found
 
 
 class WhileLoop:
-    """The WHILE-node part of a graph_while TaskGraph: slot, handle, condition kernel."""
+    """The graph part of one DeviceLoop region: pointer slot, conditional handle, condition kernel.
+
+    `number` tells the loops of one graph apart (each has its own slot constant).
+    """
 
     kernel_nodes = 2  # the slot writer and the condition kernel
 
-    def __init__(self, device: CudaDevice, cache: CodeCache, flag_index: int) -> None:
-        self._device = device
-        self._helpers = helpers(device, cache)
+    def __init__(self, target: DeviceState, flag_index: int, number: int = 0) -> None:
+        self._device = target.device
+        self._helpers = helpers(target)
         self._flag = flag_index
-        self.slot = device.alloc(8)
-        device.sync_stream()
+        self.slot = self._device.alloc(8)
+        self._device.sync_stream()
         self._buffers: list[ParamBuffer] = []
-        # the slot writer's parameters: (slot address, flag address from the flag's array bytes)
-        self.slot_expr = f"_slot + p[{flag_index}][32:40]"
+        self._constant = f"_slot{number}"
+        address = FlagKind.address
+        # the slot writer's parameters: (slot address, the flag's element pointer from its array bytes)
+        self.slot_expr = f"{self._constant} + p[{flag_index}][{address.start}:{address.stop}]"
 
-    def build_prologue(self, graph, block: bytes):
-        """Add the slot writer and the WHILE node; returns (body graph, body deps, slot node)."""
+    def add_loop(self, graph, deps: list, block: bytes):
+        """Add the slot writer (after `deps`) and the WHILE node; returns (body graph, WHILE node, slot node)."""
         d = driver()
         store = ParamBuffer(16)
         store.data[:] = block
         store_params = kernel_node_params(self._helpers.store, 1, 1, store)
-        store_node = check(d.cuGraphAddKernelNode(graph, [], 0, store_params), "adding the flag-slot node")
+        store_node = check(d.cuGraphAddKernelNode(graph, deps, len(deps), store_params), "adding the flag-slot node")
         self._buffers.append(store)
         self.handle = check(d.cuGraphConditionalHandleCreate(
             graph, self._device.context, 1, d.CU_GRAPH_COND_ASSIGN_DEFAULT), "cuGraphConditionalHandleCreate")
@@ -153,12 +130,13 @@ class WhileLoop:
         params.conditional.type = d.CUgraphConditionalNodeType.CU_GRAPH_COND_TYPE_WHILE
         params.conditional.size = 1
         params.conditional.ctx = self._device.context
-        check(d.cuGraphAddNode(graph, [store_node], None, 1, params), "adding the WHILE node")
+        while_node = check(d.cuGraphAddNode(graph, [store_node], None, 1, params), "adding the WHILE node")
         body = params.conditional.phGraph_out[0]
-        slot_node = _Node(self.slot_expr, "1", store, store_params, store_node)
-        return body, [], slot_node
+        slot_node = GraphNode(self.slot_expr, "1", store, store_params, store_node)
+        return body, while_node, slot_node
 
-    def build_condition(self, body, deps: list, programmatic: bool) -> None:
+    def add_condition(self, body, deps: list, programmatic: bool) -> None:
+        """The condition kernel at the end of the loop body (after `deps`)."""
         d = driver()
         cond = ParamBuffer(16)
         cond.data[:] = int(self.handle).to_bytes(8, "little") + self.slot.to_bytes(8, "little")
@@ -169,7 +147,7 @@ class WhileLoop:
         self._buffers.append(cond)
 
     def constants(self) -> dict:
-        return {"_slot": self.slot.to_bytes(8, "little")}
+        return {self._constant: self.slot.to_bytes(8, "little")}
 
     def close(self) -> None:
         if self.slot:
@@ -178,24 +156,24 @@ class WhileLoop:
 
 
 class HostLoop:
-    """graph_while without a WHILE node: run the body, read the flag back, repeat."""
+    """A device loop around the whole body, without a WHILE node: run the body, read the flag
+    back, repeat while it is non-zero."""
 
-    def __init__(self, device: CudaDevice, first_run, graph, flag_index: int, stats) -> None:
+    def __init__(self, target: DeviceState, first_run, graph, flag_index: int) -> None:
         d = driver()
-        self._device = device
+        self._device = target.device
         self._first_run = first_run
         self._graph = graph  # a TaskGraph of the body, or None when the body runs eagerly
         self._flag = flag_index
-        self._stats = stats
         self._host = check(d.cuMemHostAlloc(4, 0), "cuMemHostAlloc")
         self._value = ctypes.c_int32.from_address(int(self._host))
-        self._event = device.event()
+        self._event = self._device.event()
         self._copy = d.cuMemcpyDtoHAsync
         self._record = d.cuEventRecord
         self._wait = d.cuEventSynchronize
 
     def run(self, args: tuple, packs: tuple, stream: int) -> None:
-        flag = int.from_bytes(packs[self._flag][32:40], "little")
+        flag = int.from_bytes(packs[self._flag][FlagKind.address], "little")
         self._first_run(args, packs, stream)
         graph = self._graph
         exec_handle = graph.exec_for(packs) if graph is not None else None
@@ -213,6 +191,7 @@ class HostLoop:
 
     def __del__(self) -> None:
         try:
+            self._device.release_event(self._event)
             driver().cuMemFreeHost(self._host)
         except Exception:
             pass

@@ -11,7 +11,9 @@ import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from . import frontend, lang, runtime
+from . import runtime
+from .lang import builtins as lang
+from .lang import frontend, generated
 
 
 @dataclass
@@ -60,7 +62,7 @@ class Kernel:
         self.graph_while = graph_while
         self.graph_cache_size = graph_cache_size
         self.stats = KernelStats(num_tasks=len(self._source.tasks))
-        self._launcher = None
+        self._launchers: dict[str, object] = {}  # per target ("cpu", "cuda:0", ...)
         self._launch = None
         self._generation = -1
         functools.update_wrapper(self, fn)
@@ -71,20 +73,24 @@ class Kernel:
         """The offloaded tasks, in launch order."""
         return self._source.tasks
 
-    @property
-    def source(self) -> frontend.KernelSource:
-        return self._source
-
     def _attach(self) -> None:
-        """Bind to the current runtime generation: a fresh launcher for the current arch."""
+        """Bind to the current runtime generation: the launcher of the current target."""
         state = runtime.ensure_init()
-        if self._launcher is not None:
-            self._launcher.close()
+        if self._generation != state.generation:
+            self._close_launchers()
         from . import launcher
 
-        self._launcher = launcher.for_kernel(self, state)
-        self._launch = self._launcher.launch
+        key = state.target.key
+        found = self._launchers.get(key)
+        if found is None:
+            found = self._launchers[key] = launcher.for_kernel(self, state)
+        self._launch = found.launch
         self._generation = state.generation
+
+    def _close_launchers(self) -> None:
+        for found in self._launchers.values():
+            found.close()
+        self._launchers.clear()
 
     def _variant(self, cuda_graph: bool) -> Kernel:
         """The same kernel with graphs on or off (for side-by-side benchmarks)."""
@@ -92,9 +98,7 @@ class Kernel:
 
     def _drop(self) -> None:
         """Free compiled code, graphs and buffers (init/reset)."""
-        if self._launcher is not None:
-            self._launcher.close()
-        self._launcher = None
+        self._close_launchers()
         self._launch = None
         self._generation = -1
         self.stats = KernelStats(num_tasks=len(self._source.tasks))
@@ -132,8 +136,8 @@ def _bind_class(kernel_cls: type, src: frontend.KernelSource, fn: Callable) -> t
             f"    if self._generation != _qg_state.generation:\n"
             f"        self._attach()\n"
             f"    return self._launch({', '.join(names)}{', ' if names else ''}stream)\n")
-    exec(code, ns)
-    return type(f"Kernel_{src.name}", (kernel_cls,), {"__call__": ns["__call__"], "__slots__": ()})
+    call = generated.function(code, "__call__", f"binder of kernel {src.qualname}", ns)
+    return type(f"Kernel_{src.name}", (kernel_cls,), {"__call__": call, "__slots__": ()})
 
 
 _NO_DEFAULT = object()

@@ -19,19 +19,24 @@ Node updates affect later launches only and the driver copies the parameter bloc
 the update, so back-to-back calls with different arguments need no sync. A WHILE graph
 keeps a single instance (its conditional handle belongs to the graph).
 
-Lifecycle: BUILT (graph created, first instance uploaded) -> replayed any number of times
--> CLOSED (instances and graph destroyed; the owner makes sure the device is idle first).
+Lifecycle: see GraphState (BUILDING -> BUILT -> CLOSED); a replay after close raises
+QgraphError instead of reaching the driver.
 """
 
 from __future__ import annotations
 
+import enum
 import time
 from collections import OrderedDict
 
-from .cuda_backend import TaskKernel
-from .cuda_device import CudaDevice, check, driver, fail, kernel_failure
+from .backends.launch_code import block_expr, generate, grid_expr, signature_with_constants
+from .compiler.cuda_program import TaskKernel
+from .conditional import WhileLoop
+from .driver.device import CudaDevice, check, driver, fail, kernel_failure
+from .driver.nodes import GraphNode, add_edge, kernel_node_params
+from .driver.params import ParamBuffer
 from .errors import QgraphError
-from .param_buffers import ParamBuffer, block_expr, generate, grid_expr, signature_with_constants
+from .lang.regions import DeviceLoop, Region, Sequence, Task
 
 INSTANCES = 4  # executable instances per graph (distinct argument sets kept update-free)
 
@@ -47,9 +52,6 @@ class GraphCache:
 
     def __len__(self) -> int:
         return len(self._graphs)
-
-    def __contains__(self, key) -> bool:
-        return key in self._graphs
 
     def add(self, key, graph: TaskGraph) -> None:
         self._graphs[key] = graph
@@ -71,20 +73,6 @@ class GraphCache:
             graph.close()
 
 
-class _Node:
-    """One updatable kernel node: how to compute its block, and its persistent state."""
-
-    __slots__ = ("expr", "grid", "buffer", "params", "handle", "kernel")
-
-    def __init__(self, expr: str, grid: str, buffer: ParamBuffer, params, handle, kernel=None) -> None:
-        self.expr = expr
-        self.grid = grid
-        self.buffer = buffer
-        self.params = params
-        self.handle = handle
-        self.kernel = kernel  # the TaskKernel of a task node (its function variant follows the grid)
-
-
 class _Instance:
     """One executable instance and the parameter blocks its nodes hold."""
 
@@ -95,74 +83,52 @@ class _Instance:
         self.blocks = blocks
 
 
-def add_edge(graph, before, after, programmatic: bool) -> None:
-    """`before` -> `after`; programmatic: `after` launches early and waits in its first instruction."""
-    d = driver()
-    edge = d.CUgraphEdgeData()
-    if programmatic:
-        edge.type = d.CUgraphDependencyType.CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC
-        edge.from_port = d.CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC
-    check(d.cuGraphAddDependencies(graph, [before], [after], [edge], 1), "cuGraphAddDependencies")
+class GraphState(enum.Enum):
+    """Where a TaskGraph stands. Transitions (nothing else is allowed):
 
+        BUILDING -> BUILT     the graph and its first instance exist
+        BUILDING -> CLOSED    the build failed; what was made is destroyed
+        BUILT    -> CLOSED    close(): instances, graph and loop slots destroyed (final)
+    """
 
-def kernel_node_params(function, grid: int, block: int, buffer: ParamBuffer | None = None,
-                       kernel_params: int = 0):
-    """A 1-D kernel node: parameters from `buffer` (by `extra`) or a `kernel_params` array."""
-    d = driver()
-    params = d.CUDA_KERNEL_NODE_PARAMS()
-    params.func = function
-    params.gridDimX, params.gridDimY, params.gridDimZ = grid, 1, 1
-    params.blockDimX, params.blockDimY, params.blockDimZ = block, 1, 1
-    params.sharedMemBytes = 0
-    params.kernelParams = kernel_params
-    params.extra = buffer.extra if buffer is not None else 0
-    return params
+    BUILDING = "building"
+    BUILT = "built"
+    CLOSED = "closed"
 
 
 class TaskGraph:
-    """A graph of a specialisation's tasks (optionally inside a WHILE loop) and its instances."""
+    """A graph of a specialisation's region tree and its executable instances.
 
-    def __init__(self, device: CudaDevice, kernels: list[TaskKernel], bounds, lifetimes, stats, name: str,
-                 args: tuple, packs: tuple, stream: int, loop=None, programmatic: bool = False) -> None:
+    Tasks become kernel nodes chained in order; a DeviceLoop region becomes a slot writer
+    and a WHILE node whose body graph is built from the loop's body region (so loops nest
+    structurally). With `device_loops=False` a loop region is built as its plain body (the
+    host do-while fallback repeats the whole graph instead).
+    """
+
+    def __init__(self, target, kernels: list[TaskKernel], body: Region, bounds, stats, name: str,
+                 args: tuple, packs: tuple, stream: int, flag_index: dict[str, int],
+                 device_loops: bool, programmatic: bool = False) -> None:
         d = driver()
         started = time.perf_counter()
-        self._device = device
-        self._loop = loop
+        self.state = GraphState.BUILDING
+        self._device = target.device
         self._stats = stats
         self.name = name
         self.graph = None
-        self.kernel_nodes = 0
+        self._loops: list = []
         self._instances: dict[tuple, _Instance] = {}
-        self._max_instances = 1 if loop is not None else INSTANCES
         self.programmatic = programmatic
-        self._nodes: list[_Node] = []
-        self._blocks = self._generate_blocks(kernels, bounds, loop)
-        blocks, grids = self._blocks(args, packs)
+        self._nodes: list[GraphNode] = []
+        by_task = {tk.task.index: tk for tk in kernels}
         try:
+            plan = self._plan(body, by_task, target, flag_index, device_loops)
+            self._max_instances = 1 if self._loops else INSTANCES  # a conditional handle belongs to its graph
+            self._blocks = self._generate_blocks(plan, kernels, bounds)
+            blocks, grids = self._blocks(args, packs)
             self.graph = check(d.cuGraphCreate(0), "cuGraphCreate")
-            parent, deps = self.graph, []
-            if loop is not None:
-                parent, deps, slot_node = loop.build_prologue(self.graph, blocks[0])
-                self._nodes.append(slot_node)
-            first_task = len(self._nodes)
-            for k, tk in enumerate(kernels):
-                block = blocks[first_task + k]
-                if len(block) != tk.param_size:
-                    raise QgraphError(f"task {k}: parameter block of {len(block)} bytes for a kernel taking "
-                                      f"{tk.param_size}; please report this")
-                buffer = ParamBuffer(tk.param_size)
-                buffer.data[:] = block
-                grid = grids[first_task + k]
-                params = kernel_node_params(tk.function_for(grid, programmatic), grid, tk.block, buffer)
-                handle = check(d.cuGraphAddKernelNode(parent, [], 0, params), f"cuGraphAddKernelNode (task {k})")
-                if deps:
-                    add_edge(parent, deps[0], handle, programmatic and tk.waits)
-                self._nodes.append(_Node(block_expr(tk), grid_expr(tk, True), buffer, params, handle, tk))
-                deps = [handle]
-            self.kernel_nodes = len(kernels)
-            if loop is not None:
-                loop.build_condition(parent, deps, programmatic)
-                self.kernel_nodes += loop.kernel_nodes
+            self._pending = list(zip(plan, blocks, grids))
+            self._add(body, self.graph, [], by_task, device_loops)
+            self.kernel_nodes = len(kernels) + sum(loop.kernel_nodes for loop in self._loops)
             self._template_blocks = list(blocks)  # what every fresh instance starts with
             self._instances[packs] = self._instantiate(stream)
         except BaseException as e:
@@ -170,8 +136,58 @@ class TaskGraph:
             if isinstance(e, QgraphError):
                 raise QgraphError(f"building the CUDA graph of kernel {name} failed: {e}") from e
             raise
+        self.state = GraphState.BUILT
         self.build_seconds = time.perf_counter() - started
-        self.replay = self._generate_replay(lifetimes, stats)
+        self.replay = self._generate_replay(target.lifetimes, stats)
+
+    # ------------------------------------------------------------------ building
+
+    def _plan(self, region: Region, by_task: dict, target, flag_index: dict, device_loops: bool) -> list:
+        """The updatable nodes in build order: a WhileLoop (its slot writer) or a TaskKernel."""
+        if isinstance(region, Task):
+            return [by_task[region.index]]
+        if isinstance(region, DeviceLoop):
+            if not device_loops:
+                return self._plan(region.body, by_task, target, flag_index, device_loops)
+            loop = WhileLoop(target, flag_index[region.flag], len(self._loops))
+            self._loops.append(loop)
+            return [loop] + self._plan(region.body, by_task, target, flag_index, device_loops)
+        return [node for child in region.children
+                for node in self._plan(child, by_task, target, flag_index, device_loops)]
+
+    def _add(self, region: Region, graph, deps: list, by_task: dict, device_loops: bool) -> list:
+        """Add `region` to `graph` after `deps`; returns the nodes later work depends on."""
+        if isinstance(region, Sequence):
+            for child in region.children:
+                deps = self._add(child, graph, deps, by_task, device_loops)
+            return deps
+        if isinstance(region, DeviceLoop) and not device_loops:
+            return self._add(region.body, graph, deps, by_task, device_loops)
+        item, block, grid = self._pending.pop(0)
+        if isinstance(region, DeviceLoop):
+            body, while_node, slot_node = item.add_loop(graph, deps, block)
+            self._nodes.append(slot_node)
+            inner = self._add(region.body, body, [], by_task, device_loops)
+            item.add_condition(body, inner, self.programmatic)
+            return [while_node]
+        tk = item
+        if len(block) != tk.param_size:
+            raise QgraphError(f"task {region.index}: parameter block of {len(block)} bytes for a kernel taking "
+                              f"{tk.param_size}; please report this")
+        d = driver()
+        buffer = ParamBuffer(tk.param_size)
+        buffer.data[:] = block
+        params = kernel_node_params(tk.function_for(grid, self.programmatic), grid, tk.block, buffer)
+        handle = check(d.cuGraphAddKernelNode(graph, [], 0, params), f"cuGraphAddKernelNode (task {region.index})")
+        if deps:
+            # a task after a WHILE node waits for it to complete (a plain edge); after a task, programmatic
+            programmatic = self.programmatic and tk.waits and self._is_kernel_node(deps[0])
+            add_edge(graph, deps[0], handle, programmatic)
+        self._nodes.append(GraphNode(block_expr(tk), grid_expr(tk, True), buffer, params, handle, tk))
+        return [handle]
+
+    def _is_kernel_node(self, node) -> bool:
+        return any(n.handle is node for n in self._nodes)
 
     # ------------------------------------------------------------------ instances
 
@@ -185,23 +201,23 @@ class TaskGraph:
             raise
         return _Instance(exec_handle, list(self._template_blocks))
 
-    def _generate_blocks(self, kernels, bounds, loop):
+    def _generate_blocks(self, plan: list, kernels: list[TaskKernel], bounds):
         """blocks(args, p) -> (parameter block per node, grid per node), as generated code."""
         exprs, grids = [], []
-        if loop is not None:
-            exprs.append(loop.slot_expr)
-            grids.append("1")
-        for tk in kernels:
-            exprs.append(block_expr(tk))
-            grids.append(grid_expr(tk, True))
-        has_bounds = any(tk.parallel for tk in kernels)
         constants = {"_bounds": bounds}
-        if loop is not None:
-            constants.update(loop.constants())
+        for item in plan:
+            if isinstance(item, WhileLoop):
+                exprs.append(item.slot_expr)
+                grids.append("1")
+                constants.update(item.constants())
+            else:
+                exprs.append(block_expr(item))
+                grids.append(grid_expr(item, True))
+        has_bounds = any(tk.parallel for tk in kernels)
         lines = ["    b, n = _bounds(*args)" if has_bounds else "    b = n = ()",
                  f"    return [{', '.join(exprs)}], [{', '.join(grids)}]"]
         source = f"def blocks({signature_with_constants('args, p', constants)}):\n" + "\n".join(lines) + "\n"
-        return generate(source, "blocks", constants)
+        return generate(source, "blocks", constants, f"graph blocks of kernel {self.name}")
 
     def _generate_replay(self, lifetimes, stats):
         d = driver()
@@ -216,10 +232,12 @@ class TaskGraph:
                  "        raise _fail(r, 'cuGraphLaunch')",
                  "    _stats.replays += 1"]
         source = f"def replay({signature_with_constants('args, p, stream', constants)}):\n" + "\n".join(lines) + "\n"
-        return generate(source, "replay", constants)
+        return generate(source, "replay", constants, f"graph replay of kernel {self.name}")
 
     def _miss(self, args: tuple, packs: tuple, stream: int) -> _Instance:
         """An instance set up for these arguments: a new one, or the oldest one updated."""
+        if self.state is not GraphState.BUILT:
+            raise self._closed_error()
         blocks, grids = self._blocks(args, packs)
         instances = self._instances
         if len(instances) < self._max_instances:
@@ -255,6 +273,8 @@ class TaskGraph:
 
     def relaunch(self, exec_handle, stream: int) -> None:
         """Launch an instance again as it is (the host do-while's later iterations)."""
+        if self.state is not GraphState.BUILT:
+            raise self._closed_error()
         err = driver().cuGraphLaunch(exec_handle, stream)[0]
         if err:
             raise fail(err, f"cuGraphLaunch of kernel {self.name}")
@@ -269,6 +289,11 @@ class TaskGraph:
         if self.graph is not None:
             d.cuGraphDestroy(self.graph)
             self.graph = None
-        if self._loop is not None:
-            self._loop.close()
-            self._loop = None
+        for loop in self._loops:
+            loop.close()
+        self._loops.clear()
+        self.state = GraphState.CLOSED
+
+    def _closed_error(self) -> QgraphError:
+        return QgraphError(f"the CUDA graph of kernel {self.name} was closed (qgraph.reset(), init() or "
+                           "eviction from the graph cache); call the kernel again to rebuild it")

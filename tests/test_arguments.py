@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import qgraph
-from qgraph.arguments import array_sig, is_contiguous, numba_abi
+from qgraph.args.kinds import array_sig, is_contiguous, numba_abi
 
 
 @qgraph.kernel(cuda_graph=True)

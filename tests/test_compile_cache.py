@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from qgraph.compile_cache import CodeCache, entry_key
+from qgraph.compiler.code_cache import CodeCache, entry_key
 
 
 def test_store_and_load(tmp_path):

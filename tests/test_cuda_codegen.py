@@ -13,9 +13,11 @@ import test_atomics as ta
 import test_graph_while as tw
 import test_kernels as tk
 
-from qgraph import _numba_adapter as adapter
-from qgraph import codegen, cuda_backend
-from qgraph.arguments import arg_type, array_sig, scalar_sig
+from qgraph.args.kinds import arg_type, array_sig, scalar_sig
+from qgraph.compiler import cuda_program
+from qgraph.compiler import numba_adapter as adapter
+from qgraph.lang import cuda_codegen
+from qgraph.lang.lowering import CUDA_ATOMICS, Symbols, lower_funcs
 
 
 def A(dtype, ndim):
@@ -67,19 +69,19 @@ def sm90(request):
 def test_tasks_compile_with_the_packed_layout(sm90, kernel, key, tmp_path):
     src = kernel._source
     types = [arg_type(s) for s in key]
-    symbols = codegen.Symbols(dict(codegen.CUDA_ATOMICS))
+    symbols = Symbols(dict(CUDA_ATOMICS))
     zero_d = frozenset(n for n, t in zip(src.param_names, types) if t.ndim == 0)
     orders, codes, task_types = [], [], []
     for task in src.tasks:
-        order = cuda_backend.param_order(src, task, types)
-        one_element = codegen.zero_d_atomic_targets(src, task, zero_d)
-        codes.append(codegen.cuda_task(src, task, [src.param_names[i] for i in order], symbols, one_element))
+        order = cuda_program.param_order(src, task, types)
+        one_element = cuda_codegen.zero_d_atomic_targets(src, task, zero_d)
+        codes.append(cuda_codegen.cuda_task(src, task, [src.param_names[i] for i in order], symbols, one_element))
         these = [arg_type(array_sig(t.dtype, 1, True)) if n in one_element else t
                  for n, t in zip(src.param_names, types)]
         orders.append(order)
         task_types.append(these)
-    ptx_list, entries, sizes = cuda_backend._compile_ptx(src, codes, orders, task_types,
-                                                         codegen.lower_funcs(symbols), (9, 0))
+    ptx_list, entries, sizes = cuda_program._compile_ptx(src, codes, orders, task_types,
+                                                         lower_funcs(symbols), (9, 0))
     assert len(entries) == len(src.tasks) and all(size > 0 for size in sizes)
     ptxas = shutil.which("ptxas")
     for name, ptx in ptx_list:

@@ -14,14 +14,14 @@ import ctypes
 
 import numpy as np
 
-from ..cuda_device import check, driver
+from ..driver.device import check, driver
 from .kernels import CUDA_SOURCE, NUMBA_TASK_SOURCE, task_constant
 
 
 def _nvrtc_module(device):
-    from ..conditional import _nvrtc_cubin
+    from ..driver.nvrtc import compile_cubin
 
-    cubin = _nvrtc_cubin(CUDA_SOURCE, device.info.compute_capability)
+    cubin = compile_cubin(CUDA_SOURCE, "qgraph_bench.cu", device.info.compute_capability)
     module = device.load_module(cubin)
     return {name: device.function(module, name) for name in ("task", "task_pdl", "countdown", "condition")}
 
@@ -36,7 +36,7 @@ class _Args:
 
 
 def _node_params(function, grid: int, block: int, args: _Args):
-    from ..graph_cache import kernel_node_params
+    from ..driver.nodes import kernel_node_params
 
     return kernel_node_params(function, grid, block, kernel_params=args.address)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from .cuda_device import CudaDevice, check, driver
+from .device import CudaDevice, check, driver
 
 
 class Lifetimes:
@@ -57,7 +57,3 @@ class Lifetimes:
             event, _ = self._in_flight.popleft()
             self._device.release_event(event)
         self._pending.clear()
-
-    @property
-    def held(self) -> int:
-        return sum(len(b) for b in self._pending.values()) + sum(len(b) for _, b in self._in_flight)

@@ -7,9 +7,9 @@ import time
 import warnings
 from dataclasses import dataclass, field
 
-from . import runtime
-from .decorator import Kernel
-from .errors import FallbackWarning
+from .. import runtime
+from ..decorator import Kernel
+from ..errors import FallbackWarning
 
 MODES = ("eager", "graph")
 

@@ -15,13 +15,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from . import _numba_adapter as adapter
-from . import codegen
-from .arguments import ArgType, arg_type, array_sig
-from .compile_cache import CodeCache, entry_key
-from .cuda_device import CudaDevice, check, driver
-from .errors import QgraphError
-from .frontend import KernelSource, Task
+from ..args.kinds import ArgKind, arg_type
+from ..driver.device import CudaDevice, check, driver
+from ..errors import QgraphError
+from ..lang import cuda_codegen, generated
+from ..lang.fingerprint import fingerprint_of
+from ..lang.frontend import KernelSource, Task
+from ..lang.lowering import CUDA_ATOMICS, Symbols, lower_funcs, module_of
+from . import numba_adapter as adapter
+from .code_cache import CodeCache, entry_key
 
 BLOCK = 256  # threads per block for parallel tasks (capped by each kernel's own limit)
 PDL_COMPUTE_CAPABILITY = (9, 0)  # griddepcontrol and programmatic graph edges: Hopper and newer
@@ -63,41 +65,36 @@ class TaskKernel:
         return self.task.parallel
 
 
-def param_order(src: KernelSource, task: Task, types: list[ArgType]) -> list[int]:
+def param_order(src: KernelSource, task: Task, types: list[ArgKind]) -> list[int]:
     """Argument indices a task kernel takes: arrays first, then scalars by decreasing size."""
     names = src.param_names
     used = [k for k, n in enumerate(names) if n in task.loaded]
     arrays = [k for k in used if types[k].is_array]
     scalars = [k for k in used if not types[k].is_array]
-    scalars.sort(key=lambda k: -_scalar_size(types[k]))
+    scalars.sort(key=lambda k: -types[k].param_size)
     return arrays + scalars
-
-
-def _scalar_size(t: ArgType) -> int:
-    return 1 if t.dtype.kind == "b" else t.dtype.itemsize
 
 
 def compile_tasks(src: KernelSource, key: tuple[str, ...], device: CudaDevice,
                   cache: CodeCache) -> list[TaskKernel]:
     """Compile (or load from the disk cache) every task of one specialisation."""
     types = [arg_type(s) for s in key]
-    symbols = codegen.Symbols(dict(codegen.CUDA_ATOMICS))
+    symbols = Symbols(dict(CUDA_ATOMICS))
     zero_d = frozenset(name for name, t in zip(src.param_names, types) if t.ndim == 0)
     orders, codes, task_types, suffixes = [], [], [], []
     for task in src.tasks:
         order = param_order(src, task, types)
         orders.append(order)
-        one_element = codegen.zero_d_atomic_targets(src, task, zero_d)
-        codes.append(codegen.cuda_task(src, task, [src.param_names[k] for k in order], symbols, one_element))
+        one_element = cuda_codegen.zero_d_atomic_targets(src, task, zero_d)
+        codes.append(cuda_codegen.cuda_task(src, task, [src.param_names[k] for k in order], symbols, one_element))
         these, suffix = list(types), {}
         for k, name in enumerate(src.param_names):
             if name in one_element:  # the 0-d array's parameters, extended to shape (1,)
-                these[k] = arg_type(array_sig(types[k].dtype, 1, True))
-                suffix[k] = (1).to_bytes(8, "little") + types[k].dtype.itemsize.to_bytes(8, "little")
+                these[k], suffix[k] = types[k].one_element()
         task_types.append(these)
         suffixes.append(suffix)
-    func_defs = codegen.lower_funcs(symbols)
-    fingerprint = codegen.fingerprint_of(src, [c.function for c in codes] + [f for f, _ in func_defs], symbols)
+    func_defs = lower_funcs(symbols)
+    fingerprint = fingerprint_of(src, [c.function for c in codes] + [f for f, _ in func_defs], symbols)
     cc = device.info.compute_capability
     waits = tuple(cc) >= PDL_COMPUTE_CAPABILITY
     ckey = entry_key("tasks", fingerprint, ",".join(key), f"sm_{cc[0]}{cc[1]}", f"pdl={waits}", toolchain())
@@ -115,6 +112,8 @@ def compile_tasks(src: KernelSource, key: tuple[str, ...], device: CudaDevice,
                 trigger = adapter.add_grid_dependency_control(ptx, trigger=True)
                 variants.append((f"trigger_{name}", adapter.rename_entry(trigger, entry, entry + TRIGGER)))
             ptx_list = variants
+        for name, ptx in ptx_list:
+            generated.dump(f"{src.qualname}.{name}", ptx, "ptx")
         cubin = device.link_ptx(ptx_list) if ptx_list else b""
         if ptx_list:
             cache.store(ckey, {"kernel": src.qualname, "entries": entries, "param_sizes": sizes,
@@ -152,13 +151,13 @@ def _compile_ptx(src, codes, orders, task_types, func_defs, cc):
     raw_funcs = {}
     func_namespaces = []
     for fdef, fn in func_defs:
-        ns = _namespace(fn._source, ns_base)
-        exec(codegen.compile_module([fdef], fn._source.filename), ns)
+        ns = generated.run_tree(module_of([fdef]), fn._source.filename, f"cuda {fdef.name}",
+                                _namespace(fn._source, ns_base))
         raw_funcs[fdef.name] = ns[fdef.name]
         func_namespaces.append(ns)
     device_funcs = {name: adapter.cuda_device_function(f) for name, f in raw_funcs.items()}
-    kernel_ns = _namespace(src, ns_base)
-    exec(codegen.compile_module([c.function for c in codes], src.filename), kernel_ns)
+    kernel_ns = generated.run_tree(module_of([c.function for c in codes]), src.filename,
+                                   f"cuda tasks of {src.qualname}", _namespace(src, ns_base))
     for ns in func_namespaces + [kernel_ns]:
         ns.update(device_funcs)
 

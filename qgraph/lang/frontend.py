@@ -11,11 +11,12 @@ import builtins
 import inspect
 import linecache
 import textwrap
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from .errors import QgraphSyntaxError
+from ..errors import QgraphSyntaxError
+from .regions import DeviceLoop, Dim, Region, Sequence, Task, leaf_tasks
 
-_UNRESOLVED = object()
+UNRESOLVED = object()
 
 RESERVED_PARAMS = frozenset({"stream"})
 
@@ -44,38 +45,6 @@ if hasattr(ast, "TryStar"):
 
 
 @dataclass(frozen=True)
-class Dim:
-    """One dimension of a parallel loop: `range(start, stop, step)`; step None means 1."""
-
-    start: ast.expr
-    stop: ast.expr
-    step: ast.expr | None = None
-
-
-@dataclass
-class Task:
-    """One offloaded task: a parallel loop (one iteration per thread) or a serial block."""
-
-    index: int
-    parallel: bool
-    lineno: int
-    body: list[ast.stmt]
-    loop_vars: tuple[str, ...] = ()
-    dims: tuple[Dim, ...] = ()
-    stored: frozenset[str] = frozenset()
-    loaded: dict[str, int] = field(default_factory=dict)  # name -> first line it is read
-    bound_names: frozenset[str] = frozenset()  # names read by the loop bounds
-
-    @property
-    def kind(self) -> str:
-        return "parallel" if self.parallel else "serial"
-
-    def __repr__(self) -> str:
-        what = f"for {', '.join(self.loop_vars)}" if self.parallel else "serial"
-        return f"<Task {self.index} {what} at line {self.lineno}>"
-
-
-@dataclass(frozen=True)
 class Param:
     name: str
     annotation: ast.expr | None
@@ -92,10 +61,11 @@ class KernelSource:
     lineno: int
     fn_def: ast.FunctionDef
     params: tuple[Param, ...]
-    tasks: tuple[Task, ...]
+    tasks: tuple[Task, ...]  # the leaf tasks of `body`, in launch order
     globals: dict
     closure: dict
     graph_while: str | None = None
+    body: Region | None = None  # the region tree every backend walks (None for a func)
 
     @property
     def param_names(self) -> tuple[str, ...]:
@@ -105,7 +75,7 @@ class KernelSource:
         return syntax_error(message, self.filename, node if node is not None else self.lineno)
 
     def resolve(self, expr: ast.expr) -> object:
-        """The object a global name or attribute chain refers to, or _UNRESOLVED."""
+        """The object a global name or attribute chain refers to, or UNRESOLVED."""
         return resolve_static(expr, self.globals, self.closure)
 
 
@@ -121,13 +91,13 @@ def resolve_static(expr: ast.expr, globals_: dict, closure: dict) -> object:
             return closure[expr.id]
         if expr.id in globals_:
             return globals_[expr.id]
-        return getattr(builtins, expr.id, _UNRESOLVED)
+        return getattr(builtins, expr.id, UNRESOLVED)
     if isinstance(expr, ast.Attribute):
         base = resolve_static(expr.value, globals_, closure)
-        if base is _UNRESOLVED:
-            return _UNRESOLVED
-        return getattr(base, expr.attr, _UNRESOLVED)
-    return _UNRESOLVED
+        if base is UNRESOLVED:
+            return UNRESOLVED
+        return getattr(base, expr.attr, UNRESOLVED)
+    return UNRESOLVED
 
 
 def parse_function(fn, what: str) -> tuple[ast.FunctionDef, str, dict, dict]:
@@ -184,7 +154,7 @@ def collect_names(nodes) -> _NameCollector:
     return collector
 
 
-def check_body(nodes, filename: str, what: str, allow_top_return: bool = False) -> None:
+def check_body(nodes, filename: str, what: str) -> None:
     """Reject statements no backend can compile, naming the line."""
     for node in nodes:
         for sub in ast.walk(node):
@@ -233,7 +203,7 @@ class _Splitter:
         if isinstance(func, ast.Name) and func.id in self.param_names:
             return False
         obj = resolve_static(func, self.globals, self.closure)
-        if obj is not _UNRESOLVED:
+        if obj is not UNRESOLVED:
             return obj is self.ndrange_obj
         name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", None)
         return name == "ndrange"
@@ -242,7 +212,7 @@ class _Splitter:
         if not isinstance(func, ast.Name) or func.id != "range" or func.id in self.param_names:
             return False
         obj = resolve_static(func, self.globals, self.closure)
-        return obj is range or obj is _UNRESOLVED
+        return obj is range or obj is UNRESOLVED
 
     def parallel_dims(self, node: ast.For) -> tuple[tuple[str, ...], tuple[Dim, ...]] | None:
         it = node.iter
@@ -377,8 +347,12 @@ def parse_kernel(fn, graph_while: str | None, ndrange_obj: object) -> KernelSour
     tasks = splitter.split(body)
     splitter.check_nested_ndrange(tasks)
     _analyse_names(tasks, set(names), filename)
+    body: Region = Sequence(tuple(tasks))
+    if graph_while is not None:  # the decorator's shorthand: a do-while region around the whole body
+        body = Sequence((DeviceLoop(graph_while, body, fn_def.lineno),))
+    assert tuple(leaf_tasks(body)) == tuple(tasks)
     return KernelSource(fn.__name__, fn.__qualname__, filename, fn_def.lineno, fn_def, params,
-                        tuple(tasks), globals_, closure, graph_while)
+                        tuple(tasks), globals_, closure, graph_while, body)
 
 
 def parse_func(fn) -> KernelSource:

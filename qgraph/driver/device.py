@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
-from .errors import QgraphError
+from ..errors import QgraphError
 
 _driver = None
 

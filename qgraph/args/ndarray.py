@@ -11,9 +11,9 @@ import operator
 
 import numpy as np
 
-from . import runtime
-from .arguments import array_sig, numba_abi
-from .dtypes import as_dtype
+from .. import runtime
+from ..dtypes import as_dtype
+from .kinds import array_sig, numba_abi
 
 
 def _normalise_shape(shape) -> tuple[int, ...]:

@@ -11,9 +11,10 @@ from __future__ import annotations
 import os
 import sys
 
-from . import _numba_adapter as adapter
-from . import codegen
-from .frontend import KernelSource
+from ..lang import cpu_codegen, generated
+from ..lang.frontend import KernelSource
+from ..lang.lowering import PREFIX
+from . import numba_adapter as adapter
 
 
 def _trip_count(start, stop, step):
@@ -30,7 +31,7 @@ class CpuProgram:
     """The numba runner(s) of one kernel; numba compiles one overload per signature."""
 
     def __init__(self, src: KernelSource, cache_dir: str | None, zero_d: frozenset[str] = frozenset()) -> None:
-        module = codegen.cpu_module(src, zero_d)
+        module = cpu_codegen.cpu_module(src, zero_d)
         self.fingerprint = module.fingerprint
         cache = None
         # numba can reload cached code only for functions whose module it can import again
@@ -41,17 +42,16 @@ class CpuProgram:
         injected = {"_qg_prange": adapter.prange(),
                     "_qg_trip_count": adapter.njit(_trip_count, parallel=False, cache=None)}
         for name in module.atomics:
-            injected[codegen.PREFIX + name] = cpu_atomics.BY_NAME[name]
+            injected[PREFIX + name] = cpu_atomics.BY_NAME[name]
 
         namespaces = []
         raw: dict[str, object] = {}
-        for name, code, owner in module.func_codes:
-            ns = _namespace(owner, injected)
-            exec(code, ns)
+        for name, tree, owner in module.func_codes:
+            ns = generated.run_tree(tree, owner.filename, f"cpu {name}", _namespace(owner, injected))
             raw[name] = ns[name]
             namespaces.append(ns)
-        kernel_ns = _namespace(src, injected)
-        exec(module.code, kernel_ns)
+        kernel_ns = generated.run_tree(module.tree, src.filename, f"cpu tasks of {src.qualname}",
+                                       _namespace(src, injected))
         namespaces.append(kernel_ns)
 
         compiled = {name: adapter.njit(raw[name], parallel=False, cache=cache) for name in module.funcs}

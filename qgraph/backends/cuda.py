@@ -14,25 +14,29 @@ from __future__ import annotations
 import threading
 import warnings
 
-from . import conditional
-from .arguments import resolver_lines
-from .compile_cache import CodeCache
-from .cuda_backend import TaskKernel, compile_tasks
-from .cuda_device import driver, kernel_failure, stream_handle
-from .errors import FallbackWarning
-from .graph_cache import GraphCache, TaskGraph
-from .launcher import (
+from .. import conditional
+from ..args.kinds import FlagKind
+from ..args.resolve import resolver_lines
+from ..compiler.cuda_program import TaskKernel, compile_tasks
+from ..compiler.numba_adapter import is_compile_error
+from ..driver.device import driver, kernel_failure, stream_handle
+from ..driver.params import ParamBuffer
+from ..errors import FallbackWarning, QgraphError
+from ..graph_cache import GraphCache, TaskGraph
+from ..lang import generated
+from ..lang.regions import DeviceLoop, Region, Sequence, device_loops, has_nested_loops
+from ..runtime import DeviceState
+from .checks import (
     check_bounds,
-    check_flag_type,
+    check_flag_types,
     compile_error,
     fixed_scalar_types,
+    flag_params,
     flag_shape_error,
     host_bounds,
-    is_compile_error,
 )
-from .param_buffers import ParamBuffer, block_expr, generate, grid_expr, signature_with_constants
+from .launch_code import block_expr, generate, grid_expr, signature_with_constants
 
-_FLAG_SHAPES = ((1).to_bytes(8, "little"), b"")  # bytes 40:48 of a flag's parameters: shape (1,) or ()
 _BOUNDS_MEMO = 16  # eager calls remember the loop bounds of this many recent argument sets
 
 
@@ -70,7 +74,7 @@ class EagerRunner:
             lines.append(f"{indent}if r:")
             lines.append(f"{indent}    raise _fail(r, 'launching task {k}')")
         source = f"def run({signature_with_constants('args, p, stream', constants)}):\n" + "\n".join(lines) + "\n"
-        self.run = generate(source, "run", constants)
+        self.run = generate(source, "run", constants, f"eager launch of kernel {name}")
 
 
 class _Spec:
@@ -91,23 +95,29 @@ class _Spec:
 class CudaLauncher:
     """Runs a kernel's calls on the CUDA device of the current runtime."""
 
-    def __init__(self, kernel, state) -> None:
+    def __init__(self, kernel, state, target: DeviceState) -> None:
         self.kernel = kernel
         self.src = src = kernel._source
         self.stats = kernel.stats
-        self.device = state.cuda
-        self.lifetimes = state.lifetimes
+        self.target = target
+        self.device = target.device
+        self.lifetimes = target.lifetimes
         self.settings = state.settings
-        self.code_cache = CodeCache(state.settings.cache_dir)
+        self.code_cache = target.code_cache
         self._bounds = None
         self._specs: dict[tuple, _Spec] = {}
         self._last: list = [None]
-        self._flag = None if src.graph_while is None else src.param_names.index(src.graph_while)
+        self._flags = flag_params(src)
+        loops = list(device_loops(src.body))
+        # where a loop around the whole body can run as the host do-while (the fallback)
+        self._root_flag = src.param_names.index(loops[0].flag) if loops and _is_root(src.body, loops[0]) else None
+        self._flag = self._root_flag
+        self._flag_index = {loop.flag: src.param_names.index(loop.flag) for loop in loops}
         self.use_graphs = kernel.cuda_graph and state.settings.graphs
         capacity = kernel.graph_cache_size or state.settings.graph_cache_size
         self.graphs = GraphCache(capacity, self.device, self._evicted)
         self.while_mode, self.while_reason = None, None
-        if src.graph_while is not None:
+        if loops:
             self.while_mode, self.while_reason = conditional.while_strategy(
                 self.device.info.compute_capability, self.device.info.driver_version,
                 graphs=self.use_graphs,
@@ -126,7 +136,7 @@ class CudaLauncher:
         n = len(src.param_names)
         ns: dict = {"_ident": threading.get_ident, "_dev": self.device, "_get": self._specs.get,
                     "_specialise": self._specialise, "_switch": self._switch, "_last": self._last,
-                    "_stream": self.device.stream_handle, "_shandle": stream_handle, "_FLAG_OK": _FLAG_SHAPES,
+                    "_stream": self.device.stream_handle, "_shandle": stream_handle, "_FLAG_OK": FlagKind.SHAPE_OK,
                     "_flag_error": self._flag_error}
         comma = "," if n == 1 else ""
         args = ", ".join(f"a{k}" for k in range(n))
@@ -139,16 +149,16 @@ class CudaLauncher:
                   f"        spec = _specialise(key, ({args}{comma}))",
                   "    if spec is not _last[0]:",
                   "        _switch(spec)"]
-        if self._flag is not None:
-            lines += [f"    if p[{self._flag}][40:48] not in _FLAG_OK:",
-                      f"        raise _flag_error(p[{self._flag}])"]
+        shape = FlagKind.shape_field
+        for k in self._flags:
+            lines += [f"    if p[{k}][{shape.start}:{shape.stop}] not in _FLAG_OK:",
+                      f"        raise _flag_error({k}, p[{k}])"]
         lines.append(f"    spec.run(({args}{comma}), p, _stream if stream is None else _shandle(stream))")
         source = f"def launch({args}{', ' if n else ''}stream):\n" + "\n".join(lines) + "\n"
-        exec(source, ns)
-        return ns["launch"]
+        return generated.function(source, "launch", f"launch of kernel {src.qualname} (cuda)", ns)
 
-    def _flag_error(self, flag_bytes: bytes) -> TypeError:
-        return flag_shape_error(self.src, (int.from_bytes(flag_bytes[40:48], "little"),))
+    def _flag_error(self, index: int, flag_bytes: bytes) -> TypeError:
+        return flag_shape_error(self.src, index, FlagKind.shape_of(flag_bytes))
 
     def _switch(self, spec: _Spec) -> None:
         self._last[0] = spec
@@ -164,8 +174,7 @@ class CudaLauncher:
 
     def _specialise(self, key: tuple, args: tuple) -> _Spec:
         src = self.src
-        if self._flag is not None:
-            check_flag_type(src, key)
+        check_flag_types(src, key)
         if self._bounds is None:
             self._bounds = host_bounds(src)
         check_bounds(src, key, self._bounds, args)
@@ -184,6 +193,9 @@ class CudaLauncher:
     def _assign_runner(self, spec: _Spec) -> None:
         """Choose how this specialisation runs; graphs are built on its first call."""
         name = self.src.name
+        if self.while_mode == "host" and (self._root_flag is None or has_nested_loops(self.src.body)):
+            raise QgraphError(f"kernel {name}: only a device loop around the whole body can run as the host "
+                              f"do-while fallback ({self.while_reason})")
         if self.while_mode == "host":
             self._warn_fallback()
             spec.host_loop = True
@@ -191,18 +203,16 @@ class CudaLauncher:
             eager = EagerRunner(spec.kernels, self._bounds, self.lifetimes, name)
             spec.run = eager.run
             if self.while_mode == "host":
-                spec.run = conditional.HostLoop(self.device, eager.run, None, self._flag, self.stats).run
+                spec.run = conditional.HostLoop(self.target, eager.run, None, self._flag).run
             return
         spec.uses_graph = True
         spec.run = self._build_runner(spec)
 
     def _build_runner(self, spec: _Spec):
         def build_and_run(args, packs, stream):
-            loop = None
-            if self.while_mode == "device":
-                loop = conditional.WhileLoop(self.device, self.code_cache, self._flag)
-            graph = TaskGraph(self.device, spec.kernels, self._bounds, self.lifetimes, self.stats,
-                              self.src.name, args, packs, stream, loop, programmatic=self.settings.programmatic_edges)
+            graph = TaskGraph(self.target, spec.kernels, self.src.body, self._bounds, self.stats, self.src.name,
+                              args, packs, stream, self._flag_index, device_loops=self.while_mode == "device",
+                              programmatic=self.settings.programmatic_edges)
             self.stats.builds += 1
             self.stats.build_seconds = graph.build_seconds
             spec.graph = graph
@@ -210,7 +220,7 @@ class CudaLauncher:
             self.stats.graph_nodes = graph.kernel_nodes
             run = graph.replay
             if self.while_mode == "host":
-                run = conditional.HostLoop(self.device, graph.replay, graph, self._flag, self.stats).run
+                run = conditional.HostLoop(self.target, graph.replay, graph, self._flag).run
             spec.run = run
             self.graphs.add(spec.key, graph)
             self.stats.cache_size = len(self.graphs)
@@ -237,3 +247,6 @@ class CudaLauncher:
         self._last[0] = None
 
 
+def _is_root(body: Region, loop: DeviceLoop) -> bool:
+    """The loop is the whole body (the decorator's graph_while)."""
+    return isinstance(body, Sequence) and body.children == (loop,)

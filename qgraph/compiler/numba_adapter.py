@@ -17,7 +17,7 @@ import warnings
 
 import numpy as np
 
-from .arguments import ArgType
+from ..args.kinds import ArgKind
 
 # --------------------------------------------------------------------------- versions
 
@@ -31,12 +31,15 @@ def qgraph_digest() -> str:
     if _QGRAPH_DIGEST is None:
         import hashlib
 
-        package = os.path.dirname(os.path.abspath(__file__))
+        package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         h = hashlib.sha256()
-        for name in sorted(os.listdir(package)):
-            if name.endswith(".py"):
-                with open(os.path.join(package, name), "rb") as f:
-                    h.update(name.encode() + b"\0" + f.read())
+        for root, dirs, files in os.walk(package):
+            dirs[:] = sorted(d for d in dirs if d not in ("__pycache__", "bench", "examples"))
+            for name in sorted(files):
+                if name.endswith(".py"):
+                    path = os.path.join(root, name)
+                    with open(path, "rb") as f:
+                        h.update(os.path.relpath(path, package).encode() + b"\0" + f.read())
         _QGRAPH_DIGEST = h.hexdigest()[:16]
     return _QGRAPH_DIGEST
 
@@ -45,7 +48,7 @@ def toolchain_versions() -> str:
     """Versions that change generated code (qgraph's own included); part of every cache key."""
     from importlib import metadata
 
-    from .compile_cache import FORMAT
+    from .code_cache import FORMAT
 
     parts = [f"qgraph={qgraph_digest()}", f"cache-format={FORMAT}"]
     for dist in ("numba", "numba-cuda", "llvmlite"):
@@ -148,17 +151,6 @@ def prange():
 # --------------------------------------------------------------------------- CUDA
 
 
-def numba_type(t: ArgType):
-    """The numba type of an argument type string's meaning."""
-    from numba import types
-    from numba.np.numpy_support import from_dtype
-
-    scalar = types.boolean if t.dtype.kind == "b" else from_dtype(t.dtype)
-    if t.ndim is None:
-        return scalar
-    return types.Array(scalar, t.ndim, "C" if t.contiguous else "A")
-
-
 def cuda_namespace() -> dict:
     """Names the generated CUDA task code uses, bound to numba-cuda objects."""
     from numba import cuda, int64, uint32, uint64
@@ -172,11 +164,11 @@ def cuda_device_function(py_func):
     return cuda.jit(device=True)(py_func)
 
 
-def cuda_compile_ptx(py_func, argtypes: list[ArgType], cc: tuple[int, int]) -> str:
+def cuda_compile_ptx(py_func, argtypes: list[ArgKind], cc: tuple[int, int]) -> str:
     """PTX of one kernel (numba ABI) for compute capability `cc`."""
     from numba import cuda
 
-    sig = tuple(numba_type(t) for t in argtypes)
+    sig = tuple(t.numba_type() for t in argtypes)
     ptx, _ = cuda.compile(py_func, sig, device=False, abi="numba", cc=cc, output="ptx")
     return ptx
 
@@ -227,15 +219,40 @@ def rename_entry(ptx: str, entry: str, new_name: str) -> str:
     return ptx.replace(entry, new_name)  # the mangled name, and its parameters' names
 
 
-def expected_param_sizes(argtypes: list[ArgType]) -> list[int]:
-    """numba's flattened parameter sizes for these argument types (what we pack)."""
-    sizes: list[int] = []
-    for t in argtypes:
-        if t.ndim is None:
-            sizes.append(1 if t.dtype.kind == "b" else t.dtype.itemsize)
-        else:
-            sizes += [8] * (5 + 2 * t.ndim)
-    return sizes
+def expected_param_sizes(argtypes: list[ArgKind]) -> list[int]:
+    """numba's flattened parameter sizes for these argument kinds (what we pack)."""
+    return [size for t in argtypes for size in t.param_sizes]
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def error_summary(error: BaseException) -> tuple[str, str]:
+    """(the useful sentence, the whole text without colour codes) of a numba compile error."""
+    text = _ANSI.sub("", str(error))
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    summary = lines[0] if lines else type(error).__name__
+    for ln in lines:  # numba puts the useful sentence after a header line
+        if not ln.startswith(("Failed in", "During:", "File", "-", "Use of", "[1]", "No implementation")):
+            summary = ln.strip()
+            break
+    return summary, text
+
+
+def is_compile_error(error: BaseException) -> bool:
+    """Raised by numba / numba-cuda's compiler (not by qgraph itself)."""
+    from ..errors import QgraphError
+
+    mod = type(error).__module__ or ""
+    return mod.startswith("numba") and not isinstance(error, QgraphError)
+
+
+def is_typing_stage(error: BaseException) -> bool:
+    """A compile error of typing or lowering (as opposed to an error raised while running)."""
+    from numba.core import errors
+
+    return isinstance(error, (errors.TypingError, errors.UnsupportedError, errors.LoweringError,
+                              errors.NotDefinedError, errors.UnsupportedParforsError, errors.CompilerError))
 
 
 def error_locations(error: BaseException) -> list[tuple[str, int]]:
@@ -258,7 +275,7 @@ def error_locations(error: BaseException) -> list[tuple[str, int]]:
     return found
 
 
-def int64_argtype() -> ArgType:
-    from .arguments import arg_type, scalar_sig
+def int64_argtype() -> ArgKind:
+    from ..args.kinds import scalar_kind
 
-    return arg_type(scalar_sig(np.dtype(np.int64)))
+    return scalar_kind(np.dtype(np.int64))

@@ -1,0 +1,228 @@
+"""Argument kinds: what a kernel parameter is, as one object per kind.
+
+A kind owns everything that depends on it: its specialisation-key text (an interned short
+string: the key is a tuple of them and costs one tuple hash per call), its numba type, its
+by-value parameter layout (numba's flattened ABI, with named field offsets computed once),
+how to pack a value into it, and the fast-path lines the generated resolver uses for it.
+A new kind (a struct, a vector array) is one more class here.
+
+Layout rule shared by all kinds: every field is 8 bytes, except a scalar, which is its own
+size. The CUDA backend orders parameters arrays first, then scalars by decreasing size, so
+a task's parameter block is a plain concatenation with no padding.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+import numpy as np
+
+_KINDS: dict[str, ArgKind] = {}
+
+
+class ArgKind:
+    """Base of all argument kinds; `sig` is the specialisation-key text."""
+
+    sig: str
+    dtype: np.dtype
+    ndim: int | None = None  # None for scalars
+    contiguous: bool = True
+
+    @property
+    def is_array(self) -> bool:
+        return self.ndim is not None
+
+    @property
+    def param_sizes(self) -> list[int]:
+        """Byte size of each flattened kernel parameter (what numba's ABI expects)."""
+        raise NotImplementedError
+
+    @property
+    def param_size(self) -> int:
+        return sum(self.param_sizes)
+
+    def numba_type(self):
+        raise NotImplementedError
+
+
+# --------------------------------------------------------------------------- scalars
+
+_STRUCT_CODES = {("i", 1): "b", ("i", 2): "h", ("i", 4): "i", ("i", 8): "q", ("u", 1): "B", ("u", 2): "H",
+                 ("u", 4): "I", ("u", 8): "Q", ("f", 4): "f", ("f", 8): "d", ("b", 1): "?"}
+
+INT_RANGES = {"int8": (-(1 << 7), (1 << 7) - 1), "int16": (-(1 << 15), (1 << 15) - 1),
+              "int32": (-(1 << 31), (1 << 31) - 1), "int64": (-(1 << 63), (1 << 63) - 1),
+              "uint8": (0, (1 << 8) - 1), "uint16": (0, (1 << 16) - 1), "uint32": (0, (1 << 32) - 1),
+              "uint64": (0, (1 << 64) - 1)}
+
+
+class ScalarKind(ArgKind):
+    """A by-value number: one parameter of the dtype's size."""
+
+    def __init__(self, dtype: np.dtype) -> None:
+        self.dtype = dtype
+        self.sig = "bool" if dtype.kind == "b" else dtype.name
+        # struct's standard sizes ("<"): 'l' would be 4 bytes, so formats come from kind and itemsize
+        self.pack = struct.Struct("<" + _STRUCT_CODES[dtype.kind, dtype.itemsize]).pack
+        self.size = 1 if dtype.kind == "b" else dtype.itemsize
+        self.int_range = INT_RANGES.get(self.sig)
+
+    @property
+    def param_sizes(self) -> list[int]:
+        return [self.size]
+
+    def numba_type(self):
+        from numba import types
+        from numba.np.numpy_support import from_dtype
+
+        return types.boolean if self.dtype.kind == "b" else from_dtype(self.dtype)
+
+    def __repr__(self) -> str:
+        return f"ScalarKind({self.sig})"
+
+
+def scalar_kind(dtype: np.dtype) -> ScalarKind:
+    sig = "bool" if dtype.kind == "b" else dtype.name
+    kind = _KINDS.get(sig)
+    if kind is None:
+        kind = _KINDS[sig] = ScalarKind(dtype)
+    return kind
+
+
+# --------------------------------------------------------------------------- arrays
+
+
+@dataclass(frozen=True)
+class ArrayLayout:
+    """numba's flattened array parameters: meminfo, parent, nitems, itemsize, data, shape..., strides..."""
+
+    ndim: int
+    MEMINFO = 0
+    PARENT = 8
+    NITEMS = 16
+    ITEMSIZE = 24
+    DATA = 32  # the element pointer
+    SHAPE = 40  # shape[0]; shape[k] at SHAPE + 8k
+
+    @property
+    def size(self) -> int:
+        return 8 * (5 + 2 * self.ndim)
+
+    def shape(self, k: int) -> slice:
+        return slice(self.SHAPE + 8 * k, self.SHAPE + 8 * k + 8)
+
+    def stride(self, k: int) -> slice:
+        start = self.SHAPE + 8 * (self.ndim + k)
+        return slice(start, start + 8)
+
+    data = slice(DATA, DATA + 8)
+
+
+class ArrayKind(ArgKind):
+    """An array passed by value as numba's flattened array struct."""
+
+    def __init__(self, dtype: np.dtype, ndim: int, contiguous: bool) -> None:
+        self.dtype = dtype
+        self.ndim = ndim
+        self.contiguous = contiguous
+        name = "bool" if dtype.kind == "b" else dtype.name
+        self.sig = f"{name}[{ndim}d]" if contiguous else f"{name}[{ndim}d,strided]"
+        self.layout = ArrayLayout(ndim)
+
+    @property
+    def param_sizes(self) -> list[int]:
+        return [8] * (5 + 2 * self.ndim)
+
+    def numba_type(self):
+        from numba import types
+
+        return types.Array(scalar_kind(self.dtype).numba_type(), self.ndim, "C" if self.contiguous else "A")
+
+    def one_element(self) -> tuple[ArrayKind, bytes]:
+        """A 0-d array passed as shape (1,): the 1-d kind and the bytes appended to its parameters."""
+        assert self.ndim == 0
+        suffix = (1).to_bytes(8, "little") + self.dtype.itemsize.to_bytes(8, "little")
+        return array_kind(self.dtype, 1, True), suffix
+
+    def __repr__(self) -> str:
+        return f"ArrayKind({self.sig})"
+
+
+def array_kind(dtype: np.dtype, ndim: int, contiguous: bool) -> ArrayKind:
+    name = "bool" if dtype.kind == "b" else dtype.name
+    sig = f"{name}[{ndim}d]" if contiguous else f"{name}[{ndim}d,strided]"
+    kind = _KINDS.get(sig)
+    if kind is None:
+        kind = _KINDS[sig] = ArrayKind(dtype, ndim, contiguous)
+    return kind
+
+
+def array_sig(dtype: np.dtype, ndim: int, contiguous: bool) -> str:
+    """The interned key text of an array argument."""
+    return array_kind(dtype, ndim, contiguous).sig
+
+
+def scalar_sig(dtype: np.dtype) -> str:
+    return scalar_kind(dtype).sig
+
+
+def arg_type(sig: str) -> ArgKind:
+    """The kind a key text stands for."""
+    return _KINDS[sig]
+
+
+ArgType = ArgKind  # the name the compiler layer uses for "the type of one argument"
+
+
+def is_contiguous(shape: tuple[int, ...], strides: tuple[int, ...], itemsize: int) -> bool:
+    expected = itemsize
+    for n, s in zip(reversed(shape), reversed(strides)):
+        if n != 1 and s != expected:
+            return False
+        expected *= n
+    return True
+
+
+def numba_abi(ptr: int, shape: tuple[int, ...], strides: tuple[int, ...], itemsize: int) -> bytes:
+    """An array argument as numba's flattened kernel parameters (ArrayLayout): all 64-bit."""
+    nitems = 1
+    for n in shape:
+        nitems *= n
+    ndim = len(shape)
+    return struct.pack(f"<5q{2 * ndim}q", 0, 0, nitems, itemsize, ptr, *shape, *strides)
+
+
+# --------------------------------------------------------------------------- the graph_while flag
+
+FLAG_SIGS = ("int32[0d]", "int32[1d]", "int32[1d,strided]")
+
+
+class FlagKind:
+    """The graph_while flag: an int32 array of shape () or (1,), read through its data pointer.
+
+    `address` is where the element pointer sits in the flag's parameter bytes and
+    `shape_field` the bytes of shape[0], which must read 1 (a 1-d flag) or be empty (0-d).
+    """
+
+    address = ArrayLayout.data
+    shape_field = ArrayLayout(1).shape(0)
+    SHAPE_OK = ((1).to_bytes(8, "little"), b"")
+
+    @staticmethod
+    def accepts(sig: str) -> bool:
+        return sig in FLAG_SIGS
+
+    @classmethod
+    def shape_of(cls, params: bytes) -> tuple[int, ...]:
+        """The flag's shape from its parameter bytes (for the error message)."""
+        field = params[cls.shape_field]
+        return (int.from_bytes(field, "little"),) if field else ()
+
+
+F64 = scalar_sig(np.dtype(np.float64))
+I64 = scalar_sig(np.dtype(np.int64))
+BOOL = scalar_sig(np.dtype(np.bool_))
+for _dt in ("int8", "int16", "int32", "uint8", "uint16", "uint32", "uint64", "float32"):
+    scalar_sig(np.dtype(_dt))
+SCALAR_KINDS = tuple(k for k in _KINDS.values() if isinstance(k, ScalarKind))

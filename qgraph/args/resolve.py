@@ -1,0 +1,209 @@
+"""Argument resolution: a call's arguments -> (specialisation key, backend values).
+
+Each launcher inlines the lines of `resolver_lines` into its generated call path:
+straight-line fast paths, one per argument, composed from the kinds (qgraph arrays,
+NumPy arrays on cpu, Python and NumPy scalars); everything else (CuPy, PyTorch, numba and
+DLPack arrays) goes through the slow path here.
+
+Backend values: on CPU, what the numba runner takes (NumPy arrays, scalars); on CUDA, the
+argument's by-value kernel parameter bytes in numba's flattened layout (see kinds).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..dtypes import as_dtype
+from .interop import device_reader, is_device_dlpack
+from .kinds import BOOL, F64, I64, INT_RANGES, SCALAR_KINDS, arg_type, array_sig, scalar_sig
+
+# --------------------------------------------------------------------------- scalars
+
+
+def scalar_annotation(annotation: object) -> str | None:
+    """The scalar type an annotation fixes (float, int, bool, qgraph.f32, ...), or None."""
+    if annotation is float:
+        return F64
+    if annotation is int:
+        return I64
+    if annotation is bool:
+        return BOOL
+    try:
+        dt = np.dtype(annotation) if isinstance(annotation, type) and issubclass(annotation, np.generic) else None
+    except TypeError:
+        dt = None
+    if dt is not None:
+        return scalar_sig(as_dtype(dt))
+    return None
+
+
+def scalar_value(value: object, name: str, fixed: str | None) -> tuple[str, object]:
+    """(key text, Python/NumPy value) of a scalar argument, or raise TypeError."""
+    if fixed is not None:
+        dtype = arg_type(fixed).dtype
+        if isinstance(value, (bool, int, float, np.generic)) and not isinstance(value, (complex, np.complexfloating)):
+            if dtype.kind in "iu" and isinstance(value, (float, np.floating)):
+                raise TypeError(f"argument '{name}': expected an integer ({fixed}), got {type(value).__name__}")
+            if dtype.kind in "iu":
+                lo, hi = INT_RANGES[fixed]
+                if not lo <= int(value) <= hi:
+                    raise TypeError(f"argument '{name}': {value} does not fit in {fixed}")
+            return fixed, dtype.type(value)
+        kind = "an array" if _is_array_like(value) else type(value).__name__
+        raise TypeError(f"argument '{name}': expected a {fixed} scalar, got {kind}")
+    if isinstance(value, (bool, np.bool_)):
+        return BOOL, bool(value)
+    if isinstance(value, int):
+        if not -(1 << 63) <= value < (1 << 63):
+            raise TypeError(f"argument '{name}': {value} does not fit in int64")
+        return I64, value
+    if isinstance(value, float):
+        return F64, value
+    if isinstance(value, np.generic) and value.dtype.kind in "iuf":
+        return scalar_sig(as_dtype(value.dtype, f"argument '{name}'")), value
+    raise TypeError(f"argument '{name}': {type(value).__name__} is not a supported kernel argument; "
+                    "pass a qgraph/NumPy/device array or an int, float or bool")
+
+
+def _is_array_like(value: object) -> bool:
+    from .ndarray import Ndarray
+
+    return isinstance(value, (Ndarray, np.ndarray)) or hasattr(value, "__cuda_array_interface__") \
+        or hasattr(value, "__dlpack__")
+
+
+# --------------------------------------------------------------------------- slow paths
+
+_NUMPY_SIGS: dict[tuple, str] = {}
+
+
+def numpy_sig(value: np.ndarray, name: str) -> str:
+    """The key text of a NumPy array argument (cached per dtype, ndim and layout)."""
+    key = (value.dtype, value.ndim, value.flags.c_contiguous)
+    sig = _NUMPY_SIGS.get(key)
+    if sig is None:
+        dtype = as_dtype(value.dtype, f"argument '{name}'")
+        sig = _NUMPY_SIGS[key] = array_sig(dtype, value.ndim, value.flags.c_contiguous)
+    return sig
+
+
+def cpu_slow(value: object, name: str, fixed: str | None) -> tuple[str, object]:
+    from .ndarray import Ndarray
+
+    if fixed is not None:
+        return scalar_value(value, name, fixed)
+    if isinstance(value, Ndarray):
+        raise TypeError(f"argument '{name}' is a qgraph array in CUDA device memory but qgraph runs on "
+                        "cpu; create arrays after qgraph.init(), or copy with qgraph.from_numpy(a.to_numpy())")
+    if isinstance(value, np.ndarray):
+        return numpy_sig(value, name), value
+    if hasattr(value, "__cuda_array_interface__") or is_device_dlpack(value):
+        raise TypeError(f"argument '{name}' is a CUDA device array but qgraph runs on cpu; pass a NumPy "
+                        "array or a qgraph.ndarray, or call qgraph.init('cuda')")
+    return scalar_value(value, name, fixed)
+
+
+def cuda_slow(value: object, name: str, fixed: str | None) -> tuple[str, bytes, object]:
+    """(key text, parameter bytes, owner to keep alive) for anything but the fast paths."""
+    from .ndarray import Ndarray
+
+    if fixed is not None:
+        sig, scalar = scalar_value(value, name, fixed)
+        return sig, arg_type(sig).pack(scalar), None
+    if isinstance(value, Ndarray):
+        raise TypeError(f"argument '{name}' is a qgraph array in host memory (created on cpu) but qgraph "
+                        "runs on cuda; create arrays after qgraph.init('cuda'), or copy it with "
+                        "qgraph.from_numpy(a.to_numpy())")
+    if isinstance(value, np.ndarray):
+        raise TypeError(f"argument '{name}' is a host NumPy array but qgraph runs on cuda; copy it to the "
+                        f"device first: {name} = qgraph.from_numpy({name})")
+    reader = device_reader(type(value))
+    if reader is not None:
+        view = reader(value, name)
+        return view.sig, view.abi, view.owner
+    sig, scalar = scalar_value(value, name, fixed)
+    return sig, arg_type(sig).pack(scalar), None
+
+
+def _cuda_slow_value(value: object, name: str, fixed: str | None) -> tuple[str, bytes]:
+    sig, abi, _owner = cuda_slow(value, name, fixed)
+    return sig, abi
+
+
+# --------------------------------------------------------------------------- fast paths
+
+
+def _array_fast_path(k: int, a: str, arch: str) -> list[str]:
+    """A qgraph array (key text and values precomputed on the array), or a NumPy array on cpu."""
+    field = "_host" if arch == "cpu" else "_abi"
+    lines = [f"if t is _Ndarray and {a}.{field} is not None:", f"    s{k} = {a}._sig; v{k} = {a}.{field}"]
+    if arch == "cpu":
+        lines += ["elif t is _np_ndarray:", f"    s{k} = _numpy_sig({a}, _names[{k}]); v{k} = {a}"]
+    return lines
+
+
+def _free_scalar_fast_path(k: int, a: str, arch: str, ns: dict) -> list[str]:
+    """An unannotated Python float/int or NumPy scalar: its own type decides the kind."""
+    lo, hi = INT_RANGES[I64]
+    ns["_np_scalars"] = _NUMPY_SCALARS[arch]
+    if arch == "cpu":
+        return [f"elif t is float: s{k} = _F64; v{k} = {a}",
+                f"elif t is int and {lo} <= {a} <= {hi}: s{k} = _I64; v{k} = {a}",
+                f"elif t in _np_scalars: s{k} = _np_scalars[t]; v{k} = {a}"]
+    ns["_pack_d"] = arg_type(F64).pack
+    ns["_pack_q"] = arg_type(I64).pack
+    return [f"elif t is float: s{k} = _F64; v{k} = _pack_d({a})",
+            f"elif t is int and {lo} <= {a} <= {hi}: s{k} = _I64; v{k} = _pack_q({a})",
+            f"elif t in _np_scalars: s{k}, v{k} = _np_scalars[t]({a})"]
+
+
+def _fixed_scalar_fast_path(k: int, a: str, fix: str, arch: str, ns: dict) -> list[str]:
+    """An annotated scalar: Python numbers convert to the fixed kind."""
+    kind = arg_type(fix)
+    ns[f"_fix{k}"] = fix
+    ns[f"_conv{k}"] = kind.dtype.type if arch == "cpu" else kind.pack
+    value = f"_conv{k}({a})"
+    if kind.dtype.kind == "f":
+        return [f"if t is float or t is int: s{k} = _fix{k}; v{k} = {value}"]
+    if kind.dtype.kind == "b":
+        return [f"if t is bool: s{k} = _fix{k}; v{k} = {value}"]
+    lo, hi = kind.int_range
+    return [f"if t is int and {lo} <= {a} <= {hi}: s{k} = _fix{k}; v{k} = {value}"]
+
+
+def resolver_lines(names: tuple[str, ...], fixed: tuple[str | None, ...], arch: str, ns: dict,
+                   indent: str = "    ") -> list[str]:
+    """Straight-line code assigning s<k> (key text) and v<k> (value) from argument a<k>.
+
+    `ns` receives the constants the lines use.
+    """
+    from .ndarray import Ndarray
+
+    ns.update({"_Ndarray": Ndarray, "_F64": F64, "_I64": I64, "_fixed": fixed, "_names": names,
+               "_np_ndarray": np.ndarray, "_numpy_sig": numpy_sig,
+               "_slow": cpu_slow if arch == "cpu" else _cuda_slow_value})
+    lines = []
+    for k, fix in enumerate(fixed):
+        a = f"a{k}"
+        lines.append(f"t = type({a})")
+        if fix is None:
+            lines += _array_fast_path(k, a, arch) + _free_scalar_fast_path(k, a, arch, ns)
+        else:  # an annotated parameter is a scalar: no array fast path
+            lines += _fixed_scalar_fast_path(k, a, fix, arch, ns)
+        lines.append("else:")
+        lines.append(f"    s{k}, v{k} = _slow({a}, _names[{k}], _fixed[{k}])")
+    return [indent + line for line in lines]
+
+
+def _numpy_scalar_table(arch: str) -> dict:
+    """NumPy scalar type -> key text (cpu) or -> function giving (key text, bytes) (cuda)."""
+    table: dict = {}
+    for kind in SCALAR_KINDS:
+        if arch == "cpu":
+            table[kind.dtype.type] = kind.sig
+        else:
+            table[kind.dtype.type] = (lambda sig_, pack_: lambda v: (sig_, pack_(v)))(kind.sig, kind.pack)
+    return table
+
+
+_NUMPY_SCALARS = {"cpu": _numpy_scalar_table("cpu"), "cuda": _numpy_scalar_table("cuda")}

@@ -1,0 +1,94 @@
+"""Checks and error translation both backends' launchers share (flag, bounds, compile errors)."""
+
+from __future__ import annotations
+
+import ast
+import os
+
+from ..args.kinds import FlagKind
+from ..args.resolve import scalar_annotation
+from ..errors import QgraphSyntaxError
+from ..lang.frontend import UNRESOLVED, KernelSource, syntax_error
+from ..lang.regions import device_loops
+
+
+def fixed_scalar_types(src: KernelSource) -> tuple[str | None, ...]:
+    """Scalar types fixed by parameter annotations (`dt: float`, `n: qgraph.i32`)."""
+    fixed = []
+    for p in src.params:
+        ann = None
+        if p.annotation is not None:
+            obj = src.resolve(p.annotation)
+            ann = scalar_annotation(obj) if obj is not UNRESOLVED else None
+        fixed.append(ann)
+    return tuple(fixed)
+
+
+def flag_params(src: KernelSource) -> tuple[int, ...]:
+    """Positions of the parameters that are device-loop flags, in tree order, each once."""
+    found: list[int] = []
+    for loop in device_loops(src.body):
+        index = src.param_names.index(loop.flag)
+        if index not in found:
+            found.append(index)
+    return tuple(found)
+
+
+def check_flag_types(src: KernelSource, key: tuple[str, ...]) -> None:
+    """TypeError unless every flag is an int32 array of ndim 0 or 1."""
+    for index in flag_params(src):
+        if not FlagKind.accepts(key[index]):
+            name = src.param_names[index]
+            raise TypeError(f"graph_while flag '{name}' must be an int32 array of shape () or (1,), "
+                            f"got {key[index]}; create it with qgraph.ndarray(qgraph.i32, ())")
+
+
+def flag_shape_error(src: KernelSource, index: int, shape) -> TypeError:
+    return TypeError(f"graph_while flag '{src.param_names[index]}' must be an int32 array of shape () or (1,), "
+                     f"got shape {tuple(shape)}")
+
+
+def compile_error(src: KernelSource, key: tuple[str, ...], error: Exception, task=None) -> QgraphSyntaxError:
+    """A numba compile failure as a QgraphSyntaxError naming the user's source line."""
+    from ..compiler.numba_adapter import error_locations, error_summary
+
+    summary, text = error_summary(error)
+    found = error_locations(error)
+    target = os.path.abspath(src.filename)
+    last = max((getattr(n, "end_lineno", 0) or 0) for n in ast.walk(src.fn_def))
+    # numba lists the failing statement, then the enclosing task and runner lines: in the
+    # kernel's own span, the deepest (largest) line is the statement itself.
+    user = [n for f, n in found if os.path.abspath(f) == target and src.lineno <= n <= last]
+    lineno = max(user) if user else (task.lineno if task is not None else src.lineno)
+    signature = ", ".join(f"{n}: {t}" for n, t in zip(src.param_names, key))
+    where = f"task {task.index} of kernel {src.name}" if task is not None else f"kernel {src.name}"
+    message = (f"cannot compile {where} for ({signature}): {summary}\n"
+               f"(compiler said:)\n{text}")
+    return syntax_error(message, src.filename, lineno)
+
+
+def check_bounds(src, key: tuple, bounds, args: tuple) -> None:
+    """Evaluate the loop bounds once per specialisation; a failure names the loop's line."""
+    if not any(t.parallel for t in src.tasks):
+        return
+    try:
+        bounds(*args)
+    except Exception as e:
+        lineno = src.lineno
+        tb = e.__traceback__
+        while tb is not None:  # the bounds function carries the user's file and line numbers
+            if tb.tb_frame.f_code.co_name == "_qg_bounds":
+                lineno = tb.tb_lineno
+            tb = tb.tb_next
+        signature = ", ".join(f"{n}: {t}" for n, t in zip(src.param_names, key))
+        raise syntax_error(f"kernel {src.name}: a parallel loop's bounds cannot be evaluated for ({signature}): "
+                           f"{type(e).__name__}: {e}", src.filename, lineno) from e
+
+
+def host_bounds(src: KernelSource):
+    """The host function evaluating every parallel loop's bounds (lang.bounds.bounds_function)."""
+    from ..lang.bounds import bounds_function
+
+    ns = dict(src.globals)
+    ns.update(src.closure)
+    return bounds_function(src, ns)

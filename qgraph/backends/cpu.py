@@ -1,0 +1,88 @@
+"""CPU launches: a kernel call runs its numba runner; numba compiles one overload per signature."""
+
+from __future__ import annotations
+
+from ..args.kinds import arg_type
+from ..args.resolve import resolver_lines
+from ..compiler.numba_adapter import is_compile_error, is_typing_stage
+from ..lang import generated
+from .checks import (
+    check_bounds,
+    check_flag_types,
+    compile_error,
+    fixed_scalar_types,
+    flag_params,
+    flag_shape_error,
+    host_bounds,
+)
+
+
+class CpuLauncher:
+    """Runs a kernel's numba runner; numba compiles one overload per signature."""
+
+    def __init__(self, kernel, state) -> None:
+        self.kernel = kernel
+        self.src = kernel._source
+        self.stats = kernel.stats
+        self._specs: dict[tuple, object] = {}
+        self._programs: dict[frozenset, object] = {}  # by the set of 0-d array parameters
+        self._bounds = None
+        self._cache_dir = state.settings.cache_dir
+        self._flags = flag_params(self.src)
+        stats = self.stats
+        stats.used_graph = False
+        stats.graph_nodes = 0
+        stats.host_loop = False
+        stats.cache_size = 0
+        self.launch = self._generate_launch()
+
+    def _generate_launch(self):
+        """launch(a0, ..., stream): resolve inline, look the runner up, call it."""
+        src = self.src
+        n = len(src.param_names)
+        ns: dict = {"_get": self._specs.get, "_first_call": self._first_call, "_flag_error": flag_shape_error,
+                    "_src": src}
+        comma = "," if n == 1 else ""
+        values = ", ".join(f"v{k}" for k in range(n))
+        lines = resolver_lines(src.param_names, fixed_scalar_types(src), "cpu", ns)
+        lines += [f"    key = ({', '.join(f's{k}' for k in range(n))}{comma})",
+                  "    runner = _get(key)",
+                  "    if runner is None:",
+                  f"        return _first_call(key, ({values}{comma}))"]
+        for k in self._flags:
+            lines += [f"    if v{k}.shape not in ((), (1,)):",
+                      f"        raise _flag_error(_src, {k}, v{k}.shape)"]
+        lines.append(f"    runner({values})")
+        args = ", ".join(f"a{k}" for k in range(n))
+        source = f"def launch({args}{', ' if n else ''}stream):\n" + "\n".join(lines) + "\n"
+        return generated.function(source, "launch", f"launch of kernel {src.qualname} (cpu)", ns)
+
+    def _first_call(self, key: tuple, values: tuple) -> None:
+        check_flag_types(self.src, key)
+        for k in self._flags:
+            if values[k].shape not in ((), (1,)):
+                raise flag_shape_error(self.src, k, values[k].shape)
+        if self._bounds is None:
+            self._bounds = host_bounds(self.src)
+        check_bounds(self.src, key, self._bounds, values)  # the same errors as on CUDA
+        zero_d = [k for k, sig in enumerate(key) if arg_type(sig).ndim == 0]
+        names = frozenset(self.src.param_names[k] for k in zero_d)
+        program = self._programs.get(names)
+        if program is None:
+            from ..compiler.cpu_program import CpuProgram
+
+            program = self._programs[names] = CpuProgram(self.src, self._cache_dir, names)
+        runner = program.runner
+        try:
+            runner(*values)
+        except Exception as e:
+            if is_compile_error(e) and is_typing_stage(e):
+                raise compile_error(self.src, key, e) from e
+            raise
+        self._specs[key] = runner
+        self.stats.specialisations += 1
+        self.stats.num_tasks = len(self.src.tasks)
+
+    def close(self) -> None:
+        self._specs.clear()
+        self._programs.clear()

@@ -1,0 +1,47 @@
+"""Kernel nodes of CUDA graphs: parameters, edges, and the updatable node record.
+
+Shared by the task graphs (graph_cache) and the device control flow (conditional).
+"""
+
+from __future__ import annotations
+
+from .device import check, driver
+from .params import ParamBuffer
+
+
+class GraphNode:
+    """One updatable kernel node: the expressions of its block and grid, and its persistent state."""
+
+    __slots__ = ("expr", "grid", "buffer", "params", "handle", "kernel")
+
+    def __init__(self, expr: str, grid: str, buffer: ParamBuffer, params, handle, kernel=None) -> None:
+        self.expr = expr
+        self.grid = grid
+        self.buffer = buffer
+        self.params = params
+        self.handle = handle
+        self.kernel = kernel  # the TaskKernel of a task node (its function variant follows the grid)
+
+
+def add_edge(graph, before, after, programmatic: bool) -> None:
+    """`before` -> `after`; programmatic: `after` launches early and waits in its first instruction."""
+    d = driver()
+    edge = d.CUgraphEdgeData()
+    if programmatic:
+        edge.type = d.CUgraphDependencyType.CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC
+        edge.from_port = d.CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC
+    check(d.cuGraphAddDependencies(graph, [before], [after], [edge], 1), "cuGraphAddDependencies")
+
+
+def kernel_node_params(function, grid: int, block: int, buffer: ParamBuffer | None = None,
+                       kernel_params: int = 0):
+    """A 1-D kernel node: parameters from `buffer` (by `extra`) or a `kernel_params` array."""
+    d = driver()
+    params = d.CUDA_KERNEL_NODE_PARAMS()
+    params.func = function
+    params.gridDimX, params.gridDimY, params.gridDimZ = grid, 1, 1
+    params.blockDimX, params.blockDimY, params.blockDimZ = block, 1, 1
+    params.sharedMemBytes = 0
+    params.kernelParams = kernel_params
+    params.extra = buffer.extra if buffer is not None else 0
+    return params

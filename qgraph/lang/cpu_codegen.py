@@ -1,0 +1,223 @@
+"""CPU code generation: one module per kernel for numba.
+
+`@qgraph.func` helpers, one function per unit of tasks (runs of parallel tasks numba can
+analyse share one, so numba may fuse their loops; every other task is its own) and a
+runner that walks the kernel's region tree, calling the units in order (a device loop
+region becomes a do-while on its flag).
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+from dataclasses import dataclass
+
+from .fingerprint import fingerprint_of
+from .frontend import KernelSource
+from .lowering import (
+    RUNNER,
+    CallRewriter,
+    Symbols,
+    ZeroDIndex,
+    assign,
+    binop,
+    call,
+    function_def,
+    lower_funcs,
+    lower_statements,
+    module_of,
+    name_node,
+    task_locals,
+    view_assignments,
+)
+from .regions import DeviceLoop, Dim, Region, Task
+
+
+@dataclass
+class CpuModule:
+    tree: ast.Module  # the unit functions and the runner
+    func_codes: list[tuple[str, ast.Module, KernelSource]]  # each @qgraph.func, run in its own module's globals
+    units: list[tuple[str, bool]]  # (function name, has parallel loops), in call order
+    atomics: set[str]
+    fingerprint: str  # what the generated code depends on, for the disk cache
+    runner: str  # the runner's (unique) function name
+
+    @property
+    def funcs(self) -> list[str]:
+        return [name for name, _, _ in self.func_codes]
+
+
+def _cpu_parallel_loop(task: Task, body: list[ast.stmt], zero_d: frozenset[str]) -> list[ast.stmt]:
+    """prange over the outer dimension; inner ndrange dimensions as serial loops."""
+    at = ast.Pass()
+    ast.copy_location(at, task.body[0])
+    views = ZeroDIndex(zero_d)
+    inner = [views.visit(s) for s in body]
+    stmts: list[ast.stmt] = view_assignments(views.used, at)
+    for k in range(len(task.dims) - 1, -1, -1):
+        dim = task.dims[k]
+        var = task.loop_vars[k]
+        rng = "_qg_prange" if k == 0 else "range"
+        if dim.step is None:
+            # `prange(stop)` when the start is a literal 0: numba then knows the index is
+            # non-negative, drops the wraparound checks and vectorises (2.5x for a saxpy)
+            zero = isinstance(dim.start, ast.Constant) and dim.start.value == 0
+            iter_ = call(rng, [dim.stop] if zero else [dim.start, dim.stop], dim.stop)
+            inner = [ast.copy_location(ast.For(name_node(var, at, True), iter_, inner, []), at)]
+        else:
+            s, e, d = f"_qg_s{k}_{task.index}", f"_qg_e{k}_{task.index}", f"_qg_d{k}_{task.index}"
+            stmts += [assign(s, dim.start, at), assign(e, dim.stop, at), assign(d, dim.step, at)]
+            trip = call("_qg_trip_count", [name_node(s, at), name_node(e, at), name_node(d, at)], at)
+            counter = f"_qg_k{task.index}"
+            index = assign(var, binop(name_node(s, at), ast.Add(),
+                                        binop(name_node(counter, at), ast.Mult(), name_node(d, at), at), at), at)
+            inner = [ast.copy_location(ast.For(name_node(counter, at, True), call(rng, [trip], at),
+                                               [index] + inner, []), at)]
+    return stmts + inner
+
+
+_PURE_BUILTINS = {abs, min, max, int, float, bool, len, round, range}
+
+
+def _fusable(src: KernelSource, task: Task) -> bool:
+    """True when numba sees every write of this parallel task (setitem only, pure calls).
+
+    numba may reorder and fuse parallel loops in one function; its dependence analysis
+    counts only setitem as a write, so a loop that writes through a call (an atomic, a
+    helper, `x.fill()`) must stay in a function of its own.
+    """
+    if not task.parallel:
+        return False
+    local_names = task_locals(src, task)
+    for stmt in task.body:
+        for node in ast.walk(stmt):
+            if not isinstance(node, ast.Call):
+                continue
+            root = node.func
+            while isinstance(root, ast.Attribute):
+                root = root.value
+            if not isinstance(root, ast.Name) or root.id in local_names:
+                return False
+            if not _is_pure_call(src.resolve(node.func), node):
+                return False
+    return True
+
+
+def _is_pure_call(obj: object, node: ast.Call) -> bool:
+    """A call that writes no array: math functions, a few builtins, NumPy ufuncs without out=."""
+    import numpy as np
+
+    if node.keywords:
+        return False
+    if any(obj is b for b in _PURE_BUILTINS):
+        return True
+    if callable(obj) and getattr(obj, "__module__", None) == "math":
+        return True
+    return isinstance(obj, np.ufunc)
+
+
+def cpu_module(src: KernelSource, zero_d: frozenset[str] = frozenset()) -> CpuModule:
+    """One function per unit of tasks, and a runner that walks the region tree calling them.
+
+    Within a sequence, runs of parallel tasks that numba can analyse share a function, so
+    numba fuses adjacent loops where that is safe, as it would for the same loops written
+    by hand; every other boundary between tasks is a call, which numba never reorders. A
+    device loop becomes a do-while on its flag. Parallel loops index the 0-d array
+    parameters in `zero_d` through 1-element views.
+    """
+    symbols = Symbols()
+    defs: list[ast.stmt] = []
+    units: list[tuple[str, bool]] = []
+    at = src.fn_def
+
+    def unit_call(unit: list[Task]) -> ast.stmt:
+        body: list[ast.stmt] = []
+        used: set[str] = set()
+        for task in unit:
+            stmts = lower_statements(src, task.body, task_locals(src, task), symbols)
+            if task.parallel:
+                dims = [Dim(*lower_bounds(src, d, symbols)) for d in task.dims]
+                stmts = _cpu_parallel_loop(_with_dims(task, dims), stmts, zero_d)
+            body += stmts
+            used |= set(task.loaded) | set(task.bound_names)
+        params = [p for p in src.param_names if p in used]
+        name = f"_qg_unit_{len(units)}"
+        defs.append(function_def(name, params, body, unit[0].lineno))
+        units.append((name, any(t.parallel for t in unit)))
+        return ast.copy_location(ast.Expr(call(name, [name_node(p, at) for p in params], at)), at)
+
+    def walk(region: Region) -> list[ast.stmt]:
+        if isinstance(region, Task):
+            return [unit_call([region])]
+        if isinstance(region, DeviceLoop):
+            index = ast.Tuple([], ast.Load()) if region.flag in zero_d else ast.Constant(0)
+            flag = ast.copy_location(ast.Subscript(name_node(region.flag, at), index, ast.Load()), at)
+            test = ast.copy_location(ast.Compare(flag, [ast.Eq()], [ast.Constant(0)]), at)
+            brk = ast.copy_location(ast.If(test, [ast.copy_location(ast.Break(), at)], []), at)
+            return [ast.copy_location(ast.While(ast.Constant(True), walk(region.body) + [brk], []), at)]
+        stmts: list[ast.stmt] = []
+        run: list[Task] = []
+        for child in region.children:
+            if isinstance(child, Task) and run and _fusable(src, child) and all(_fusable(src, t) for t in run):
+                run.append(child)
+                continue
+            if run:
+                stmts.append(unit_call(run))
+            run = [child] if isinstance(child, Task) else []
+            if not isinstance(child, Task):
+                stmts += walk(child)
+        if run:
+            stmts.append(unit_call(run))
+        return stmts
+
+    defs.append(function_def(RUNNER, list(src.param_names), walk(src.body), src.lineno))
+    func_defs = lower_funcs(symbols)
+    fingerprint = fingerprint_of(src, [f for f, _ in func_defs] + defs, symbols)
+    # numba names compiled code after module, qualname and a per-process counter, so two
+    # kernels compiled by different processes can emit the same symbol, and a process
+    # loading both from the disk cache links whichever it loaded first. Names unique to the
+    # kernel and its code make every cached symbol mean exactly one piece of code.
+    renames = {name: unique_symbol(name, src.name, fingerprint)
+               for name in [f.name for f, _ in func_defs] + [d.name for d in defs]}
+    for fdef, _ in func_defs:
+        _Rename(renames).visit(fdef)
+    for d in defs:
+        _Rename(renames).visit(d)
+    func_codes = [(fdef.name, module_of([fdef]), fn._source) for fdef, fn in func_defs]
+    units = [(renames[name], parallel) for name, parallel in units]
+    return CpuModule(module_of(defs), func_codes, units, symbols.atomics, fingerprint,
+                     renames[RUNNER])
+
+
+def unique_symbol(name: str, kernel_name: str, fingerprint: str) -> str:
+    """A generated function's name, unique to its kernel and code (see cpu_module)."""
+    return f"{name}__{kernel_name}_{fingerprint[:16]}"
+
+
+class _Rename(ast.NodeTransformer):
+    """Rename generated functions: their definitions and every reference to them."""
+
+    def __init__(self, mapping: dict[str, str]) -> None:
+        self.mapping = mapping
+
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> ast.AST:
+        node.name = self.mapping.get(node.name, node.name)
+        self.generic_visit(node)
+        return node
+
+    def visit_Name(self, node: ast.Name) -> ast.AST:
+        node.id = self.mapping.get(node.id, node.id)
+        return node
+
+
+def lower_bounds(src: KernelSource, dim: Dim, symbols: Symbols) -> tuple:
+    """A loop dimension's bound expressions with qgraph builtins rewritten."""
+    rewriter = CallRewriter(src, set(src.param_names), symbols)
+    return tuple(None if e is None else rewriter.visit(copy.deepcopy(e))
+                 for e in (dim.start, dim.stop, dim.step))
+
+
+def _with_dims(task: Task, dims: list[Dim]) -> Task:
+    clone = copy.copy(task)
+    clone.dims = tuple(dims)
+    return clone

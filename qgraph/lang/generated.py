@@ -1,0 +1,75 @@
+"""The one way qgraph runs code it generates, and the dump of everything it generates.
+
+Launch paths and binders are generated as Python source: they run under a readable
+pseudo-file name (`<qgraph: launch of kernel relax>`) registered with `linecache`, so a
+traceback through them shows the generated line. Task code is generated as AST carrying
+the user's file and line numbers (so errors point at the user's source) and runs under
+that file name. With `QGRAPH_DUMP=<dir>` every generated source (Python, and the PTX the
+CUDA backend compiles) is also written to `<dir>`, one file per piece of code.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import linecache
+import os
+import re
+
+_dump_dir: str | None = None
+
+
+def configure(dump_dir: str | None) -> None:
+    """Set by `qgraph.init()` from QGRAPH_DUMP."""
+    global _dump_dir
+    _dump_dir = dump_dir
+
+
+def dump_dir() -> str | None:
+    return _dump_dir
+
+
+def run_source(source: str, label: str, namespace: dict) -> dict:
+    """Execute generated source as `<qgraph: label>`; returns the namespace it filled."""
+    filename = f"<qgraph: {label}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    exec(compile(source, filename, "exec"), namespace)
+    dump(label, source, "py")
+    return namespace
+
+
+def compile_tree(module: ast.Module, filename: str, label: str):
+    """Compile generated AST located in the user's `filename`; dumps its source as `label`."""
+    code = compile(module, filename, "exec")
+    if _dump_dir is not None:
+        dump(label, f"# generated from {filename}\n" + ast.unparse(module) + "\n", "py")
+    return code
+
+
+def run_tree(module: ast.Module, filename: str, label: str, namespace: dict) -> dict:
+    exec(compile_tree(module, filename, label), namespace)
+    return namespace
+
+
+def function(source: str, name: str, label: str, namespace: dict):
+    """The function `name` defined by generated `source`."""
+    return run_source(source, label, namespace)[name]
+
+
+_UNSAFE = re.compile(r"[^\w.+-]+")
+
+
+def dump(label: str, text: str, suffix: str) -> str | None:
+    """Write one generated source under QGRAPH_DUMP (no-op when unset); returns its path."""
+    if _dump_dir is None:
+        return None
+    digest = hashlib.sha256(text.encode()).hexdigest()[:10]
+    name = _UNSAFE.sub("_", label).strip("_")[:150]
+    path = os.path.join(_dump_dir, f"{name}-{digest}.{suffix}")
+    try:
+        os.makedirs(_dump_dir, exist_ok=True)
+        with open(path, "w") as f:
+            f.write(text)
+    except OSError:
+        return None
+    return path

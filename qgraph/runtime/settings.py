@@ -1,0 +1,84 @@
+"""What the environment says, parsed in one place and read by `init()`.
+
+Every switch is parsed by the same rules: case-insensitive, surrounding spaces ignored,
+`0/false/off/no` is off. Changing a variable takes effect at the next `qgraph.init()`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ..errors import QgraphError
+
+ARCHES = ("cuda", "cpu")
+_OFF = ("0", "false", "off", "no")
+
+
+def env_text(environ: Mapping[str, str], name: str, default: str = "") -> str:
+    """A variable's value, stripped and lower-cased."""
+    return environ.get(name, default).strip().lower()
+
+
+def switch(environ: Mapping[str, str], name: str, default: bool = True) -> bool:
+    """An on/off variable: unset or empty means `default`; 0/false/off/no mean off."""
+    text = env_text(environ, name)
+    if not text:
+        return default
+    return text not in _OFF
+
+
+def arch_name(text: str | None, source: str) -> str | None:
+    """'cuda' / 'cpu' from any spelling (' CPU ' included); None for unset; else QgraphError."""
+    if text is None:
+        return None
+    name = text.strip().lower()
+    if not name:
+        return None
+    if name not in ARCHES:
+        raise QgraphError(f"{source}={text!r}: expected 'cuda' or 'cpu'")
+    return name
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What the environment variables say, read by init()."""
+
+    graphs: bool = True  # QGRAPH_GRAPHS=0 turns CUDA graphs off
+    graph_while_host: bool = False  # QGRAPH_GRAPH_WHILE=host forces the host do-while
+    cache_dir: str | None = None  # QGRAPH_CACHE_DIR; None when the disk cache is off
+    graph_cache_size: int = 16  # QGRAPH_GRAPH_CACHE_SIZE: graphs kept per kernel (LRU)
+    programmatic_edges: bool = True  # QGRAPH_PDL=0: plain edges between graph kernel nodes
+    dump_dir: str | None = None  # QGRAPH_DUMP=<dir>: write every generated source there
+    arch: str | None = None  # QGRAPH_ARCH, for init(arch=None)
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str] = os.environ) -> Settings:
+        mode = env_text(environ, "QGRAPH_GRAPH_WHILE", "auto")
+        if mode not in ("auto", "host", "device", ""):
+            raise QgraphError(f"QGRAPH_GRAPH_WHILE={mode!r}: expected 'host' (force the host loop) or 'auto'")
+        size_text = environ.get("QGRAPH_GRAPH_CACHE_SIZE", "16")
+        try:
+            size = int(size_text)
+            if size < 1:
+                raise ValueError
+        except ValueError:
+            raise QgraphError(f"QGRAPH_GRAPH_CACHE_SIZE={size_text!r}: expected a positive integer") from None
+        dump = environ.get("QGRAPH_DUMP", "").strip()
+        return cls(graphs=switch(environ, "QGRAPH_GRAPHS"), graph_while_host=mode == "host",
+                   cache_dir=cache_directory(environ), graph_cache_size=size,
+                   programmatic_edges=switch(environ, "QGRAPH_PDL"),
+                   dump_dir=os.path.abspath(os.path.expanduser(dump)) if dump else None,
+                   arch=arch_name(environ.get("QGRAPH_ARCH"), "QGRAPH_ARCH"))
+
+
+def cache_directory(environ: Mapping[str, str] = os.environ) -> str | None:
+    """The compiled-code cache directory, or None when QGRAPH_CACHE=0 turns it off."""
+    if not switch(environ, "QGRAPH_CACHE"):
+        return None
+    explicit = environ.get("QGRAPH_CACHE_DIR")
+    if explicit:
+        return os.path.abspath(os.path.expanduser(explicit))
+    base = environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "qgraph")
