@@ -9,13 +9,13 @@
 See docs/ for the guide; the public names below are the contract (SPEC.md).
 """
 
-from .args.ndarray import Ndarray, from_numpy, ndarray
 from .bench.measure import BenchmarkResult, benchmark
 from .decorator import Func, Kernel, KernelStats, func, kernel
 from .dtypes import f32, f64, i8, i16, i32, i64, u8, u16, u32, u64
 from .errors import FallbackWarning, QgraphError, QgraphSyntaxError
 from .lang.builtins import atomic_add, atomic_max, atomic_min, atomic_sub, ndrange
 from .runtime import current_arch, device_info, init, reset, sync
+from .runtime.arrays import Ndarray, from_numpy, ndarray
 
 __version__ = "0.1.0"
 

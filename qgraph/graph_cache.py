@@ -29,8 +29,8 @@ import enum
 import time
 from collections import OrderedDict
 
-from .backends.launch_code import block_expr, generate, grid_expr, signature_with_constants
 from .compiler.cuda_program import TaskKernel
+from .compiler.launch_code import block_expr, generate, grid_expr, signature_with_constants
 from .conditional import WhileLoop
 from .driver.device import CudaDevice, check, driver, fail, kernel_failure
 from .driver.nodes import GraphNode, add_edge, kernel_node_params

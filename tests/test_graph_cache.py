@@ -222,3 +222,23 @@ def test_dependent_tasks_see_all_previous_writes(cuda, monkeypatch, pdl):
     np.testing.assert_array_equal(z.to_numpy(), zr)
     monkeypatch.delenv("QGRAPH_PDL")
     qgraph.init("cuda")
+
+
+def test_a_closed_graph_raises_instead_of_reaching_the_driver(cuda):
+    from qgraph.graph_cache import GraphState
+
+    x = qgraph.from_numpy(np.arange(8.0))
+    bump(x)
+    launcher = bump._launchers[qgraph.runtime.STATE.target.key]
+    spec = next(iter(launcher._specs.values()))
+    graph = spec.graph
+    assert graph.state is GraphState.BUILT
+    qgraph.sync()
+    graph.close()
+    assert graph.state is GraphState.CLOSED
+    other = qgraph.from_numpy(np.arange(8.0))  # new bytes: the replay must set up an instance
+    with pytest.raises(qgraph.QgraphError, match="was closed"):
+        graph.replay((other,), (other._abi,), launcher.device.stream_handle)
+    qgraph.reset()  # the next call rebuilds and works
+    bump(other)
+    np.testing.assert_array_equal(other.to_numpy(), np.arange(8.0) + 1)

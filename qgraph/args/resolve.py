@@ -65,10 +65,13 @@ def scalar_value(value: object, name: str, fixed: str | None) -> tuple[str, obje
                     "pass a qgraph/NumPy/device array or an int, float or bool")
 
 
-def _is_array_like(value: object) -> bool:
-    from .ndarray import Ndarray
+def is_qgraph_array(value: object) -> bool:
+    """A qgraph.Ndarray (defined in the runtime, above this layer)."""
+    return getattr(type(value), "_qgraph_array", False)
 
-    return isinstance(value, (Ndarray, np.ndarray)) or hasattr(value, "__cuda_array_interface__") \
+
+def _is_array_like(value: object) -> bool:
+    return is_qgraph_array(value) or isinstance(value, np.ndarray) or hasattr(value, "__cuda_array_interface__") \
         or hasattr(value, "__dlpack__")
 
 
@@ -88,11 +91,9 @@ def numpy_sig(value: np.ndarray, name: str) -> str:
 
 
 def cpu_slow(value: object, name: str, fixed: str | None) -> tuple[str, object]:
-    from .ndarray import Ndarray
-
     if fixed is not None:
         return scalar_value(value, name, fixed)
-    if isinstance(value, Ndarray):
+    if is_qgraph_array(value):
         raise TypeError(f"argument '{name}' is a qgraph array in CUDA device memory but qgraph runs on "
                         "cpu; create arrays after qgraph.init(), or copy with qgraph.from_numpy(a.to_numpy())")
     if isinstance(value, np.ndarray):
@@ -105,12 +106,10 @@ def cpu_slow(value: object, name: str, fixed: str | None) -> tuple[str, object]:
 
 def cuda_slow(value: object, name: str, fixed: str | None) -> tuple[str, bytes, object]:
     """(key text, parameter bytes, owner to keep alive) for anything but the fast paths."""
-    from .ndarray import Ndarray
-
     if fixed is not None:
         sig, scalar = scalar_value(value, name, fixed)
         return sig, arg_type(sig).pack(scalar), None
-    if isinstance(value, Ndarray):
+    if is_qgraph_array(value):
         raise TypeError(f"argument '{name}' is a qgraph array in host memory (created on cpu) but qgraph "
                         "runs on cuda; create arrays after qgraph.init('cuda'), or copy it with "
                         "qgraph.from_numpy(a.to_numpy())")
@@ -172,14 +171,13 @@ def _fixed_scalar_fast_path(k: int, a: str, fix: str, arch: str, ns: dict) -> li
 
 
 def resolver_lines(names: tuple[str, ...], fixed: tuple[str | None, ...], arch: str, ns: dict,
-                   indent: str = "    ") -> list[str]:
+                   array_type: type, indent: str = "    ") -> list[str]:
     """Straight-line code assigning s<k> (key text) and v<k> (value) from argument a<k>.
 
-    `ns` receives the constants the lines use.
+    `array_type` is qgraph's Ndarray (its key text and values precomputed); `ns` receives
+    the constants the lines use.
     """
-    from .ndarray import Ndarray
-
-    ns.update({"_Ndarray": Ndarray, "_F64": F64, "_I64": I64, "_fixed": fixed, "_names": names,
+    ns.update({"_Ndarray": array_type, "_F64": F64, "_I64": I64, "_fixed": fixed, "_names": names,
                "_np_ndarray": np.ndarray, "_numpy_sig": numpy_sig,
                "_slow": cpu_slow if arch == "cpu" else _cuda_slow_value})
     lines = []

@@ -6,6 +6,7 @@ from ..args.kinds import arg_type
 from ..args.resolve import resolver_lines
 from ..compiler.numba_adapter import is_compile_error, is_typing_stage
 from ..lang import generated
+from ..runtime.arrays import Ndarray
 from .checks import (
     check_bounds,
     check_flag_types,
@@ -44,7 +45,7 @@ class CpuLauncher:
                     "_src": src}
         comma = "," if n == 1 else ""
         values = ", ".join(f"v{k}" for k in range(n))
-        lines = resolver_lines(src.param_names, fixed_scalar_types(src), "cpu", ns)
+        lines = resolver_lines(src.param_names, fixed_scalar_types(src), "cpu", ns, Ndarray)
         lines += [f"    key = ({', '.join(f's{k}' for k in range(n))}{comma})",
                   "    runner = _get(key)",
                   "    if runner is None:",

@@ -18,6 +18,7 @@ from .. import conditional
 from ..args.kinds import FlagKind
 from ..args.resolve import resolver_lines
 from ..compiler.cuda_program import TaskKernel, compile_tasks
+from ..compiler.launch_code import block_expr, generate, grid_expr, signature_with_constants
 from ..compiler.numba_adapter import is_compile_error
 from ..driver.device import driver, kernel_failure, stream_handle
 from ..driver.params import ParamBuffer
@@ -26,6 +27,7 @@ from ..graph_cache import GraphCache, TaskGraph
 from ..lang import generated
 from ..lang.regions import DeviceLoop, Region, Sequence, device_loops, has_nested_loops
 from ..runtime import DeviceState
+from ..runtime.arrays import Ndarray
 from .checks import (
     check_bounds,
     check_flag_types,
@@ -35,7 +37,6 @@ from .checks import (
     flag_shape_error,
     host_bounds,
 )
-from .launch_code import block_expr, generate, grid_expr, signature_with_constants
 
 _BOUNDS_MEMO = 16  # eager calls remember the loop bounds of this many recent argument sets
 
@@ -141,7 +142,7 @@ class CudaLauncher:
         comma = "," if n == 1 else ""
         args = ", ".join(f"a{k}" for k in range(n))
         lines = ["    if _ident() != _dev._thread:", "        _dev.make_current()"]
-        lines += resolver_lines(src.param_names, fixed_scalar_types(src), "cuda", ns)
+        lines += resolver_lines(src.param_names, fixed_scalar_types(src), "cuda", ns, Ndarray)
         lines += [f"    key = ({', '.join(f's{k}' for k in range(n))}{comma})",
                   f"    p = ({', '.join(f'v{k}' for k in range(n))}{comma})",
                   "    spec = _get(key)",

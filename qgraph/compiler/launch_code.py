@@ -8,8 +8,8 @@ lookups and no attribute chains.
 
 from __future__ import annotations
 
-from ..compiler.cuda_program import TaskKernel
 from ..lang import generated
+from .cuda_program import TaskKernel
 
 
 def block_expr(tk: TaskKernel) -> str:

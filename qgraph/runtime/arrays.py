@@ -11,9 +11,9 @@ import operator
 
 import numpy as np
 
-from .. import runtime
+from ..args.kinds import array_sig, numba_abi
 from ..dtypes import as_dtype
-from .kinds import array_sig, numba_abi
+from . import state as runtime
 
 
 def _normalise_shape(shape) -> tuple[int, ...]:
@@ -46,6 +46,8 @@ class _DeviceMemory:
 
 class Ndarray:
     """A zero-filled array for qgraph kernels; see `qgraph.ndarray`."""
+
+    _qgraph_array = True  # how the argument layer (below the runtime) recognises it
 
     __slots__ = ("_shape", "_dtype", "_size", "_host", "_memory", "_ptr", "_device", "_sig", "_abi",
                  "__weakref__")

@@ -1,0 +1,53 @@
+"""Generated code: tracebacks show the generated line, QGRAPH_DUMP writes every source."""
+
+from __future__ import annotations
+
+import os
+import traceback
+
+import numpy as np
+import pytest
+
+import qgraph
+
+
+@qgraph.kernel
+def scaled(x, a: float):
+    for i in range(x.shape[0]):
+        x[i] = x[i] * a
+
+
+def test_a_traceback_through_launch_code_shows_the_generated_line(arch):
+    x = qgraph.from_numpy(np.ones(4))
+    with pytest.raises(TypeError, match="argument 'a'") as info:
+        scaled(x, "two")
+    frames = traceback.extract_tb(info.value.__traceback__)
+    launch = [f for f in frames if f.filename.startswith("<qgraph: launch of kernel scaled")]
+    assert launch, [f.filename for f in frames]
+    assert "_slow(a1" in launch[-1].line  # the generated statement itself, read through linecache
+
+
+def test_qgraph_dump_writes_every_generated_source(arch, tmp_path, monkeypatch):
+    monkeypatch.setenv("QGRAPH_DUMP", str(tmp_path))
+    qgraph.init(arch)
+    try:
+        @qgraph.kernel(cuda_graph=True)
+        def dumped(x, a: float):
+            for i in range(x.shape[0]):
+                x[i] = x[i] + a
+
+        x = qgraph.from_numpy(np.zeros(16))
+        dumped(x, 2.0)
+        np.testing.assert_array_equal(x.to_numpy(), np.full(16, 2.0))
+    finally:
+        monkeypatch.delenv("QGRAPH_DUMP")
+        qgraph.init(arch)
+    names = os.listdir(tmp_path)
+    texts = {n: (tmp_path / n).read_text() for n in names}
+    assert any(n.startswith("launch_of_kernel") and "def launch(" in t for n, t in texts.items()), names
+    assert any(n.startswith("bounds_of") and "_qg_bounds" in t for n, t in texts.items()), names
+    prefix = "cuda_tasks_of_" if arch == "cuda" else "cpu_tasks_of_"
+    assert any(n.startswith(prefix) and "dumped" in n and "x[i] + a" in t for n, t in texts.items()), names
+    if arch == "cuda":
+        assert any(n.endswith(".ptx") and ".entry" in t for n, t in texts.items()), names
+        assert any(n.startswith("graph_replay_of_kernel") for n in names), names
