@@ -74,14 +74,14 @@ def test_tasks_compile_with_the_packed_layout(sm90, kernel, key, tmp_path):
     orders, codes, task_types = [], [], []
     for task in src.tasks:
         order = cuda_program.param_order(src, task, types)
-        one_element = cuda_codegen.zero_d_atomic_targets(src, task, zero_d)
-        codes.append(cuda_codegen.cuda_task(src, task, [src.param_names[i] for i in order], symbols, one_element))
-        these = [arg_type(array_sig(t.dtype, 1, True)) if n in one_element else t
+        code = cuda_codegen.cuda_task(src, task, [src.param_names[i] for i in order], symbols, zero_d)
+        codes.append(code)
+        these = [arg_type(array_sig(t.dtype, 1, True)) if n in code.one_element else t
                  for n, t in zip(src.param_names, types)]
         orders.append(order)
         task_types.append(these)
     ptx_list, entries, sizes = cuda_program._compile_ptx(src, codes, orders, task_types,
-                                                         lower_funcs(symbols), (9, 0))
+                                                         lower_funcs(symbols), (9, 0), types)
     assert len(entries) == len(src.tasks) and all(size > 0 for size in sizes)
     ptxas = shutil.which("ptxas")
     for name, ptx in ptx_list:

@@ -19,6 +19,7 @@ from ..args.kinds import ArgKind, arg_type
 from ..driver.device import CudaDevice, check, driver
 from ..errors import QgraphError
 from ..lang import cuda_codegen, generated
+from ..lang.cuda_reductions import dtype_name
 from ..lang.fingerprint import fingerprint_of
 from ..lang.frontend import KernelSource, Task
 from ..lang.lowering import CUDA_ATOMICS, Symbols, lower_funcs, module_of
@@ -53,6 +54,7 @@ class TaskKernel:
     suffixes: dict[int, bytes] = None  # argument index -> bytes appended to its block (a 0-d array as (1,))
     trigger_function: object = None  # the same kernel starting with launch_dependents (see below)
     wave: int = 0  # blocks that fit on the device at once: the trigger variant is for grids up to this
+    grid_limit: int = 0  # a cap on the grid (tasks with reductions run grid-stride loops); 0: none
 
     def function_for(self, grid: int, programmatic: bool):
         """The variant for a graph node of `grid` blocks: launch_dependents only for one-wave grids."""
@@ -85,11 +87,11 @@ def compile_tasks(src: KernelSource, key: tuple[str, ...], device: CudaDevice,
     for task in src.tasks:
         order = param_order(src, task, types)
         orders.append(order)
-        one_element = cuda_codegen.zero_d_atomic_targets(src, task, zero_d)
-        codes.append(cuda_codegen.cuda_task(src, task, [src.param_names[k] for k in order], symbols, one_element))
+        code = cuda_codegen.cuda_task(src, task, [src.param_names[k] for k in order], symbols, zero_d)
+        codes.append(code)
         these, suffix = list(types), {}
         for k, name in enumerate(src.param_names):
-            if name in one_element:  # the 0-d array's parameters, extended to shape (1,)
+            if name in code.one_element:  # the 0-d array's parameters, extended to shape (1,)
                 these[k], suffix[k] = types[k].one_element()
         task_types.append(these)
         suffixes.append(suffix)
@@ -104,7 +106,7 @@ def compile_tasks(src: KernelSource, key: tuple[str, ...], device: CudaDevice,
         manifest, cubin = cached
         entries, sizes = manifest["entries"], manifest["param_sizes"]
     else:
-        ptx_list, entries, sizes = _compile_ptx(src, codes, orders, task_types, func_defs, cc)
+        ptx_list, entries, sizes = _compile_ptx(src, codes, orders, task_types, func_defs, cc, types)
         if waits:
             variants = []
             for (name, ptx), entry in zip(ptx_list, entries):
@@ -124,7 +126,7 @@ def compile_tasks(src: KernelSource, key: tuple[str, ...], device: CudaDevice,
         return kernels
     module = device.load_module(cubin)
     slot = 0
-    for task, order, entry, size, suffix in zip(src.tasks, orders, entries, sizes, suffixes):
+    for task, code, order, entry, size, suffix in zip(src.tasks, codes, orders, entries, sizes, suffixes):
         function = device.function(module, entry)
         block = 1
         bounds_slot = None
@@ -136,18 +138,24 @@ def compile_tasks(src: KernelSource, key: tuple[str, ...], device: CudaDevice,
             bounds_slot = slot
             slot += 1
         kernel = TaskKernel(task, function, block, size, bounds_slot, tuple(order), waits, suffix)
-        if waits:
-            kernel.trigger_function = device.function(module, entry + TRIGGER)
+        if task.parallel:
             per_sm = check(driver().cuOccupancyMaxActiveBlocksPerMultiprocessor(function, block, 0),
                            "cuOccupancyMaxActiveBlocksPerMultiprocessor")
-            kernel.wave = per_sm * device.info.multiprocessors
+            kernel.wave = max(1, per_sm) * device.info.multiprocessors
+            if code.reductions:  # a grid-stride loop: as many blocks as fit at once, one atomic each
+                kernel.grid_limit = kernel.wave
+        if waits:
+            kernel.trigger_function = device.function(module, entry + TRIGGER)
         kernels.append(kernel)
     return kernels
 
 
-def _compile_ptx(src, codes, orders, task_types, func_defs, cc):
+def _compile_ptx(src, codes, orders, task_types, func_defs, cc, types):
     """numba-cuda: every task to PTX. Raises numba's errors for the launcher to translate."""
     ns_base = adapter.cuda_namespace()
+    for name, kind in zip(src.param_names, types):  # element types, for typed reduction partials
+        if kind.is_array:
+            ns_base[dtype_name(name)] = adapter.scalar_numba_type(kind.dtype)
     raw_funcs = {}
     func_namespaces = []
     for fdef, fn in func_defs:

@@ -25,6 +25,8 @@ def grid_expr(tk: TaskKernel, at_least_one: bool) -> str:
     if not tk.parallel:
         return "1"
     expr = f"(n[{tk.bounds_slot}] + {tk.block - 1}) // {tk.block}"
+    if tk.grid_limit:
+        expr = f"min({expr}, {tk.grid_limit})"
     return f"({expr} or 1)" if at_least_one else expr
 
 

@@ -153,9 +153,16 @@ def prange():
 
 def cuda_namespace() -> dict:
     """Names the generated CUDA task code uses, bound to numba-cuda objects."""
-    from numba import cuda, int64, uint32, uint64
+    from numba import cuda, int32, int64, uint32, uint64
 
-    return {"_qg_cuda": cuda, "_qg_i64": int64, "_qg_u32": uint32, "_qg_u64": uint64}
+    return {"_qg_cuda": cuda, "_qg_i32": int32, "_qg_i64": int64, "_qg_u32": uint32, "_qg_u64": uint64}
+
+
+def scalar_numba_type(dtype):
+    """The numba scalar type of a NumPy dtype (callable in kernels as a cast)."""
+    from numba.np.numpy_support import from_dtype
+
+    return from_dtype(dtype)
 
 
 def cuda_device_function(py_func):

@@ -31,6 +31,7 @@ from .lowering import (
     view_assignments,
 )
 from .regions import DeviceLoop, Dim, Region, Task
+from .updates import Reduction, UpdateRewriter, combine, task_updates
 
 
 @dataclass
@@ -47,13 +48,18 @@ class CpuModule:
         return [name for name, _, _ in self.func_codes]
 
 
-def _cpu_parallel_loop(task: Task, body: list[ast.stmt], zero_d: frozenset[str]) -> list[ast.stmt]:
-    """prange over the outer dimension; inner ndrange dimensions as serial loops."""
+def _cpu_parallel_loop(task: Task, body: list[ast.stmt], zero_d: frozenset[str],
+                       reductions: tuple[list[ast.stmt], list[ast.stmt]] = ([], [])) -> list[ast.stmt]:
+    """prange over the outer dimension; inner ndrange dimensions as serial loops.
+
+    `reductions` holds the statements initialising the partials before the loop and folding
+    them into their targets after it: numba's parallel reductions keep a partial per thread.
+    """
     at = ast.Pass()
     ast.copy_location(at, task.body[0])
     views = ZeroDIndex(zero_d)
     inner = [views.visit(s) for s in body]
-    stmts: list[ast.stmt] = view_assignments(views.used, at)
+    stmts: list[ast.stmt] = view_assignments(views.used, at) + reductions[0]
     for k in range(len(task.dims) - 1, -1, -1):
         dim = task.dims[k]
         var = task.loop_vars[k]
@@ -73,7 +79,7 @@ def _cpu_parallel_loop(task: Task, body: list[ast.stmt], zero_d: frozenset[str])
                                         binop(name_node(counter, at), ast.Mult(), name_node(d, at), at), at), at)
             inner = [ast.copy_location(ast.For(name_node(counter, at, True), call(rng, [trip], at),
                                                [index] + inner, []), at)]
-    return stmts + inner
+    return stmts + inner + reductions[1]
 
 
 _PURE_BUILTINS = {abs, min, max, int, float, bool, len, round, range}
@@ -86,8 +92,8 @@ def _fusable(src: KernelSource, task: Task) -> bool:
     counts only setitem as a write, so a loop that writes through a call (an atomic, a
     helper, `x.fill()`) must stay in a function of its own.
     """
-    if not task.parallel:
-        return False
+    if not task.parallel or task_updates(src, task) != ([], []):
+        return False  # reductions and atomic scatters write through partials and calls
     local_names = task_locals(src, task)
     for stmt in task.body:
         for node in ast.walk(stmt):
@@ -116,6 +122,31 @@ def _is_pure_call(obj: object, node: ast.Call) -> bool:
     return isinstance(obj, np.ufunc)
 
 
+def _partial_update(reduction: Reduction, value: ast.expr, at: ast.stmt) -> ast.stmt:
+    """Accumulate into the partial in a form numba recognises as a parallel reduction."""
+    var = name_node(reduction.var, at)
+    if reduction.op in ("add", "sub"):
+        return ast.copy_location(ast.AugAssign(name_node(reduction.var, at, True), ast.Add(), value), at)
+    return assign(reduction.var, call(reduction.op, [var, value], at), at)
+
+
+def _reduction_frame(src: KernelSource, task: Task, found: list[Reduction],
+                     symbols: Symbols) -> tuple[list[ast.stmt], list[ast.stmt]]:
+    """Partials before the loop (0, which numba widens to float64 for float values, or the
+    target's current value for min/max, which is idempotent) and the fold after it."""
+    at = task.body[0]
+    before, after = [], []
+    for r in found:
+        if r.op in ("add", "sub"):
+            before.append(assign(r.var, ast.copy_location(ast.Constant(0), at), at))
+        else:
+            current = ast.copy_location(ast.Subscript(name_node(r.target, at), r.index, ast.Load()), at)
+            before.append(assign(r.var, current, at))
+        after.append(combine(r, at))
+    rewriter = CallRewriter(src, task_locals(src, task), symbols)
+    return [rewriter.visit(s) for s in before], [rewriter.visit(s) for s in after]
+
+
 def cpu_module(src: KernelSource, zero_d: frozenset[str] = frozenset()) -> CpuModule:
     """One function per unit of tasks, and a runner that walks the region tree calling them.
 
@@ -134,10 +165,15 @@ def cpu_module(src: KernelSource, zero_d: frozenset[str] = frozenset()) -> CpuMo
         body: list[ast.stmt] = []
         used: set[str] = set()
         for task in unit:
-            stmts = lower_statements(src, task.body, task_locals(src, task), symbols)
+            updates = None
+            if task.parallel:
+                updates = UpdateRewriter(task, set(src.param_names), src.resolve, src.error, symbols.atomic,
+                                         _partial_update)
+            stmts = lower_statements(src, task.body, task_locals(src, task), symbols, updates)
             if task.parallel:
                 dims = [Dim(*lower_bounds(src, d, symbols)) for d in task.dims]
-                stmts = _cpu_parallel_loop(_with_dims(task, dims), stmts, zero_d)
+                stmts = _cpu_parallel_loop(_with_dims(task, dims), stmts, zero_d,
+                                           _reduction_frame(src, task, list(updates.reductions.values()), symbols))
             body += stmts
             used |= set(task.loaded) | set(task.bound_names)
         params = [p for p in src.param_names if p in used]

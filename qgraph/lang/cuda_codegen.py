@@ -9,10 +9,11 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from . import builtins as lang
+from . import cuda_reductions as reductions
 from .frontend import KernelSource, Task
 from .lowering import (
     CUDA_ATOMICS,
+    CallRewriter,
     Symbols,
     ZeroDIndex,
     assign,
@@ -24,6 +25,7 @@ from .lowering import (
     task_locals,
     task_name,
 )
+from .updates import Reduction, UpdateRewriter
 
 
 @dataclass(frozen=True)
@@ -34,6 +36,8 @@ class CudaTaskCode:
     function: ast.FunctionDef
     bound_params: tuple[str, ...]  # leading int64 launch-bound parameters
     params: tuple[str, ...]  # kernel parameters, in the kernel's argument order
+    one_element: frozenset[str] = frozenset()  # 0-d array parameters passed as shape (1,)
+    reductions: tuple[Reduction, ...] = ()  # when non-empty: a grid-stride loop, launched capped
 
 
 class _ContinueToReturn(ast.NodeTransformer):
@@ -60,48 +64,66 @@ def cuda_bound_params(task: Task) -> tuple[str, ...]:
     return starts + counts + ("_qg_n",)
 
 
-def zero_d_atomic_targets(src: KernelSource, task: Task, zero_d: frozenset[str]) -> frozenset[str]:
-    """0-d array parameters a task updates with `qgraph.atomic_*(x, (), v)`."""
+def _one_element_targets(body: list[ast.stmt], zero_d: frozenset[str]) -> frozenset[str]:
+    """0-d array parameters the lowered body updates with an atomic `atomic.<op>(x, (), v)`."""
     found = set()
-    for stmt in task.body:
+    paths = set(CUDA_ATOMICS.values())
+    for stmt in body:
         for node in ast.walk(stmt):
             if isinstance(node, ast.Call) and len(node.args) == 3 and isinstance(node.args[0], ast.Name) \
                     and node.args[0].id in zero_d and isinstance(node.args[1], ast.Tuple) \
-                    and not node.args[1].elts and src.resolve(node.func) in lang.ATOMICS.values():
+                    and not node.args[1].elts and ast.unparse(node.func) in paths:
                 found.add(node.args[0].id)
     return frozenset(found)
 
 
+def _thread_index(at: ast.AST) -> ast.expr:
+    """The global thread index, computed unsigned with the sign bit masked off (it is below
+    2**41): the compiler then knows it is non-negative, and indexing with it needs no
+    negative-index wraparound."""
+    def unsigned(attr: str) -> ast.expr:
+        return call("_qg_u64", [call("_qg_u32", [_attr3("_qg_cuda", attr, "x", at)], at)], at)
+
+    tid = call("_qg_i64", [binop(binop(unsigned("blockIdx"), ast.Mult(), unsigned("blockDim"), at),
+                                 ast.Add(), unsigned("threadIdx"), at)], at)
+    return binop(tid, ast.BitAnd(), ast.copy_location(ast.Constant(0x7FFFFFFFFFFFFFFF), at), at)
+
+
 def cuda_task(src: KernelSource, task: Task, param_order: list[str], symbols: Symbols,
-              as_one_element: frozenset[str] = frozenset()) -> CudaTaskCode:
+              zero_d: frozenset[str] = frozenset()) -> CudaTaskCode:
     """The kernel function of one task, taking `param_order` after the bound parameters.
 
-    numba-cuda's atomics take no 0-d array, so the 0-d parameters in `as_one_element`
-    (see zero_d_atomic_targets) are passed to this task as 1-element arrays and their
-    `x[()]` / `atomic_*(x, (), v)` become `x[0]` / `atomic_*(x, 0, v)`.
+    A parallel task runs one iteration per thread; one with reductions (see lang.updates)
+    runs a grid-stride loop and combines its partials per block (lang.cuda_reductions).
+    numba-cuda's atomics take no 0-d array, so a 0-d parameter the task updates atomically
+    is passed to it as a 1-element array (`CudaTaskCode.one_element`): its `x[()]` and
+    `atomic.<op>(x, (), v)` become `x[0]` and `atomic.<op>(x, 0, v)`.
     """
-    body = lower_statements(src, task.body, task_locals(src, task), symbols)
     at = task.body[0]
-    body = [ZeroDIndex(as_one_element, frozenset(CUDA_ATOMICS.values()), rename=False).visit(s) for s in body]
-    bounds = cuda_bound_params(task)
+    local_names = task_locals(src, task)
+    updates = None
     if task.parallel:
+        updates = UpdateRewriter(task, set(src.param_names), src.resolve, src.error, symbols.atomic,
+                                 reductions.partial_update)
+    body = lower_statements(src, task.body, local_names, symbols, updates)
+    found = list(updates.reductions.values()) if updates is not None else []
+    bounds = cuda_bound_params(task)
+    if task.parallel and found:
+        rewriter = CallRewriter(src, local_names, symbols)
+        init = [rewriter.visit(s) for s in reductions.initial_partials(found, at)]
+        combine = [rewriter.visit(s) for s in reductions.block_combine(found, at, symbols.atomic)]
+        loop = reductions.grid_stride_loop(_cuda_indices(task, at) + body, at)
+        body = init + [assign("_qg_t0", _thread_index(at), at)] + loop + combine
+    elif task.parallel:
         body = [_ContinueToReturn().visit(s) for s in body]
-        # the global thread index, computed unsigned and with the sign bit masked off (it is
-        # below 2**41): the compiler then knows it is non-negative, and indexing with it
-        # needs no negative-index wraparound
-        def unsigned(attr: str) -> ast.expr:
-            return call("_qg_u64", [call("_qg_u32", [_attr3("_qg_cuda", attr, "x", at)], at)], at)
-
-        tid = call("_qg_i64", [binop(binop(unsigned("blockIdx"), ast.Mult(), unsigned("blockDim"), at),
-                                       ast.Add(), unsigned("threadIdx"), at)], at)
-        tid = binop(tid, ast.BitAnd(), ast.copy_location(ast.Constant(0x7FFFFFFFFFFFFFFF), at), at)
         guard = ast.copy_location(ast.If(
             ast.copy_location(ast.Compare(name_node("_qg_t", at), [ast.GtE()], [name_node("_qg_n", at)]), at),
             [ast.copy_location(ast.Return(None), at)], []), at)
-        prologue = [assign("_qg_t", tid, at), guard] + _cuda_indices(task, at)
-        body = prologue + body
+        body = [assign("_qg_t", _thread_index(at), at), guard] + _cuda_indices(task, at) + body
+    one_element = _one_element_targets(body, zero_d)
+    body = [ZeroDIndex(one_element, frozenset(CUDA_ATOMICS.values()), rename=False).visit(s) for s in body]
     fdef = function_def(task_name(task), list(bounds) + list(param_order), body, task.lineno)
-    return CudaTaskCode(task, fdef, bounds, tuple(param_order))
+    return CudaTaskCode(task, fdef, bounds, tuple(param_order), one_element, tuple(found))
 
 
 def _attr3(base: str, a: str, b: str, at: ast.AST) -> ast.expr:

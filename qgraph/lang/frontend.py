@@ -351,8 +351,13 @@ def parse_kernel(fn, graph_while: str | None, ndrange_obj: object) -> KernelSour
     if graph_while is not None:  # the decorator's shorthand: a do-while region around the whole body
         body = Sequence((DeviceLoop(graph_while, body, fn_def.lineno),))
     assert tuple(leaf_tasks(body)) == tuple(tasks)
-    return KernelSource(fn.__name__, fn.__qualname__, filename, fn_def.lineno, fn_def, params,
-                        tuple(tasks), globals_, closure, graph_while, body)
+    src = KernelSource(fn.__name__, fn.__qualname__, filename, fn_def.lineno, fn_def, params,
+                       tuple(tasks), globals_, closure, graph_while, body)
+    from .updates import task_updates
+
+    for task in tasks:  # `*=` on a shared element and friends are reported at decoration
+        task_updates(src, task)
+    return src
 
 
 def parse_func(fn) -> KernelSource:

@@ -40,6 +40,11 @@ class Symbols:
     atomics: set[str] = field(default_factory=set)
     funcs: dict[int, tuple[str, object]] = field(default_factory=dict)  # id(Func) -> (name, Func)
 
+    def atomic(self, op: str) -> str:
+        """The backend's spelling of qgraph.atomic_<op> (and note that it is used)."""
+        self.atomics.add(f"atomic_{op}")
+        return self.atomic_paths[f"atomic_{op}"]
+
     def replacement(self, obj: object, src: KernelSource, node: ast.AST) -> str | None:
         if obj is UNRESOLVED:
             return None
@@ -91,10 +96,16 @@ def _dotted(path: str, at: ast.AST) -> ast.expr:
 
 
 def lower_statements(src: KernelSource, stmts: list[ast.stmt], local_names: set[str],
-                     symbols: Symbols) -> list[ast.stmt]:
-    """Deep copies of `stmts` with qgraph builtins and funcs replaced by generated names."""
+                     symbols: Symbols, updates: ast.NodeTransformer | None = None) -> list[ast.stmt]:
+    """Deep copies of `stmts` with qgraph builtins and funcs replaced by generated names.
+
+    `updates` (an updates.UpdateRewriter) first rewrites a parallel task's element updates.
+    """
+    copies = [copy.deepcopy(s) for s in stmts]
+    if updates is not None:
+        copies = [updates.visit(s) for s in copies]
     rewriter = CallRewriter(src, local_names, symbols)
-    lowered = [rewriter.visit(copy.deepcopy(s)) for s in stmts]
+    lowered = [rewriter.visit(s) for s in copies]
     _check_defined(src, lowered, local_names)
     return lowered
 
