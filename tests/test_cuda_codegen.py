@@ -4,6 +4,7 @@ the griddepcontrol patch. Skipped where numba-cuda's compiler (NVVM/NVRTC) is mi
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 
@@ -12,6 +13,7 @@ import pytest
 import test_atomics as ta
 import test_graph_while as tw
 import test_kernels as tk
+import test_reductions as tr
 
 from qgraph.args.kinds import arg_type, array_sig, scalar_sig
 from qgraph.compiler import cuda_program
@@ -38,6 +40,10 @@ CASES = [
     (tk.zero_d_to_func, (A("f8", 0), A("f8", 1))), (ta.histogram, (A("i8", 1), A("i8", 1))),
     (ta.extremes, (A("i4", 1),) * 4), (ta.grid_counts, (A("i8", 2), S("i8"))),
     (tw.countdown, (A("i4", 1), A("i4", 1), A("i8", 1))), (tw.grow_until, (A("f8", 1), A("i4", 0), S("f8"))),
+    (tr.total, (A("f4", 1), A("f4", 1))), (tr.smallest, (A("i8", 1), A("i8", 1))),
+    (tr.dot, (A("f4", 1), A("f4", 1), A("f4", 0))), (tr.positive_sum_and_max, (A("f8", 1), A("f8", 1), A("f8", 1))),
+    (tr.grid_total, (A("f8", 2), A("f8", 1), S("i8"))), (tr.histogram, (A("i8", 1), A("f8", 1), A("f8", 1))),
+    (tr.private_updates, (A("f8", 1), A("f8", 1))), (tr.strided_sum, (A("f8", 1), A("f8", 1), S("i8"))),
 ]
 
 
@@ -65,8 +71,45 @@ def sm90(request):
     monkeypatch.undo()
 
 
+def _ptx(kernel, key) -> list[str]:
+    return [ptx for _, ptx in _compile(kernel, key)[0]]
+
+
 @pytest.mark.parametrize("kernel,key", CASES, ids=[k.__name__ for k, _ in CASES])
 def test_tasks_compile_with_the_packed_layout(sm90, kernel, key, tmp_path):
+    ptx_list, entries, sizes = _compile(kernel, key)
+    src = kernel._source
+    assert len(entries) == len(src.tasks) and all(size > 0 for size in sizes)
+    ptxas = shutil.which("ptxas")
+    for name, ptx in ptx_list:
+        patched = adapter.add_grid_dependency_control(ptx)
+        assert patched.count("griddepcontrol.wait;") == 1
+        if ptxas:
+            path = tmp_path / name
+            path.write_text(patched)
+            out = subprocess.run([ptxas, "-arch=sm_90", str(path), "-o", str(tmp_path / "k.cubin")],
+                                 capture_output=True, text=True)
+            assert out.returncode == 0, out.stderr
+
+
+def test_a_reduction_is_one_atomic_per_block_after_warp_shuffles(sm90):
+    (ptx,) = _ptx(tr.total, (A("f4", 1), A("f4", 1)))
+    assert "shfl.sync.down" in ptx and "bar.sync" in ptx
+    assert len(re.findall(r"^\s*(?:@%p\d+ )?(?:atom|red)\.global", ptx, re.M)) == 1
+    assert ".f64" not in ptx  # a float32 reduction stays float32
+
+
+def test_thread_private_updates_compile_without_atomics(sm90):
+    (ptx,) = _ptx(tr.private_updates, (A("f8", 1), A("f8", 1)))
+    assert not re.search(r"\b(atom|red)\.", ptx)
+
+
+def test_a_scatter_is_atomic(sm90):
+    (ptx,) = _ptx(tr.histogram, (A("i8", 1), A("f8", 1), A("f8", 1)))
+    assert re.search(r"\b(atom|red)\.global\.add\.f64", ptx)
+
+
+def _compile(kernel, key):
     src = kernel._source
     types = [arg_type(s) for s in key]
     symbols = Symbols(dict(CUDA_ATOMICS))
@@ -82,14 +125,4 @@ def test_tasks_compile_with_the_packed_layout(sm90, kernel, key, tmp_path):
         task_types.append(these)
     ptx_list, entries, sizes = cuda_program._compile_ptx(src, codes, orders, task_types,
                                                          lower_funcs(symbols), (9, 0), types)
-    assert len(entries) == len(src.tasks) and all(size > 0 for size in sizes)
-    ptxas = shutil.which("ptxas")
-    for name, ptx in ptx_list:
-        patched = adapter.add_grid_dependency_control(ptx)
-        assert patched.count("griddepcontrol.wait;") == 1
-        if ptxas:
-            path = tmp_path / name
-            path.write_text(patched)
-            out = subprocess.run([ptxas, "-arch=sm_90", str(path), "-o", str(tmp_path / "k.cubin")],
-                                 capture_output=True, text=True)
-            assert out.returncode == 0, out.stderr
+    return ptx_list, entries, sizes
