@@ -28,7 +28,7 @@ def main() -> None:
     parser.add_argument("--log2n", type=int, default=26)
     args = parser.parse_args()
     qgraph.init("cuda")
-    from qgraph.cuda_device import check, driver
+    from qgraph.driver.device import check, driver
 
     n = 1 << args.log2n
     x = qgraph.from_numpy(np.random.default_rng(0).random(n, dtype=np.float32))

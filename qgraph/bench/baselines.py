@@ -61,7 +61,7 @@ class RawGraphs:
             self._build_loops(arrays, n, a, grid, counter, flag)
 
     def _add_tasks(self, graph, arrays, n, a, grid, deps):
-        from ..graph_cache import add_edge
+        from ..driver.nodes import add_edge
 
         d = driver()
         function = self.functions["task_pdl" if self.programmatic else "task"]

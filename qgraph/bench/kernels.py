@@ -31,23 +31,28 @@ def kernel_module_source(tasks: int) -> str:
     return "\n".join(lines)
 
 
-_MODULES: dict[int, object] = {}
+_MODULES: dict[str, object] = {}
+
+
+def module_from_source(name: str, source: str):
+    """Import `source` as module `name` from a file (qgraph compiles kernels from source)."""
+    module = _MODULES.get(name)
+    if module is None:
+        directory = tempfile.mkdtemp(prefix="qgraph-bench-")
+        path = os.path.join(directory, f"{name}.py")
+        with open(path, "w") as f:
+            f.write(source)
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module  # importable by name, so compiled CPU code can be cached
+        spec.loader.exec_module(module)
+        _MODULES[name] = module
+    return module
 
 
 def kernels_for(tasks: int):
     """A module with `eager`, `graph` and `loop` qgraph kernels of `tasks` tasks."""
-    module = _MODULES.get(tasks)
-    if module is None:
-        directory = tempfile.mkdtemp(prefix="qgraph-bench-")
-        path = os.path.join(directory, f"qgraph_bench_t{tasks}.py")
-        with open(path, "w") as f:
-            f.write(kernel_module_source(tasks))
-        spec = importlib.util.spec_from_file_location(f"qgraph_bench_t{tasks}", path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module  # importable by name, so compiled CPU code can be cached
-        spec.loader.exec_module(module)
-        _MODULES[tasks] = module
-    return module
+    return module_from_source(f"qgraph_bench_t{tasks}", kernel_module_source(tasks))
 
 
 CUDA_SOURCE = r"""

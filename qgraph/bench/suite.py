@@ -52,13 +52,17 @@ class Report:
     rows: list[Row] = field(default_factory=list)
     headline: dict = field(default_factory=dict)
     cpu_rows: list = field(default_factory=list)
+    reductions: list = field(default_factory=list)  # see bench.reductions
+    relax: list = field(default_factory=list)
+    cpu_sums: list = field(default_factory=list)
     seconds: float = 0.0
 
     def to_json(self) -> dict:
         rows = [dict(asdict(r), ratio=r.ratio) for r in self.rows]
         cpu = [dict(asdict(r), ratio=r.ratio) for r in self.cpu_rows]
         return {"arch": self.arch, "environment": self.environment, "rows": rows, "headline": self.headline,
-                "cpu": cpu, "seconds": self.seconds}
+                "cpu": cpu, "reductions": self.reductions, "relax": self.relax, "cpu_sums": self.cpu_sums,
+                "seconds": self.seconds}
 
 
 def environment() -> dict:
@@ -193,6 +197,9 @@ def run(quick: bool = False, arch: str | None = None, progress_stream=None, cpu_
         progress = Progress(3 * len(sizes), "cpu suite", stream=progress_stream)
         report.cpu_rows = run_cpu_suite(sizes=sizes, repeat=5 if quick else 20, progress=progress)
         progress.close()
+        from . import reductions
+
+        _, _, report.cpu_sums = reductions.run(quick, 0.0, 0)
         report.seconds = time.perf_counter() - started
         return report
     tasks = QUICK_TASKS if quick else FULL_TASKS
@@ -200,7 +207,7 @@ def run(quick: bool = False, arch: str | None = None, progress_stream=None, cpu_
     budget, repeat = (0.02, 3) if quick else (0.1, 5)
     iterations = 200 if quick else LOOP_ITERATIONS
     loop_tasks = (1, 8) if quick else (1, 8, 32)
-    progress = Progress(len(tasks) * len(sizes) + len(loop_tasks) + 1, "gpu suite", stream=progress_stream)
+    progress = Progress(len(tasks) * len(sizes) + len(loop_tasks) + 2, "gpu suite", stream=progress_stream)
     warm_up_gpu(0.5 if quick else 2.0)
     for t in tasks:
         for size in sizes:
@@ -211,6 +218,10 @@ def run(quick: bool = False, arch: str | None = None, progress_stream=None, cpu_
         progress(f"loop, {t} tasks")
     report.headline = gpu_headline(budget, repeat)
     progress("headline")
+    from . import reductions
+
+    report.reductions, report.relax, _ = reductions.run(quick, budget, repeat)
+    progress("reductions")
     progress.close()
     report.seconds = time.perf_counter() - started
     return report
@@ -220,8 +231,10 @@ def table(report: Report) -> str:
     lines = []
     if report.cpu_rows:
         from .cpu import cpu_table
+        from .reductions import table as reduction_table
 
         lines += ["CPU: qgraph vs hand-written numba.njit(parallel=True), per call", cpu_table(report.cpu_rows)]
+        lines.append(reduction_table([], [], report.cpu_sums))
         if report.arch != "cuda":
             lines.append("(GPU rows need a CUDA GPU: run `python -m qgraph bench` on one.)")
         return "\n".join(lines)
@@ -261,6 +274,9 @@ def table(report: Report) -> str:
                      f"{h['cuda_core_launch_us']:.2f} us ({h['eager_per_task_ratio']:.2f}x)")
         lines.append(f"  graph build (compile excluded): {h['graph_build_ms']:.2f} ms; "
                      f"host time per graph call: {h['graph_call_host_us']:.2f} us")
+    from .reductions import table as reduction_table
+
+    lines.append(reduction_table(report.reductions, report.relax, report.cpu_sums))
     return "\n".join(lines)
 
 
