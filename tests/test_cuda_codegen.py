@@ -92,6 +92,31 @@ def test_tasks_compile_with_the_packed_layout(sm90, kernel, key, tmp_path):
             assert out.returncode == 0, out.stderr
 
 
+@pytest.mark.parametrize("kernel,key", CASES, ids=[k.__name__ for k, _ in CASES])
+def test_both_launch_variants_link_into_one_cubin(sm90, kernel, key, tmp_path):
+    """Each task is linked with its launch_dependents twin (see compile_tasks); module-scope
+    symbols such as numba's shared arrays must not be defined twice."""
+    ptxas, nvlink = shutil.which("ptxas"), shutil.which("nvlink")
+    if not (ptxas and nvlink):
+        pytest.skip("ptxas and nvlink are needed")
+    objects = []
+    for name, ptx in _compile(kernel, key)[0]:
+        entry, _ = adapter.ptx_entry(ptx)
+        variants = {name: adapter.add_grid_dependency_control(ptx),
+                    f"trigger_{name}": adapter.rename_entry(adapter.add_grid_dependency_control(ptx, trigger=True),
+                                                            entry, entry + "_qg_trigger")}
+        for variant, text in variants.items():
+            (tmp_path / variant).write_text(text)
+            obj = str(tmp_path / (variant + ".o"))
+            out = subprocess.run([ptxas, "-arch=sm_90", "-c", str(tmp_path / variant), "-o", obj],
+                                 capture_output=True, text=True)
+            assert out.returncode == 0, out.stderr
+            objects.append(obj)
+    out = subprocess.run([nvlink, "-arch=sm_90", *objects, "-o", str(tmp_path / "all.cubin")],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+
+
 def test_a_reduction_is_one_atomic_per_block_after_warp_shuffles(sm90):
     (ptx,) = _ptx(tr.total, (A("f4", 1), A("f4", 1)))
     assert "shfl.sync.down" in ptx and "bar.sync" in ptx

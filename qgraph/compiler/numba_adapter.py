@@ -221,9 +221,20 @@ def add_grid_dependency_control(ptx: str, trigger: bool = False) -> str:
     return "\n".join(lines[:at] + control + ["\tgriddepcontrol.wait;"] + lines[at:]) + "\n"
 
 
+_MODULE_SYMBOL = re.compile(r"^\.visible\s+\.(?:shared|global|const)\s+(?:\.align\s+\d+\s+)?\.\w+\s+([\w$]+)", re.M)
+
+
 def rename_entry(ptx: str, entry: str, new_name: str) -> str:
-    """The same kernel under another entry name (two variants can then share one cubin)."""
-    return ptx.replace(entry, new_name)  # the mangled name, and its parameters' names
+    """The same kernel under another entry name, so two variants can share one cubin.
+
+    Module-scope symbols numba declares (shared arrays are `.visible .shared _cudapy_smem_N`)
+    are renamed too, or the linker would see them defined twice.
+    """
+    ptx = ptx.replace(entry, new_name)  # the mangled name, and its parameters' names
+    suffix = new_name[len(entry):] if new_name.startswith(entry) else "_variant"
+    for symbol in set(_MODULE_SYMBOL.findall(ptx)):
+        ptx = re.sub(rf"(?<![\w$]){re.escape(symbol)}(?![\w$])", symbol + suffix, ptx)
+    return ptx
 
 
 def expected_param_sizes(argtypes: list[ArgKind]) -> list[int]:
