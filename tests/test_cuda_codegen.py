@@ -44,6 +44,7 @@ CASES = [
     (tr.dot, (A("f4", 1), A("f4", 1), A("f4", 0))), (tr.positive_sum_and_max, (A("f8", 1), A("f8", 1), A("f8", 1))),
     (tr.grid_total, (A("f8", 2), A("f8", 1), S("i8"))), (tr.histogram, (A("i8", 1), A("f8", 1), A("f8", 1))),
     (tr.private_updates, (A("f8", 1), A("f8", 1))), (tr.strided_sum, (A("f8", 1), A("f8", 1), S("i8"))),
+    (tr.total, (A("u8", 1), A("u8", 1))), (tr.largest, (A("u4", 1), A("u4", 1))), (tr.total, (A("i4", 1), A("i4", 1))),
 ]
 
 
@@ -142,7 +143,8 @@ def _compile(kernel, key):
     orders, codes, task_types = [], [], []
     for task in src.tasks:
         order = cuda_program.param_order(src, task, types)
-        code = cuda_codegen.cuda_task(src, task, [src.param_names[i] for i in order], symbols, zero_d)
+        dtypes = {n: t.dtype for n, t in zip(src.param_names, types) if t.is_array}
+        code = cuda_codegen.cuda_task(src, task, [src.param_names[i] for i in order], symbols, zero_d, dtypes)
         codes.append(code)
         these = [arg_type(array_sig(t.dtype, 1, True)) if n in code.one_element else t
                  for n, t in zip(src.param_names, types)]
@@ -151,3 +153,23 @@ def _compile(kernel, key):
     ptx_list, entries, sizes = cuda_program._compile_ptx(src, codes, orders, task_types,
                                                          lower_funcs(symbols), (9, 0), types)
     return ptx_list, entries, sizes
+
+
+def test_deterministic_reductions_combine_without_atomics_on_the_target(sm90, tmp_path):
+    from qgraph.lang.cuda_reductions import scratch_params
+
+    src = tr.positive_sum_and_max._source
+    types = [arg_type(s) for s in (A("f8", 1), A("f8", 1), A("f8", 1))]
+    symbols = Symbols(dict(CUDA_ATOMICS))
+    dtypes = {n: t.dtype for n, t in zip(src.param_names, types)}
+    (task,) = src.tasks
+    order = cuda_program.param_order(src, task, types)
+    code = cuda_codegen.cuda_task(src, task, [src.param_names[i] for i in order], symbols, frozenset(), dtypes,
+                                  deterministic=True, n_arrays=3)
+    assert code.scratch == tuple(scratch_params(list(code.reductions)))
+    ptx_list, _, sizes = cuda_program._compile_ptx(src, [code], [order], [types], lower_funcs(symbols), (9, 0), types)
+    ptx = ptx_list[0][1]
+    # the only atomic left is the block counter's (an integer add); targets get plain stores
+    assert re.findall(r"\b(?:atom|red)\.global\.(\w+)\.(\w+)", ptx) == [("add", "u32")]
+    assert "membar" in ptx or "fence" in ptx
+    assert sizes == [8 * 3 + 3 * 56 + 3 * 56]  # bounds, 3 arrays, 2 partials arrays and a counter

@@ -84,18 +84,20 @@ def strided_sum(x, out, step: int):
 
 
 SIZES = [0, 1, 31, 32, 33, 1000, 2**20 + 7]
-DTYPES = [np.int32, np.int64, np.float32, np.float64]
+DTYPES = [np.int32, np.int64, np.uint32, np.uint64, np.float32, np.float64]
 
 
 def _data(n, dtype, seed):
     rng = np.random.default_rng(seed)
     if np.dtype(dtype).kind == "i":
         return rng.integers(-100, 100, n).astype(dtype)
+    if np.dtype(dtype).kind == "u":
+        return rng.integers(0, 200, n).astype(dtype)
     return rng.random(n).astype(dtype) + np.asarray(0.5, dtype)  # never zero
 
 
 def _close(got, want, dtype):
-    if np.dtype(dtype).kind == "i":
+    if np.dtype(dtype).kind in "iu":
         assert got == want
     else:
         rtol = 1e-5 if np.dtype(dtype) == np.float32 else 1e-12
@@ -106,13 +108,13 @@ def _close(got, want, dtype):
 @pytest.mark.parametrize("n", SIZES)
 def test_sum(arch, n, dtype):
     x = _data(n, dtype, n)
-    wide = x.astype(np.float64) if np.dtype(dtype).kind == "f" else x.astype(np.int64)
+    wide = x.astype(np.float64) if np.dtype(dtype).kind == "f" else x.astype(dtype)
     start = np.array([7], dtype)
     out = qgraph.from_numpy(start)
     total(qgraph.from_numpy(x), out)
     _close(out.to_numpy()[0], 7 + wide.sum(), dtype)
     total_minus(qgraph.from_numpy(x), out)  # `-=` reduces too
-    if np.dtype(dtype).kind == "i":
+    if np.dtype(dtype).kind in "iu":
         assert out.to_numpy()[0] == 7
     else:
         np.testing.assert_allclose(out.to_numpy()[0], 7, atol=1e-5 * max(1.0, wide.sum()))
@@ -122,11 +124,11 @@ def test_sum(arch, n, dtype):
 @pytest.mark.parametrize("n", SIZES)
 def test_min_and_max(arch, n, dtype):
     x = _data(n, dtype, n + 1)
-    lo, hi = qgraph.from_numpy(np.array([50], dtype)), qgraph.from_numpy(np.array([-50], dtype))
+    lo, hi = qgraph.from_numpy(np.array([150], dtype)), qgraph.from_numpy(np.array([1], dtype))
     smallest(qgraph.from_numpy(x), lo)
     largest(qgraph.from_numpy(x), hi)
-    assert lo.to_numpy()[0] == min(50, x.min()) if n else lo.to_numpy()[0] == 50
-    assert hi.to_numpy()[0] == max(-50, x.max()) if n else hi.to_numpy()[0] == -50
+    assert lo.to_numpy()[0] == (min(dtype(150), x.min()) if n else 150)
+    assert hi.to_numpy()[0] == (max(dtype(1), x.max()) if n else 1)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int64])
@@ -247,3 +249,62 @@ def test_reductions_inside_graph_while_with_swapped_targets(arch):
         np.testing.assert_allclose(acc.to_numpy()[0], 4 * x.sum(), rtol=1e-12)
     if arch == "cuda":
         assert sum_until.stats.builds == 1
+
+
+def test_narrow_integer_reductions_say_why_on_cuda(cuda):
+    out = qgraph.from_numpy(np.zeros(1, np.int16))
+    with pytest.raises(qgraph.QgraphSyntaxError, match="atomics for 32- and 64-bit"):
+        total(qgraph.from_numpy(np.ones(10, np.int16)), out)
+    total(qgraph.from_numpy(np.ones(10, np.int32)), qgraph.from_numpy(np.zeros(1, np.int32)))  # the next call works
+
+
+# ---------------------------------------------------------------- deterministic mode
+
+
+@qgraph.kernel(deterministic=True, cuda_graph=True)
+def det_sum_and_max(x, s, m):
+    s[0] = 0.0
+    for i in range(x.shape[0]):
+        s[0] += x[i]
+        qgraph.atomic_max(m, 0, x[i])
+
+
+@qgraph.kernel(deterministic=True)
+def det_histogram(idx, w, h):
+    for i in range(idx.shape[0]):
+        h[idx[i]] += w[i]
+
+
+def test_deterministic_reductions_are_bit_identical(arch):
+    x = np.random.default_rng(10).standard_normal(3_000_017).astype(np.float32)
+    xq = qgraph.from_numpy(x)
+    sums, maxes = set(), set()
+    for _ in range(5):
+        s, m = qgraph.ndarray(qgraph.f32, (1,)), qgraph.from_numpy(np.full(1, -np.inf, np.float32))
+        det_sum_and_max(xq, s, m)
+        sums.add(s.to_numpy().tobytes())
+        maxes.add(m.to_numpy()[0])
+    assert len(sums) == 1 and maxes == {x.max()}
+    got = np.frombuffer(sums.pop(), np.float32)[0]
+    assert abs(got - x.astype(np.float64).sum()) <= 1e-5 * np.abs(x).sum()
+
+
+def test_deterministic_mode_rejects_float_scatters(arch):
+    idx = qgraph.from_numpy(np.arange(100) % 7)
+    with pytest.raises(qgraph.QgraphSyntaxError, match="deterministic mode: 'h'"):
+        det_histogram(idx, qgraph.from_numpy(np.ones(100)), qgraph.from_numpy(np.zeros(7)))
+    h = qgraph.from_numpy(np.zeros(7, np.int64))  # an integer scatter is exact in any order
+    det_histogram(idx, qgraph.from_numpy(np.ones(100, np.int64)), h)
+    np.testing.assert_array_equal(h.to_numpy(), np.bincount(np.arange(100) % 7))
+
+
+def test_qgraph_deterministic_environment(arch, monkeypatch):
+    monkeypatch.setenv("QGRAPH_DETERMINISTIC", "1")
+    qgraph.init(arch)
+    try:
+        with pytest.raises(qgraph.QgraphSyntaxError, match="deterministic mode"):
+            histogram(qgraph.from_numpy(np.arange(10) % 3), qgraph.from_numpy(np.ones(10)),
+                      qgraph.from_numpy(np.zeros(3)))
+    finally:
+        monkeypatch.delenv("QGRAPH_DETERMINISTIC")
+        qgraph.init(arch)

@@ -67,6 +67,28 @@ def compile_error(src: KernelSource, key: tuple[str, ...], error: Exception, tas
     return syntax_error(message, src.filename, lineno)
 
 
+def is_deterministic(kernel, settings) -> bool:
+    """The kernel's `deterministic=` option, else QGRAPH_DETERMINISTIC."""
+    return settings.deterministic if kernel.deterministic is None else kernel.deterministic
+
+
+def check_deterministic(src: KernelSource, key: tuple[str, ...]) -> None:
+    """In deterministic mode a float scatter (an atomic whose target varies by iteration)
+    would sum in a different order each run: reject it, naming the line."""
+    from ..args.kinds import arg_type
+    from ..lang.updates import task_updates
+
+    for task in src.tasks:
+        for target, op, lineno in task_updates(src, task)[1]:
+            kind = arg_type(key[src.param_names.index(target)])
+            if kind.dtype.kind == "f" and op in ("add", "sub"):
+                raise src.error(
+                    f"deterministic mode: '{target}' is updated with a float atomic {op} whose element depends on "
+                    "the loop variables (a scatter), which cannot be made bit-identical cheaply; accumulate in an "
+                    "integer array (fixed point), give each iteration its own element, or turn deterministic "
+                    "mode off for this kernel", lineno)
+
+
 def check_bounds(src, key: tuple, bounds, args: tuple) -> None:
     """Evaluate the loop bounds once per specialisation; a failure names the loop's line."""
     if not any(t.parallel for t in src.tasks):

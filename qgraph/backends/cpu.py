@@ -9,12 +9,14 @@ from ..lang import generated
 from ..runtime.arrays import Ndarray
 from .checks import (
     check_bounds,
+    check_deterministic,
     check_flag_types,
     compile_error,
     fixed_scalar_types,
     flag_params,
     flag_shape_error,
     host_bounds,
+    is_deterministic,
 )
 
 
@@ -29,6 +31,9 @@ class CpuLauncher:
         self._programs: dict[frozenset, object] = {}  # by the set of 0-d array parameters
         self._bounds = None
         self._cache_dir = state.settings.cache_dir
+        # numba's parallel loops split their range statically among its threads and combine the
+        # threads' partials in order: for a given thread count, reductions are already bit-identical
+        self._deterministic = is_deterministic(kernel, state.settings)
         self._flags = flag_params(self.src)
         stats = self.stats
         stats.used_graph = False
@@ -60,6 +65,8 @@ class CpuLauncher:
 
     def _first_call(self, key: tuple, values: tuple) -> None:
         check_flag_types(self.src, key)
+        if self._deterministic:
+            check_deterministic(self.src, key)
         for k in self._flags:
             if values[k].shape not in ((), (1,)):
                 raise flag_shape_error(self.src, k, values[k].shape)

@@ -30,12 +30,14 @@ from ..runtime import DeviceState
 from ..runtime.arrays import Ndarray
 from .checks import (
     check_bounds,
+    check_deterministic,
     check_flag_types,
     compile_error,
     fixed_scalar_types,
     flag_params,
     flag_shape_error,
     host_bounds,
+    is_deterministic,
 )
 
 _BOUNDS_MEMO = 16  # eager calls remember the loop bounds of this many recent argument sets
@@ -109,6 +111,7 @@ class CudaLauncher:
         self._specs: dict[tuple, _Spec] = {}
         self._last: list = [None]
         self._flags = flag_params(src)
+        self._deterministic = is_deterministic(kernel, state.settings)
         loops = list(device_loops(src.body))
         # where a loop around the whole body can run as the host do-while (the fallback)
         self._root_flag = src.param_names.index(loops[0].flag) if loops and _is_root(src.body, loops[0]) else None
@@ -176,11 +179,13 @@ class CudaLauncher:
     def _specialise(self, key: tuple, args: tuple) -> _Spec:
         src = self.src
         check_flag_types(src, key)
+        if self._deterministic:
+            check_deterministic(src, key)
         if self._bounds is None:
             self._bounds = host_bounds(src)
         check_bounds(src, key, self._bounds, args)
         try:
-            kernels = compile_tasks(src, key, self.device, self.code_cache)
+            kernels = compile_tasks(src, key, self.device, self.code_cache, self._deterministic)
         except Exception as e:
             if is_compile_error(e):
                 raise compile_error(src, key, e, getattr(e, "qgraph_task", None)) from e

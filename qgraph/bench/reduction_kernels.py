@@ -10,7 +10,7 @@ kernel's entry so graph nodes can be joined by programmatic edges.
 
 from __future__ import annotations
 
-QGRAPH_SOURCE = '''
+KERNELS_SOURCE = '''
 import qgraph
 
 

@@ -19,12 +19,12 @@ import numpy as np
 import qgraph
 
 from .kernels import module_from_source
-from .reduction_kernels import CUDA_SOURCE, QGRAPH_SOURCE
+from .reduction_kernels import CUDA_SOURCE, KERNELS_SOURCE
 from .timing import interleaved_seconds, median_call_seconds
 
 
 def _qgraph_module():
-    return module_from_source("qgraph_bench_reductions", QGRAPH_SOURCE)
+    return module_from_source("qgraph_bench_reductions", KERNELS_SOURCE)
 
 
 class _Hand:

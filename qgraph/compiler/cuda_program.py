@@ -15,7 +15,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..args.kinds import ArgKind, arg_type
+import numpy as np
+
+from ..args.kinds import ArgKind, arg_type, array_kind
 from ..driver.device import CudaDevice, check, driver
 from ..errors import QgraphError
 from ..lang import cuda_codegen, generated
@@ -55,6 +57,8 @@ class TaskKernel:
     trigger_function: object = None  # the same kernel starting with launch_dependents (see below)
     wave: int = 0  # blocks that fit on the device at once: the trigger variant is for grids up to this
     grid_limit: int = 0  # a cap on the grid (tasks with reductions run grid-stride loops); 0: none
+    scratch: Scratch | None = None  # deterministic reductions' partials and counter
+    scratch_at: int = 0  # the scratch parameters follow this many array arguments
 
     def function_for(self, grid: int, programmatic: bool):
         """The variant for a graph node of `grid` blocks: launch_dependents only for one-wave grids."""
@@ -78,16 +82,21 @@ def param_order(src: KernelSource, task: Task, types: list[ArgKind]) -> list[int
 
 
 def compile_tasks(src: KernelSource, key: tuple[str, ...], device: CudaDevice,
-                  cache: CodeCache) -> list[TaskKernel]:
-    """Compile (or load from the disk cache) every task of one specialisation."""
+                  cache: CodeCache, deterministic: bool = False) -> list[TaskKernel]:
+    """Compile (or load from the disk cache) every task of one specialisation.
+
+    `deterministic`: reductions combine through per-task scratch arrays in a fixed order."""
     types = [arg_type(s) for s in key]
     symbols = Symbols(dict(CUDA_ATOMICS))
     zero_d = frozenset(name for name, t in zip(src.param_names, types) if t.ndim == 0)
+    dtypes = {name: t.dtype for name, t in zip(src.param_names, types) if t.is_array}
     orders, codes, task_types, suffixes = [], [], [], []
     for task in src.tasks:
         order = param_order(src, task, types)
         orders.append(order)
-        code = cuda_codegen.cuda_task(src, task, [src.param_names[k] for k in order], symbols, zero_d)
+        n_arrays = sum(1 for k in order if types[k].is_array)
+        code = cuda_codegen.cuda_task(src, task, [src.param_names[k] for k in order], symbols, zero_d, dtypes,
+                                      deterministic, n_arrays)
         codes.append(code)
         these, suffix = list(types), {}
         for k, name in enumerate(src.param_names):
@@ -99,7 +108,8 @@ def compile_tasks(src: KernelSource, key: tuple[str, ...], device: CudaDevice,
     fingerprint = fingerprint_of(src, [c.function for c in codes] + [f for f, _ in func_defs], symbols)
     cc = device.info.compute_capability
     waits = tuple(cc) >= PDL_COMPUTE_CAPABILITY
-    ckey = entry_key("tasks", fingerprint, ",".join(key), f"sm_{cc[0]}{cc[1]}", f"pdl={waits}", toolchain())
+    ckey = entry_key("tasks", fingerprint, ",".join(key), f"sm_{cc[0]}{cc[1]}", f"pdl={waits}",
+                     f"deterministic={deterministic}", toolchain())
 
     cached = cache.load(ckey)
     if cached is not None:
@@ -144,10 +154,43 @@ def compile_tasks(src: KernelSource, key: tuple[str, ...], device: CudaDevice,
             kernel.wave = max(1, per_sm) * device.info.multiprocessors
             if code.reductions:  # a grid-stride loop: as many blocks as fit at once, one atomic each
                 kernel.grid_limit = kernel.wave
+            if code.scratch:
+                kernel.scratch = Scratch(device, [dtypes[r.target] for r in code.reductions], kernel.wave)
+                kernel.scratch_at = sum(1 for k in order if types[k].is_array)
         if waits:
             kernel.trigger_function = device.function(module, entry + TRIGGER)
         kernels.append(kernel)
     return kernels
+
+
+class Scratch:
+    """Device memory of deterministic reductions: per-block partials and a block counter.
+
+    Owned by its task kernel (one per specialisation); `abi` is the bytes of its array
+    parameters, constant for the kernel's life."""
+
+    def __init__(self, device: CudaDevice, dtypes: list, slots: int) -> None:
+        from ..args.kinds import numba_abi
+
+        self._device = device
+        self.pointers = []
+        abi = b""
+        for dtype in dtypes:
+            ptr = device.alloc(slots * dtype.itemsize)
+            self.pointers.append(ptr)
+            abi += numba_abi(ptr, (slots,), (dtype.itemsize,), dtype.itemsize)
+        count = device.alloc(4)
+        self.pointers.append(count)
+        device.memset(count, b"\0\0\0\0", 1)
+        device.sync_stream()
+        self.abi = abi + numba_abi(count, (1,), (4,), 4)
+
+    def __del__(self) -> None:
+        try:
+            for ptr in self.pointers:
+                self._device.free(ptr)
+        except Exception:  # interpreter shutdown
+            pass
 
 
 def _compile_ptx(src, codes, orders, task_types, func_defs, cc, types):
@@ -173,6 +216,12 @@ def _compile_ptx(src, codes, orders, task_types, func_defs, cc, types):
     ptx_list, entries, sizes = [], [], []
     for code, order, types in zip(codes, orders, task_types):
         argtypes = [i64] * len(code.bound_params) + [types[k] for k in order]
+        if code.scratch:  # after the array arguments: partials typed as their targets, an int32 counter
+            split = len(code.bound_params) + sum(1 for k in order if types[k].is_array)
+            dtypes = {name: t.dtype for name, t in zip(src.param_names, types) if t.is_array}
+            extra = [array_kind(dtypes[r.target], 1, True) for r in code.reductions]
+            extra.append(array_kind(np.dtype(np.int32), 1, True))
+            argtypes[split:split] = extra
         try:
             ptx = adapter.cuda_compile_ptx(kernel_ns[code.function.name], argtypes, cc)
         except Exception as e:

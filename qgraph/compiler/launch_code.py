@@ -16,7 +16,10 @@ def block_expr(tk: TaskKernel) -> str:
     """Python expression of a task's parameter block from `b` (bounds) and `p` (arg bytes)."""
     parts = [] if tk.bounds_slot is None else [f"b[{tk.bounds_slot}]"]
     suffixes = tk.suffixes or {}
-    parts += [f"p[{k}]" + (f" + {suffixes[k]!r}" if k in suffixes else "") for k in tk.arg_slots]
+    args = [f"p[{k}]" + (f" + {suffixes[k]!r}" if k in suffixes else "") for k in tk.arg_slots]
+    if tk.scratch is not None:  # deterministic reductions' scratch arrays follow the array arguments
+        args.insert(tk.scratch_at, repr(tk.scratch.abi))
+    parts += args
     return " + ".join(parts) if parts else "b''"
 
 

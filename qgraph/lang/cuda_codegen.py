@@ -38,6 +38,7 @@ class CudaTaskCode:
     params: tuple[str, ...]  # kernel parameters, in the kernel's argument order
     one_element: frozenset[str] = frozenset()  # 0-d array parameters passed as shape (1,)
     reductions: tuple[Reduction, ...] = ()  # when non-empty: a grid-stride loop, launched capped
+    scratch: tuple[str, ...] = ()  # deterministic mode's scratch arrays (after the array parameters)
 
 
 class _ContinueToReturn(ast.NodeTransformer):
@@ -77,6 +78,21 @@ def _one_element_targets(body: list[ast.stmt], zero_d: frozenset[str]) -> frozen
     return frozenset(found)
 
 
+def _reduction_kinds(src: KernelSource, found: list[Reduction], dtypes: dict) -> dict:
+    """(kind, itemsize) of each reduction target; the GPU has atomics for 32- and 64-bit only."""
+    kinds = {}
+    for r in found:
+        dtype = dtypes.get(r.target)
+        if dtype is None:
+            continue
+        if dtype.kind not in "iuf" or dtype.itemsize < 4:
+            raise src.error(f"a reduction into '{r.target}' ({dtype.name}) cannot run on CUDA: the GPU has atomics "
+                            "for 32- and 64-bit integers and floats only; reduce into an int32, int64, float32 "
+                            "or float64 array", r.lineno)
+        kinds[r.target] = (dtype.kind, dtype.itemsize)
+    return kinds
+
+
 def _thread_index(at: ast.AST) -> ast.expr:
     """The global thread index, computed unsigned with the sign bit masked off (it is below
     2**41): the compiler then knows it is non-negative, and indexing with it needs no
@@ -90,11 +106,15 @@ def _thread_index(at: ast.AST) -> ast.expr:
 
 
 def cuda_task(src: KernelSource, task: Task, param_order: list[str], symbols: Symbols,
-              zero_d: frozenset[str] = frozenset()) -> CudaTaskCode:
+              zero_d: frozenset[str] = frozenset(), dtypes: dict | None = None,
+              deterministic: bool = False, n_arrays: int | None = None) -> CudaTaskCode:
     """The kernel function of one task, taking `param_order` after the bound parameters.
 
     A parallel task runs one iteration per thread; one with reductions (see lang.updates)
     runs a grid-stride loop and combines its partials per block (lang.cuda_reductions).
+    `dtypes` maps array parameters to their NumPy dtypes (reduction partials are typed).
+    `deterministic` combines reductions in a fixed order through scratch arrays, extra
+    parameters placed after the first `n_arrays` (array) parameters of `param_order`.
     numba-cuda's atomics take no 0-d array, so a 0-d parameter the task updates atomically
     is passed to it as a 1-element array (`CudaTaskCode.one_element`): its `x[()]` and
     `atomic.<op>(x, (), v)` become `x[0]` and `atomic.<op>(x, 0, v)`.
@@ -108,10 +128,16 @@ def cuda_task(src: KernelSource, task: Task, param_order: list[str], symbols: Sy
     body = lower_statements(src, task.body, local_names, symbols, updates)
     found = list(updates.reductions.values()) if updates is not None else []
     bounds = cuda_bound_params(task)
+    scratch: tuple[str, ...] = ()
     if task.parallel and found:
+        kinds = _reduction_kinds(src, found, dtypes or {})
         rewriter = CallRewriter(src, local_names, symbols)
         init = [rewriter.visit(s) for s in reductions.initial_partials(found, at)]
-        combine = [rewriter.visit(s) for s in reductions.block_combine(found, at, symbols.atomic)]
+        if deterministic:
+            combine = [rewriter.visit(s) for s in reductions.deterministic_combine(found, at, kinds)]
+            scratch = tuple(reductions.scratch_params(found))
+        else:
+            combine = [rewriter.visit(s) for s in reductions.block_combine(found, at, symbols.atomic, kinds)]
         loop = reductions.grid_stride_loop(_cuda_indices(task, at) + body, at)
         body = init + [assign("_qg_t0", _thread_index(at), at)] + loop + combine
     elif task.parallel:
@@ -122,8 +148,10 @@ def cuda_task(src: KernelSource, task: Task, param_order: list[str], symbols: Sy
         body = [assign("_qg_t", _thread_index(at), at), guard] + _cuda_indices(task, at) + body
     one_element = _one_element_targets(body, zero_d)
     body = [ZeroDIndex(one_element, frozenset(CUDA_ATOMICS.values()), rename=False).visit(s) for s in body]
-    fdef = function_def(task_name(task), list(bounds) + list(param_order), body, task.lineno)
-    return CudaTaskCode(task, fdef, bounds, tuple(param_order), one_element, tuple(found))
+    split = len(param_order) if n_arrays is None else n_arrays
+    params = list(bounds) + list(param_order[:split]) + list(scratch) + list(param_order[split:])
+    fdef = function_def(task_name(task), params, body, task.lineno)
+    return CudaTaskCode(task, fdef, bounds, tuple(param_order), one_element, tuple(found), scratch)
 
 
 def _attr3(base: str, a: str, b: str, at: ast.AST) -> ast.expr:

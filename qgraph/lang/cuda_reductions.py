@@ -46,14 +46,31 @@ def _combine(op: str, a: str, b: str) -> str:
     return f"{a} + {b}" if op in ("add", "sub") else f"{op}({a}, {b})"
 
 
+def _shuffled(r: Reduction, v: str, offset: int, kinds: dict) -> str:
+    """`v` combined with lane+offset's `v`. numba-cuda shuffles no unsigned type, so those go
+    through the signed type of the same width (the bits are unchanged both ways)."""
+    dt = dtype_name(r.target)
+    kind, size = kinds[r.target]
+    if kind == "u":
+        signed = "_qg_i64" if size == 8 else "_qg_i32"
+        other = f"{dt}(_qg_cuda.shfl_down_sync(0xFFFFFFFF, {signed}({v}), {offset}))"
+    else:
+        other = f"_qg_cuda.shfl_down_sync(0xFFFFFFFF, {v}, {offset})"
+    return f"{dt}({_combine(r.op, v, other)})"
+
+
 def partial_update(reduction: Reduction, value: ast.expr, at: ast.stmt) -> ast.stmt:
-    """`partial = partial (+|min|max) dtype(value)`, replacing the user's update statement."""
-    cast = ast.Call(ast.Name(dtype_name(reduction.target), ast.Load()), [value], [])
+    """`partial = dtype(partial (+|min|max) dtype(value))`, replacing the user's update.
+
+    The outer cast keeps a 32-bit partial 32-bit (numba widens int32 + int32 to int64)."""
+    dt = ast.Name(dtype_name(reduction.target), ast.Load())
+    cast = ast.Call(dt, [value], [])
     var = ast.Name(reduction.var, ast.Load())
     if reduction.op in ("add", "sub"):
         new = ast.BinOp(var, ast.Add(), cast)
     else:
         new = ast.Call(ast.Name(reduction.op, ast.Load()), [var, cast], [])
+    new = ast.Call(ast.Name(dtype_name(reduction.target), ast.Load()), [new], [])
     stmt = ast.Assign([ast.Name(reduction.var, ast.Store())], new)
     for node in ast.walk(stmt):
         if not hasattr(node, "lineno") or getattr(node, "lineno", None) is None:
@@ -73,35 +90,93 @@ def initial_partials(reductions: list[Reduction], at: ast.AST) -> list[ast.stmt]
 
 
 def grid_stride_loop(body: list[ast.stmt], at: ast.AST) -> list[ast.stmt]:
-    """`for _qg_tt in range(thread, _qg_n, grid threads): _qg_t = _qg_tt (non-negative); body`."""
+    """A grid-stride loop in uint64 (no trip-count division, no wraparound checks): `_qg_t`
+    is the flat iteration index. The body sits in a one-pass loop, so that a top-level
+    `continue` still ends just this iteration."""
     head = _parse(
-        "_qg_stride = _qg_i64(_qg_u64(_qg_u32(_qg_cuda.gridDim.x)) * _qg_u64(_qg_u32(_qg_cuda.blockDim.x)))\n"
-        "for _qg_tt in range(_qg_t0, _qg_n, _qg_stride):\n"
-        f"    _qg_t = _qg_tt & {_MASK}\n", at)
-    loop = head[1]
-    loop.body = loop.body + body
+        "_qg_stride = _qg_u64(_qg_u32(_qg_cuda.gridDim.x)) * _qg_u64(_qg_u32(_qg_cuda.blockDim.x))\n"
+        "_qg_tt = _qg_u64(_qg_t0)\n"
+        "_qg_nn = _qg_u64(_qg_n)\n"
+        "while _qg_tt < _qg_nn:\n"
+        f"    _qg_t = _qg_i64(_qg_tt) & {_MASK}\n"
+        "    for _qg_once in range(1):\n"
+        "        pass\n"
+        "    _qg_tt = _qg_tt + _qg_stride\n", at)
+    once = head[3].body[1]
+    once.body = body
     return head
 
 
-def block_combine(reductions: list[Reduction], at: ast.AST, atomic_path) -> list[ast.stmt]:
-    """Warp shuffles, a shared-memory step and one atomic per block for every partial."""
+def block_combine(reductions: list[Reduction], at: ast.AST, atomic_path, kinds: dict) -> list[ast.stmt]:
+    """Warp shuffles, a shared-memory step and one atomic per block for every partial.
+
+    `kinds` maps each target to its dtype's (kind, itemsize)."""
     lines = ["_qg_lane = _qg_i32(_qg_cuda.threadIdx.x) & 31",
              "_qg_warp = _qg_i32(_qg_cuda.threadIdx.x) >> 5",
              "_qg_nwarps = (_qg_i32(_qg_cuda.blockDim.x) + 31) >> 5"]
+    lines += _block_tree(reductions, {r.var: r.var for r in reductions}, kinds, "")
     for r in reductions:
-        v = f"_qg_v{r.var}"
-        lines.append(f"{v} = {r.var}")
-        for offset in (16, 8, 4, 2, 1):
-            lines.append(f"{v} = {_combine(r.op, v, f'_qg_cuda.shfl_down_sync(0xFFFFFFFF, {v}, {offset})')}")
-        lines += ["if _qg_lane == 0:", f"    _qg_sh{r.var}[_qg_warp] = {v}"]
-    lines += ["_qg_cuda.syncthreads()", "if _qg_warp == 0:"]
-    for r in reductions:
-        v = f"_qg_v{r.var}"
-        # lanes past the last warp contribute the identity (min/max: warp 0's value, idempotent)
-        identity = f"{dtype_name(r.target)}(0)" if r.op in ("add", "sub") else f"_qg_sh{r.var}[0]"
-        lines.append(f"    {v} = _qg_sh{r.var}[_qg_lane] if _qg_lane < _qg_nwarps else {identity}")
-        for offset in (16, 8, 4, 2, 1):
-            lines.append(f"    {v} = {_combine(r.op, v, f'_qg_cuda.shfl_down_sync(0xFFFFFFFF, {v}, {offset})')}")
-        lines += ["    if _qg_lane == 0:",
-                  f"        {atomic_path(r.op)}({r.target}, {_index_text(r)}, {v})"]
+        lines += ["    if _qg_lane == 0:", f"        {atomic_path(r.op)}({r.target}, {_index_text(r)}, _qg_v{r.var})"]
     return _parse("\n".join(lines), at)
+
+def scratch_params(reductions: list[Reduction]) -> list[str]:
+    """Deterministic mode's extra array parameters: one partials array per reduction, a counter."""
+    return [f"_qg_part{r.var}" for r in reductions] + ["_qg_count"]
+
+
+def deterministic_combine(reductions: list[Reduction], at: ast.AST, kinds: dict) -> list[ast.stmt]:
+    """Per-block partials to scratch slots; the last block to finish combines them in a fixed order.
+
+    Everything a block computes is a fixed function of the grid, and the grid is a fixed
+    function of the iteration count and the device, so the result is bit-identical from run
+    to run. The last block resets the counter for the next launch.
+    """
+    lines = ["_qg_lane = _qg_i32(_qg_cuda.threadIdx.x) & 31",
+             "_qg_warp = _qg_i32(_qg_cuda.threadIdx.x) >> 5",
+             "_qg_nwarps = (_qg_i32(_qg_cuda.blockDim.x) + 31) >> 5",
+             "_qg_last = _qg_cuda.shared.array(1, _qg_i32)"]
+    lines += _block_tree(reductions, {r.var: r.var for r in reductions}, kinds, "")
+    lines += ["    if _qg_lane == 0:"]
+    lines += [f"        _qg_part{r.var}[_qg_cuda.blockIdx.x] = _qg_v{r.var}" for r in reductions]
+    lines += ["        _qg_cuda.threadfence()",
+              "        _qg_done = _qg_cuda.atomic.add(_qg_count, 0, 1)",
+              "        _qg_last[0] = 1 if _qg_done == _qg_cuda.gridDim.x - 1 else 0",
+              "_qg_cuda.syncthreads()",
+              "if _qg_last[0] == 1:",
+              "    _qg_cuda.threadfence()"]
+    for r in reductions:
+        w, part = f"_qg_w{r.var}", f"_qg_part{r.var}"
+        start = f"{dtype_name(r.target)}(0)" if r.op in ("add", "sub") else f"{part}[0]"
+        lines += [f"    {w} = {start}",
+                  "    _qg_k = _qg_i32(_qg_cuda.threadIdx.x)",
+                  "    while _qg_k < _qg_i32(_qg_cuda.gridDim.x):",
+                  f"        {w} = {dtype_name(r.target)}({_combine(r.op, w, f'{part}[_qg_k]')})",
+                  "        _qg_k += _qg_i32(_qg_cuda.blockDim.x)"]
+    tree = _block_tree(reductions, {r.var: f"_qg_w{r.var}" for r in reductions}, kinds, "    ")
+    lines += tree + ["        if _qg_lane == 0:"]
+    for r in reductions:
+        index = _index_text(r)
+        current = f"{r.target}[{index}]"
+        new = f"{current} - _qg_v{r.var}" if r.op == "sub" else _combine(r.op, current, f"_qg_v{r.var}")
+        lines.append(f"            {current} = {new}")
+    lines.append("            _qg_count[0] = 0")
+    return _parse("\n".join(lines), at)
+
+
+def _block_tree(reductions: list[Reduction], sources: dict, kinds: dict, indent: str) -> list[str]:
+    """Shuffle trees and the shared-memory step: warp 0 ends with each block total in `_qg_v<var>`.
+
+    The lines end inside `if _qg_warp == 0:` (at `indent` + 4 spaces)."""
+    lines = []
+    for r in reductions:
+        v = f"_qg_v{r.var}"
+        lines.append(f"{indent}{v} = {sources[r.var]}")
+        lines += [f"{indent}{v} = {_shuffled(r, v, offset, kinds)}" for offset in (16, 8, 4, 2, 1)]
+        lines += [f"{indent}if _qg_lane == 0:", f"{indent}    _qg_sh{r.var}[_qg_warp] = {v}"]
+    lines += [f"{indent}_qg_cuda.syncthreads()", f"{indent}if _qg_warp == 0:"]
+    for r in reductions:
+        v = f"_qg_v{r.var}"
+        identity = f"{dtype_name(r.target)}(0)" if r.op in ("add", "sub") else f"_qg_sh{r.var}[0]"
+        lines.append(f"{indent}    {v} = _qg_sh{r.var}[_qg_lane] if _qg_lane < _qg_nwarps else {identity}")
+        lines += [f"{indent}    {v} = {_shuffled(r, v, offset, kinds)}" for offset in (16, 8, 4, 2, 1)]
+    return lines

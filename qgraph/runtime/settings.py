@@ -52,6 +52,7 @@ class Settings:
     programmatic_edges: bool = True  # QGRAPH_PDL=0: plain edges between graph kernel nodes
     dump_dir: str | None = None  # QGRAPH_DUMP=<dir>: write every generated source there
     arch: str | None = None  # QGRAPH_ARCH, for init(arch=None)
+    deterministic: bool = False  # QGRAPH_DETERMINISTIC=1: bit-identical reductions by default
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] = os.environ) -> Settings:
@@ -70,7 +71,8 @@ class Settings:
                    cache_dir=cache_directory(environ), graph_cache_size=size,
                    programmatic_edges=switch(environ, "QGRAPH_PDL"),
                    dump_dir=os.path.abspath(os.path.expanduser(dump)) if dump else None,
-                   arch=arch_name(environ.get("QGRAPH_ARCH"), "QGRAPH_ARCH"))
+                   arch=arch_name(environ.get("QGRAPH_ARCH"), "QGRAPH_ARCH"),
+                   deterministic=switch(environ, "QGRAPH_DETERMINISTIC", default=False))
 
 
 def cache_directory(environ: Mapping[str, str] = os.environ) -> str | None:
