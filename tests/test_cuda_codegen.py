@@ -80,7 +80,7 @@ def _ptx(kernel, key) -> list[str]:
 def test_tasks_compile_with_the_packed_layout(sm90, kernel, key, tmp_path):
     ptx_list, entries, sizes = _compile(kernel, key)
     src = kernel._source
-    assert len(entries) == len(src.tasks) and all(size > 0 for size in sizes)
+    assert len(entries) == len(cuda_program.task_codes(src, key).tasks) and all(size > 0 for size in sizes)
     ptxas = shutil.which("ptxas")
     for name, ptx in ptx_list:
         patched = adapter.add_grid_dependency_control(ptx)
@@ -137,22 +137,9 @@ def test_a_scatter_is_atomic(sm90):
 
 def _compile(kernel, key):
     src = kernel._source
-    types = [arg_type(s) for s in key]
-    symbols = Symbols(dict(CUDA_ATOMICS))
-    zero_d = frozenset(n for n, t in zip(src.param_names, types) if t.ndim == 0)
-    orders, codes, task_types = [], [], []
-    for task in src.tasks:
-        order = cuda_program.param_order(src, task, types)
-        dtypes = {n: t.dtype for n, t in zip(src.param_names, types) if t.is_array}
-        code = cuda_codegen.cuda_task(src, task, [src.param_names[i] for i in order], symbols, zero_d, dtypes)
-        codes.append(code)
-        these = [arg_type(array_sig(t.dtype, 1, True)) if n in code.one_element else t
-                 for n, t in zip(src.param_names, types)]
-        orders.append(order)
-        task_types.append(these)
-    ptx_list, entries, sizes = cuda_program._compile_ptx(src, codes, orders, task_types,
-                                                         lower_funcs(symbols), (9, 0), types)
-    return ptx_list, entries, sizes
+    codes = cuda_program.task_codes(src, key)
+    return cuda_program._compile_ptx(src, codes.codes, codes.orders, codes.types, lower_funcs(codes.symbols),
+                                     (9, 0), [arg_type(s) for s in key])
 
 
 def test_deterministic_reductions_combine_without_atomics_on_the_target(sm90, tmp_path):

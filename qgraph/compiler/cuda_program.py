@@ -25,6 +25,7 @@ from ..lang.cuda_reductions import dtype_name
 from ..lang.fingerprint import fingerprint_of
 from ..lang.frontend import KernelSource, Task
 from ..lang.lowering import CUDA_ATOMICS, Symbols, lower_funcs, module_of
+from ..lang.regions import DeviceLoop, Region, Sequence
 from . import numba_adapter as adapter
 from .code_cache import CodeCache, entry_key
 
@@ -57,7 +58,8 @@ class TaskKernel:
     trigger_function: object = None  # the same kernel starting with launch_dependents (see below)
     wave: int = 0  # blocks that fit on the device at once: the trigger variant is for grids up to this
     grid_limit: int = 0  # a cap on the grid (tasks with reductions run grid-stride loops); 0: none
-    scratch: Scratch | None = None  # deterministic reductions' partials and counter
+    scratch: Scratch | None = None  # deterministic reductions' partials, block counters
+    tail: Task | None = None  # a serial task fused into this kernel (runs even when the loop is empty)
     scratch_at: int = 0  # the scratch parameters follow this many array arguments
 
     def function_for(self, grid: int, programmatic: bool):
@@ -71,14 +73,55 @@ class TaskKernel:
         return self.task.parallel
 
 
-def param_order(src: KernelSource, task: Task, types: list[ArgKind]) -> list[int]:
-    """Argument indices a task kernel takes: arrays first, then scalars by decreasing size."""
+def param_order(src: KernelSource, task: Task, types: list[ArgKind], tail: Task | None = None) -> list[int]:
+    """Argument indices a task kernel takes (with a fused tail's): arrays first, then scalars
+    by decreasing size."""
     names = src.param_names
-    used = [k for k, n in enumerate(names) if n in task.loaded]
+    loaded = set(task.loaded) | (set(tail.loaded) if tail is not None else set())
+    used = [k for k, n in enumerate(names) if n in loaded]
     arrays = [k for k in used if types[k].is_array]
     scalars = [k for k in used if not types[k].is_array]
     scalars.sort(key=lambda k: -types[k].param_size)
     return arrays + scalars
+
+
+@dataclass
+class TaskCodes:
+    """The generated kernels of one specialisation, before compilation: one per graph node."""
+
+    tasks: list[Task]  # the node tasks (serial tails fused into the kernel before them are not here)
+    codes: list  # cuda_codegen.CudaTaskCode per node task
+    orders: list[list[int]]  # argument indices each kernel takes
+    types: list[list[ArgKind]]  # argument kinds per node task (0-d atomic targets as shape (1,))
+    suffixes: list[dict[int, bytes]]  # argument index -> bytes appended to its block
+    symbols: Symbols
+
+
+def task_codes(src: KernelSource, key: tuple[str, ...], deterministic: bool = False) -> TaskCodes:
+    """Generate every node task's kernel function for one argument signature."""
+    types = [arg_type(s) for s in key]
+    symbols = Symbols(dict(CUDA_ATOMICS))
+    zero_d = frozenset(name for name, t in zip(src.param_names, types) if t.ndim == 0)
+    dtypes = {name: t.dtype for name, t in zip(src.param_names, types) if t.is_array}
+    tails = serial_tails(src.body)
+    fused = {tail.index for tail in tails.values()}
+    node_tasks = [task for task in src.tasks if task.index not in fused]  # one kernel (and node) each
+    orders, codes, task_types, suffixes = [], [], [], []
+    for task in node_tasks:
+        tail = tails.get(task.index)
+        order = param_order(src, task, types, tail)
+        orders.append(order)
+        n_arrays = sum(1 for k in order if types[k].is_array)
+        code = cuda_codegen.cuda_task(src, task, [src.param_names[k] for k in order], symbols, zero_d, dtypes,
+                                      deterministic, n_arrays, tail)
+        codes.append(code)
+        these, suffix = list(types), {}
+        for k, name in enumerate(src.param_names):
+            if name in code.one_element:  # the 0-d array's parameters, extended to shape (1,)
+                these[k], suffix[k] = types[k].one_element()
+        task_types.append(these)
+        suffixes.append(suffix)
+    return TaskCodes(node_tasks, codes, orders, task_types, suffixes, symbols)
 
 
 def compile_tasks(src: KernelSource, key: tuple[str, ...], device: CudaDevice,
@@ -87,23 +130,10 @@ def compile_tasks(src: KernelSource, key: tuple[str, ...], device: CudaDevice,
 
     `deterministic`: reductions combine through per-task scratch arrays in a fixed order."""
     types = [arg_type(s) for s in key]
-    symbols = Symbols(dict(CUDA_ATOMICS))
-    zero_d = frozenset(name for name, t in zip(src.param_names, types) if t.ndim == 0)
     dtypes = {name: t.dtype for name, t in zip(src.param_names, types) if t.is_array}
-    orders, codes, task_types, suffixes = [], [], [], []
-    for task in src.tasks:
-        order = param_order(src, task, types)
-        orders.append(order)
-        n_arrays = sum(1 for k in order if types[k].is_array)
-        code = cuda_codegen.cuda_task(src, task, [src.param_names[k] for k in order], symbols, zero_d, dtypes,
-                                      deterministic, n_arrays)
-        codes.append(code)
-        these, suffix = list(types), {}
-        for k, name in enumerate(src.param_names):
-            if name in code.one_element:  # the 0-d array's parameters, extended to shape (1,)
-                these[k], suffix[k] = types[k].one_element()
-        task_types.append(these)
-        suffixes.append(suffix)
+    generated_codes = task_codes(src, key, deterministic)
+    node_tasks, codes, orders = generated_codes.tasks, generated_codes.codes, generated_codes.orders
+    task_types, suffixes, symbols = generated_codes.types, generated_codes.suffixes, generated_codes.symbols
     func_defs = lower_funcs(symbols)
     fingerprint = fingerprint_of(src, [c.function for c in codes] + [f for f, _ in func_defs], symbols)
     cc = device.info.compute_capability
@@ -132,11 +162,11 @@ def compile_tasks(src: KernelSource, key: tuple[str, ...], device: CudaDevice,
                                "types": list(key)}, cubin)
 
     kernels: list[TaskKernel] = []
-    if not src.tasks:
+    if not node_tasks:
         return kernels
     module = device.load_module(cubin)
     slot = 0
-    for task, code, order, entry, size, suffix in zip(src.tasks, codes, orders, entries, sizes, suffixes):
+    for task, code, order, entry, size, suffix in zip(node_tasks, codes, orders, entries, sizes, suffixes):
         function = device.function(module, entry)
         block = 1
         bounds_slot = None
@@ -152,38 +182,63 @@ def compile_tasks(src: KernelSource, key: tuple[str, ...], device: CudaDevice,
             per_sm = check(driver().cuOccupancyMaxActiveBlocksPerMultiprocessor(function, block, 0),
                            "cuOccupancyMaxActiveBlocksPerMultiprocessor")
             kernel.wave = max(1, per_sm) * device.info.multiprocessors
-            if code.reductions:  # a grid-stride loop: as many blocks as fit at once, one atomic each
+            if code.grid_stride:  # as many blocks as fit at once: one atomic (or arrival) per block
                 kernel.grid_limit = kernel.wave
             if code.scratch:
-                kernel.scratch = Scratch(device, [dtypes[r.target] for r in code.reductions], kernel.wave)
+                kernel.scratch = Scratch(device, _scratch_specs(code, dtypes, kernel.wave))
                 kernel.scratch_at = sum(1 for k in order if types[k].is_array)
+            kernel.tail = code.tail
         if waits:
             kernel.trigger_function = device.function(module, entry + TRIGGER)
         kernels.append(kernel)
     return kernels
 
 
+def serial_tails(body: Region) -> dict[int, Task]:
+    """Serial tasks that directly follow a parallel task in the same sequence, by that task's index.
+
+    Each runs inside its parallel task's kernel, in the last block (see cuda_codegen.cuda_task)."""
+    found: dict[int, Task] = {}
+    if isinstance(body, Sequence):
+        children = body.children
+        for before, after in zip(children, children[1:]):
+            if isinstance(before, Task) and isinstance(after, Task) and before.parallel and not after.parallel:
+                found[before.index] = after
+        for child in children:
+            found.update(serial_tails(child))
+    elif isinstance(body, DeviceLoop):
+        found.update(serial_tails(body.body))
+    return found
+
+
+def _scratch_specs(code, dtypes: dict, slots: int) -> list[tuple[np.dtype, int]]:
+    """(dtype, length) of each scratch array, in parameter order: partials per block, counters."""
+    has_partials = any(name.startswith("_qg_part") for name in code.scratch)  # deterministic mode
+    specs = [(dtypes[r.target], slots) for r in code.reductions] if has_partials else []
+    counters = len(code.scratch) - len(specs)
+    return specs + [(np.dtype(np.int32), 1)] * counters
+
+
 class Scratch:
-    """Device memory of deterministic reductions: per-block partials and a block counter.
+    """Device memory of a task kernel's scratch arrays: per-block partials, block counters.
 
-    Owned by its task kernel (one per specialisation); `abi` is the bytes of its array
-    parameters, constant for the kernel's life."""
+    Owned by its task kernel (one per specialisation); zero-filled once (every counter is
+    reset by the block that finishes last); `abi` is the bytes of the array parameters,
+    constant for the kernel's life."""
 
-    def __init__(self, device: CudaDevice, dtypes: list, slots: int) -> None:
+    def __init__(self, device: CudaDevice, specs: list[tuple[np.dtype, int]]) -> None:
         from ..args.kinds import numba_abi
 
         self._device = device
         self.pointers = []
         abi = b""
-        for dtype in dtypes:
-            ptr = device.alloc(slots * dtype.itemsize)
+        for dtype, length in specs:
+            ptr = device.alloc(length * dtype.itemsize)
             self.pointers.append(ptr)
-            abi += numba_abi(ptr, (slots,), (dtype.itemsize,), dtype.itemsize)
-        count = device.alloc(4)
-        self.pointers.append(count)
-        device.memset(count, b"\0\0\0\0", 1)
+            device.memset(ptr, b"\0", length * dtype.itemsize)
+            abi += numba_abi(ptr, (length,), (dtype.itemsize,), dtype.itemsize)
         device.sync_stream()
-        self.abi = abi + numba_abi(count, (1,), (4,), 4)
+        self.abi = abi
 
     def __del__(self) -> None:
         try:
@@ -216,12 +271,10 @@ def _compile_ptx(src, codes, orders, task_types, func_defs, cc, types):
     ptx_list, entries, sizes = [], [], []
     for code, order, types in zip(codes, orders, task_types):
         argtypes = [i64] * len(code.bound_params) + [types[k] for k in order]
-        if code.scratch:  # after the array arguments: partials typed as their targets, an int32 counter
+        if code.scratch:  # after the array arguments: partials typed as their targets, int32 counters
             split = len(code.bound_params) + sum(1 for k in order if types[k].is_array)
             dtypes = {name: t.dtype for name, t in zip(src.param_names, types) if t.is_array}
-            extra = [array_kind(dtypes[r.target], 1, True) for r in code.reductions]
-            extra.append(array_kind(np.dtype(np.int32), 1, True))
-            argtypes[split:split] = extra
+            argtypes[split:split] = [array_kind(dtype, 1, True) for dtype, _ in _scratch_specs(code, dtypes, 1)]
         try:
             ptx = adapter.cuda_compile_ptx(kernel_ns[code.function.name], argtypes, cc)
         except Exception as e:
