@@ -144,8 +144,8 @@ class TaskGraph:
 
     def _plan(self, region: Region, by_task: dict, target, flag_index: dict, device_loops: bool) -> list:
         """The updatable nodes in build order: a WhileLoop (its slot writer) or a TaskKernel."""
-        if isinstance(region, Task):  # a serial task fused into the kernel before it has no node
-            return [by_task[region.index]] if region.index in by_task else []
+        if isinstance(region, Task):
+            return [by_task[region.index]]
         if isinstance(region, DeviceLoop):
             if not device_loops:
                 return self._plan(region.body, by_task, target, flag_index, device_loops)
@@ -163,8 +163,6 @@ class TaskGraph:
             return deps
         if isinstance(region, DeviceLoop) and not device_loops:
             return self._add(region.body, graph, deps, by_task, device_loops)
-        if isinstance(region, Task) and region.index not in by_task:  # fused into the kernel before it
-            return deps
         item, block, grid = self._pending.pop(0)
         if isinstance(region, DeviceLoop):
             body, while_node, slot_node = item.add_loop(graph, deps, block)

@@ -69,10 +69,10 @@ class EagerRunner:
             indent = "    "
             if tk.param_size:
                 lines.append(f"    buf{k}[:] = {block_expr(tk)}")
-            if tk.parallel and tk.tail is None:  # a fused serial tail runs even when the loop is empty
+            if tk.parallel:
                 lines.append(f"    if n[{tk.bounds_slot}]:")
                 indent = "        "
-            lines.append(f"{indent}r = _launch(f{k}, {grid_expr(tk, tk.tail is not None)}, 1, 1, {tk.block}, 1, 1, 0, "
+            lines.append(f"{indent}r = _launch(f{k}, {grid_expr(tk, False)}, 1, 1, {tk.block}, 1, 1, 0, "
                          f"stream, 0, ex{k})[0]")
             lines.append(f"{indent}if r:")
             lines.append(f"{indent}    raise _fail(r, 'launching task {k}')")
@@ -170,7 +170,7 @@ class CudaLauncher:
         stats.used_graph = spec.uses_graph
         stats.graph_nodes = spec.nodes
         stats.host_loop = spec.host_loop
-        stats.num_tasks = len(self.src.tasks)  # tasks, not kernels: serial tails share a kernel
+        stats.num_tasks = len(spec.kernels)
         if spec.graph is not None:
             self.graphs.touch(spec.key)
 

@@ -25,7 +25,6 @@ from ..lang.cuda_reductions import dtype_name
 from ..lang.fingerprint import fingerprint_of
 from ..lang.frontend import KernelSource, Task
 from ..lang.lowering import CUDA_ATOMICS, Symbols, lower_funcs, module_of
-from ..lang.regions import DeviceLoop, Region, Sequence
 from . import numba_adapter as adapter
 from .code_cache import CodeCache, entry_key
 
@@ -58,8 +57,7 @@ class TaskKernel:
     trigger_function: object = None  # the same kernel starting with launch_dependents (see below)
     wave: int = 0  # blocks that fit on the device at once: the trigger variant is for grids up to this
     grid_limit: int = 0  # a cap on the grid (tasks with reductions run grid-stride loops); 0: none
-    scratch: Scratch | None = None  # deterministic reductions' partials, block counters
-    tail: Task | None = None  # a serial task fused into this kernel (runs even when the loop is empty)
+    scratch: Scratch | None = None  # deterministic reductions' partials and block counter
     scratch_at: int = 0  # the scratch parameters follow this many array arguments
 
     def function_for(self, grid: int, programmatic: bool):
@@ -73,12 +71,10 @@ class TaskKernel:
         return self.task.parallel
 
 
-def param_order(src: KernelSource, task: Task, types: list[ArgKind], tail: Task | None = None) -> list[int]:
-    """Argument indices a task kernel takes (with a fused tail's): arrays first, then scalars
-    by decreasing size."""
+def param_order(src: KernelSource, task: Task, types: list[ArgKind]) -> list[int]:
+    """Argument indices a task kernel takes: arrays first, then scalars by decreasing size."""
     names = src.param_names
-    loaded = set(task.loaded) | (set(tail.loaded) if tail is not None else set())
-    used = [k for k, n in enumerate(names) if n in loaded]
+    used = [k for k, n in enumerate(names) if n in task.loaded]
     arrays = [k for k in used if types[k].is_array]
     scalars = [k for k in used if not types[k].is_array]
     scalars.sort(key=lambda k: -types[k].param_size)
@@ -89,7 +85,7 @@ def param_order(src: KernelSource, task: Task, types: list[ArgKind], tail: Task 
 class TaskCodes:
     """The generated kernels of one specialisation, before compilation: one per graph node."""
 
-    tasks: list[Task]  # the node tasks (serial tails fused into the kernel before them are not here)
+    tasks: list[Task]  # the tasks, one kernel each
     codes: list  # cuda_codegen.CudaTaskCode per node task
     orders: list[list[int]]  # argument indices each kernel takes
     types: list[list[ArgKind]]  # argument kinds per node task (0-d atomic targets as shape (1,))
@@ -103,17 +99,14 @@ def task_codes(src: KernelSource, key: tuple[str, ...], deterministic: bool = Fa
     symbols = Symbols(dict(CUDA_ATOMICS))
     zero_d = frozenset(name for name, t in zip(src.param_names, types) if t.ndim == 0)
     dtypes = {name: t.dtype for name, t in zip(src.param_names, types) if t.is_array}
-    tails = serial_tails(src.body)
-    fused = {tail.index for tail in tails.values()}
-    node_tasks = [task for task in src.tasks if task.index not in fused]  # one kernel (and node) each
+    node_tasks = list(src.tasks)  # one kernel (and graph node) each
     orders, codes, task_types, suffixes = [], [], [], []
     for task in node_tasks:
-        tail = tails.get(task.index)
-        order = param_order(src, task, types, tail)
+        order = param_order(src, task, types)
         orders.append(order)
         n_arrays = sum(1 for k in order if types[k].is_array)
         code = cuda_codegen.cuda_task(src, task, [src.param_names[k] for k in order], symbols, zero_d, dtypes,
-                                      deterministic, n_arrays, tail)
+                                      deterministic, n_arrays)
         codes.append(code)
         these, suffix = list(types), {}
         for k, name in enumerate(src.param_names):
@@ -182,33 +175,15 @@ def compile_tasks(src: KernelSource, key: tuple[str, ...], device: CudaDevice,
             per_sm = check(driver().cuOccupancyMaxActiveBlocksPerMultiprocessor(function, block, 0),
                            "cuOccupancyMaxActiveBlocksPerMultiprocessor")
             kernel.wave = max(1, per_sm) * device.info.multiprocessors
-            if code.grid_stride:  # as many blocks as fit at once: one atomic (or arrival) per block
+            if code.reductions:  # a grid-stride loop: as many blocks as fit at once, one atomic each
                 kernel.grid_limit = kernel.wave
             if code.scratch:
                 kernel.scratch = Scratch(device, _scratch_specs(code, dtypes, kernel.wave))
                 kernel.scratch_at = sum(1 for k in order if types[k].is_array)
-            kernel.tail = code.tail
         if waits:
             kernel.trigger_function = device.function(module, entry + TRIGGER)
         kernels.append(kernel)
     return kernels
-
-
-def serial_tails(body: Region) -> dict[int, Task]:
-    """Serial tasks that directly follow a parallel task in the same sequence, by that task's index.
-
-    Each runs inside its parallel task's kernel, in the last block (see cuda_codegen.cuda_task)."""
-    found: dict[int, Task] = {}
-    if isinstance(body, Sequence):
-        children = body.children
-        for before, after in zip(children, children[1:]):
-            if isinstance(before, Task) and isinstance(after, Task) and before.parallel and not after.parallel:
-                found[before.index] = after
-        for child in children:
-            found.update(serial_tails(child))
-    elif isinstance(body, DeviceLoop):
-        found.update(serial_tails(body.body))
-    return found
 
 
 def _scratch_specs(code, dtypes: dict, slots: int) -> list[tuple[np.dtype, int]]:

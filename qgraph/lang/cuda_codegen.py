@@ -38,13 +38,7 @@ class CudaTaskCode:
     params: tuple[str, ...]  # kernel parameters, in the kernel's argument order
     one_element: frozenset[str] = frozenset()  # 0-d array parameters passed as shape (1,)
     reductions: tuple[Reduction, ...] = ()  # when non-empty: a grid-stride loop, launched capped
-    scratch: tuple[str, ...] = ()  # scratch arrays (after the array parameters): partials, counters
-    tail: Task | None = None  # a serial task run by the last block (see cuda_task)
-
-    @property
-    def grid_stride(self) -> bool:
-        """Launched on a grid capped at one wave (reductions, or a serial tail's block counter)."""
-        return bool(self.reductions) or self.tail is not None
+    scratch: tuple[str, ...] = ()  # deterministic mode's scratch arrays (after the array parameters)
 
 
 class _ContinueToReturn(ast.NodeTransformer):
@@ -84,17 +78,6 @@ def _one_element_targets(body: list[ast.stmt], zero_d: frozenset[str]) -> frozen
     return frozenset(found)
 
 
-class _RenameLocals(ast.NodeTransformer):
-    """A fused serial task's locals under names of their own (they share the kernel's scope)."""
-
-    def __init__(self, renames: dict[str, str]) -> None:
-        self.renames = renames
-
-    def visit_Name(self, node: ast.Name) -> ast.AST:
-        node.id = self.renames.get(node.id, node.id)
-        return node
-
-
 def _reduction_kinds(src: KernelSource, found: list[Reduction], dtypes: dict) -> dict:
     """(kind, itemsize) of each reduction target; the GPU has atomics for 32- and 64-bit only."""
     kinds = {}
@@ -124,7 +107,7 @@ def _thread_index(at: ast.AST) -> ast.expr:
 
 def cuda_task(src: KernelSource, task: Task, param_order: list[str], symbols: Symbols,
               zero_d: frozenset[str] = frozenset(), dtypes: dict | None = None,
-              deterministic: bool = False, n_arrays: int | None = None, tail: Task | None = None) -> CudaTaskCode:
+              deterministic: bool = False, n_arrays: int | None = None) -> CudaTaskCode:
     """The kernel function of one task, taking `param_order` after the bound parameters.
 
     A parallel task runs one iteration per thread; one with reductions (see lang.updates)
@@ -135,9 +118,6 @@ def cuda_task(src: KernelSource, task: Task, param_order: list[str], symbols: Sy
     numba-cuda's atomics take no 0-d array, so a 0-d parameter the task updates atomically
     is passed to it as a 1-element array (`CudaTaskCode.one_element`): its `x[()]` and
     `atomic.<op>(x, (), v)` become `x[0]` and `atomic.<op>(x, 0, v)`.
-    `tail`, a serial task that directly follows this parallel one, runs in the same kernel:
-    by one thread of the last block to finish (see lang.cuda_reductions.serial_tail), which
-    saves it a graph node and a launch.
     """
     at = task.body[0]
     local_names = task_locals(src, task)
@@ -149,22 +129,15 @@ def cuda_task(src: KernelSource, task: Task, param_order: list[str], symbols: Sy
     found = list(updates.reductions.values()) if updates is not None else []
     bounds = cuda_bound_params(task)
     scratch: tuple[str, ...] = ()
-    if task.parallel and (found or tail is not None):
+    if task.parallel and found:
         kinds = _reduction_kinds(src, found, dtypes or {})
         rewriter = CallRewriter(src, local_names, symbols)
         init = [rewriter.visit(s) for s in reductions.initial_partials(found, at)]
-        combine: list[ast.stmt] = []
-        if found and deterministic:
+        if deterministic:
             combine = [rewriter.visit(s) for s in reductions.deterministic_combine(found, at, kinds)]
             scratch = tuple(reductions.scratch_params(found))
-        elif found:
+        else:
             combine = [rewriter.visit(s) for s in reductions.block_combine(found, at, symbols.atomic, kinds)]
-        if tail is not None:
-            tail_body = lower_statements(src, tail.body, task_locals(src, tail), symbols)
-            renames = {name: f"_qg_tail_{name}" for name in tail.stored if name not in src.param_names}
-            tail_body = [_RenameLocals(renames).visit(s) for s in tail_body]
-            combine += reductions.serial_tail(tail_body, tail.body[0])
-            scratch += (reductions.TAIL_COUNTER,)
         loop = reductions.grid_stride_loop(_cuda_indices(task, at) + body, at)
         body = init + [assign("_qg_t0", _thread_index(at), at)] + loop + combine
     elif task.parallel:
@@ -178,7 +151,7 @@ def cuda_task(src: KernelSource, task: Task, param_order: list[str], symbols: Sy
     split = len(param_order) if n_arrays is None else n_arrays
     params = list(bounds) + list(param_order[:split]) + list(scratch) + list(param_order[split:])
     fdef = function_def(task_name(task), params, body, task.lineno)
-    return CudaTaskCode(task, fdef, bounds, tuple(param_order), one_element, tuple(found), scratch, tail)
+    return CudaTaskCode(task, fdef, bounds, tuple(param_order), one_element, tuple(found), scratch)
 
 
 def _attr3(base: str, a: str, b: str, at: ast.AST) -> ast.expr:

@@ -115,31 +115,6 @@ def block_combine(reductions: list[Reduction], at: ast.AST, atomic_path, kinds: 
         lines += ["    if _qg_lane == 0:", f"        {atomic_path(r.op)}({r.target}, {_index_text(r)}, _qg_v{r.var})"]
     return _parse("\n".join(lines), at)
 
-TAIL_COUNTER = "_qg_tcount"
-
-
-def serial_tail(body: list[ast.stmt], at: ast.AST) -> list[ast.stmt]:
-    """Run a serial task's `body` in the last block to finish, by its thread 0.
-
-    Every thread fences its writes device-wide before the block arrives at the counter, and
-    the last block fences again before reading: the tail sees every iteration's writes, as
-    a separate kernel launched after this one would. It resets the counter for the next launch.
-    """
-    head = _parse(
-        "_qg_cuda.threadfence()\n"
-        "_qg_tlast = _qg_cuda.shared.array(1, _qg_i32)\n"
-        "_qg_cuda.syncthreads()\n"
-        "if _qg_i32(_qg_cuda.threadIdx.x) == 0:\n"
-        f"    _qg_tdone = _qg_cuda.atomic.add({TAIL_COUNTER}, 0, 1)\n"
-        "    _qg_tlast[0] = 1 if _qg_tdone == _qg_cuda.gridDim.x - 1 else 0\n"
-        "_qg_cuda.syncthreads()\n"
-        "if _qg_tlast[0] == 1 and _qg_i32(_qg_cuda.threadIdx.x) == 0:\n"
-        "    _qg_cuda.threadfence()\n"
-        f"    {TAIL_COUNTER}[0] = 0\n", at)
-    head[-1].body = head[-1].body + body
-    return head
-
-
 def scratch_params(reductions: list[Reduction]) -> list[str]:
     """Deterministic mode's extra array parameters: one partials array per reduction, a counter."""
     return [f"_qg_part{r.var}" for r in reductions] + ["_qg_count"]
