@@ -160,3 +160,10 @@ def test_deterministic_reductions_combine_without_atomics_on_the_target(sm90, tm
     assert re.findall(r"\b(?:atom|red)\.global\.(\w+)\.(\w+)", ptx) == [("add", "u32")]
     assert "membar" in ptx or "fence" in ptx
     assert sizes == [8 * 3 + 3 * 56 + 3 * 56]  # bounds, 3 arrays, 2 partials arrays and a counter
+
+
+@pytest.mark.parametrize("dtype,width", [("f4", "32"), ("f8", "64")])
+def test_float_extrema_use_native_integer_atomics(sm90, dtype, width):
+    (ptx,) = _ptx(tr.largest, (A(dtype, 1), A(dtype, 1)))
+    assert "cas" not in ptx  # no compare-and-swap loop
+    assert sorted(set(re.findall(r"atom\.global\.(\w+\.\w+)", ptx))) == [f"max.s{width}", f"min.u{width}"]

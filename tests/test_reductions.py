@@ -308,3 +308,18 @@ def test_qgraph_deterministic_environment(arch, monkeypatch):
     finally:
         monkeypatch.delenv("QGRAPH_DETERMINISTIC")
         qgraph.init(arch)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_float_min_and_max_over_signs_zeros_and_infinities(arch, dtype):
+    rng = np.random.default_rng(11)
+    for values, starts in [(rng.standard_normal(100_003), (np.inf, -np.inf)),
+                           (-rng.random(50_000) - 1, (0.0, 0.0)),  # all negative, target +0.0
+                           (np.array([-0.0, -0.0]), (np.inf, -np.inf)),
+                           (np.array([-np.inf, 3.0, -2.0]), (1.0, -5.0))]:
+        x = values.astype(dtype)
+        lo, hi = qgraph.from_numpy(np.array([starts[0]], dtype)), qgraph.from_numpy(np.array([starts[1]], dtype))
+        smallest(qgraph.from_numpy(x), lo)
+        largest(qgraph.from_numpy(x), hi)
+        assert lo.to_numpy()[0] == min(dtype(starts[0]), x.min())
+        assert hi.to_numpy()[0] == max(dtype(starts[1]), x.max())

@@ -112,8 +112,32 @@ def block_combine(reductions: list[Reduction], at: ast.AST, atomic_path, kinds: 
              "_qg_nwarps = (_qg_i32(_qg_cuda.blockDim.x) + 31) >> 5"]
     lines += _block_tree(reductions, {r.var: r.var for r in reductions}, kinds, "")
     for r in reductions:
-        lines += ["    if _qg_lane == 0:", f"        {atomic_path(r.op)}({r.target}, {_index_text(r)}, _qg_v{r.var})"]
+        lines.append("    if _qg_lane == 0:")
+        if kinds.get(r.target, ("f",))[0] == "f" and r.op in ("min", "max"):
+            lines += ["        " + line for line in _float_extremum(r, kinds[r.target][1])]
+        else:
+            lines.append(f"        {atomic_path(r.op)}({r.target}, {_index_text(r)}, _qg_v{r.var})")
     return _parse("\n".join(lines), at)
+
+
+def _float_extremum(r: Reduction, size: int) -> list[str]:
+    """A float max/min as one native integer atomic on the bits (numba's float atomic.max is a
+    compare-and-swap loop, which contends when every block finishes at once).
+
+    Floats with the sign bit clear order like their bits as signed integers; with it set,
+    inversely like their bits as unsigned integers. So max is an integer max for a value with
+    a clear sign bit and an unsigned min otherwise (min the other way round); -0.0 counts as
+    negative, which orders it below +0.0 and above every negative value."""
+    signed, unsigned = ("_qg_np_i64", "_qg_np_u64") if size == 8 else ("_qg_np_i32", "_qg_np_u32")
+    to_bits = "_qg_libdevice.double_as_longlong" if size == 8 else "_qg_libdevice.float_as_int"
+    cast = "_qg_u64" if size == 8 else "_qg_u32"
+    positive, negative = ("max", "min") if r.op == "max" else ("min", "max")
+    index = _index_text(r)
+    return [f"_qg_bits = {to_bits}(_qg_v{r.var})",
+            "if _qg_bits >= 0:",
+            f"    _qg_cuda.atomic.{positive}({r.target}.view({signed}), {index}, _qg_bits)",
+            "else:",
+            f"    _qg_cuda.atomic.{negative}({r.target}.view({unsigned}), {index}, {cast}(_qg_bits))"]
 
 def scratch_params(reductions: list[Reduction]) -> list[str]:
     """Deterministic mode's extra array parameters: one partials array per reduction, a counter."""
