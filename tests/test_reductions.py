@@ -323,3 +323,8 @@ def test_float_min_and_max_over_signs_zeros_and_infinities(arch, dtype):
         largest(qgraph.from_numpy(x), hi)
         assert lo.to_numpy()[0] == min(dtype(starts[0]), x.min())
         assert hi.to_numpy()[0] == max(dtype(starts[1]), x.max())
+
+
+def test_deterministic_option_is_checked():
+    with pytest.raises(TypeError, match="deterministic must be True, False or None"):
+        qgraph.kernel(deterministic="yes")
