@@ -24,7 +24,7 @@ from .args.kinds import FlagKind
 from .compiler.code_cache import entry_key
 from .driver import nvrtc
 from .driver.device import check, driver
-from .driver.nodes import GraphNode, add_edge, kernel_node_params
+from .driver.nodes import GraphNode, add_edge, add_while_node, kernel_node_params
 from .driver.params import ParamBuffer
 from .runtime import DeviceState
 
@@ -122,16 +122,7 @@ class WhileLoop:
         store_params = kernel_node_params(self._helpers.store, 1, 1, store)
         store_node = check(d.cuGraphAddKernelNode(graph, deps, len(deps), store_params), "adding the flag-slot node")
         self._buffers.append(store)
-        self.handle = check(d.cuGraphConditionalHandleCreate(
-            graph, self._device.context, 1, d.CU_GRAPH_COND_ASSIGN_DEFAULT), "cuGraphConditionalHandleCreate")
-        params = d.CUgraphNodeParams()
-        params.type = d.CUgraphNodeType.CU_GRAPH_NODE_TYPE_CONDITIONAL
-        params.conditional.handle = self.handle
-        params.conditional.type = d.CUgraphConditionalNodeType.CU_GRAPH_COND_TYPE_WHILE
-        params.conditional.size = 1
-        params.conditional.ctx = self._device.context
-        while_node = check(d.cuGraphAddNode(graph, [store_node], None, 1, params), "adding the WHILE node")
-        body = params.conditional.phGraph_out[0]
+        self.handle, while_node, body = add_while_node(graph, self._device.context, [store_node])
         slot_node = GraphNode(self.slot_expr, "1", store, store_params, store_node)
         return body, while_node, slot_node
 

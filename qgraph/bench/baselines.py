@@ -88,16 +88,9 @@ class RawGraphs:
         check(d.cuGraphUpload(self.body_exec, self.stream), "upload")
         # device loop: WHILE { tasks + countdown + condition }
         graph = check(d.cuGraphCreate(0), "cuGraphCreate")
-        handle = check(d.cuGraphConditionalHandleCreate(graph, self.device.context, 1,
-                                                         d.CU_GRAPH_COND_ASSIGN_DEFAULT), "handle")
-        params = d.CUgraphNodeParams()
-        params.type = d.CUgraphNodeType.CU_GRAPH_NODE_TYPE_CONDITIONAL
-        params.conditional.handle = handle
-        params.conditional.type = d.CUgraphConditionalNodeType.CU_GRAPH_COND_TYPE_WHILE
-        params.conditional.size = 1
-        params.conditional.ctx = self.device.context
-        check(d.cuGraphAddNode(graph, [], None, 0, params), "add WHILE")
-        inner = params.conditional.phGraph_out[0]
+        from ..driver.nodes import add_while_node
+
+        handle, _, inner = add_while_node(graph, self.device.context, [])
         deps = self._add_tasks(inner, arrays, n, a, grid, [])
         node = check(d.cuGraphAddKernelNode(inner, deps, len(deps), _node_params(self.functions["countdown"], 1, 1,
                                                                                    count_args)), "add node")

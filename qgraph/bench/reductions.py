@@ -80,18 +80,11 @@ class _Hand:
 
     def relax(self, u, un, change, it, n: int, tol: float, cap: int):
         """WHILE { jacobi -> copy_back -> check }, as a graph launched per solve."""
+        from ..driver.nodes import add_while_node
+
         d = self.d
         graph = self.check(d.cuGraphCreate(0), "cuGraphCreate")
-        handle = self.check(d.cuGraphConditionalHandleCreate(graph, self.device.context, 1,
-                                                             d.CU_GRAPH_COND_ASSIGN_DEFAULT), "handle")
-        params = d.CUgraphNodeParams()
-        params.type = d.CUgraphNodeType.CU_GRAPH_NODE_TYPE_CONDITIONAL
-        params.conditional.handle = handle
-        params.conditional.type = d.CUgraphConditionalNodeType.CU_GRAPH_COND_TYPE_WHILE
-        params.conditional.size = 1
-        params.conditional.ctx = self.device.context
-        self.check(d.cuGraphAddNode(graph, [], None, 0, params), "add WHILE")
-        body = params.conditional.phGraph_out[0]
+        handle, _, body = add_while_node(graph, self.device.context, [])
         grid = ((n - 2 + 31) // 32, (n - 2 + 7) // 8)
         sweep = self._node(body, "jacobi", grid, (32, 8), self._args(
             ctypes.c_uint64(u._ptr), ctypes.c_uint64(un._ptr), ctypes.c_int32(n), ctypes.c_uint64(change._ptr)), [])

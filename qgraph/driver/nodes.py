@@ -45,3 +45,19 @@ def kernel_node_params(function, grid: int, block: int, buffer: ParamBuffer | No
     params.kernelParams = kernel_params
     params.extra = buffer.extra if buffer is not None else 0
     return params
+
+
+def add_while_node(graph, context, deps: list):
+    """A conditional WHILE node after `deps`, its handle defaulting to 1 at every launch
+    (do-while); returns (handle, node, body graph)."""
+    d = driver()
+    handle = check(d.cuGraphConditionalHandleCreate(graph, context, 1, d.CU_GRAPH_COND_ASSIGN_DEFAULT),
+                   "cuGraphConditionalHandleCreate")
+    params = d.CUgraphNodeParams()
+    params.type = d.CUgraphNodeType.CU_GRAPH_NODE_TYPE_CONDITIONAL
+    params.conditional.handle = handle
+    params.conditional.type = d.CUgraphConditionalNodeType.CU_GRAPH_COND_TYPE_WHILE
+    params.conditional.size = 1
+    params.conditional.ctx = context
+    node = check(d.cuGraphAddNode(graph, deps, None, len(deps), params), "adding the WHILE node")
+    return handle, node, params.conditional.phGraph_out[0]
