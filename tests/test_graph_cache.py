@@ -242,3 +242,17 @@ def test_a_closed_graph_raises_instead_of_reaching_the_driver(cuda):
     qgraph.reset()  # the next call rebuilds and works
     bump(other)
     np.testing.assert_array_equal(other.to_numpy(), np.arange(8.0) + 1)
+
+
+def test_reset_unloads_the_compiled_modules(cuda):
+    device = qgraph.runtime.STATE.cuda
+    qgraph.reset()
+    before = len(device._modules)
+    x = qgraph.from_numpy(np.arange(6.0))
+    axpy2(x, x, qgraph.ndarray(qgraph.f64, (6,)), 2.0)
+    bump(x)
+    assert len(device._modules) == before + 2  # one module per compiled specialisation
+    qgraph.reset()
+    assert len(device._modules) == before
+    bump(x)  # reloads (from the disk cache) and runs
+    np.testing.assert_array_equal(x.to_numpy(), np.arange(6.0) + 1)

@@ -248,9 +248,15 @@ class CudaLauncher:
                       f"{self.while_reason}", FallbackWarning, stacklevel=6)
 
     def close(self) -> None:
+        """Destroy graphs, then unload the specialisations' modules (after the device is idle)."""
         self.graphs.clear()
+        modules = {tk.module for spec in self._specs.values() for tk in spec.kernels if tk.module is not None}
         self._specs.clear()
         self._last[0] = None
+        if modules:
+            self.device.synchronize()  # eager launches may still be queued
+            for module in modules:
+                self.device.unload_module(module)
 
 
 def _is_root(body: Region, loop: DeviceLoop) -> bool:

@@ -59,6 +59,7 @@ class TaskKernel:
     grid_limit: int = 0  # a cap on the grid (tasks with reductions run grid-stride loops); 0: none
     scratch: Scratch | None = None  # deterministic reductions' partials and block counter
     scratch_at: int = 0  # the scratch parameters follow this many array arguments
+    module: object = None  # the CUmodule holding this specialisation's kernels (unloaded on close)
 
     def function_for(self, grid: int, programmatic: bool):
         """The variant for a graph node of `grid` blocks: launch_dependents only for one-wave grids."""
@@ -171,6 +172,7 @@ def compile_tasks(src: KernelSource, key: tuple[str, ...], device: CudaDevice,
             bounds_slot = slot
             slot += 1
         kernel = TaskKernel(task, function, block, size, bounds_slot, tuple(order), waits, suffix)
+        kernel.module = module
         if task.parallel:
             per_sm = check(driver().cuOccupancyMaxActiveBlocksPerMultiprocessor(function, block, 0),
                            "cuOccupancyMaxActiveBlocksPerMultiprocessor")

@@ -101,7 +101,7 @@ class CudaDevice:
         self.stream = check(d.cuStreamCreate(0), "cuStreamCreate")
         self.stream_handle = int(self.stream)
         self._events: list = []
-        self._modules: list = []
+        self._modules: set = set()  # loaded modules, unloaded by their owners (or with the process)
         self._ctx_synchronize = d.cuCtxSynchronize
 
     # ------------------------------------------------------------------ context
@@ -172,8 +172,14 @@ class CudaDevice:
     def load_module(self, image: bytes):
         d = driver()
         module = check(d.cuModuleLoadData(image), "cuModuleLoadData")
-        self._modules.append(module)
+        self._modules.add(module)
         return module
+
+    def unload_module(self, module) -> None:
+        """Unload a module; its owner makes sure no queued work or graph still uses it."""
+        if module in self._modules:
+            self._modules.discard(module)
+            check(driver().cuModuleUnload(module), "cuModuleUnload")
 
     def function(self, module, name: str):
         return check(driver().cuModuleGetFunction(module, name.encode()), f"cuModuleGetFunction({name})")
