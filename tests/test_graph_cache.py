@@ -254,5 +254,5 @@ def test_reset_unloads_the_compiled_modules(cuda):
     assert len(device._modules) == before + 2  # one module per compiled specialisation
     qgraph.reset()
     assert len(device._modules) == before
-    bump(x)  # reloads (from the disk cache) and runs
-    np.testing.assert_array_equal(x.to_numpy(), np.arange(6.0) + 1)
+    bump(x)  # reloads (from the disk cache) and runs: the second bump
+    np.testing.assert_array_equal(x.to_numpy(), np.arange(6.0) + 2)
