@@ -40,6 +40,7 @@ CASES = [
     (tk.zero_d_to_func, (A("f8", 0), A("f8", 1))), (ta.histogram, (A("i8", 1), A("i8", 1))),
     (ta.extremes, (A("i4", 1),) * 4), (ta.grid_counts, (A("i8", 2), S("i8"))),
     (tw.countdown, (A("i4", 1), A("i4", 1), A("i8", 1))), (tw.grow_until, (A("f8", 1), A("i4", 0), S("f8"))),
+    (tk.signed_indices, (A("f4", 1), A("f4", 1), A("f8", 2))),
     (tr.total, (A("f4", 1), A("f4", 1))), (tr.smallest, (A("i8", 1), A("i8", 1))),
     (tr.dot, (A("f4", 1), A("f4", 1), A("f4", 0))), (tr.positive_sum_and_max, (A("f8", 1), A("f8", 1), A("f8", 1))),
     (tr.grid_total, (A("f8", 2), A("f8", 1), S("i8"))), (tr.histogram, (A("i8", 1), A("f8", 1), A("f8", 1))),

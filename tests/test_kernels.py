@@ -319,3 +319,22 @@ def test_zero_d_array_passed_to_a_func_in_a_serial_task(arch):
     out = qgraph.ndarray(qgraph.f64, (1,))
     zero_d_to_func(qgraph.from_numpy(np.array(1.25)), out)
     assert out.to_numpy()[0] == 2.5
+
+
+@qgraph.kernel
+def signed_indices(a, out, grid):
+    for i in range(a.shape[0]):
+        out[i] = a[min(i, 3)] + (i - 5)
+    for i, j in qgraph.ndrange(grid.shape[0], grid.shape[1]):
+        grid[i, j] = max(i - j, -1) * 10 + a[max(j - 1, 0)]
+
+
+def test_loop_variables_are_signed_integers(arch):
+    """`min(i, 3)`, `i - 5` behave as in Python: loop variables are signed int64 on both backends."""
+    a = np.arange(8, dtype=np.float32) + 0.5
+    out, grid = qgraph.from_numpy(np.zeros(8, np.float32)), qgraph.from_numpy(np.zeros((4, 5)))
+    signed_indices(qgraph.from_numpy(a), out, grid)
+    i = np.arange(8)
+    np.testing.assert_array_equal(out.to_numpy(), a[np.minimum(i, 3)] + (i - 5))
+    ii, jj = np.meshgrid(np.arange(4), np.arange(5), indexing="ij")
+    np.testing.assert_array_equal(grid.to_numpy(), np.maximum(ii - jj, -1) * 10 + a[np.maximum(jj - 1, 0)])

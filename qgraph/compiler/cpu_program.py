@@ -39,7 +39,7 @@ class CpuProgram:
             cache = (os.path.join(cache_dir, "cpu", adapter.toolchain_versions_digest()), module.fingerprint)
         from . import cpu_atomics
 
-        injected = {"_qg_prange": adapter.prange(),
+        injected = {"_qg_prange": adapter.prange(), "_qg_i64": adapter.int64(),
                     "_qg_trip_count": adapter.njit(_trip_count, parallel=False, cache=None)}
         for name in module.atomics:
             injected[PREFIX + name] = cpu_atomics.BY_NAME[name]

@@ -148,6 +148,12 @@ def prange():
     return numba.prange
 
 
+def int64():
+    import numba
+
+    return numba.int64
+
+
 # --------------------------------------------------------------------------- CUDA
 
 

@@ -69,7 +69,16 @@ def _cpu_parallel_loop(task: Task, body: list[ast.stmt], zero_d: frozenset[str],
             # non-negative, drops the wraparound checks and vectorises (2.5x for a saxpy)
             zero = isinstance(dim.start, ast.Constant) and dim.start.value == 0
             iter_ = call(rng, [dim.stop] if zero else [dim.start, dim.stop], dim.stop)
-            inner = [ast.copy_location(ast.For(name_node(var, at, True), iter_, inner, []), at)]
+            if zero:
+                # numba types that index unsigned; the loop variable is a signed int64 as in
+                # Python (so `min(i, 3)` and `i - 5` stay integers), bound from it
+                counter = f"_qg_u{k}_{task.index}"
+                # (masking the sign bit keeps what LLVM knows: non-negative, so no wraparound checks)
+                signed = assign(var, binop(call("_qg_i64", [name_node(counter, at)], at), ast.BitAnd(),
+                                           ast.copy_location(ast.Constant(0x7FFFFFFFFFFFFFFF), at), at), at)
+                inner = [ast.copy_location(ast.For(name_node(counter, at, True), iter_, [signed] + inner, []), at)]
+            else:
+                inner = [ast.copy_location(ast.For(name_node(var, at, True), iter_, inner, []), at)]
         else:
             s, e, d = f"_qg_s{k}_{task.index}", f"_qg_e{k}_{task.index}", f"_qg_d{k}_{task.index}"
             stmts += [assign(s, dim.start, at), assign(e, dim.stop, at), assign(d, dim.step, at)]
