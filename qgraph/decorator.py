@@ -55,13 +55,15 @@ class Kernel:
     _qgraph_kind = "kernel"
 
     def __init__(self, fn: Callable, source: frontend.KernelSource, cuda_graph: bool,
-                 graph_while: str | None, graph_cache_size: int | None, deterministic: bool | None = None) -> None:
+                 graph_while: str | None, graph_cache_size: int | None, deterministic: bool | None = None,
+                 fast_math: bool | None = None) -> None:
         self._fn = fn
         self._source = source
         self.cuda_graph = bool(cuda_graph)
         self.graph_while = graph_while
         self.graph_cache_size = graph_cache_size
         self.deterministic = deterministic  # None: QGRAPH_DETERMINISTIC decides
+        self.fast_math = fast_math  # None: QGRAPH_FAST_MATH decides
         self.stats = KernelStats(num_tasks=len(self._source.tasks))
         self._launchers: dict[str, object] = {}  # per target ("cpu", "cuda:0", ...)
         self._launch = None
@@ -96,7 +98,7 @@ class Kernel:
     def _variant(self, cuda_graph: bool) -> Kernel:
         """The same kernel with graphs on or off (for side-by-side benchmarks)."""
         return type(self)(self._fn, self._source, cuda_graph, self.graph_while, self.graph_cache_size,
-                          self.deterministic)
+                          self.deterministic, self.fast_math)
 
     def _drop(self) -> None:
         """Free compiled code, graphs and buffers (init/reset)."""
@@ -146,7 +148,8 @@ _NO_DEFAULT = object()
 
 
 def kernel(fn: Callable | None = None, *, cuda_graph: bool = False, graph_while: str | None = None,
-           graph_cache_size: int | None = None, deterministic: bool | None = None):
+           graph_cache_size: int | None = None, deterministic: bool | None = None,
+           fast_math: bool | None = None):
     """Compile a function's top-level statements into offloaded tasks.
 
     `cuda_graph=True` captures a call's tasks into a cached CUDA graph; `graph_while="flag"`
@@ -154,13 +157,16 @@ def kernel(fn: Callable | None = None, *, cuda_graph: bool = False, graph_while:
     `graph_cache_size` bounds the graphs kept for this kernel (default QGRAPH_GRAPH_CACHE_SIZE).
     `deterministic=True` makes every loop-invariant reduction bit-identical from run to run
     (and rejects float scatters, which cannot be); the default is QGRAPH_DETERMINISTIC.
+    `fast_math=True` allows approximate division and square roots, FMA contraction and
+    reassociation, and flushes float32 denormals on CUDA; the default is QGRAPH_FAST_MATH.
     """
     if graph_while is not None and not isinstance(graph_while, str):
         raise TypeError(f"graph_while must be a parameter name (str), got {graph_while!r}")
     if graph_cache_size is not None and (not isinstance(graph_cache_size, int) or graph_cache_size < 1):
         raise ValueError(f"graph_cache_size must be a positive int, got {graph_cache_size!r}")
-    if deterministic is not None and not isinstance(deterministic, bool):
-        raise TypeError(f"deterministic must be True, False or None, got {deterministic!r}")
+    for option, value in (("deterministic", deterministic), ("fast_math", fast_math)):
+        if value is not None and not isinstance(value, bool):
+            raise TypeError(f"{option} must be True, False or None, got {value!r}")
 
     def wrap(f: Callable) -> Kernel:
         if isinstance(f, (Kernel, Func)):
@@ -170,7 +176,7 @@ def kernel(fn: Callable | None = None, *, cuda_graph: bool = False, graph_while:
         source = frontend.parse_kernel(f, graph_while, lang.ndrange)
         cls = _bind_class(Kernel, source, f)
         return cls(f, source, bool(cuda_graph) or graph_while is not None, graph_while, graph_cache_size,
-                   deterministic)
+                   deterministic, fast_math)
 
     return wrap if fn is None else wrap(fn)
 

@@ -136,11 +136,26 @@ def test_a_scatter_is_atomic(sm90):
     assert re.search(r"\b(atom|red)\.global\.add\.f64", ptx)
 
 
-def _compile(kernel, key):
+def _compile(kernel, key, fast_math=False):
     src = kernel._source
     codes = cuda_program.task_codes(src, key)
     return cuda_program._compile_ptx(src, codes.codes, codes.orders, codes.types, lower_funcs(codes.symbols),
-                                     (9, 0), [arg_type(s) for s in key])
+                                     (9, 0), [arg_type(s) for s in key], fast_math)
+
+
+def _compile_with(kernel, key, fast_math):
+    """PTX of every task, compiled without a GPU (used by other test modules)."""
+    import numba.cuda.dispatcher as dispatcher
+
+    class Hopper:
+        compute_capability = (9, 0)
+
+    saved = dispatcher.get_current_device
+    dispatcher.get_current_device = lambda: Hopper()
+    try:
+        return [ptx for _, ptx in _compile(kernel, key, fast_math)[0]]
+    finally:
+        dispatcher.get_current_device = saved
 
 
 def test_deterministic_reductions_combine_without_atomics_on_the_target(sm90, tmp_path):

@@ -67,6 +67,11 @@ def compile_error(src: KernelSource, key: tuple[str, ...], error: Exception, tas
     return syntax_error(message, src.filename, lineno)
 
 
+def is_fast_math(kernel, settings) -> bool:
+    """The kernel's `fast_math=` option, else QGRAPH_FAST_MATH."""
+    return settings.fast_math if kernel.fast_math is None else kernel.fast_math
+
+
 def is_deterministic(kernel, settings) -> bool:
     """The kernel's `deterministic=` option, else QGRAPH_DETERMINISTIC."""
     return settings.deterministic if kernel.deterministic is None else kernel.deterministic

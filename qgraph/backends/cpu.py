@@ -17,6 +17,7 @@ from .checks import (
     flag_shape_error,
     host_bounds,
     is_deterministic,
+    is_fast_math,
 )
 
 
@@ -34,6 +35,7 @@ class CpuLauncher:
         # numba's parallel loops split their range statically among its threads and combine the
         # threads' partials in order: for a given thread count, reductions are already bit-identical
         self._deterministic = is_deterministic(kernel, state.settings)
+        self._fast_math = is_fast_math(kernel, state.settings)
         self._flags = flag_params(self.src)
         stats = self.stats
         stats.used_graph = False
@@ -79,7 +81,7 @@ class CpuLauncher:
         if program is None:
             from ..compiler.cpu_program import CpuProgram
 
-            program = self._programs[names] = CpuProgram(self.src, self._cache_dir, names)
+            program = self._programs[names] = CpuProgram(self.src, self._cache_dir, names, self._fast_math)
         runner = program.runner
         try:
             runner(*values)

@@ -38,6 +38,7 @@ from .checks import (
     flag_shape_error,
     host_bounds,
     is_deterministic,
+    is_fast_math,
 )
 
 _BOUNDS_MEMO = 16  # eager calls remember the loop bounds of this many recent argument sets
@@ -112,6 +113,7 @@ class CudaLauncher:
         self._last: list = [None]
         self._flags = flag_params(src)
         self._deterministic = is_deterministic(kernel, state.settings)
+        self._fast_math = is_fast_math(kernel, state.settings)
         loops = list(device_loops(src.body))
         # where a loop around the whole body can run as the host do-while (the fallback)
         self._root_flag = src.param_names.index(loops[0].flag) if loops and _is_root(src.body, loops[0]) else None
@@ -185,7 +187,7 @@ class CudaLauncher:
             self._bounds = host_bounds(src)
         check_bounds(src, key, self._bounds, args)
         try:
-            kernels = compile_tasks(src, key, self.device, self.code_cache, self._deterministic)
+            kernels = compile_tasks(src, key, self.device, self.code_cache, self._deterministic, self._fast_math)
         except Exception as e:
             if is_compile_error(e):
                 raise compile_error(src, key, e, getattr(e, "qgraph_task", None)) from e

@@ -30,8 +30,9 @@ def _trip_count(start, stop, step):
 class CpuProgram:
     """The numba runner(s) of one kernel; numba compiles one overload per signature."""
 
-    def __init__(self, src: KernelSource, cache_dir: str | None, zero_d: frozenset[str] = frozenset()) -> None:
-        module = cpu_codegen.cpu_module(src, zero_d)
+    def __init__(self, src: KernelSource, cache_dir: str | None, zero_d: frozenset[str] = frozenset(),
+                 fast_math: bool = False) -> None:
+        module = cpu_codegen.cpu_module(src, zero_d, "fast_math" if fast_math else "")
         self.fingerprint = module.fingerprint
         cache = None
         # numba can reload cached code only for functions whose module it can import again
@@ -54,9 +55,10 @@ class CpuProgram:
                                        _namespace(src, injected))
         namespaces.append(kernel_ns)
 
-        compiled = {name: adapter.njit(raw[name], parallel=False, cache=cache) for name in module.funcs}
+        compiled = {name: adapter.njit(raw[name], parallel=False, cache=cache, fastmath=fast_math)
+                    for name in module.funcs}
         for name, parallel in module.units:
-            compiled[name] = adapter.njit(kernel_ns[name], parallel=parallel, cache=cache)
+            compiled[name] = adapter.njit(kernel_ns[name], parallel=parallel, cache=cache, fastmath=fast_math)
         for ns in namespaces:  # numba reads globals at compile time: point them at the dispatchers
             ns.update(compiled)
         self.runner = adapter.njit(kernel_ns[module.runner], parallel=False, cache=cache)

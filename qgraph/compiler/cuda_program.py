@@ -119,7 +119,7 @@ def task_codes(src: KernelSource, key: tuple[str, ...], deterministic: bool = Fa
 
 
 def compile_tasks(src: KernelSource, key: tuple[str, ...], device: CudaDevice,
-                  cache: CodeCache, deterministic: bool = False) -> list[TaskKernel]:
+                  cache: CodeCache, deterministic: bool = False, fast_math: bool = False) -> list[TaskKernel]:
     """Compile (or load from the disk cache) every task of one specialisation.
 
     `deterministic`: reductions combine through per-task scratch arrays in a fixed order."""
@@ -133,14 +133,14 @@ def compile_tasks(src: KernelSource, key: tuple[str, ...], device: CudaDevice,
     cc = device.info.compute_capability
     waits = tuple(cc) >= PDL_COMPUTE_CAPABILITY
     ckey = entry_key("tasks", fingerprint, ",".join(key), f"sm_{cc[0]}{cc[1]}", f"pdl={waits}",
-                     f"deterministic={deterministic}", toolchain())
+                     f"deterministic={deterministic}", f"fast_math={fast_math}", toolchain())
 
     cached = cache.load(ckey)
     if cached is not None:
         manifest, cubin = cached
         entries, sizes = manifest["entries"], manifest["param_sizes"]
     else:
-        ptx_list, entries, sizes = _compile_ptx(src, codes, orders, task_types, func_defs, cc, types)
+        ptx_list, entries, sizes = _compile_ptx(src, codes, orders, task_types, func_defs, cc, types, fast_math)
         if waits:
             variants = []
             for (name, ptx), entry in zip(ptx_list, entries):
@@ -225,7 +225,7 @@ class Scratch:
             pass
 
 
-def _compile_ptx(src, codes, orders, task_types, func_defs, cc, types):
+def _compile_ptx(src, codes, orders, task_types, func_defs, cc, types, fast_math: bool = False):
     """numba-cuda: every task to PTX. Raises numba's errors for the launcher to translate."""
     ns_base = adapter.cuda_namespace()
     for name, kind in zip(src.param_names, types):  # element types, for typed reduction partials
@@ -238,7 +238,7 @@ def _compile_ptx(src, codes, orders, task_types, func_defs, cc, types):
                                 _namespace(fn._source, ns_base))
         raw_funcs[fdef.name] = ns[fdef.name]
         func_namespaces.append(ns)
-    device_funcs = {name: adapter.cuda_device_function(f) for name, f in raw_funcs.items()}
+    device_funcs = {name: adapter.cuda_device_function(f, fast_math) for name, f in raw_funcs.items()}
     kernel_ns = generated.run_tree(module_of([c.function for c in codes]), src.filename,
                                    f"cuda tasks of {src.qualname}", _namespace(src, ns_base))
     for ns in func_namespaces + [kernel_ns]:
@@ -253,7 +253,7 @@ def _compile_ptx(src, codes, orders, task_types, func_defs, cc, types):
             dtypes = {name: t.dtype for name, t in zip(src.param_names, types) if t.is_array}
             argtypes[split:split] = [array_kind(dtype, 1, True) for dtype, _ in _scratch_specs(code, dtypes, 1)]
         try:
-            ptx = adapter.cuda_compile_ptx(kernel_ns[code.function.name], argtypes, cc)
+            ptx = adapter.cuda_compile_ptx(kernel_ns[code.function.name], argtypes, cc, fast_math)
         except Exception as e:
             e.qgraph_task = code.task
             raise

@@ -126,14 +126,17 @@ def _make_cache_class():
 
 
 _cache_class = None
+CPU_FAST_MATH_FLAGS = frozenset({"contract", "arcp", "afn", "reassoc", "nsz"})
 
 
-def njit(py_func, *, parallel: bool, cache: tuple[str, str] | None):
+def njit(py_func, *, parallel: bool, cache: tuple[str, str] | None, fastmath: bool = False):
     """numba.njit(py_func); with `cache=(directory, fingerprint)` cached on disk there."""
     global _cache_class
     import numba
 
-    dispatcher = numba.njit(parallel=parallel, error_model="numpy")(py_func)
+    # fast math without LLVM's no-NaN / no-inf assumptions, so `math.isnan` checks survive
+    flags = set(CPU_FAST_MATH_FLAGS) if fastmath else False
+    dispatcher = numba.njit(parallel=parallel, error_model="numpy", fastmath=flags)(py_func)
     if cache is not None:
         if _cache_class is None:
             _cache_class = _make_cache_class()
@@ -174,18 +177,18 @@ def scalar_numba_type(dtype):
     return from_dtype(dtype)
 
 
-def cuda_device_function(py_func):
+def cuda_device_function(py_func, fastmath: bool = False):
     from numba import cuda
 
-    return cuda.jit(device=True)(py_func)
+    return cuda.jit(device=True, fastmath=fastmath)(py_func)
 
 
-def cuda_compile_ptx(py_func, argtypes: list[ArgKind], cc: tuple[int, int]) -> str:
+def cuda_compile_ptx(py_func, argtypes: list[ArgKind], cc: tuple[int, int], fastmath: bool = False) -> str:
     """PTX of one kernel (numba ABI) for compute capability `cc`."""
     from numba import cuda
 
     sig = tuple(t.numba_type() for t in argtypes)
-    ptx, _ = cuda.compile(py_func, sig, device=False, abi="numba", cc=cc, output="ptx")
+    ptx, _ = cuda.compile(py_func, sig, device=False, abi="numba", cc=cc, output="ptx", fastmath=fastmath)
     return ptx
 
 

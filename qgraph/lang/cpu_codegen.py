@@ -156,7 +156,7 @@ def _reduction_frame(src: KernelSource, task: Task, found: list[Reduction],
     return [rewriter.visit(s) for s in before], [rewriter.visit(s) for s in after]
 
 
-def cpu_module(src: KernelSource, zero_d: frozenset[str] = frozenset()) -> CpuModule:
+def cpu_module(src: KernelSource, zero_d: frozenset[str] = frozenset(), options: str = "") -> CpuModule:
     """One function per unit of tasks, and a runner that walks the region tree calling them.
 
     Within a sequence, runs of parallel tasks that numba can analyse share a function, so
@@ -217,7 +217,9 @@ def cpu_module(src: KernelSource, zero_d: frozenset[str] = frozenset()) -> CpuMo
 
     defs.append(function_def(RUNNER, list(src.param_names), walk(src.body), src.lineno))
     func_defs = lower_funcs(symbols)
-    fingerprint = fingerprint_of(src, [f for f, _ in func_defs] + defs, symbols)
+    # `options` (compile flags such as fast math) are part of the fingerprint: numba's cache
+    # index does not key on them, so each setting gets symbols and cache entries of its own
+    fingerprint = fingerprint_of(src, [f for f, _ in func_defs] + defs, symbols, options)
     # numba names compiled code after module, qualname and a per-process counter, so two
     # kernels compiled by different processes can emit the same symbol, and a process
     # loading both from the disk cache links whichever it loaded first. Names unique to the

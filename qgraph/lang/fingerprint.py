@@ -9,9 +9,10 @@ from .frontend import KernelSource, collect_names
 from .lowering import Symbols
 
 
-def fingerprint_of(src: KernelSource, defs: list[ast.stmt], symbols: Symbols) -> str:
-    """A hash of the generated code and the global values it reads (numba freezes globals)."""
-    h = hashlib.sha256()
+def fingerprint_of(src: KernelSource, defs: list[ast.stmt], symbols: Symbols, options: str = "") -> str:
+    """A hash of the generated code, the compile options and the global values it reads
+    (numba freezes globals)."""
+    h = hashlib.sha256(options.encode())
     for d in defs:
         h.update(ast.dump(d).encode())
     sources = [src] + [fn._source for _, fn in symbols.funcs.values()]

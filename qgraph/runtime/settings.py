@@ -53,6 +53,7 @@ class Settings:
     dump_dir: str | None = None  # QGRAPH_DUMP=<dir>: write every generated source there
     arch: str | None = None  # QGRAPH_ARCH, for init(arch=None)
     deterministic: bool = False  # QGRAPH_DETERMINISTIC=1: bit-identical reductions by default
+    fast_math: bool = False  # QGRAPH_FAST_MATH=1: fast-math code generation by default
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] = os.environ) -> Settings:
@@ -72,7 +73,8 @@ class Settings:
                    programmatic_edges=switch(environ, "QGRAPH_PDL"),
                    dump_dir=os.path.abspath(os.path.expanduser(dump)) if dump else None,
                    arch=arch_name(environ.get("QGRAPH_ARCH"), "QGRAPH_ARCH"),
-                   deterministic=switch(environ, "QGRAPH_DETERMINISTIC", default=False))
+                   deterministic=switch(environ, "QGRAPH_DETERMINISTIC", default=False),
+                   fast_math=switch(environ, "QGRAPH_FAST_MATH", default=False))
 
 
 def cache_directory(environ: Mapping[str, str] = os.environ) -> str | None:
