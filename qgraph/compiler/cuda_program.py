@@ -135,7 +135,9 @@ def compile_tasks(src: KernelSource, key: tuple[str, ...], device: CudaDevice,
     ckey = entry_key("tasks", fingerprint, ",".join(key), f"sm_{cc[0]}{cc[1]}", f"pdl={waits}",
                      f"deterministic={deterministic}", f"fast_math={fast_math}", toolchain())
 
-    cached = cache.load(ckey)
+    # with QGRAPH_DUMP set, compile even on a cache hit: the task source and PTX are only
+    # produced by a compile, and the dump must hold every generated source
+    cached = cache.load(ckey) if generated.dump_dir() is None else None
     if cached is not None:
         manifest, cubin = cached
         entries, sizes = manifest["entries"], manifest["param_sizes"]
