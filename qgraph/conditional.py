@@ -105,7 +105,6 @@ class WhileLoop:
     def __init__(self, target: DeviceState, flag_index: int, number: int = 0) -> None:
         self._device = target.device
         self._helpers = helpers(target)
-        self._flag = flag_index
         self.slot = self._device.alloc(8)
         self._device.sync_stream()
         self._buffers: list[ParamBuffer] = []

@@ -172,9 +172,6 @@ def arg_type(sig: str) -> ArgKind:
     return _KINDS[sig]
 
 
-ArgType = ArgKind  # the name the compiler layer uses for "the type of one argument"
-
-
 def is_contiguous(shape: tuple[int, ...], strides: tuple[int, ...], itemsize: int) -> bool:
     expected = itemsize
     for n, s in zip(reversed(shape), reversed(strides)):

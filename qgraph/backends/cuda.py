@@ -117,7 +117,6 @@ class CudaLauncher:
         loops = list(device_loops(src.body))
         # where a loop around the whole body can run as the host do-while (the fallback)
         self._root_flag = src.param_names.index(loops[0].flag) if loops and _is_root(src.body, loops[0]) else None
-        self._flag = self._root_flag
         self._flag_index = {loop.flag: src.param_names.index(loop.flag) for loop in loops}
         self.use_graphs = kernel.cuda_graph and state.settings.graphs
         capacity = kernel.graph_cache_size or state.settings.graph_cache_size
@@ -211,7 +210,7 @@ class CudaLauncher:
             eager = EagerRunner(spec.kernels, self._bounds, self.lifetimes, name)
             spec.run = eager.run
             if self.while_mode == "host":
-                spec.run = conditional.HostLoop(self.target, eager.run, None, self._flag).run
+                spec.run = conditional.HostLoop(self.target, eager.run, None, self._root_flag).run
             return
         spec.uses_graph = True
         spec.run = self._build_runner(spec)
@@ -228,7 +227,7 @@ class CudaLauncher:
             self.stats.graph_nodes = graph.kernel_nodes
             run = graph.replay
             if self.while_mode == "host":
-                run = conditional.HostLoop(self.target, graph.replay, graph, self._flag).run
+                run = conditional.HostLoop(self.target, graph.replay, graph, self._root_flag).run
             spec.run = run
             self.graphs.add(spec.key, graph)
             self.stats.cache_size = len(self.graphs)

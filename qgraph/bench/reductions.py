@@ -133,7 +133,7 @@ def gpu_reduction_rows(log2n: int, budget: float, repeat: int) -> list[dict]:
             fn = _library_call(cupy, name, cupy.asarray(x), cupy.asarray(y))
             calls["cupy"] = fn
             results["cupy"] = fn
-        times = interleaved_seconds(calls, budget, repeat, _sync_all)
+        times = interleaved_seconds(calls, budget, repeat, qgraph.sync)
         copy_bw = 2 * 4 * n / times["copy"] / 1e9  # the copy moves 4n bytes: read + write
         row = {"op": name, "n": n, "copy_GBps": copy_bw}
         for who, t in times.items():
@@ -162,10 +162,6 @@ def _optional(name: str):
         return __import__(name)
     except Exception:
         return None
-
-
-def _sync_all() -> None:
-    qgraph.sync()
 
 
 def _relax_torch(torch, u0: np.ndarray, tol: float, cap: int):
@@ -261,7 +257,7 @@ def relax_rows(sizes, iterations: int, repeat: int) -> list[dict]:
             qgraph.sync()
             results[who] = result()
         for who, (solve, _) in solvers.items():
-            seconds = median_call_seconds(solve, calls=1, repeat=repeat, sync=_sync_all, warmup=1)
+            seconds = median_call_seconds(solve, calls=1, repeat=repeat, sync=qgraph.sync, warmup=1)
             row[who] = {"us_per_iteration": seconds / iterations * 1e6}
         reference = results["CUDA C++"]
         for who, value in results.items():

@@ -53,11 +53,6 @@ class State:
         target = self.target
         return target.device if isinstance(target, DeviceState) else None
 
-    @property
-    def lifetimes(self):
-        target = self.target
-        return target.lifetimes if isinstance(target, DeviceState) else None
-
 
 STATE = State()
 
