@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from . import runtime
+from .dtypes import float_precision
 from .lang import builtins as lang
 from .lang import frontend, generated
 
@@ -56,7 +57,7 @@ class Kernel:
 
     def __init__(self, fn: Callable, source: frontend.KernelSource, cuda_graph: bool,
                  graph_while: str | None, graph_cache_size: int | None, deterministic: bool | None = None,
-                 fast_math: bool | None = None) -> None:
+                 fast_math: bool | None = None, default_float: str | None = None) -> None:
         self._fn = fn
         self._source = source
         self.cuda_graph = bool(cuda_graph)
@@ -64,6 +65,7 @@ class Kernel:
         self.graph_cache_size = graph_cache_size
         self.deterministic = deterministic  # None: QGRAPH_DETERMINISTIC decides
         self.fast_math = fast_math  # None: QGRAPH_FAST_MATH decides
+        self.default_float = default_float  # "f32", "f64" or None: QGRAPH_DEFAULT_FLOAT decides
         self.stats = KernelStats(num_tasks=len(self._source.tasks))
         self._launchers: dict[str, object] = {}  # per target ("cpu", "cuda:0", ...)
         self._launch = None
@@ -98,7 +100,7 @@ class Kernel:
     def _variant(self, cuda_graph: bool) -> Kernel:
         """The same kernel with graphs on or off (for side-by-side benchmarks)."""
         return type(self)(self._fn, self._source, cuda_graph, self.graph_while, self.graph_cache_size,
-                          self.deterministic, self.fast_math)
+                          self.deterministic, self.fast_math, self.default_float)
 
     def _drop(self) -> None:
         """Free compiled code, graphs and buffers (init/reset)."""
@@ -149,7 +151,7 @@ _NO_DEFAULT = object()
 
 def kernel(fn: Callable | None = None, *, cuda_graph: bool = False, graph_while: str | None = None,
            graph_cache_size: int | None = None, deterministic: bool | None = None,
-           fast_math: bool | None = None):
+           fast_math: bool | None = None, default_float=None):
     """Compile a function's top-level statements into offloaded tasks.
 
     `cuda_graph=True` captures a call's tasks into a cached CUDA graph; `graph_while="flag"`
@@ -159,6 +161,8 @@ def kernel(fn: Callable | None = None, *, cuda_graph: bool = False, graph_while:
     (and rejects float scatters, which cannot be); the default is QGRAPH_DETERMINISTIC.
     `fast_math=True` allows approximate division and square roots, FMA contraction and
     reassociation, and flushes float32 denormals on CUDA; the default is QGRAPH_FAST_MATH.
+    `default_float=qgraph.f32` computes in float32 where nothing else decides the precision
+    (only Python numbers and integers meet); the default is QGRAPH_DEFAULT_FLOAT (float64).
     """
     if graph_while is not None and not isinstance(graph_while, str):
         raise TypeError(f"graph_while must be a parameter name (str), got {graph_while!r}")
@@ -167,6 +171,7 @@ def kernel(fn: Callable | None = None, *, cuda_graph: bool = False, graph_while:
     for option, value in (("deterministic", deterministic), ("fast_math", fast_math)):
         if value is not None and not isinstance(value, bool):
             raise TypeError(f"{option} must be True, False or None, got {value!r}")
+    precision = None if default_float is None else float_precision(default_float, "default_float")
 
     def wrap(f: Callable) -> Kernel:
         if isinstance(f, (Kernel, Func)):
@@ -176,7 +181,7 @@ def kernel(fn: Callable | None = None, *, cuda_graph: bool = False, graph_while:
         source = frontend.parse_kernel(f, graph_while, lang.ndrange)
         cls = _bind_class(Kernel, source, f)
         return cls(f, source, bool(cuda_graph) or graph_while is not None, graph_while, graph_cache_size,
-                   deterministic, fast_math)
+                   deterministic, fast_math, precision)
 
     return wrap if fn is None else wrap(fn)
 

@@ -23,3 +23,18 @@ def as_dtype(dtype: object, what: str = "dtype") -> np.dtype:
         names = ", ".join(d.name for d in SUPPORTED)
         raise TypeError(f"{what}: dtype {dt.name} is not supported; use one of {names}")
     return dt.newbyteorder("=") if dt.byteorder not in ("=", "|") else dt
+
+
+def float_precision(value: object, what: str) -> str:
+    """"f32" or "f64" from a float type spelling (qgraph.f32, np.float64, float, "float32")."""
+    if value is float:
+        return "f64"
+    if isinstance(value, str) and value.strip().lower() in ("f32", "f64"):
+        return value.strip().lower()
+    try:
+        dt = np.dtype(value)
+    except TypeError:
+        dt = None
+    if dt is None or dt not in (np.dtype(np.float32), np.dtype(np.float64)):
+        raise TypeError(f"{what} must be a float type (qgraph.f32 or qgraph.f64), got {value!r}")
+    return "f32" if dt == np.float32 else "f64"

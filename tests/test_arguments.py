@@ -123,7 +123,7 @@ def test_scalar_annotations_convert(arch):
     y = qgraph.ndarray(qgraph.f64, (4,))
     scale(x, y, 3)  # an int for `a: float`
     np.testing.assert_array_equal(y.to_numpy(), 3.0)
-    with pytest.raises(TypeError, match="argument 'a': expected a float64 scalar"):
+    with pytest.raises(TypeError, match="argument 'a': expected a float scalar"):
         scale(x, y, "3")
 
 

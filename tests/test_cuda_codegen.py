@@ -136,14 +136,14 @@ def test_a_scatter_is_atomic(sm90):
     assert re.search(r"\b(atom|red)\.global\.add\.f64", ptx)
 
 
-def _compile(kernel, key, fast_math=False):
+def _compile(kernel, key, fast_math=False, default_float="f64"):
     src = kernel._source
-    codes = cuda_program.task_codes(src, key)
+    codes = cuda_program.task_codes(src, key, default_float=default_float)
     return cuda_program._compile_ptx(src, codes.codes, codes.orders, codes.types, lower_funcs(codes.symbols),
                                      (9, 0), [arg_type(s) for s in key], fast_math)
 
 
-def _compile_with(kernel, key, fast_math):
+def _compile_with(kernel, key, fast_math=False, default_float="f64"):
     """PTX of every task, compiled without a GPU (used by other test modules)."""
     import numba.cuda.dispatcher as dispatcher
 
@@ -153,7 +153,7 @@ def _compile_with(kernel, key, fast_math):
     saved = dispatcher.get_current_device
     dispatcher.get_current_device = lambda: Hopper()
     try:
-        return [ptx for _, ptx in _compile(kernel, key, fast_math)[0]]
+        return [ptx for _, ptx in _compile(kernel, key, fast_math, default_float)[0]]
     finally:
         dispatcher.get_current_device = saved
 

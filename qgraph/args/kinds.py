@@ -58,15 +58,22 @@ INT_RANGES = {"int8": (-(1 << 7), (1 << 7) - 1), "int16": (-(1 << 15), (1 << 15)
 
 
 class ScalarKind(ArgKind):
-    """A by-value number: one parameter of the dtype's size."""
+    """A by-value number: one parameter of the dtype's size.
 
-    def __init__(self, dtype: np.dtype) -> None:
+    A weak kind ("float", "int": a plain Python number) is passed as float64/int64 but takes
+    the precision of what it combines with in the kernel (lang.precision, NEP 50)."""
+
+    def __init__(self, dtype: np.dtype, weak: bool = False) -> None:
         self.dtype = dtype
-        self.sig = "bool" if dtype.kind == "b" else dtype.name
+        self.weak = weak
+        if weak:
+            self.sig = "float" if dtype.kind == "f" else "int"
+        else:
+            self.sig = "bool" if dtype.kind == "b" else dtype.name
         # struct's standard sizes ("<"): 'l' would be 4 bytes, so formats come from kind and itemsize
         self.pack = struct.Struct("<" + _STRUCT_CODES[dtype.kind, dtype.itemsize]).pack
         self.size = 1 if dtype.kind == "b" else dtype.itemsize
-        self.int_range = INT_RANGES.get(self.sig)
+        self.int_range = INT_RANGES.get("bool" if dtype.kind == "b" else dtype.name)
 
     @property
     def param_sizes(self) -> list[int]:
@@ -219,7 +226,10 @@ class FlagKind:
 
 F64 = scalar_sig(np.dtype(np.float64))
 I64 = scalar_sig(np.dtype(np.int64))
+_KINDS["float"] = ScalarKind(np.dtype(np.float64), weak=True)
+_KINDS["int"] = ScalarKind(np.dtype(np.int64), weak=True)
+WEAK_FLOAT, WEAK_INT = "float", "int"  # key texts of plain Python numbers
 BOOL = scalar_sig(np.dtype(np.bool_))
 for _dt in ("int8", "int16", "int32", "uint8", "uint16", "uint32", "uint64", "float32"):
     scalar_sig(np.dtype(_dt))
-SCALAR_KINDS = tuple(k for k in _KINDS.values() if isinstance(k, ScalarKind))
+SCALAR_KINDS = tuple(k for k in _KINDS.values() if isinstance(k, ScalarKind) and not k.weak)

@@ -15,7 +15,7 @@ import numpy as np
 
 from ..dtypes import as_dtype
 from .interop import device_reader, is_device_dlpack
-from .kinds import BOOL, F64, I64, INT_RANGES, SCALAR_KINDS, arg_type, array_sig, scalar_sig
+from .kinds import BOOL, I64, INT_RANGES, SCALAR_KINDS, WEAK_FLOAT, WEAK_INT, arg_type, array_sig, scalar_sig
 
 # --------------------------------------------------------------------------- scalars
 
@@ -23,9 +23,9 @@ from .kinds import BOOL, F64, I64, INT_RANGES, SCALAR_KINDS, arg_type, array_sig
 def scalar_annotation(annotation: object) -> str | None:
     """The scalar type an annotation fixes (float, int, bool, qgraph.f32, ...), or None."""
     if annotation is float:
-        return F64
+        return WEAK_FLOAT
     if annotation is int:
-        return I64
+        return WEAK_INT
     if annotation is bool:
         return BOOL
     try:
@@ -56,9 +56,9 @@ def scalar_value(value: object, name: str, fixed: str | None) -> tuple[str, obje
     if isinstance(value, int):
         if not -(1 << 63) <= value < (1 << 63):
             raise TypeError(f"argument '{name}': {value} does not fit in int64")
-        return I64, value
+        return WEAK_INT, value
     if isinstance(value, float):
-        return F64, value
+        return WEAK_FLOAT, value
     if isinstance(value, np.generic) and value.dtype.kind in "iuf":
         return scalar_sig(as_dtype(value.dtype, f"argument '{name}'")), value
     raise TypeError(f"argument '{name}': {type(value).__name__} is not a supported kernel argument; "
@@ -146,13 +146,13 @@ def _free_scalar_fast_path(k: int, a: str, arch: str, ns: dict) -> list[str]:
     lo, hi = INT_RANGES[I64]
     ns["_np_scalars"] = _NUMPY_SCALARS[arch]
     if arch == "cpu":
-        return [f"elif t is float: s{k} = _F64; v{k} = {a}",
-                f"elif t is int and {lo} <= {a} <= {hi}: s{k} = _I64; v{k} = {a}",
+        return [f"elif t is float: s{k} = _WF; v{k} = {a}",
+                f"elif t is int and {lo} <= {a} <= {hi}: s{k} = _WI; v{k} = {a}",
                 f"elif t in _np_scalars: s{k} = _np_scalars[t]; v{k} = {a}"]
-    ns["_pack_d"] = arg_type(F64).pack
-    ns["_pack_q"] = arg_type(I64).pack
-    return [f"elif t is float: s{k} = _F64; v{k} = _pack_d({a})",
-            f"elif t is int and {lo} <= {a} <= {hi}: s{k} = _I64; v{k} = _pack_q({a})",
+    ns["_pack_d"] = arg_type(WEAK_FLOAT).pack
+    ns["_pack_q"] = arg_type(WEAK_INT).pack
+    return [f"elif t is float: s{k} = _WF; v{k} = _pack_d({a})",
+            f"elif t is int and {lo} <= {a} <= {hi}: s{k} = _WI; v{k} = _pack_q({a})",
             f"elif t in _np_scalars: s{k}, v{k} = _np_scalars[t]({a})"]
 
 
@@ -177,7 +177,7 @@ def resolver_lines(names: tuple[str, ...], fixed: tuple[str | None, ...], arch: 
     `array_type` is qgraph's Ndarray (its key text and values precomputed); `ns` receives
     the constants the lines use.
     """
-    ns.update({"_Ndarray": array_type, "_F64": F64, "_I64": I64, "_fixed": fixed, "_names": names,
+    ns.update({"_Ndarray": array_type, "_WF": WEAK_FLOAT, "_WI": WEAK_INT, "_fixed": fixed, "_names": names,
                "_np_ndarray": np.ndarray, "_numpy_sig": numpy_sig,
                "_slow": cpu_slow if arch == "cpu" else _cuda_slow_value})
     lines = []

@@ -67,6 +67,11 @@ def compile_error(src: KernelSource, key: tuple[str, ...], error: Exception, tas
     return syntax_error(message, src.filename, lineno)
 
 
+def default_float(kernel, settings) -> str:
+    """The kernel's `default_float=` option ("f32"/"f64"), else QGRAPH_DEFAULT_FLOAT."""
+    return settings.default_float if kernel.default_float is None else kernel.default_float
+
+
 def is_fast_math(kernel, settings) -> bool:
     """The kernel's `fast_math=` option, else QGRAPH_FAST_MATH."""
     return settings.fast_math if kernel.fast_math is None else kernel.fast_math

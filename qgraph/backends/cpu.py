@@ -6,12 +6,14 @@ from ..args.kinds import arg_type
 from ..args.resolve import resolver_lines
 from ..compiler.numba_adapter import is_compile_error, is_typing_stage
 from ..lang import generated
+from ..lang.precision import param_type
 from ..runtime.arrays import Ndarray
 from .checks import (
     check_bounds,
     check_deterministic,
     check_flag_types,
     compile_error,
+    default_float,
     fixed_scalar_types,
     flag_params,
     flag_shape_error,
@@ -36,6 +38,7 @@ class CpuLauncher:
         # threads' partials in order: for a given thread count, reductions are already bit-identical
         self._deterministic = is_deterministic(kernel, state.settings)
         self._fast_math = is_fast_math(kernel, state.settings)
+        self._default_float = default_float(kernel, state.settings)
         self._flags = flag_params(self.src)
         stats = self.stats
         stats.used_graph = False
@@ -77,11 +80,14 @@ class CpuLauncher:
         check_bounds(self.src, key, self._bounds, values)  # the same errors as on CUDA
         zero_d = [k for k, sig in enumerate(key) if arg_type(sig).ndim == 0]
         names = frozenset(self.src.param_names[k] for k in zero_d)
-        program = self._programs.get(names)
+        types = {name: param_type(arg_type(sig)) for name, sig in zip(self.src.param_names, key)}
+        program_key = (names, tuple(types.values()))  # the generated code depends on both
+        program = self._programs.get(program_key)
         if program is None:
             from ..compiler.cpu_program import CpuProgram
 
-            program = self._programs[names] = CpuProgram(self.src, self._cache_dir, names, self._fast_math)
+            program = self._programs[program_key] = CpuProgram(self.src, self._cache_dir, names, self._fast_math,
+                                                               (types, self._default_float))
         runner = program.runner
         try:
             runner(*values)

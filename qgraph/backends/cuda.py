@@ -33,6 +33,7 @@ from .checks import (
     check_deterministic,
     check_flag_types,
     compile_error,
+    default_float,
     fixed_scalar_types,
     flag_params,
     flag_shape_error,
@@ -114,6 +115,7 @@ class CudaLauncher:
         self._flags = flag_params(src)
         self._deterministic = is_deterministic(kernel, state.settings)
         self._fast_math = is_fast_math(kernel, state.settings)
+        self._default_float = default_float(kernel, state.settings)
         loops = list(device_loops(src.body))
         # where a loop around the whole body can run as the host do-while (the fallback)
         self._root_flag = src.param_names.index(loops[0].flag) if loops and _is_root(src.body, loops[0]) else None
@@ -186,7 +188,8 @@ class CudaLauncher:
             self._bounds = host_bounds(src)
         check_bounds(src, key, self._bounds, args)
         try:
-            kernels = compile_tasks(src, key, self.device, self.code_cache, self._deterministic, self._fast_math)
+            kernels = compile_tasks(src, key, self.device, self.code_cache, self._deterministic, self._fast_math,
+                                    self._default_float)
         except Exception as e:
             if is_compile_error(e):
                 raise compile_error(src, key, e, getattr(e, "qgraph_task", None)) from e

@@ -31,8 +31,8 @@ class CpuProgram:
     """The numba runner(s) of one kernel; numba compiles one overload per signature."""
 
     def __init__(self, src: KernelSource, cache_dir: str | None, zero_d: frozenset[str] = frozenset(),
-                 fast_math: bool = False) -> None:
-        module = cpu_codegen.cpu_module(src, zero_d, "fast_math" if fast_math else "")
+                 fast_math: bool = False, precision: tuple[dict, str] | None = None) -> None:
+        module = cpu_codegen.cpu_module(src, zero_d, "fast_math" if fast_math else "", precision)
         self.fingerprint = module.fingerprint
         cache = None
         # numba can reload cached code only for functions whose module it can import again
@@ -40,7 +40,7 @@ class CpuProgram:
             cache = (os.path.join(cache_dir, "cpu", adapter.toolchain_versions_digest()), module.fingerprint)
         from . import cpu_atomics
 
-        injected = {"_qg_prange": adapter.prange(), "_qg_i64": adapter.int64(),
+        injected = {"_qg_prange": adapter.prange(), "_qg_i64": adapter.int64(), "_qg_f32": adapter.float32(),
                     "_qg_trip_count": adapter.njit(_trip_count, parallel=False, cache=None)}
         for name in module.atomics:
             injected[PREFIX + name] = cpu_atomics.BY_NAME[name]

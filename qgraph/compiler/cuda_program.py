@@ -25,6 +25,7 @@ from ..lang.cuda_reductions import dtype_name
 from ..lang.fingerprint import fingerprint_of
 from ..lang.frontend import KernelSource, Task
 from ..lang.lowering import CUDA_ATOMICS, Symbols, lower_funcs, module_of
+from ..lang.precision import param_type
 from . import numba_adapter as adapter
 from .code_cache import CodeCache, entry_key
 
@@ -94,9 +95,13 @@ class TaskCodes:
     symbols: Symbols
 
 
-def task_codes(src: KernelSource, key: tuple[str, ...], deterministic: bool = False) -> TaskCodes:
-    """Generate every node task's kernel function for one argument signature."""
+def task_codes(src: KernelSource, key: tuple[str, ...], deterministic: bool = False,
+               default_float: str = "f64") -> TaskCodes:
+    """Generate every node task's kernel function for one argument signature.
+
+    `default_float` ("f32"/"f64") is the precision of floats nothing else decides (lang.precision)."""
     types = [arg_type(s) for s in key]
+    precision = ({name: param_type(t) for name, t in zip(src.param_names, types)}, default_float)
     symbols = Symbols(dict(CUDA_ATOMICS))
     zero_d = frozenset(name for name, t in zip(src.param_names, types) if t.ndim == 0)
     dtypes = {name: t.dtype for name, t in zip(src.param_names, types) if t.is_array}
@@ -107,7 +112,7 @@ def task_codes(src: KernelSource, key: tuple[str, ...], deterministic: bool = Fa
         orders.append(order)
         n_arrays = sum(1 for k in order if types[k].is_array)
         code = cuda_codegen.cuda_task(src, task, [src.param_names[k] for k in order], symbols, zero_d, dtypes,
-                                      deterministic, n_arrays)
+                                      deterministic, n_arrays, precision)
         codes.append(code)
         these, suffix = list(types), {}
         for k, name in enumerate(src.param_names):
@@ -119,13 +124,14 @@ def task_codes(src: KernelSource, key: tuple[str, ...], deterministic: bool = Fa
 
 
 def compile_tasks(src: KernelSource, key: tuple[str, ...], device: CudaDevice,
-                  cache: CodeCache, deterministic: bool = False, fast_math: bool = False) -> list[TaskKernel]:
+                  cache: CodeCache, deterministic: bool = False, fast_math: bool = False,
+                  default_float: str = "f64") -> list[TaskKernel]:
     """Compile (or load from the disk cache) every task of one specialisation.
 
     `deterministic`: reductions combine through per-task scratch arrays in a fixed order."""
     types = [arg_type(s) for s in key]
     dtypes = {name: t.dtype for name, t in zip(src.param_names, types) if t.is_array}
-    generated_codes = task_codes(src, key, deterministic)
+    generated_codes = task_codes(src, key, deterministic, default_float)
     node_tasks, codes, orders = generated_codes.tasks, generated_codes.codes, generated_codes.orders
     task_types, suffixes, symbols = generated_codes.types, generated_codes.suffixes, generated_codes.symbols
     func_defs = lower_funcs(symbols)

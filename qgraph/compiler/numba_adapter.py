@@ -157,15 +157,22 @@ def int64():
     return numba.int64
 
 
+def float32():
+    import numba
+
+    return numba.float32
+
+
 # --------------------------------------------------------------------------- CUDA
 
 
 def cuda_namespace() -> dict:
     """Names the generated CUDA task code uses, bound to numba-cuda objects."""
-    from numba import cuda, int32, int64, uint32, uint64
+    from numba import cuda, float32, int32, int64, uint32, uint64
     from numba.cuda import libdevice
 
-    return {"_qg_cuda": cuda, "_qg_i32": int32, "_qg_i64": int64, "_qg_u32": uint32, "_qg_u64": uint64,
+    return {"_qg_cuda": cuda, "_qg_f32": float32, "_qg_i32": int32, "_qg_i64": int64, "_qg_u32": uint32,
+            "_qg_u64": uint64,
             "_qg_libdevice": libdevice, "_qg_np_i32": np.int32, "_qg_np_i64": np.int64, "_qg_np_u32": np.uint32,
             "_qg_np_u64": np.uint64}
 

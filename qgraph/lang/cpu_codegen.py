@@ -30,6 +30,7 @@ from .lowering import (
     task_locals,
     view_assignments,
 )
+from .precision import weak_typed
 from .regions import DeviceLoop, Dim, Region, Task
 from .updates import Reduction, UpdateRewriter, combine, task_updates
 
@@ -156,14 +157,16 @@ def _reduction_frame(src: KernelSource, task: Task, found: list[Reduction],
     return [rewriter.visit(s) for s in before], [rewriter.visit(s) for s in after]
 
 
-def cpu_module(src: KernelSource, zero_d: frozenset[str] = frozenset(), options: str = "") -> CpuModule:
+def cpu_module(src: KernelSource, zero_d: frozenset[str] = frozenset(), options: str = "",
+               precision: tuple[dict, str] | None = None) -> CpuModule:
     """One function per unit of tasks, and a runner that walks the region tree calling them.
 
     Within a sequence, runs of parallel tasks that numba can analyse share a function, so
     numba fuses adjacent loops where that is safe, as it would for the same loops written
     by hand; every other boundary between tasks is a call, which numba never reorders. A
     device loop becomes a do-while on its flag. Parallel loops index the 0-d array
-    parameters in `zero_d` through 1-element views.
+    parameters in `zero_d` through 1-element views. `precision` (parameter types, default
+    float) types Python numbers weakly (lang.precision).
     """
     symbols = Symbols()
     defs: list[ast.stmt] = []
@@ -178,7 +181,11 @@ def cpu_module(src: KernelSource, zero_d: frozenset[str] = frozenset(), options:
             if task.parallel:
                 updates = UpdateRewriter(task, set(src.param_names), src.resolve, src.error, symbols.atomic,
                                          _partial_update)
-            stmts = lower_statements(src, task.body, task_locals(src, task), symbols, updates)
+            local_names = task_locals(src, task)
+            stmts = task.body
+            if precision is not None:
+                stmts = weak_typed(src, stmts, precision[0], task.loop_vars, local_names, precision[1])
+            stmts = lower_statements(src, stmts, local_names, symbols, updates)
             if task.parallel:
                 dims = [Dim(*lower_bounds(src, d, symbols)) for d in task.dims]
                 stmts = _cpu_parallel_loop(_with_dims(task, dims), stmts, zero_d,

@@ -25,6 +25,7 @@ from .lowering import (
     task_locals,
     task_name,
 )
+from .precision import weak_typed
 from .updates import Reduction, UpdateRewriter
 
 
@@ -107,7 +108,8 @@ def _thread_index(at: ast.AST) -> ast.expr:
 
 def cuda_task(src: KernelSource, task: Task, param_order: list[str], symbols: Symbols,
               zero_d: frozenset[str] = frozenset(), dtypes: dict | None = None,
-              deterministic: bool = False, n_arrays: int | None = None) -> CudaTaskCode:
+              deterministic: bool = False, n_arrays: int | None = None,
+              precision: tuple[dict, str] | None = None) -> CudaTaskCode:
     """The kernel function of one task, taking `param_order` after the bound parameters.
 
     A parallel task runs one iteration per thread; one with reductions (see lang.updates)
@@ -117,15 +119,19 @@ def cuda_task(src: KernelSource, task: Task, param_order: list[str], symbols: Sy
     parameters placed after the first `n_arrays` (array) parameters of `param_order`.
     numba-cuda's atomics take no 0-d array, so a 0-d parameter the task updates atomically
     is passed to it as a 1-element array (`CudaTaskCode.one_element`): its `x[()]` and
-    `atomic.<op>(x, (), v)` become `x[0]` and `atomic.<op>(x, 0, v)`.
+    `atomic.<op>(x, (), v)` become `x[0]` and `atomic.<op>(x, 0, v)`. `precision`
+    (parameter types, default float) types Python numbers weakly (lang.precision).
     """
     at = task.body[0]
     local_names = task_locals(src, task)
+    statements = task.body
+    if precision is not None:
+        statements = weak_typed(src, task.body, precision[0], task.loop_vars, local_names, precision[1])
     updates = None
     if task.parallel:
         updates = UpdateRewriter(task, set(src.param_names), src.resolve, src.error, symbols.atomic,
                                  reductions.partial_update)
-    body = lower_statements(src, task.body, local_names, symbols, updates)
+    body = lower_statements(src, statements, local_names, symbols, updates)
     found = list(updates.reductions.values()) if updates is not None else []
     bounds = cuda_bound_params(task)
     scratch: tuple[str, ...] = ()

@@ -54,6 +54,7 @@ class Settings:
     arch: str | None = None  # QGRAPH_ARCH, for init(arch=None)
     deterministic: bool = False  # QGRAPH_DETERMINISTIC=1: bit-identical reductions by default
     fast_math: bool = False  # QGRAPH_FAST_MATH=1: fast-math code generation by default
+    default_float: str = "f64"  # QGRAPH_DEFAULT_FLOAT=float32: literals' precision where nothing decides
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] = os.environ) -> Settings:
@@ -68,13 +69,17 @@ class Settings:
         except ValueError:
             raise QgraphError(f"QGRAPH_GRAPH_CACHE_SIZE={size_text!r}: expected a positive integer") from None
         dump = environ.get("QGRAPH_DUMP", "").strip()
+        precision = env_text(environ, "QGRAPH_DEFAULT_FLOAT") or "float64"
+        if precision not in ("float32", "float64", "f32", "f64"):
+            raise QgraphError(f"QGRAPH_DEFAULT_FLOAT={precision!r}: expected 'float32' or 'float64'")
         return cls(graphs=switch(environ, "QGRAPH_GRAPHS"), graph_while_host=mode == "host",
                    cache_dir=cache_directory(environ), graph_cache_size=size,
                    programmatic_edges=switch(environ, "QGRAPH_PDL"),
                    dump_dir=os.path.abspath(os.path.expanduser(dump)) if dump else None,
                    arch=arch_name(environ.get("QGRAPH_ARCH"), "QGRAPH_ARCH"),
                    deterministic=switch(environ, "QGRAPH_DETERMINISTIC", default=False),
-                   fast_math=switch(environ, "QGRAPH_FAST_MATH", default=False))
+                   fast_math=switch(environ, "QGRAPH_FAST_MATH", default=False),
+                   default_float="f32" if precision in ("float32", "f32") else "f64")
 
 
 def cache_directory(environ: Mapping[str, str] = os.environ) -> str | None:

@@ -1,0 +1,194 @@
+"""Python numbers are weak (NEP 50): a float32 kernel computes in float32, a float64 one in
+float64, on both backends. Results are written to float64 arrays so that the precision the
+arithmetic ran in shows: a float32 computation leaves float32-representable values."""
+
+from __future__ import annotations
+
+import math
+import re
+
+import numpy as np
+import pytest
+
+import qgraph
+
+F32, F64 = np.float32, np.float64
+
+
+def _is_float32_valued(values: np.ndarray) -> bool:
+    return bool(np.all(values == values.astype(F32).astype(F64)))
+
+
+@qgraph.kernel
+def literals_and_indices(x, out):
+    for i in range(x.shape[0]):
+        out[i] = x[i] * 0.1 + i * 0.5 - 2
+
+
+@qgraph.kernel
+def scaled(x, out, a):
+    for i in range(x.shape[0]):
+        out[i] = x[i] * a
+
+
+@qgraph.kernel
+def row_sums(x, out):
+    for i in range(x.shape[0]):
+        s = 0.0
+        for j in range(x.shape[1]):
+            s += x[i, j]
+        out[i] = s
+
+
+@qgraph.kernel
+def lengths(x, out):
+    for i in range(x.shape[0]):
+        inv = 1.0 / math.sqrt(x[i] * x[i] + 1e-6)
+        out[i] = float(i) * inv
+
+
+@qgraph.kernel
+def at_most_a_tenth(x, out):
+    for i in range(x.shape[0]):
+        out[i] = 1 if x[i] <= 0.1 else 0
+
+
+@qgraph.kernel
+def thirds(out):
+    for i in range(out.shape[0]):
+        out[i] = i / 3
+
+
+@qgraph.kernel(default_float=qgraph.f32)
+def thirds_f32(out):
+    for i in range(out.shape[0]):
+        out[i] = i / 3
+
+
+@qgraph.kernel
+def int_plus_float(x, out):
+    for i in range(x.shape[0]):
+        out[i] = (i - 1) * x[i]
+
+
+def _random(n, dtype, seed=0):
+    return np.random.default_rng(seed).uniform(0.5, 2.0, n).astype(dtype)
+
+
+def test_float32_arrays_make_literals_and_indices_float32(arch):
+    x = _random(1000, F32)
+    out = np.zeros(1000)
+    literals_and_indices(x, out)
+    i = np.arange(1000)
+    expected = x * 0.1 + i.astype(F32) * F32(0.5) - 2  # NumPy 2: Python numbers are weak
+    assert expected.dtype == F32
+    assert _is_float32_valued(out)
+    np.testing.assert_allclose(out, expected, rtol=2e-7)
+
+
+def test_float64_arrays_keep_float64(arch):
+    x = _random(1000, F64)
+    out = np.zeros(1000)
+    literals_and_indices(x, out)
+    expected = x * 0.1 + np.arange(1000) * 0.5 - 2
+    np.testing.assert_allclose(out, expected, rtol=1e-15)
+    assert not _is_float32_valued(out)
+
+
+def test_python_float_arguments_are_weak_and_numpy_float64_is_not(arch):
+    x = _random(1000, F32)
+    weak, strong = np.zeros(1000), np.zeros(1000)
+    scaled(x, weak, 0.1)
+    np.testing.assert_array_equal(weak, x * F32(0.1))
+    scaled(x, strong, np.float64(0.1))
+    np.testing.assert_array_equal(strong, x.astype(F64) * 0.1)
+    assert scaled.stats.specialisations == 2  # a Python float and a NumPy float64 are two signatures
+
+
+def test_a_local_started_from_a_literal_takes_the_array_precision(arch):
+    x = _random(64 * 50, F32).reshape(64, 50)
+    out = np.zeros(64)
+    row_sums(x, out)
+    expected = np.cumsum(x, axis=1, dtype=F32)[:, -1]  # summed in order, in float32
+    assert _is_float32_valued(out)
+    np.testing.assert_allclose(out, expected, rtol=1e-6)
+
+
+def test_math_and_float_of_an_index_follow_the_array(arch):
+    x = _random(500, F32)
+    out = np.zeros(500)
+    lengths(x, out)
+    assert _is_float32_valued(out)
+    expected = np.arange(500, dtype=F32) * (F32(1) / np.sqrt(x * x + F32(1e-6)))
+    np.testing.assert_allclose(out, expected, rtol=1e-6)
+
+
+def test_comparisons_with_literals_run_in_the_array_precision(arch):
+    x = np.array([0.1, 0.2, 0.05], dtype=F32)
+    out = np.zeros(3, dtype=np.int64)
+    at_most_a_tenth(x, out)
+    assert out.tolist() == [1, 0, 1]  # float32(0.1) <= 0.1 in float32, as NumPy 2 compares it
+
+
+def test_default_float_decides_where_nothing_else_does(arch):
+    out, out32 = np.zeros(100), np.zeros(100)
+    thirds(out)
+    np.testing.assert_array_equal(out, np.arange(100) / 3)
+    thirds_f32(out32)
+    np.testing.assert_array_equal(out32, np.arange(100, dtype=F32) / F32(3))
+
+
+def test_integers_combined_with_float32_stay_float32(arch):
+    x = _random(300, F32)
+    out = np.zeros(300)
+    int_plus_float(x, out)
+    assert _is_float32_valued(out)
+    np.testing.assert_allclose(out, (np.arange(300) - 1).astype(F32) * x, rtol=1e-7)
+
+
+def test_default_float_rejects_what_is_not_a_float_type():
+    with pytest.raises(TypeError, match=r"default_float must be a float type \(qgraph.f32 or qgraph.f64\)"):
+        qgraph.kernel(default_float=qgraph.i32)
+
+
+def test_the_environment_variable_is_checked():
+    from qgraph.runtime.settings import Settings
+
+    assert Settings.from_environ({"QGRAPH_DEFAULT_FLOAT": "float32"}).default_float == "f32"
+    assert Settings.from_environ({}).default_float == "f64"
+    with pytest.raises(qgraph.QgraphError, match="QGRAPH_DEFAULT_FLOAT='half'"):
+        Settings.from_environ({"QGRAPH_DEFAULT_FLOAT": "half"})
+
+
+@qgraph.kernel
+def float32_step(x, v, f, dt, n):
+    for i in range(n):
+        ax = 0.0
+        for j in range(n):
+            d = x[j] - x[i] + 0.5 * j
+            inv = 1.0 / math.sqrt(d * d + 0.01)
+            ax += d * inv * inv * inv
+        v[i] += dt * (ax + f[i] * 2) / 3
+        x[i] = min(x[i] + dt * v[i], 10.0) if x[i] > -1 else abs(x[i]) ** 2
+
+
+def test_a_float32_kernel_has_no_float64_instructions():
+    from test_cuda_codegen import A, S, _compile_with
+
+    from qgraph.args.kinds import WEAK_FLOAT, WEAK_INT
+
+    try:
+        f32 = "".join(_compile_with(float32_step, (A("f4", 1),) * 3 + (WEAK_FLOAT, WEAK_INT)))
+        f64 = "".join(_compile_with(float32_step, (A("f8", 1),) * 3 + (WEAK_FLOAT, WEAK_INT)))
+        strong = "".join(_compile_with(float32_step, (A("f4", 1),) * 3 + (S("f8"), WEAK_INT)))
+    except Exception as e:  # no NVVM here
+        pytest.skip(f"numba-cuda cannot compile here: {type(e).__name__}")
+    assert not _f64_arithmetic(f32), _f64_arithmetic(f32)  # dt arrives as a double: one cvt, no arithmetic
+    assert _f64_arithmetic(f64)
+    assert _f64_arithmetic(strong)  # a NumPy float64 argument is float64, as asked
+
+
+def _f64_arithmetic(ptx: str) -> list[str]:
+    return re.findall(r"^\s*(?:@!?%p\d+\s+)?(?:add|sub|mul|div|fma|sqrt|rcp|rsqrt|setp|min|max|abs|neg)\S*\.f64\b.*$",
+                      ptx, re.M)
+
