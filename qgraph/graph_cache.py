@@ -30,10 +30,10 @@ import time
 from collections import OrderedDict
 
 from .compiler.cuda_program import TaskKernel
-from .compiler.launch_code import block_expr, generate, grid_expr, signature_with_constants
+from .compiler.launch_code import block_expr, generate, grid_expr, signature_with_constants, tile_shape
 from .conditional import WhileLoop
 from .driver.device import CudaDevice, check, driver, fail, kernel_failure
-from .driver.nodes import GraphNode, add_edge, kernel_node_params
+from .driver.nodes import GraphNode, add_edge, kernel_node_params, set_shape
 from .driver.params import ParamBuffer
 from .errors import QgraphError
 from .lang.regions import DeviceLoop, Region, Sequence, Task
@@ -204,7 +204,7 @@ class TaskGraph:
     def _generate_blocks(self, plan: list, kernels: list[TaskKernel], bounds):
         """blocks(args, p) -> (parameter block per node, grid per node), as generated code."""
         exprs, grids = [], []
-        constants = {"_bounds": bounds}
+        constants = {"_bounds": bounds, "_tile": tile_shape}
         for item in plan:
             if isinstance(item, WhileLoop):
                 exprs.append(item.slot_expr)
@@ -214,7 +214,7 @@ class TaskGraph:
                 exprs.append(block_expr(item))
                 grids.append(grid_expr(item, True))
         has_bounds = any(tk.parallel for tk in kernels)
-        lines = ["    b, n = _bounds(*args)" if has_bounds else "    b = n = ()",
+        lines = ["    b, n, c = _bounds(*args)" if has_bounds else "    b = n = c = ()",
                  f"    return [{', '.join(exprs)}], [{', '.join(grids)}]"]
         source = f"def blocks({signature_with_constants('args, p', constants)}):\n" + "\n".join(lines) + "\n"
         return generate(source, "blocks", constants, f"graph blocks of kernel {self.name}")
@@ -258,8 +258,8 @@ class TaskGraph:
             if block == held[k]:
                 continue
             node.buffer.data[:] = block
-            node.params.gridDimX = grids[k]
             if node.kernel is not None:
+                set_shape(node.params, grids[k], node.kernel.block)
                 node.params.func = node.kernel.function_for(grids[k], self.programmatic)
             err = set_params(instance.exec, node.handle, node.params)[0]
             if err:

@@ -18,7 +18,7 @@ from .. import conditional
 from ..args.kinds import FlagKind
 from ..args.resolve import resolver_lines
 from ..compiler.cuda_program import TaskKernel, compile_tasks
-from ..compiler.launch_code import block_expr, generate, grid_expr, signature_with_constants
+from ..compiler.launch_code import block_expr, generate, grid_expr, signature_with_constants, tile_shape
 from ..compiler.numba_adapter import is_compile_error
 from ..driver.device import driver, kernel_failure, stream_handle
 from ..driver.params import ParamBuffer
@@ -53,16 +53,19 @@ class EagerRunner:
         self.buffers = [ParamBuffer(tk.param_size) for tk in kernels]
         d = driver()
         # _keep: the driver reads each buffer's `extra` array by address; it lives as long as `run`
-        constants = {"_bounds": bounds, "_memo": {}, "_hold": lifetimes.hold, "_launch": d.cuLaunchKernel,
-                     "_fail": kernel_failure(name), "_keep": self.buffers, "_memo_size": _BOUNDS_MEMO}
+        constants = {"_bounds": bounds, "_memo": {}, "_tile": tile_shape, "_hold": lifetimes.hold,
+                     "_launch": d.cuLaunchKernel, "_fail": kernel_failure(name), "_keep": self.buffers,
+                     "_memo_size": _BOUNDS_MEMO}
         lines = []
+        shapes = list(dict.fromkeys(grid_expr(tk, False) for tk in kernels if tk.tiled))
         if any(tk.parallel for tk in kernels):
             lines += ["    bn = _memo.get(p)",
                       "    if bn is None:",
                       "        if len(_memo) >= _memo_size:",
                       "            _memo.clear()",
-                      "        bn = _memo[p] = _bounds(*args)",
-                      "    b, n = bn"]
+                      "        b, n, c = _bounds(*args)",
+                      f"        bn = _memo[p] = (b, n, ({''.join(shape + ', ' for shape in shapes)}))",
+                      "    b, n, t = bn"]
         lines.append("    _hold(stream, args)")
         for k, (tk, buf) in enumerate(zip(kernels, self.buffers)):
             constants[f"f{k}"] = tk.function
@@ -74,8 +77,13 @@ class EagerRunner:
             if tk.parallel:
                 lines.append(f"    if n[{tk.bounds_slot}]:")
                 indent = "        "
-            lines.append(f"{indent}r = _launch(f{k}, {grid_expr(tk, False)}, 1, 1, {tk.block}, 1, 1, 0, "
-                         f"stream, 0, ex{k})[0]")
+            if tk.tiled:  # its shape, computed with the bounds (t holds one per tiled task)
+                shape = f"t[{shapes.index(grid_expr(tk, False))}]"
+                dims = ", ".join(f"{shape}[{j}]" for j in range(5))
+                lines.append(f"{indent}r = _launch(f{k}, {dims}, 1, 0, stream, 0, ex{k})[0]")
+            else:
+                lines.append(f"{indent}r = _launch(f{k}, {grid_expr(tk, False)}, 1, 1, {tk.block}, 1, 1, 0, "
+                             f"stream, 0, ex{k})[0]")
             lines.append(f"{indent}if r:")
             lines.append(f"{indent}    raise _fail(r, 'launching task {k}')")
         source = f"def run({signature_with_constants('args, p, stream', constants)}):\n" + "\n".join(lines) + "\n"

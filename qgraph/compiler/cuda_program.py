@@ -61,16 +61,23 @@ class TaskKernel:
     scratch: Scratch | None = None  # deterministic reductions' partials and block counter
     scratch_at: int = 0  # the scratch parameters follow this many array arguments
     module: object = None  # the CUmodule holding this specialisation's kernels (unloaded on close)
+    tiled: bool = False  # a multi-dimensional loop on 2-D blocks: its grid is a shape (launch_code.tile_shape)
 
-    def function_for(self, grid: int, programmatic: bool):
-        """The variant for a graph node of `grid` blocks: launch_dependents only for one-wave grids."""
-        if programmatic and self.trigger_function is not None and grid <= self.wave:
+    def function_for(self, grid, programmatic: bool):
+        """The variant for a graph node of `grid` blocks (a count or a tile shape):
+        launch_dependents only for one-wave grids."""
+        if programmatic and self.trigger_function is not None and blocks_in(grid) <= self.wave:
             return self.trigger_function
         return self.function
 
     @property
     def parallel(self) -> bool:
         return self.task.parallel
+
+
+def blocks_in(grid) -> int:
+    """Blocks in a grid given as a count or as a tile shape (gx, gy, gz, bx, by)."""
+    return grid if type(grid) is int else grid[0] * grid[1] * grid[2]
 
 
 def param_order(src: KernelSource, task: Task, types: list[ArgKind]) -> list[int]:
@@ -181,6 +188,7 @@ def compile_tasks(src: KernelSource, key: tuple[str, ...], device: CudaDevice,
             slot += 1
         kernel = TaskKernel(task, function, block, size, bounds_slot, tuple(order), waits, suffix)
         kernel.module = module
+        kernel.tiled = task.parallel and len(task.dims) > 1 and not code.reductions
         if task.parallel:
             per_sm = check(driver().cuOccupancyMaxActiveBlocksPerMultiprocessor(function, block, 0),
                            "cuOccupancyMaxActiveBlocksPerMultiprocessor")

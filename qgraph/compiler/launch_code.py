@@ -24,13 +24,43 @@ def block_expr(tk: TaskKernel) -> str:
 
 
 def grid_expr(tk: TaskKernel, at_least_one: bool) -> str:
-    """Python expression of a task's grid size from `n` (iteration counts)."""
+    """Python expression of a task's grid from `n` (iteration counts) and `c` (per-dimension
+    counts): a block count, or for a tiled task the shape `(gx, gy, gz, bx, by)` from
+    `_tile` (tile_shape, which callers bind)."""
     if not tk.parallel:
         return "1"
+    if tk.tiled:
+        return f"_tile(c[{tk.bounds_slot}], {tk.block})"
     expr = f"(n[{tk.bounds_slot}] + {tk.block - 1}) // {tk.block}"
     if tk.grid_limit:
         expr = f"min({expr}, {tk.grid_limit})"
     return f"({expr} or 1)" if at_least_one else expr
+
+
+MAX_GRID_YZ = 65535
+MAX_INDEX = 1 << 48  # the generated code masks indices to 48 bits (lang.cuda_codegen)
+
+
+def tile_shape(counts: tuple[int, ...], threads: int) -> tuple[int, int, int, int, int]:
+    """(gx, gy, gz, bx, by) of a tiled task: blocks of `threads` shaped to the extents.
+
+    x takes 32 threads (a warp reads 128 contiguous bytes of float32) unless the last
+    extent is smaller, y the rest of the block unless its extent is smaller; y and z
+    are capped at the grid limit (the kernel loops over what remains). Every grid
+    dimension is at least 1, so a graph node stays valid for an empty loop."""
+    nx, ny = counts[-1], counts[-2]
+    nz = 1
+    for c in counts[:-2]:
+        nz *= c
+    if nx * ny * nz >= MAX_INDEX:
+        raise OverflowError(f"a parallel loop of {nx * ny * nz} iterations exceeds qgraph's 2**48 limit")
+    bx = 32 if nx >= 32 else 1 << max(nx - 1, 0).bit_length()
+    by = min(threads // bx, 1 << max(ny - 1, 0).bit_length())
+    if bx * by < threads and nx > bx:  # a short y extent: widen x instead
+        bx = min(threads // by, 1 << (nx - 1).bit_length())
+    gx = -(-nx // bx) or 1
+    gy = min(-(-ny // by), MAX_GRID_YZ) or 1
+    return gx, gy, min(nz, MAX_GRID_YZ) or 1, bx, by
 
 
 def generate(source: str, name: str, constants: dict, label: str):

@@ -33,18 +33,29 @@ def add_edge(graph, before, after, programmatic: bool) -> None:
     check(d.cuGraphAddDependencies(graph, [before], [after], [edge], 1), "cuGraphAddDependencies")
 
 
-def kernel_node_params(function, grid: int, block: int, buffer: ParamBuffer | None = None,
+def kernel_node_params(function, grid, block: int, buffer: ParamBuffer | None = None,
                        kernel_params: int = 0):
-    """A 1-D kernel node: parameters from `buffer` (by `extra`) or a `kernel_params` array."""
+    """A kernel node: parameters from `buffer` (by `extra`) or a `kernel_params` array.
+
+    `grid` is a block count (1-D blocks of `block` threads) or a tile shape (gx, gy, gz, bx, by)."""
     d = driver()
     params = d.CUDA_KERNEL_NODE_PARAMS()
     params.func = function
-    params.gridDimX, params.gridDimY, params.gridDimZ = grid, 1, 1
-    params.blockDimX, params.blockDimY, params.blockDimZ = block, 1, 1
+    set_shape(params, grid, block)
     params.sharedMemBytes = 0
     params.kernelParams = kernel_params
     params.extra = buffer.extra if buffer is not None else 0
     return params
+
+
+def set_shape(params, grid, block: int) -> None:
+    """Set a node's grid and block from a block count or a tile shape (gx, gy, gz, bx, by)."""
+    if type(grid) is int:
+        params.gridDimX, params.gridDimY, params.gridDimZ = grid, 1, 1
+        params.blockDimX, params.blockDimY, params.blockDimZ = block, 1, 1
+    else:
+        params.gridDimX, params.gridDimY, params.gridDimZ, params.blockDimX, params.blockDimY = grid
+        params.blockDimZ = 1
 
 
 def add_while_node(graph, context, deps: list):

@@ -1,7 +1,9 @@
 """CUDA code generation: one kernel function per task and signature.
 
 Parallel tasks get one thread per iteration, with the launch bounds passed in as leading
-by-value parameters; serial tasks run in one thread.
+by-value parameters; serial tasks run in one thread. A multi-dimensional loop runs on 2-D
+thread blocks (`tiled`): x over the last dimension, y over the one before, z over the rest,
+so neighbouring iterations share cache lines in both directions and no thread divides.
 """
 
 from __future__ import annotations
@@ -62,8 +64,8 @@ def cuda_bound_params(task: Task) -> tuple[str, ...]:
     if ndim == 1:
         return ("_qg_s0", "_qg_d0", "_qg_n")
     starts = tuple(f"_qg_s{k}" for k in range(ndim))
-    counts = tuple(f"_qg_n{k}" for k in range(1, ndim))
-    return starts + counts + ("_qg_n",)
+    counts = tuple(f"_qg_c{k}" for k in range(ndim))
+    return starts + counts + ("_qg_n",)  # as lang.bounds packs them
 
 
 def _one_element_targets(body: list[ast.stmt], zero_d: frozenset[str]) -> frozenset[str]:
@@ -95,15 +97,15 @@ def _reduction_kinds(src: KernelSource, found: list[Reduction], dtypes: dict) ->
 
 
 def _thread_index(at: ast.AST) -> ast.expr:
-    """The global thread index, computed unsigned with the sign bit masked off (it is below
-    2**41): the compiler then knows it is non-negative, and indexing with it needs no
-    negative-index wraparound."""
+    """The global thread index, computed unsigned and masked to 48 bits (it is below 2**41):
+    the compiler then knows it and small offsets from it are non-negative, and indexing
+    with them needs no negative-index wraparound."""
     def unsigned(attr: str) -> ast.expr:
         return call("_qg_u64", [call("_qg_u32", [_attr3("_qg_cuda", attr, "x", at)], at)], at)
 
     tid = call("_qg_i64", [binop(binop(unsigned("blockIdx"), ast.Mult(), unsigned("blockDim"), at),
                                  ast.Add(), unsigned("threadIdx"), at)], at)
-    return binop(tid, ast.BitAnd(), ast.copy_location(ast.Constant(0x7FFFFFFFFFFFFFFF), at), at)
+    return binop(tid, ast.BitAnd(), ast.copy_location(ast.Constant(int(_MASK, 16)), at), at)
 
 
 def cuda_task(src: KernelSource, task: Task, param_order: list[str], symbols: Symbols,
@@ -146,6 +148,8 @@ def cuda_task(src: KernelSource, task: Task, param_order: list[str], symbols: Sy
             combine = [rewriter.visit(s) for s in reductions.block_combine(found, at, symbols.atomic, kinds)]
         loop = reductions.grid_stride_loop(_cuda_indices(task, at) + body, at)
         body = init + [assign("_qg_t0", _thread_index(at), at)] + loop + combine
+    elif task.parallel and len(task.dims) > 1:
+        body = tiled_loops(task, body, at)
     elif task.parallel:
         body = [_ContinueToReturn().visit(s) for s in body]
         guard = ast.copy_location(ast.If(
@@ -171,12 +175,13 @@ def _cuda_indices(task: Task, at: ast.AST) -> list[ast.stmt]:
     t = name_node("_qg_t", at)
 
     def offset(k: int, index: ast.expr) -> ast.expr:
-        # A literal-0 start and unit step index with the thread index itself: the compiler
-        # then knows it is non-negative and drops numba's negative-index wraparound (the
-        # difference between 60% and 80% of the copy bandwidth for a saxpy on an H200).
+        # A literal start and unit step index with the (masked) thread index plus a literal:
+        # the compiler then knows it is non-negative and drops numba's negative-index
+        # wraparound (the difference between 60% and 80% of the copy bandwidth for a saxpy
+        # on an H200).
         dim = task.dims[k]
-        if _is_literal(dim.start, 0) and (dim.step is None or _is_literal(dim.step, 1)):
-            return index
+        if dim.step is None or _is_literal(dim.step, 1):
+            return _offset(task, k, index, at)
         return binop(name_node(f"_qg_s{k}", at), ast.Add(), index, at)
 
     if len(v) == 1:
@@ -187,12 +192,73 @@ def _cuda_indices(task: Task, at: ast.AST) -> list[ast.stmt]:
     out: list[ast.stmt] = []
     rest = "_qg_t"
     for k in range(len(v) - 1, 0, -1):
-        n = name_node(f"_qg_n{k}", at)
+        n = name_node(f"_qg_c{k}", at)
         out.append(assign(v[k], offset(k, binop(name_node(rest, at), ast.Mod(), n, at)), at))
         out.append(assign(f"_qg_r{k}", binop(name_node(rest, at), ast.FloorDiv(), n, at), at))
         rest = f"_qg_r{k}"
     out.append(assign(v[0], offset(0, name_node(rest, at)), at))
     return out
+
+
+def tiled_loops(task: Task, body: list[ast.stmt], at: ast.AST) -> list[ast.stmt]:
+    """A multi-dimensional loop on a grid of 2-D blocks (launch_code.tile_shape sizes it).
+
+    x covers the last dimension (one thread per index), y the one before and z the first
+    of three, y and z as grid-stride loops (grids are limited to 65535 in y and z) that
+    run once in the common case. The loops advance before the body, so a top-level `continue` moves
+    on to the next index; the mask keeps LLVM from computing a trip count (a 64-bit
+    division per thread, which a `range` loop costs) to unroll a loop that runs once.
+    Every index is computed from unsigned values (no negative-index wraparound follows)."""
+    v, ndim = task.loop_vars, len(task.dims)
+    x, y = ndim - 1, ndim - 2
+    u32 = "_qg_u32(_qg_cuda.{}.{})".format
+    lines = [f"_qg_tx = _qg_i64(_qg_u64({u32('blockIdx', 'x')}) * _qg_u64({u32('blockDim', 'x')}) + "
+             f"_qg_u64({u32('threadIdx', 'x')})) & {_MASK}",
+             f"if _qg_tx >= _qg_c{x}:",
+             "    return"]
+    indent = ""
+    if ndim == 3:
+        lines += [f"_qg_zz = _qg_i64({u32('blockIdx', 'z')})",
+                  "while _qg_zz < _qg_c0:",
+                  f"    _qg_tz = _qg_zz & {_MASK}",
+                  f"    _qg_zz = (_qg_zz + _qg_i64({u32('gridDim', 'z')})) & {_MASK}"]
+        indent = "    "
+    first = f"_qg_i64({u32('blockIdx', 'y')} * {u32('blockDim', 'y')} + {u32('threadIdx', 'y')})"
+    lines += [f"{indent}_qg_yy = {first}",
+              f"{indent}while _qg_yy < _qg_c{y}:",
+              f"{indent}    _qg_ty = _qg_yy & {_MASK}",
+              f"{indent}    _qg_yy = (_qg_yy + _qg_i64({u32('gridDim', 'y')} * {u32('blockDim', 'y')})) & {_MASK}"]
+    stmts = _parse_at("\n".join(lines), at)
+    inner = stmts[-1] if ndim == 2 else stmts[-1].body[-1]  # the y loop
+    indices = [assign(v[x], _offset(task, x, name_node("_qg_tx", at), at), at),
+               assign(v[y], _offset(task, y, name_node("_qg_ty", at), at), at)]
+    if ndim == 3:
+        indices.append(assign(v[0], _offset(task, 0, name_node("_qg_tz", at), at), at))
+    inner.body = inner.body + indices + body
+    return stmts
+
+
+def _offset(task: Task, k: int, index: ast.expr, at: ast.AST) -> ast.expr:
+    """start + index. A literal start stays a literal: with the index below 2**48, LLVM then
+    proves `i - 1`, `i + 1` non-negative and drops numba's negative-index wraparound."""
+    start = task.dims[k].start
+    if _is_literal(start, 0):
+        return index
+    if isinstance(start, ast.Constant) and type(start.value) is int and start.value > 0:
+        return binop(ast.copy_location(ast.Constant(start.value), at), ast.Add(), index, at)
+    return binop(name_node(f"_qg_s{k}", at), ast.Add(), index, at)
+
+
+def _parse_at(source: str, at: ast.AST) -> list[ast.stmt]:
+    stmts = ast.parse(source).body
+    for stmt in stmts:
+        for node in ast.walk(stmt):
+            if isinstance(node, (ast.expr, ast.stmt)):
+                ast.copy_location(node, at)
+    return stmts
+
+
+_MASK = "0xFFFFFFFFFFFF"  # indices are below 2**48 (launch_code.tile_shape checks the extents)
 
 
 def _is_literal(expr: ast.expr | None, value: int) -> bool:

@@ -1,0 +1,114 @@
+"""Multi-dimensional loops on 2-D thread blocks (CUDA) give the same results as NumPy and the
+CPU backend whatever the extents: short and long dimensions, grids past the 65535 limit of
+y and z, non-zero and runtime starts, `continue`, and shapes that change between graph
+replays (the node's block shape is updated in place)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import qgraph
+from qgraph.compiler.launch_code import tile_shape
+
+
+@qgraph.kernel
+def index_code(out):
+    for i, j in qgraph.ndrange(out.shape[0], out.shape[1]):
+        out[i, j] = i * 100003 + j
+
+
+@qgraph.kernel(cuda_graph=True)
+def index_code_graphed(out):
+    for i, j in qgraph.ndrange(out.shape[0], out.shape[1]):
+        out[i, j] = i * 100003 + j
+
+
+@qgraph.kernel
+def shifted(out, a, b):
+    for i, j in qgraph.ndrange((a, out.shape[0]), (b, out.shape[1] - 1)):
+        if (i + j) % 3 == 0:
+            continue
+        out[i, j] = i - j
+
+
+@qgraph.kernel
+def laplacian(u, out):
+    for i, j, k in qgraph.ndrange((1, u.shape[0] - 1), (1, u.shape[1] - 1), (1, u.shape[2] - 1)):
+        out[i, j, k] = (u[i - 1, j, k] + u[i + 1, j, k] + u[i, j - 1, k] + u[i, j + 1, k] + u[i, j, k - 1]
+                        + u[i, j, k + 1] - 6 * u[i, j, k])
+
+
+@qgraph.kernel
+def three_d(out):
+    for a, b, c in qgraph.ndrange(out.shape[0], out.shape[1], out.shape[2]):
+        out[a, b, c] = (a * 7 + b) * 11 + c
+
+
+def _index_codes(shape):
+    i, j = np.indices(shape)
+    return i * 100003 + j
+
+
+@pytest.mark.parametrize("shape", [(37, 3), (3, 37), (1, 1), (0, 5), (5, 0), (1000, 1), (1, 1000), (129, 257)])
+def test_every_index_is_visited_once(arch, shape):
+    out = np.full(shape, -1, dtype=np.int64)
+    index_code(out)
+    np.testing.assert_array_equal(out, _index_codes(shape))
+
+
+def test_a_y_extent_past_the_grid_limit(arch):
+    shape = (70000 * 8 + 5, 32)  # more rows than 65535 blocks of 8 cover: the kernel loops over y
+    out = np.full(shape, -1, dtype=np.int64)
+    index_code(out)
+    np.testing.assert_array_equal(out, _index_codes(shape))
+
+
+def test_a_z_extent_past_the_grid_limit(arch):
+    out = np.full((70001, 2, 3), -1, dtype=np.int64)
+    three_d(out)
+    a, b, c = np.indices(out.shape)
+    np.testing.assert_array_equal(out, (a * 7 + b) * 11 + c)
+
+
+def test_runtime_starts_and_continue(arch):
+    out = np.zeros((40, 50), dtype=np.int64)
+    shifted(out, 3, 5)
+    expected = np.zeros_like(out)
+    for i in range(3, 40):
+        for j in range(5, 49):
+            if (i + j) % 3:
+                expected[i, j] = i - j
+    np.testing.assert_array_equal(out, expected)
+
+
+def test_three_dimensional_stencil_matches_numpy(arch):
+    u = np.random.default_rng(1).random((34, 20, 45)).astype(np.float32)
+    out = np.zeros_like(u)
+    laplacian(u, out)
+    expected = np.zeros_like(u)
+    expected[1:-1, 1:-1, 1:-1] = (u[:-2, 1:-1, 1:-1] + u[2:, 1:-1, 1:-1] + u[1:-1, :-2, 1:-1] + u[1:-1, 2:, 1:-1]
+                                  + u[1:-1, 1:-1, :-2] + u[1:-1, 1:-1, 2:] - 6 * u[1:-1, 1:-1, 1:-1])
+    np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_graph_replays_follow_changing_shapes(arch):
+    for shape in [(64, 64), (300, 3), (3, 300), (64, 64), (2, 2)]:
+        out = np.full(shape, -1, dtype=np.int64)
+        index_code_graphed(out)
+        np.testing.assert_array_equal(out, _index_codes(shape))
+    if arch == "cuda":
+        assert index_code_graphed.stats.builds == 1  # one graph, its node updated for each shape
+        assert index_code_graphed.stats.node_updates >= 4
+
+
+def test_tile_shapes_fill_blocks_and_cover_the_extents():
+    for counts in [(2046, 2046), (3, 10**6), (10**6, 3), (254, 254, 254), (7, 5), (10**8, 40), (0, 4)]:
+        gx, gy, gz, bx, by = tile_shape(counts, 256)
+        assert bx * by <= 256 and gx * bx >= counts[-1]
+        assert gy <= 65535 and gz <= 65535 and min(gx, gy, gz) >= 1
+        if min(counts) >= 8:
+            assert bx * by == 256  # no idle threads in a block for extents that fill it
+    assert tile_shape((2046, 2046), 256)[3:] == (32, 8)  # a warp reads 128 contiguous bytes of float32
+    with pytest.raises(OverflowError, match="2\\*\\*48"):
+        tile_shape((1 << 30, 1 << 20), 256)
