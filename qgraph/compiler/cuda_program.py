@@ -188,7 +188,7 @@ def compile_tasks(src: KernelSource, key: tuple[str, ...], device: CudaDevice,
             slot += 1
         kernel = TaskKernel(task, function, block, size, bounds_slot, tuple(order), waits, suffix)
         kernel.module = module
-        kernel.tiled = task.parallel and len(task.dims) > 1 and not code.reductions
+        kernel.tiled = code.tiled
         if task.parallel:
             per_sm = check(driver().cuOccupancyMaxActiveBlocksPerMultiprocessor(function, block, 0),
                            "cuOccupancyMaxActiveBlocksPerMultiprocessor")

@@ -30,7 +30,7 @@ def grid_expr(tk: TaskKernel, at_least_one: bool) -> str:
     if not tk.parallel:
         return "1"
     if tk.tiled:
-        return f"_tile(c[{tk.bounds_slot}], {tk.block})"
+        return f"_tile(c[{tk.bounds_slot}], {tk.block}, {tk.grid_limit})"
     expr = f"(n[{tk.bounds_slot}] + {tk.block - 1}) // {tk.block}"
     if tk.grid_limit:
         expr = f"min({expr}, {tk.grid_limit})"
@@ -41,13 +41,14 @@ MAX_GRID_YZ = 65535
 MAX_INDEX = 1 << 48  # the generated code masks indices to 48 bits (lang.cuda_codegen)
 
 
-def tile_shape(counts: tuple[int, ...], threads: int) -> tuple[int, int, int, int, int]:
+def tile_shape(counts: tuple[int, ...], threads: int, limit: int = 0) -> tuple[int, int, int, int, int]:
     """(gx, gy, gz, bx, by) of a tiled task: blocks of `threads` shaped to the extents.
 
     x takes 32 threads (a warp reads 128 contiguous bytes of float32) unless the last
     extent is smaller, y the rest of the block unless its extent is smaller; y and z
-    are capped at the grid limit (the kernel loops over what remains). Every grid
-    dimension is at least 1, so a graph node stays valid for an empty loop."""
+    are capped at the grid limit (the kernel loops over what remains), and with `limit`
+    (a task with reductions: one atomic per block) so that about `limit` blocks run.
+    Every grid dimension is at least 1, so a graph node stays valid for an empty loop."""
     nx, ny = counts[-1], counts[-2]
     nz = 1
     for c in counts[:-2]:
@@ -60,7 +61,11 @@ def tile_shape(counts: tuple[int, ...], threads: int) -> tuple[int, int, int, in
         bx = min(threads // by, 1 << (nx - 1).bit_length())
     gx = -(-nx // bx) or 1
     gy = min(-(-ny // by), MAX_GRID_YZ) or 1
-    return gx, gy, min(nz, MAX_GRID_YZ) or 1, bx, by
+    gz = min(nz, MAX_GRID_YZ) or 1
+    if limit:
+        gz = max(1, min(gz, limit // gx))
+        gy = max(1, min(gy, limit // (gx * gz)))
+    return gx, gy, gz, bx, by
 
 
 def generate(source: str, name: str, constants: dict, label: str):

@@ -42,6 +42,7 @@ class CudaTaskCode:
     one_element: frozenset[str] = frozenset()  # 0-d array parameters passed as shape (1,)
     reductions: tuple[Reduction, ...] = ()  # when non-empty: a grid-stride loop, launched capped
     scratch: tuple[str, ...] = ()  # deterministic mode's scratch arrays (after the array parameters)
+    tiled: bool = False  # runs on 2-D blocks (tiled_loops); its launch shape comes from launch_code.tile_shape
 
 
 class _ContinueToReturn(ast.NodeTransformer):
@@ -146,8 +147,11 @@ def cuda_task(src: KernelSource, task: Task, param_order: list[str], symbols: Sy
             scratch = tuple(reductions.scratch_params(found))
         else:
             combine = [rewriter.visit(s) for s in reductions.block_combine(found, at, symbols.atomic, kinds)]
-        loop = reductions.grid_stride_loop(_cuda_indices(task, at) + body, at)
-        body = init + [assign("_qg_t0", _thread_index(at), at)] + loop + combine
+        if len(task.dims) > 1 and not deterministic:  # 2-D blocks, the grid capped by the launch
+            body = init + tiled_loops(task, body, at, early_return=False) + combine
+        else:
+            loop = reductions.grid_stride_loop(_cuda_indices(task, at) + body, at)
+            body = init + [assign("_qg_t0", _thread_index(at), at)] + loop + combine
     elif task.parallel and len(task.dims) > 1:
         body = tiled_loops(task, body, at)
     elif task.parallel:
@@ -161,7 +165,8 @@ def cuda_task(src: KernelSource, task: Task, param_order: list[str], symbols: Sy
     split = len(param_order) if n_arrays is None else n_arrays
     params = list(bounds) + list(param_order[:split]) + list(scratch) + list(param_order[split:])
     fdef = function_def(task_name(task), params, body, task.lineno)
-    return CudaTaskCode(task, fdef, bounds, tuple(param_order), one_element, tuple(found), scratch)
+    tiled = task.parallel and len(task.dims) > 1 and not (found and deterministic)
+    return CudaTaskCode(task, fdef, bounds, tuple(param_order), one_element, tuple(found), scratch, tiled)
 
 
 def _attr3(base: str, a: str, b: str, at: ast.AST) -> ast.expr:
@@ -200,7 +205,7 @@ def _cuda_indices(task: Task, at: ast.AST) -> list[ast.stmt]:
     return out
 
 
-def tiled_loops(task: Task, body: list[ast.stmt], at: ast.AST) -> list[ast.stmt]:
+def tiled_loops(task: Task, body: list[ast.stmt], at: ast.AST, early_return: bool = True) -> list[ast.stmt]:
     """A multi-dimensional loop on a grid of 2-D blocks (launch_code.tile_shape sizes it).
 
     x covers the last dimension (one thread per index), y the one before and z the first
@@ -208,7 +213,9 @@ def tiled_loops(task: Task, body: list[ast.stmt], at: ast.AST) -> list[ast.stmt]
     run once in the common case. The loops advance before the body, so a top-level `continue` moves
     on to the next index; the mask keeps LLVM from computing a trip count (a 64-bit
     division per thread, which a `range` loop costs) to unroll a loop that runs once.
-    Every index is computed from unsigned values (no negative-index wraparound follows)."""
+    Every index is computed from unsigned values (no negative-index wraparound follows).
+    With `early_return=False` (reductions, whose block combine needs every thread) the
+    threads past the last x index skip the loops instead of returning."""
     v, ndim = task.loop_vars, len(task.dims)
     x, y = ndim - 1, ndim - 2
     u32 = "_qg_u32(_qg_cuda.{}.{})".format
@@ -216,15 +223,19 @@ def tiled_loops(task: Task, body: list[ast.stmt], at: ast.AST) -> list[ast.stmt]
              f"_qg_u64({u32('threadIdx', 'x')})) & {_MASK}",
              f"if _qg_tx >= _qg_c{x}:",
              "    return"]
+    past_end = ""
+    if not early_return:  # threads past the last x index start their loops at the end
+        lines = lines[:1]
+        past_end = f" if _qg_tx < _qg_c{x} else _qg_c{{}}"
     indent = ""
     if ndim == 3:
-        lines += [f"_qg_zz = _qg_i64({u32('blockIdx', 'z')})",
+        lines += [f"_qg_zz = _qg_i64({u32('blockIdx', 'z')}){past_end.format(0)}",
                   "while _qg_zz < _qg_c0:",
                   f"    _qg_tz = _qg_zz & {_MASK}",
                   f"    _qg_zz = (_qg_zz + _qg_i64({u32('gridDim', 'z')})) & {_MASK}"]
         indent = "    "
     first = f"_qg_i64({u32('blockIdx', 'y')} * {u32('blockDim', 'y')} + {u32('threadIdx', 'y')})"
-    lines += [f"{indent}_qg_yy = {first}",
+    lines += [f"{indent}_qg_yy = {first}{past_end.format(y)}",
               f"{indent}while _qg_yy < _qg_c{y}:",
               f"{indent}    _qg_ty = _qg_yy & {_MASK}",
               f"{indent}    _qg_yy = (_qg_yy + _qg_i64({u32('gridDim', 'y')} * {u32('blockDim', 'y')})) & {_MASK}"]

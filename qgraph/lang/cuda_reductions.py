@@ -106,10 +106,12 @@ def grid_stride_loop(body: list[ast.stmt], at: ast.AST) -> list[ast.stmt]:
 def block_combine(reductions: list[Reduction], at: ast.AST, atomic_path, kinds: dict) -> list[ast.stmt]:
     """Warp shuffles, a shared-memory step and one atomic per block for every partial.
 
-    `kinds` maps each target to its dtype's (kind, itemsize)."""
-    lines = ["_qg_lane = _qg_i32(_qg_cuda.threadIdx.x) & 31",
-             "_qg_warp = _qg_i32(_qg_cuda.threadIdx.x) >> 5",
-             "_qg_nwarps = (_qg_i32(_qg_cuda.blockDim.x) + 31) >> 5"]
+    `kinds` maps each target to its dtype's (kind, itemsize). Blocks may be 2-D (a tiled
+    multi-dimensional loop): warps are numbered by the linear thread index."""
+    lines = ["_qg_lin = _qg_i32(_qg_cuda.threadIdx.y) * _qg_i32(_qg_cuda.blockDim.x) + _qg_i32(_qg_cuda.threadIdx.x)",
+             "_qg_lane = _qg_lin & 31",
+             "_qg_warp = _qg_lin >> 5",
+             "_qg_nwarps = (_qg_i32(_qg_cuda.blockDim.x) * _qg_i32(_qg_cuda.blockDim.y) + 31) >> 5"]
     lines += _block_tree(reductions, {r.var: r.var for r in reductions}, kinds, "")
     for r in reductions:
         lines.append("    if _qg_lane == 0:")
