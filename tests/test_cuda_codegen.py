@@ -4,6 +4,7 @@ the griddepcontrol patch. Skipped where numba-cuda's compiler (NVVM/NVRTC) is mi
 
 from __future__ import annotations
 
+import math
 import re
 import shutil
 import subprocess
@@ -15,6 +16,7 @@ import test_graph_while as tw
 import test_kernels as tk
 import test_reductions as tr
 
+import qgraph
 from qgraph.args.kinds import arg_type, array_sig, scalar_sig
 from qgraph.compiler import cuda_program
 from qgraph.compiler import numba_adapter as adapter
@@ -46,6 +48,7 @@ CASES = [
     (tr.grid_total, (A("f8", 2), A("f8", 1), S("i8"))), (tr.histogram, (A("i8", 1), A("f8", 1), A("f8", 1))),
     (tr.private_updates, (A("f8", 1), A("f8", 1))), (tr.strided_sum, (A("f8", 1), A("f8", 1), S("i8"))),
     (tr.total, (A("u8", 1), A("u8", 1))), (tr.largest, (A("u4", 1), A("u4", 1))), (tr.total, (A("i4", 1), A("i4", 1))),
+    (tk.serial_range_forms, (A("i8", 1), "int", "int", "int")),
 ]
 
 
@@ -183,3 +186,40 @@ def test_float_extrema_use_native_integer_atomics(sm90, dtype, width):
     (ptx,) = _ptx(tr.largest, (A(dtype, 1), A(dtype, 1)))
     assert "cas" not in ptx  # no compare-and-swap loop
     assert sorted(set(re.findall(r"atom\.global\.(\w+\.\w+)", ptx))) == [f"max.s{width}", f"min.u{width}"]
+
+
+@qgraph.kernel
+def all_pairs(px, py, m, ax, eps2):
+    for i in range(px.shape[0]):
+        acc = 0.0
+        for j in range(px.shape[0]):
+            dx = px[j] - px[i]
+            dy = py[j] - py[i]
+            inv = 1.0 / math.sqrt(dx * dx + dy * dy + eps2)
+            acc += m[j] * dx * inv * inv * inv
+        ax[i] = acc
+
+
+@qgraph.kernel
+def stencil_2d(u, out):
+    for i, j in qgraph.ndrange((1, u.shape[0] - 1), (1, u.shape[1] - 1)):
+        out[i, j] = 0.25 * (u[i - 1, j] + u[i + 1, j] + u[i, j - 1] + u[i, j + 1])
+
+
+def _instructions(ptx: str) -> list[str]:
+    body = ptx[ptx.index("{"):]
+    return [line.strip() for line in body.splitlines() if line.strip() and not line.strip().startswith(
+        ("//", ".", "{", "}", "$", "ld.param")) and not line.strip().endswith(":")]
+
+
+def test_index_math_has_no_wraparound_and_no_division(sm90):
+    """Serial `range` loops and 2-D blocks leave no negative-index fix-ups (a sign-bit shift or
+    select per access) and no integer division in the generated code."""
+    (pairs,) = _ptx(all_pairs, (A("f4", 1),) * 4 + ("float",))
+    (stencil,) = _ptx(stencil_2d, (A("f4", 2),) * 2)
+    for ptx in (pairs, stencil):
+        code = _instructions(ptx)
+        assert not [i for i in code if re.match(r"shr\.s64\s+%rd\d+, %rd\d+, 63", i)]
+        assert not [i for i in code if re.match(r"(div|rem)\.[su]", i)]
+        assert not [i for i in code if ".f64" in i and not i.startswith("cvt.rn.f32.f64")]  # eps2: one cvt
+    assert len(_instructions(stencil)) < 80  # 64 on numba-cuda 0.30.4 (the 1-D mapping took 234)

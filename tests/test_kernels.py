@@ -338,3 +338,30 @@ def test_loop_variables_are_signed_integers(arch):
     np.testing.assert_array_equal(out.to_numpy(), a[np.minimum(i, 3)] + (i - 5))
     ii, jj = np.meshgrid(np.arange(4), np.arange(5), indexing="ij")
     np.testing.assert_array_equal(grid.to_numpy(), np.maximum(ii - jj, -1) * 10 + a[np.maximum(jj - 1, 0)])
+
+
+@qgraph.kernel
+def serial_range_forms(out, a, b, step):
+    for i in range(out.shape[0]):
+        total = 0
+        for j in range(a, b):  # a counted loop on CUDA (lang.cuda_loops.CountedLoops)
+            if j % 3 == 0:
+                continue
+            total += j
+        for j in range(b, a, -2):  # a negative step stays numba's range
+            total += 1000 * j
+        for j in range(0, b, step):  # a runtime step too
+            total += 7 + 0 * j
+        last = -1
+        for j in range(i):
+            last = j
+        out[i] = total + 100000 * last
+
+
+def test_serial_range_loops_keep_python_semantics(arch):
+    n = 9
+    out = qgraph.ndarray(qgraph.i64, (n,))
+    serial_range_forms(out, -4, 11, 3)
+    base = sum(j for j in range(-4, 11) if j % 3) + sum(1000 * j for j in range(11, -4, -2)) + 7 * len(range(0, 11, 3))
+    expected = [base + 100000 * (i - 1 if i else -1) for i in range(n)]
+    assert out.to_numpy().tolist() == expected
