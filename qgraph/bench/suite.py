@@ -55,6 +55,8 @@ class Report:
     reductions: list = field(default_factory=list)  # see bench.reductions
     relax: list = field(default_factory=list)
     cpu_sums: list = field(default_factory=list)
+    compute: list = field(default_factory=list)  # see bench.compute_suite
+    cpu_compute: list = field(default_factory=list)
     seconds: float = 0.0
 
     def to_json(self) -> dict:
@@ -62,7 +64,7 @@ class Report:
         cpu = [dict(asdict(r), ratio=r.ratio) for r in self.cpu_rows]
         return {"arch": self.arch, "environment": self.environment, "rows": rows, "headline": self.headline,
                 "cpu": cpu, "reductions": self.reductions, "relax": self.relax, "cpu_sums": self.cpu_sums,
-                "seconds": self.seconds}
+                "compute": self.compute, "cpu_compute": self.cpu_compute, "seconds": self.seconds}
 
 
 def environment() -> dict:
@@ -200,6 +202,9 @@ def run(quick: bool = False, arch: str | None = None, progress_stream=None, cpu_
         from . import reductions
 
         _, _, report.cpu_sums = reductions.run(quick, 0.0, 0)
+        from . import compute_suite
+
+        report.cpu_compute = compute_suite.cpu_rows(quick)
         report.seconds = time.perf_counter() - started
         return report
     tasks = QUICK_TASKS if quick else FULL_TASKS
@@ -207,7 +212,7 @@ def run(quick: bool = False, arch: str | None = None, progress_stream=None, cpu_
     budget, repeat = (0.02, 3) if quick else (0.1, 5)
     iterations = 200 if quick else LOOP_ITERATIONS
     loop_tasks = (1, 8) if quick else (1, 8, 32)
-    progress = Progress(len(tasks) * len(sizes) + len(loop_tasks) + 2, "gpu suite", stream=progress_stream)
+    progress = Progress(len(tasks) * len(sizes) + len(loop_tasks) + 3, "gpu suite", stream=progress_stream)
     warm_up_gpu(0.5 if quick else 2.0)
     for t in tasks:
         for size in sizes:
@@ -222,6 +227,10 @@ def run(quick: bool = False, arch: str | None = None, progress_stream=None, cpu_
 
     report.reductions, report.relax, _ = reductions.run(quick, budget, repeat)
     progress("reductions")
+    from . import compute_suite
+
+    report.compute = compute_suite.gpu_rows(quick, budget, repeat)
+    progress("compute")
     progress.close()
     report.seconds = time.perf_counter() - started
     return report
@@ -235,6 +244,9 @@ def table(report: Report) -> str:
 
         lines += ["CPU: qgraph vs hand-written numba.njit(parallel=True), per call", cpu_table(report.cpu_rows)]
         lines.append(reduction_table([], [], report.cpu_sums))
+        from .compute_suite import table as compute_table
+
+        lines.append(compute_table([], report.cpu_compute))
         if report.arch != "cuda":
             lines.append("(GPU rows need a CUDA GPU: run `python -m qgraph bench` on one.)")
         return "\n".join(lines)
@@ -277,6 +289,9 @@ def table(report: Report) -> str:
     from .reductions import table as reduction_table
 
     lines.append(reduction_table(report.reductions, report.relax, report.cpu_sums))
+    from .compute_suite import table as compute_table
+
+    lines.append(compute_table(report.compute, report.cpu_compute))
     return "\n".join(lines)
 
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 from ..errors import QgraphError
 
 
-def compile_cubin(source: str, name: str, cc: tuple[int, int]) -> bytes:
-    """A cubin for `cc` from CUDA C++ source (helper kernels qgraph writes itself)."""
+def compile_cubin(source: str, name: str, cc: tuple[int, int], options: tuple[str, ...] = ()) -> bytes:
+    """A cubin for `cc` from CUDA C++ source (helper kernels qgraph writes itself; the
+    benchmarks' hand-written baselines, with `options` such as --use_fast_math)."""
     from cuda.bindings import nvrtc
 
     def ok(result, what):
@@ -16,7 +17,7 @@ def compile_cubin(source: str, name: str, cc: tuple[int, int]) -> bytes:
 
     prog = ok(nvrtc.nvrtcCreateProgram(source.encode(), name.encode(), 0, [], []), "create")
     try:
-        opts = [f"-arch=sm_{cc[0]}{cc[1]}".encode()]
+        opts = [f"-arch=sm_{cc[0]}{cc[1]}".encode()] + [o.encode() for o in options]
         err = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)[0]
         if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
             size = ok(nvrtc.nvrtcGetProgramLogSize(prog), "log size")

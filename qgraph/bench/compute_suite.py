@@ -1,0 +1,184 @@
+"""Compute inside kernels: stencils, all-pairs N-body and saxpy against hand-written code.
+
+GPU, side by side in one run (interleaved rounds): each qgraph kernel (a one-node CUDA
+graph per call) against the same algorithm in hand-written CUDA C++ (2-D blocks of 32 x 8,
+`int` index math), compiled by NVRTC (with `--use_fast_math` for the fast-math rows) and
+replayed as a one-node graph; results are compared. CPU: the same kernels against
+hand-written `numba.njit(parallel=True)` twins, best of several calls each.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import time
+
+import numpy as np
+
+import qgraph
+
+from .compute_sources import CUDA_SOURCE, KERNELS_SOURCE, NUMBA_SOURCE
+from .kernels import module_from_source
+from .timing import interleaved_seconds
+
+
+class _HandGraphs:
+    """Hand-written kernels, each call a one-node graph launch (the fastest way to replay)."""
+
+    def __init__(self) -> None:
+        from ..driver.device import check, driver
+        from ..driver.nvrtc import compile_cubin
+
+        self.device = qgraph.runtime.STATE.cuda
+        self.d, self.check = driver(), check
+        cc = self.device.info.compute_capability
+        names = ("stencil2d", "stencil3d", "nbody", "saxpy")
+        self.functions = {}
+        for fast in (False, True):
+            options = ("--use_fast_math",) if fast else ()
+            module = self.device.load_module(compile_cubin(CUDA_SOURCE, "qgraph_bench_compute.cu", cc, options))
+            self.functions.update({(name, fast): self.device.function(module, name) for name in names})
+        self.stream = self.device.stream_handle
+        self._keep: list = []
+
+    def graph(self, name: str, grid: tuple, block: tuple, values: list, fast: bool = False):
+        from ..driver.nodes import kernel_node_params
+
+        pointers = (ctypes.c_void_p * len(values))(*(ctypes.addressof(v) for v in values))
+        self._keep.append((values, pointers))
+        params = kernel_node_params(self.functions[name, fast], grid[0], block[0],
+                                    kernel_params=ctypes.addressof(pointers))
+        params.gridDimY, params.gridDimZ, params.blockDimY = grid[1], grid[2], block[1]
+        graph = self.check(self.d.cuGraphCreate(0), "cuGraphCreate")
+        self.check(self.d.cuGraphAddKernelNode(graph, [], 0, params), f"add {name}")
+        exec_ = self.check(self.d.cuGraphInstantiate(graph, 0), "instantiate")
+        self.check(self.d.cuGraphUpload(exec_, self.stream), "upload")
+        return lambda: self.d.cuGraphLaunch(exec_, self.stream)
+
+
+def _ptr(a) -> ctypes.c_uint64:
+    return ctypes.c_uint64(a._ptr)
+
+
+def _row(name: str, size: str, times: dict, error: float, work: float | None = None, unit: str = "") -> dict:
+    q, h = times["qgraph"], times["CUDA C++"]
+    row = {"workload": name, "size": size, "qgraph_us": q * 1e6, "hand_us": h * 1e6, "speed_vs_hand": h / q,
+           "max_abs_error": error}
+    if work is not None:
+        row["rate"], row["unit"] = work / q, unit
+    return row
+
+
+def gpu_rows(quick: bool, budget: float, repeat: int) -> list[dict]:
+    """Per-call times of qgraph and hand-written CUDA C++, with their results compared."""
+    mod, hand = module_from_source("qgraph_bench_compute", KERNELS_SOURCE), _HandGraphs()
+    rng = np.random.default_rng(0)
+    rows = []
+    for n in ((512, 2048) if quick else (512, 2048, 8192)):
+        u = qgraph.from_numpy(rng.random((n, n), dtype=np.float32))
+        outs = [qgraph.ndarray(qgraph.f32, (n, n)) for _ in range(2)]
+        calls = {"qgraph": lambda u=u, o=outs[0]: mod.stencil2d(u, o),
+                 "CUDA C++": hand.graph("stencil2d", ((n - 2 + 31) // 32, (n - 2 + 7) // 8, 1), (32, 8),
+                                        [_ptr(u), _ptr(outs[1]), ctypes.c_int32(n), ctypes.c_int32(n)])}
+        times = interleaved_seconds(calls, budget, repeat, qgraph.sync)
+        error = float(np.abs(outs[0].to_numpy() - outs[1].to_numpy()).max())
+        rows.append(_row("stencil 2-D 5-point", f"{n}^2", times, error, 8.0 * n * n / 1e9, "GB/s"))
+    n = 128 if quick else 256
+    u = qgraph.from_numpy(rng.random((n, n, n), dtype=np.float32))
+    outs = [qgraph.ndarray(qgraph.f32, (n, n, n)) for _ in range(2)]
+    calls = {"qgraph": lambda: mod.stencil3d(u, outs[0]),
+             "CUDA C++": hand.graph("stencil3d", ((n - 2 + 31) // 32, (n - 2 + 7) // 8, n - 2), (32, 8),
+                                    [_ptr(u), _ptr(outs[1])] + [ctypes.c_int32(n)] * 3)}
+    times = interleaved_seconds(calls, budget, repeat, qgraph.sync)
+    error = float(np.abs(outs[0].to_numpy() - outs[1].to_numpy()).max())
+    rows.append(_row("stencil 3-D 7-point", f"{n}^3", times, error, 8.0 * n ** 3 / 1e9, "GB/s"))
+    for n in ((2048,) if quick else (2048, 16384)):
+        for fast in (False, True):
+            host = [rng.random(n, dtype=np.float32) for _ in range(7)]
+            q = [qgraph.from_numpy(a) for a in host]
+            h = [qgraph.from_numpy(a) for a in host]
+            kernel = mod.nbody_fast if fast else mod.nbody
+            values = [_ptr(a) for a in h] + [ctypes.c_int32(n), ctypes.c_float(1e-6), ctypes.c_float(0.01)]
+            calls = {"qgraph": lambda q=q, k=kernel: k(*q, 1e-6, 0.01),
+                     "CUDA C++": hand.graph("nbody", ((n + 255) // 256, 1, 1), (256, 1), values, fast)}
+            times = interleaved_seconds(calls, budget * 4, max(3, repeat // 2), qgraph.sync)
+            error = max(float(np.abs(q[k].to_numpy() - h[k].to_numpy()).max() / np.abs(h[k].to_numpy()).max())
+                        for k in (3, 4, 5))
+            name = "N-body all pairs" + (" (fast math)" if fast else "")
+            rows.append(_row(name, f"N={n}", times, error, float(n) * n / 1e9, "G pairs/s"))
+    n = 1 << (24 if quick else 26)
+    x, y = (qgraph.from_numpy(rng.random(n, dtype=np.float32)) for _ in range(2))
+    calls = {"qgraph": lambda: mod.saxpy(x, y, 0.5),
+             "CUDA C++": hand.graph("saxpy", ((n + 255) // 256, 1, 1), (256, 1),
+                                    [_ptr(x), _ptr(y), ctypes.c_float(0.5), ctypes.c_int64(n)]),
+             "copy": _copy_launcher(4 * n)}
+    times = interleaved_seconds(calls, budget, repeat, qgraph.sync)
+    row = _row("saxpy", f"2^{n.bit_length() - 1}", times, 0.0, 12.0 * n / 1e9, "GB/s")
+    row["of_copy"] = (12.0 * n / times["qgraph"]) / (8.0 * n / times["copy"])
+    rows.append(row)
+    return rows
+
+
+def _copy_launcher(nbytes: int):
+    from .reductions import _copy_launcher as copy
+
+    return copy(nbytes)
+
+
+def cpu_rows(quick: bool, repeat: int = 5) -> list[dict]:
+    """Best-of-`repeat` seconds of the qgraph CPU kernels and their numba twins."""
+    mod = module_from_source("qgraph_bench_compute", KERNELS_SOURCE)
+    twins = {fast: module_from_source("qgraph_bench_compute_numba", NUMBA_SOURCE).make(fast) for fast in (False, True)}
+    rng = np.random.default_rng(0)
+    n2, n3, nb = (512, 64, 512) if quick else (2048, 128, 2048)
+    u2, u3 = rng.random((n2, n2), dtype=np.float32), rng.random((n3, n3, n3), dtype=np.float32)
+    bodies = [rng.random(nb, dtype=np.float32) for _ in range(7)]
+    cases = [("stencil 2-D 5-point", f"{n2}^2", mod.stencil2d, twins[False]["stencil2d"], [u2], np.zeros_like(u2)),
+             ("stencil 3-D 7-point", f"{n3}^3", mod.stencil3d, twins[False]["stencil3d"], [u3], np.zeros_like(u3))]
+    rows = []
+    for name, size, q, h, inputs, out in cases:
+        outs = [out.copy(), out.copy()]
+        tq = _best(lambda q=q, a=inputs, o=outs[0]: q(*a, o), repeat)
+        th = _best(lambda h=h, a=inputs, o=outs[1]: h(*a, o), repeat)
+        rows.append({"workload": name, "size": size, "qgraph_ms": tq * 1e3, "numba_ms": th * 1e3,
+                     "speed_vs_numba": th / tq, "max_abs_error": float(np.abs(outs[0] - outs[1]).max())})
+    for fast in (False, True):
+        q, h = [a.copy() for a in bodies], [a.copy() for a in bodies]
+        kernel = mod.nbody_fast if fast else mod.nbody
+        tq = _best(lambda k=kernel, a=q: k(*a, 1e-6, 0.01), repeat)
+        th = _best(lambda k=twins[fast]["nbody"], a=h: k(*a, np.float32(1e-6), np.float32(0.01)), repeat)
+        error = max(float(np.abs(q[k] - h[k]).max() / np.abs(h[k]).max()) for k in (3, 4, 5))
+        rows.append({"workload": "N-body all pairs" + (" (fast math)" if fast else ""), "size": f"N={nb}",
+                     "qgraph_ms": tq * 1e3, "numba_ms": th * 1e3, "speed_vs_numba": th / tq, "max_abs_error": error})
+    return rows
+
+
+def _best(fn, repeat: int) -> float:
+    fn()  # compile
+    best = float("inf")
+    for _ in range(repeat):
+        started = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - started)
+    return best
+
+
+def table(gpu: list[dict], cpu: list[dict]) -> str:
+    lines = []
+    if gpu:
+        lines.append("compute inside kernels, per call (speed vs hand-written CUDA C++: >= 1 means as fast or faster)")
+        for r in gpu:
+            rate = f"  {r['rate']:8.1f} {r['unit']}" if "rate" in r else ""
+            extra = f"  {r['of_copy']:.1%} of the copy" if "of_copy" in r else ""
+            lines.append(f"  {r['workload']:<30} {r['size']:>8}  qgraph {r['qgraph_us']:9.1f} us  CUDA C++ "
+                         f"{r['hand_us']:9.1f} us  {r['speed_vs_hand']:5.2f}x{rate}{extra}  "
+                         f"err {r['max_abs_error']:.1e}")
+    if cpu:
+        lines.append("CPU, best of several calls (speed vs hand-written numba.njit(parallel=True))")
+        for r in cpu:
+            lines.append(f"  {r['workload']:<30} {r['size']:>8}  qgraph {r['qgraph_ms']:8.2f} ms  numba "
+                         f"{r['numba_ms']:8.2f} ms  {r['speed_vs_numba']:5.2f}x  err {r['max_abs_error']:.1e}")
+    return "\n".join(lines)
+
+
+def run(quick: bool, budget: float, repeat: int, gpu: bool = True) -> tuple[list[dict], list[dict]]:
+    return (gpu_rows(quick, budget, repeat) if gpu else []), cpu_rows(quick)
