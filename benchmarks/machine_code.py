@@ -69,8 +69,9 @@ def ptx_counts(body: str) -> dict:
             "int div/rem": sum(1 for ln in code if re.match(r"(div|rem)\.[su]", ln))}
 
 
-def assembled(ptx: str, arch: str) -> dict:
-    """Registers, spill bytes and SASS instruction count from ptxas / cuobjdump, if present."""
+def assembled(ptx: str, arch: str, entry: str | None = None) -> dict:
+    """Registers, spill bytes and SASS instruction count from ptxas / cuobjdump, if present:
+    of the module's only entry, or of `entry` (ptxas -v reports every entry of a module)."""
     ptxas, cuobjdump = shutil.which("ptxas"), shutil.which("cuobjdump")
     if not ptxas:
         return {}
@@ -80,11 +81,14 @@ def assembled(ptx: str, arch: str) -> dict:
             f.write(ptx)
         out = subprocess.run([ptxas, "-v", f"-arch={arch}", src, "-o", cubin], capture_output=True, text=True)
         info = out.stderr
+        if entry is not None:
+            info = info.split(f"Compiling entry function '{entry}'")[-1].split("Compiling entry function")[0]
         regs = re.search(r"Used (\d+) registers", info)
         spills = re.findall(r"(\d+) bytes spill (?:stores|loads)", info)
         result = {"regs": int(regs.group(1)) if regs else None, "spill B": sum(int(s) for s in spills)}
         if cuobjdump and out.returncode == 0:
-            sass = subprocess.run([cuobjdump, "-sass", cubin], capture_output=True, text=True).stdout
+            command = [cuobjdump, "-sass"] + (["-fun", entry] if entry else []) + [cubin]
+            sass = subprocess.run(command, capture_output=True, text=True).stdout
             result["sass"] = len(re.findall(r"^\s+/\*[0-9a-f]{4}\*/\s+[A-Z@]", sass, re.M))
         return result
 
@@ -126,31 +130,11 @@ def main() -> int:
     for qname, hname, fast in cases:
         for who, text in (("qgraph", ptx[qname]), ("CUDA C++", hand[fast])):
             counts = ptx_counts(entry_body(text, None if who == "qgraph" else hname))
-            asm = assembled(text, arch) if who == "qgraph" else _per_entry(text, hname, arch)
+            asm = assembled(text, arch, None if who == "qgraph" else hname)
             print(f"{qname:<12} {who:<9} {counts['ptx']:>5} {counts['f64 arith']:>9} {counts['cvt']:>4} "
                   f"{counts['int64 mul']:>9} {counts['int div/rem']:>7} {str(asm.get('regs', '-')):>5} "
                   f"{str(asm.get('spill B', '-')):>7} {str(asm.get('sass', '-')):>5}")
     return 0
-
-
-def _per_entry(ptx: str, name: str, arch: str) -> dict:
-    """ptxas -v reports every entry of a module; keep the lines of `name` only."""
-    ptxas, cuobjdump = shutil.which("ptxas"), shutil.which("cuobjdump")
-    if not ptxas:
-        return {}
-    with tempfile.TemporaryDirectory() as d:
-        src, cubin = os.path.join(d, "h.ptx"), os.path.join(d, "h.cubin")
-        with open(src, "w") as f:
-            f.write(ptx)
-        info = subprocess.run([ptxas, "-v", f"-arch={arch}", src, "-o", cubin], capture_output=True, text=True).stderr
-        block = info.split(f"Compiling entry function '{name}'")[-1].split("Compiling entry function")[0]
-        regs = re.search(r"Used (\d+) registers", block)
-        spills = re.findall(r"(\d+) bytes spill (?:stores|loads)", block)
-        result = {"regs": int(regs.group(1)) if regs else None, "spill B": sum(int(s) for s in spills)}
-        if cuobjdump:
-            sass = subprocess.run([cuobjdump, "-sass", "-fun", name, cubin], capture_output=True, text=True).stdout
-            result["sass"] = len(re.findall(r"^\s+/\*[0-9a-f]{4}\*/\s+[A-Z@]", sass, re.M))
-        return result
 
 
 if __name__ == "__main__":

@@ -7,18 +7,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from test_precision import call
 
 import qgraph
 from qgraph.compiler.launch_code import tile_shape
-
-
-def call(kernel, *args):
-    """Run `kernel` on device copies of the NumPy arrays among `args`, then copy them back."""
-    dev = [qgraph.from_numpy(a) if isinstance(a, np.ndarray) else a for a in args]
-    kernel(*dev)
-    for a, d in zip(args, dev):
-        if isinstance(a, np.ndarray):
-            a[...] = d.to_numpy()
 
 
 @qgraph.kernel
