@@ -144,3 +144,33 @@ def test_a_three_dimensional_reduction_with_continue(arch):
     total = np.zeros(1, dtype=np.int64)
     call(cube_sum, x, total)
     assert total[0] == x[1:, :, 1:].sum()
+
+
+@qgraph.kernel
+def mirrored(u, out, w):
+    for i, j in qgraph.ndrange(u.shape[0], u.shape[1]):
+        out[i, j] = u[i - u.shape[0], -1 - j]  # negative indices count from the end
+        w[i, j] += 0.5 * u[i, j]
+    for i, j, k in qgraph.ndrange(2, 3, 4):
+        w[i, j] += k
+
+
+def test_two_and_three_dimensional_indexing_keeps_python_semantics(arch):
+    """On CUDA these subscripts use 32-bit offsets (lang.cuda_addressing)."""
+    u = np.random.default_rng(4).random((33, 70))
+    out, w = np.zeros_like(u), np.ones_like(u)
+    call(mirrored, u, out, w)
+    np.testing.assert_array_equal(out, u[:, ::-1])
+    expected = 1 + 0.5 * u
+    expected[:2, :3] += 6  # 0 + 1 + 2 + 3, from the second loop (one k at a time: a scatter)
+    np.testing.assert_allclose(w, expected, rtol=1e-12)
+
+
+def test_arrays_of_2_31_elements_or_more_have_a_key_text_of_their_own():
+    from qgraph.args.kinds import arg_type, array_sig
+
+    small = array_sig(np.dtype(np.float32), 2, True, (1 << 31) - 1)
+    large = array_sig(np.dtype(np.float32), 2, True, 1 << 31)
+    assert small == "float32[2d]" and large == "float32[2d,large]"
+    assert not arg_type(small).large and arg_type(large).large
+    assert arg_type(large).numba_type() == arg_type(small).numba_type()

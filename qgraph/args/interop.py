@@ -40,7 +40,11 @@ def _view_from_parts(name: str, ptr: int, shape, strides_bytes, dtype: np.dtype,
     else:
         strides_t = tuple(int(s) for s in strides_bytes)
     contiguous = is_contiguous(shape, strides_t, itemsize)
-    return DeviceView(array_sig(dtype, len(shape), contiguous), numba_abi(int(ptr), shape, strides_t, itemsize), owner)
+    size = 1
+    for n in shape:
+        size *= n
+    abi = numba_abi(int(ptr), shape, strides_t, itemsize)
+    return DeviceView(array_sig(dtype, len(shape), contiguous, size), abi, owner)
 
 
 def _from_torch(value, name: str) -> DeviceView:

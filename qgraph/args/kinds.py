@@ -126,15 +126,25 @@ class ArrayLayout:
     data = slice(DATA, DATA + 8)
 
 
-class ArrayKind(ArgKind):
-    """An array passed by value as numba's flattened array struct."""
+LARGE = 1 << 31  # arrays of at least this many elements are addressed in 64 bits on CUDA
 
-    def __init__(self, dtype: np.dtype, ndim: int, contiguous: bool) -> None:
+
+class ArrayKind(ArgKind):
+    """An array passed by value as numba's flattened array struct.
+
+    `large`: 2**31 elements or more. Smaller C-contiguous 2-D/3-D arrays are addressed with
+    32-bit offsets on CUDA (lang.cuda_addressing); a large one is a key text of its own
+    (",large"), so its kernels keep numba's 64-bit indexing."""
+
+    def __init__(self, dtype: np.dtype, ndim: int, contiguous: bool, large: bool = False) -> None:
         self.dtype = dtype
         self.ndim = ndim
         self.contiguous = contiguous
+        self.large = large
         name = "bool" if dtype.kind == "b" else dtype.name
         self.sig = f"{name}[{ndim}d]" if contiguous else f"{name}[{ndim}d,strided]"
+        if large:
+            self.sig = self.sig[:-1] + ",large]"
         self.layout = ArrayLayout(ndim)
 
     @property
@@ -156,18 +166,20 @@ class ArrayKind(ArgKind):
         return f"ArrayKind({self.sig})"
 
 
-def array_kind(dtype: np.dtype, ndim: int, contiguous: bool) -> ArrayKind:
+def array_kind(dtype: np.dtype, ndim: int, contiguous: bool, large: bool = False) -> ArrayKind:
     name = "bool" if dtype.kind == "b" else dtype.name
     sig = f"{name}[{ndim}d]" if contiguous else f"{name}[{ndim}d,strided]"
+    if large:
+        sig = sig[:-1] + ",large]"
     kind = _KINDS.get(sig)
     if kind is None:
-        kind = _KINDS[sig] = ArrayKind(dtype, ndim, contiguous)
+        kind = _KINDS[sig] = ArrayKind(dtype, ndim, contiguous, large)
     return kind
 
 
-def array_sig(dtype: np.dtype, ndim: int, contiguous: bool) -> str:
-    """The interned key text of an array argument."""
-    return array_kind(dtype, ndim, contiguous).sig
+def array_sig(dtype: np.dtype, ndim: int, contiguous: bool, size: int = 0) -> str:
+    """The interned key text of an array argument of `size` elements."""
+    return array_kind(dtype, ndim, contiguous, size >= LARGE).sig
 
 
 def scalar_sig(dtype: np.dtype) -> str:

@@ -109,6 +109,8 @@ def task_codes(src: KernelSource, key: tuple[str, ...], deterministic: bool = Fa
     `default_float` ("f32"/"f64") is the precision of floats nothing else decides (lang.precision)."""
     types = [arg_type(s) for s in key]
     precision = ({name: param_type(t) for name, t in zip(src.param_names, types)}, default_float)
+    addressed = {name: t.ndim for name, t in zip(src.param_names, types)
+                 if t.is_array and t.ndim in (2, 3) and t.contiguous and not t.large}
     symbols = Symbols(dict(CUDA_ATOMICS))
     zero_d = frozenset(name for name, t in zip(src.param_names, types) if t.ndim == 0)
     dtypes = {name: t.dtype for name, t in zip(src.param_names, types) if t.is_array}
@@ -119,7 +121,7 @@ def task_codes(src: KernelSource, key: tuple[str, ...], deterministic: bool = Fa
         orders.append(order)
         n_arrays = sum(1 for k in order if types[k].is_array)
         code = cuda_codegen.cuda_task(src, task, [src.param_names[k] for k in order], symbols, zero_d, dtypes,
-                                      deterministic, n_arrays, precision)
+                                      deterministic, n_arrays, precision, addressed)
         codes.append(code)
         these, suffix = list(types), {}
         for k, name in enumerate(src.param_names):

@@ -12,6 +12,7 @@ import ast
 from dataclasses import dataclass
 
 from . import cuda_reductions as reductions
+from .cuda_addressing import Addressing32
 from .cuda_loops import ContinueToReturn, CountedLoops, as_list, flat_indices, thread_index, tiled_loops
 from .frontend import KernelSource, Task
 from .lowering import (
@@ -86,7 +87,7 @@ def _reduction_kinds(src: KernelSource, found: list[Reduction], dtypes: dict) ->
 def cuda_task(src: KernelSource, task: Task, param_order: list[str], symbols: Symbols,
               zero_d: frozenset[str] = frozenset(), dtypes: dict | None = None,
               deterministic: bool = False, n_arrays: int | None = None,
-              precision: tuple[dict, str] | None = None) -> CudaTaskCode:
+              precision: tuple[dict, str] | None = None, addressed: dict[str, int] | None = None) -> CudaTaskCode:
     """The kernel function of one task, taking `param_order` after the bound parameters.
 
     A parallel task runs one iteration per thread; one with reductions (see lang.updates)
@@ -97,7 +98,8 @@ def cuda_task(src: KernelSource, task: Task, param_order: list[str], symbols: Sy
     numba-cuda's atomics take no 0-d array, so a 0-d parameter the task updates atomically
     is passed to it as a 1-element array (`CudaTaskCode.one_element`): its `x[()]` and
     `atomic.<op>(x, (), v)` become `x[0]` and `atomic.<op>(x, 0, v)`. `precision`
-    (parameter types, default float) types Python numbers weakly (lang.precision).
+    (parameter types, default float) types Python numbers weakly (lang.precision);
+    `addressed` (array parameter -> ndim) are indexed with 32-bit offsets (lang.cuda_addressing).
     """
     at = task.body[0]
     local_names = task_locals(src, task)
@@ -139,6 +141,9 @@ def cuda_task(src: KernelSource, task: Task, param_order: list[str], symbols: Sy
     body = [s for stmt in body for s in as_list(counted.visit(stmt))]
     one_element = _one_element_targets(body, zero_d)
     body = [ZeroDIndex(one_element, frozenset(CUDA_ATOMICS.values()), rename=False).visit(s) for s in body]
+    if addressed:
+        rewriter = Addressing32({n: d for n, d in addressed.items() if n not in task.stored})
+        body = [rewriter.visit(s) for s in body]
     split = len(param_order) if n_arrays is None else n_arrays
     params = list(bounds) + list(param_order[:split]) + list(scratch) + list(param_order[split:])
     fdef = function_def(task_name(task), params, body, task.lineno)

@@ -58,7 +58,7 @@ class Ndarray:
         self._shape = _normalise_shape(shape)
         self._size = int(np.prod(self._shape, dtype=np.int64)) if self._shape else 1
         itemsize = self._dtype.itemsize
-        self._sig = array_sig(self._dtype, len(self._shape), True)
+        self._sig = array_sig(self._dtype, len(self._shape), True, self._size)
         if state.arch == "cpu":
             self._host = np.zeros(self._shape, self._dtype)
             self._memory = self._device = None
