@@ -2,28 +2,88 @@
 
 from __future__ import annotations
 
+import shutil
+
+import numpy as np
 import pytest
 
 from qgraph.bench import compute_suite
-from qgraph.bench.compute_sources import CUDA_SOURCE
+from qgraph.bench.compute_sources import CUDA_SOURCE, KERNELS_SOURCE
+
+WORKLOADS = ["stencil 2-D 5-point", "stencil 3-D 7-point", "N-body all pairs", "N-body all pairs (fast math)"]
 
 
-def test_cpu_rows_agree_with_numba(cpu):
-    rows = compute_suite.cpu_rows(quick=True, repeat=1)
-    assert [r["workload"] for r in rows] == ["stencil 2-D 5-point", "stencil 3-D 7-point", "N-body all pairs",
-                                             "N-body all pairs (fast math)"]
+def test_cpu_rows_agree_with_numba(cpu, tmp_path):
+    rows = compute_suite.cpu_rows(quick=True, repeat=1, sizes=(34, 10, 64))
+    assert [r["workload"] for r in rows] == WORKLOADS
+    assert [r["size"] for r in rows] == ["34^2", "10^3", "N=64", "N=64"]
     for r in rows:
-        assert r["qgraph_ms"] > 0 and r["numba_ms"] > 0
-        assert r["max_abs_error"] <= (1e-5 if "fast" in r["workload"] else 1e-6), r
-    assert "speed vs hand-written numba" in compute_suite.table([], rows)
+        assert set(r) == {"workload", "size", "qgraph_ms", "numba_ms", "speed_vs_numba", "max_abs_error", "agree"}
+        assert r["qgraph_ms"] > 0 and r["numba_ms"] > 0 and r["speed_vs_numba"] > 0
+        assert r["agree"] and r["max_abs_error"] <= (1e-5 if "fast" in r["workload"] else 1e-6), r
+    assert compute_suite.mismatches([], rows) == []
+    text = compute_suite.table([], rows)
+    assert "speed vs hand-written numba" in text and "MISMATCH" not in text
+    if _has("matplotlib"):
+        compute_suite.plot([], rows, str(tmp_path / "compute.png"))
+        assert (tmp_path / "compute.png").stat().st_size > 0
 
 
-@pytest.mark.parametrize("options", [(), ("--use_fast_math",)])
-def test_the_hand_written_cuda_compiles(options):
-    from qgraph.driver.nvrtc import compile_cubin, version
+def test_a_disagreeing_row_is_flagged():
+    row = {"workload": "saxpy", "size": "2^10", "qgraph_us": 1.0, "hand_us": 1.0, "speed_vs_hand": 1.0,
+           "max_abs_error": 0.5}
+    row["agree"] = compute_suite.agree(row)
+    assert not row["agree"]
+    assert compute_suite.mismatches([row], []) == ["saxpy 2^10"]
+    assert "MISMATCH" in compute_suite.table([row], [])
+
+
+def _has(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None
+
+
+def _nvrtc():
+    from qgraph.driver.nvrtc import version
 
     try:
         version()
     except Exception as e:  # no cuda-bindings or no NVRTC library on this machine
         pytest.skip(f"NVRTC unavailable: {type(e).__name__}: {e}")
+
+
+@pytest.mark.parametrize("options", [(), ("--use_fast_math",)])
+def test_the_hand_written_cuda_compiles(options):
+    from qgraph.driver.nvrtc import compile_cubin
+
+    _nvrtc()
     assert len(compile_cubin(CUDA_SOURCE, "compute.cu", (9, 0), options)) > 1000
+
+
+def test_machine_code_counts_without_a_gpu():
+    """What benchmarks/machine_code.py does offline: qgraph's PTX for sm_90 beside NVRTC's."""
+    from qgraph.bench import ptx_stats
+    from qgraph.bench.kernels import module_from_source
+
+    _nvrtc()
+    try:
+        from numba import cuda, types
+
+        def probe(x):
+            x[0] = 1.0
+
+        cuda.compile(probe, (types.float64[::1],), device=False, abi="numba", cc=(9, 0))
+    except Exception as e:  # no numba-cuda or no NVVM here
+        pytest.skip(f"numba-cuda cannot compile here: {type(e).__name__}: {str(e)[:120]}")
+    mod = module_from_source("qgraph_bench_compute", KERNELS_SOURCE)
+    (ours,) = ptx_stats.offline_qgraph_ptx(mod.stencil2d, (np.zeros((8, 8), np.float32),) * 2, (9, 0))
+    hand = ptx_stats.nvrtc_ptx(CUDA_SOURCE, (9, 0))
+    counts = {who: ptx_stats.ptx_counts(ptx_stats.entry_body(text, entry))
+              for who, text, entry in (("qgraph", ours, None), ("hand", hand, "stencil2d"))}
+    for c in counts.values():
+        assert c["ptx"] > 10 and c["f64"] == 0 and c["int div"] == 0
+    assert "griddepcontrol.wait" in ours  # as the CUDA backend loads it on sm_90
+    if shutil.which("ptxas"):
+        asm = ptx_stats.assembled(hand, "sm_90", "stencil2d")
+        assert asm["regs"] > 0 and asm["spill B"] == 0

@@ -100,6 +100,27 @@ extern "C" __global__ void nbody(const float* __restrict__ px, const float* __re
     vz[i] += dt * az;
 }
 
+// the same without __restrict__ (a diagnostic beside the fast-math rows): its loads are plain
+// LDG.E, not the read-only path (LDG.E.CONSTANT) that `const __restrict__` selects
+extern "C" __global__ void nbody_plain(const float* px, const float* py, const float* pz, float* vx, float* vy,
+                                       float* vz, const float* m, int n, float dt, float eps2) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float xi = px[i], yi = py[i], zi = pz[i];
+    float ax = 0.0f, ay = 0.0f, az = 0.0f;
+    for (int j = 0; j < n; j++) {
+        float dx = px[j] - xi, dy = py[j] - yi, dz = pz[j] - zi;
+        float inv = 1.0f / sqrtf(dx * dx + dy * dy + dz * dz + eps2);
+        float s = m[j] * inv * inv * inv;
+        ax += s * dx;
+        ay += s * dy;
+        az += s * dz;
+    }
+    vx[i] += dt * ax;
+    vy[i] += dt * ay;
+    vz[i] += dt * az;
+}
+
 extern "C" __global__ void saxpy(const float* __restrict__ x, float* __restrict__ y, float a, long long n) {
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) y[i] = a * x[i] + y[i];

@@ -31,7 +31,7 @@ class _HandGraphs:
         self.device = qgraph.runtime.STATE.cuda
         self.d, self.check = driver(), check
         cc = self.device.info.compute_capability
-        names = ("stencil2d", "stencil3d", "nbody", "saxpy")
+        names = ("stencil2d", "stencil3d", "nbody", "nbody_plain", "saxpy")
         self.functions = {}
         for fast in (False, True):
             options = ("--use_fast_math",) if fast else ()
@@ -59,10 +59,23 @@ def _ptr(a) -> ctypes.c_uint64:
     return ctypes.c_uint64(a._ptr)
 
 
+# Largest difference from the hand-written result that still counts as agreeing: the same
+# float32 operations in the same order give 0 (stencils, saxpy, strict N-body on the GPU);
+# N-body compares velocities relative to the largest, and fast math may reorder and approximate.
+TOLERANCE = {"stencil 2-D 5-point": 1e-6, "stencil 3-D 7-point": 1e-6, "N-body all pairs": 1e-5,
+             "N-body all pairs (fast math)": 1e-4, "saxpy": 1e-6}
+
+
+def agree(row: dict) -> bool:
+    """Whether a row's qgraph result matches the hand-written one within its workload's tolerance."""
+    return bool(row["max_abs_error"] <= TOLERANCE[row["workload"]])
+
+
 def _row(name: str, size: str, times: dict, error: float, work: float | None = None, unit: str = "") -> dict:
     q, h = times["qgraph"], times["CUDA C++"]
     row = {"workload": name, "size": size, "qgraph_us": q * 1e6, "hand_us": h * 1e6, "speed_vs_hand": h / q,
            "max_abs_error": error}
+    row["agree"] = agree(row)
     if work is not None:
         row["rate"], row["unit"] = work / q, unit
     return row
@@ -98,12 +111,15 @@ def gpu_rows(quick: bool, budget: float, repeat: int) -> list[dict]:
             h = [qgraph.from_numpy(a) for a in host]
             kernel = mod.nbody_fast if fast else mod.nbody
             values = [_ptr(a) for a in h] + [ctypes.c_int32(n), ctypes.c_float(1e-6), ctypes.c_float(0.01)]
+            grid = ((n + 255) // 256, 1, 1)
             calls = {"qgraph": lambda q=q, k=kernel: k(*q, 1e-6, 0.01),
-                     "CUDA C++": hand.graph("nbody", ((n + 255) // 256, 1, 1), (256, 1), values, fast)}
+                     "CUDA C++": hand.graph("nbody", grid, (256, 1), values, fast),
+                     "plain loads": hand.graph("nbody_plain", grid, (256, 1), values, fast)}
             times = interleaved_seconds(calls, budget * 4, max(3, repeat // 2), qgraph.sync)
             error = _one_step_error(q, h, host, calls)
             name = "N-body all pairs" + (" (fast math)" if fast else "")
             rows.append(_row(name, f"N={n}", times, error, float(n) * n / 1e9, "G pairs/s"))
+            rows[-1]["hand_plain_loads_us"] = times["plain loads"] * 1e6
     n = 1 << (24 if quick else 26)
     xh, yh = rng.random(n, dtype=np.float32), rng.random(n, dtype=np.float32)
     x, yq, yc = qgraph.from_numpy(xh), qgraph.from_numpy(yh), qgraph.from_numpy(yh)
@@ -139,12 +155,15 @@ def _copy_launcher(nbytes: int):
     return copy(nbytes)
 
 
-def cpu_rows(quick: bool, repeat: int = 5) -> list[dict]:
-    """Best-of-`repeat` seconds of the qgraph CPU kernels and their numba twins."""
+def cpu_rows(quick: bool, repeat: int = 5, sizes: tuple[int, int, int] | None = None) -> list[dict]:
+    """Best-of-`repeat` seconds of the qgraph CPU kernels and their numba twins (on the CPU backend).
+
+    `sizes`: the 2-D grid's side, the 3-D grid's side and the body count, instead of the
+    quick or full ones (a test runs them tiny)."""
     mod = module_from_source("qgraph_bench_compute", KERNELS_SOURCE)
     twins = {fast: module_from_source("qgraph_bench_compute_numba", NUMBA_SOURCE).make(fast) for fast in (False, True)}
     rng = np.random.default_rng(0)
-    n2, n3, nb = (512, 64, 512) if quick else (2048, 128, 2048)
+    n2, n3, nb = sizes or ((512, 64, 512) if quick else (2048, 128, 2048))
     u2, u3 = rng.random((n2, n2), dtype=np.float32), rng.random((n3, n3, n3), dtype=np.float32)
     bodies = [rng.random(nb, dtype=np.float32) for _ in range(7)]
     cases = [("stencil 2-D 5-point", f"{n2}^2", mod.stencil2d, twins[False]["stencil2d"], [u2], np.zeros_like(u2)),
@@ -156,6 +175,7 @@ def cpu_rows(quick: bool, repeat: int = 5) -> list[dict]:
         th = _best(lambda h=h, a=inputs, o=outs[1]: h(*a, o), repeat)
         rows.append({"workload": name, "size": size, "qgraph_ms": tq * 1e3, "numba_ms": th * 1e3,
                      "speed_vs_numba": th / tq, "max_abs_error": float(np.abs(outs[0] - outs[1]).max())})
+        rows[-1]["agree"] = agree(rows[-1])
     for fast in (False, True):
         q, h = [a.copy() for a in bodies], [a.copy() for a in bodies]
         kernel = mod.nbody_fast if fast else mod.nbody
@@ -164,6 +184,7 @@ def cpu_rows(quick: bool, repeat: int = 5) -> list[dict]:
         error = max(float(np.abs(q[k] - h[k]).max() / np.abs(h[k]).max()) for k in (3, 4, 5))
         rows.append({"workload": "N-body all pairs" + (" (fast math)" if fast else ""), "size": f"N={nb}",
                      "qgraph_ms": tq * 1e3, "numba_ms": th * 1e3, "speed_vs_numba": th / tq, "max_abs_error": error})
+        rows[-1]["agree"] = agree(rows[-1])
     return rows
 
 
@@ -184,16 +205,68 @@ def table(gpu: list[dict], cpu: list[dict]) -> str:
         for r in gpu:
             rate = f"  {r['rate']:8.1f} {r['unit']}" if "rate" in r else ""
             extra = f"  {r['of_copy']:.1%} of the copy" if "of_copy" in r else ""
+            if "hand_plain_loads_us" in r:
+                extra += f"  (C++ without __restrict__ {r['hand_plain_loads_us']:.1f} us)"
             lines.append(f"  {r['workload']:<30} {r['size']:>8}  qgraph {r['qgraph_us']:9.1f} us  CUDA C++ "
                          f"{r['hand_us']:9.1f} us  {r['speed_vs_hand']:5.2f}x{rate}{extra}  "
-                         f"err {r['max_abs_error']:.1e}")
+                         f"err {r['max_abs_error']:.1e}{_flag(r)}")
     if cpu:
         lines.append("CPU, best of several calls (speed vs hand-written numba.njit(parallel=True))")
         for r in cpu:
             lines.append(f"  {r['workload']:<30} {r['size']:>8}  qgraph {r['qgraph_ms']:8.2f} ms  numba "
-                         f"{r['numba_ms']:8.2f} ms  {r['speed_vs_numba']:5.2f}x  err {r['max_abs_error']:.1e}")
+                         f"{r['numba_ms']:8.2f} ms  {r['speed_vs_numba']:5.2f}x  "
+                         f"err {r['max_abs_error']:.1e}{_flag(r)}")
     return "\n".join(lines)
 
 
-def run(quick: bool, budget: float, repeat: int, gpu: bool = True) -> tuple[list[dict], list[dict]]:
-    return (gpu_rows(quick, budget, repeat) if gpu else []), cpu_rows(quick)
+def _flag(row: dict) -> str:
+    return "" if row.get("agree", True) else f"  MISMATCH (tolerance {TOLERANCE[row['workload']]:.0e})"
+
+
+def mismatches(gpu: list[dict], cpu: list[dict]) -> list[str]:
+    """The rows whose qgraph result disagrees with the hand-written one (empty when all agree)."""
+    return [f"{r['workload']} {r['size']}" for r in gpu + cpu if not r.get("agree", True)]
+
+
+def plot(gpu: list[dict], cpu: list[dict], path: str) -> None:
+    """Speed of each qgraph kernel relative to its hand-written twin (bars; 1 = as fast), GPU and CPU."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = [(rows, key, title) for rows, key, title in (
+        (gpu, "speed_vs_hand", "GPU: vs hand-written CUDA C++"),
+        (cpu, "speed_vs_numba", "CPU: vs numba.njit(parallel=True)")) if rows]
+    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4), squeeze=False)
+    for ax, (rows, key, title) in zip(axes[0], panels):
+        labels = [f"{r['workload'].replace('N-body all pairs', 'N-body')}\n{r['size']}" for r in rows]
+        values = [r[key] for r in rows]
+        ax.barh(range(len(rows)), values, color=["tab:blue" if v >= 1 else "tab:orange" for v in values])
+        ax.set_yticks(range(len(rows)), labels, fontsize=7)
+        ax.invert_yaxis()
+        ax.axvline(1.0, color="black", linewidth=0.8)
+        ax.set_xlabel("hand time / qgraph time (>= 1: as fast or faster)", fontsize=9)
+        ax.set_title(title, fontsize=10)
+        ax.grid(True, axis="x", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def run(quick: bool, budget: float, repeat: int, cpu: bool = True) -> tuple[list[dict], list[dict]]:
+    """GPU rows when qgraph runs on CUDA, then (with `cpu`) the CPU rows on the CPU backend.
+
+    The CPU rows re-initialise qgraph for cpu (dropping compiled kernels) and return to the
+    backend it was on, so call this after anything holding device arrays is done with them."""
+    arch = qgraph.current_arch()
+    gpu = gpu_rows(quick, budget, repeat) if arch == "cuda" else []
+    if not cpu:
+        return gpu, []
+    if arch != "cpu":
+        qgraph.init("cpu")
+    try:
+        return gpu, cpu_rows(quick)
+    finally:
+        if arch != "cpu":
+            qgraph.init(arch)

@@ -229,7 +229,8 @@ def run(quick: bool = False, arch: str | None = None, progress_stream=None, cpu_
     progress("reductions")
     from . import compute_suite
 
-    report.compute = compute_suite.gpu_rows(quick, budget, repeat)
+    # last: its CPU rows re-initialise qgraph for cpu (and back), dropping compiled kernels
+    report.compute, report.cpu_compute = compute_suite.run(quick, budget, repeat)
     progress("compute")
     progress.close()
     report.seconds = time.perf_counter() - started

@@ -11,6 +11,7 @@ Private APIs used here (checked against numba 0.68 and numba-cuda 0.30):
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import warnings
@@ -171,87 +172,29 @@ def cuda_namespace() -> dict:
     from numba import cuda, float32, int32, int64, uint32, uint64
     from numba.cuda import libdevice
 
-    return {**_addressing(), "_qg_cuda": cuda, "_qg_f32": float32, "_qg_i32": int32, "_qg_i64": int64,
+    from .numba_addressing import addressing
+
+    return {**addressing(), "_qg_cuda": cuda, "_qg_f32": float32, "_qg_i32": int32, "_qg_i64": int64,
             "_qg_u32": uint32, "_qg_u64": uint64,
             "_qg_libdevice": libdevice, "_qg_np_i32": np.int32, "_qg_np_i64": np.int64, "_qg_np_u32": np.uint32,
             "_qg_np_u64": np.uint64}
 
 
-_ADDRESSING: dict = {}
+@contextlib.contextmanager
+def assumed_compute_capability(cc: tuple[int, int]):
+    """Compile for `cc` without a GPU: numba-cuda asks the current device for its compute
+    capability when it compiles device functions (for offline PTX: tests, machine-code tables)."""
+    import numba.cuda.dispatcher as dispatcher
 
+    class _Device:
+        compute_capability = tuple(cc)
 
-def _addressing() -> dict:
-    """`_qg_ld2/3(a, i, j[, k])` and `_qg_st2/3(a, i, j[, k], v)`: elements of C-contiguous
-    arrays below 2**31 elements addressed with a 32-bit offset, as `int` index math in CUDA
-    C++ would (lang.cuda_addressing rewrites subscripts into them).
-
-    numba computes every address in 64 bits, and LLVM widens a 32-bit multiply back to 64
-    bits (with shift pairs for the sign extension); the row offset is therefore one
-    `mad.lo.s32` in inline PTX, which LLVM leaves alone. Negative indices wrap around in
-    64 bits first, where LLVM drops the check for indices it knows are non-negative."""
-    if not _ADDRESSING:
-        _ADDRESSING.update(_addressing_intrinsics())
-    return _ADDRESSING
-
-
-def _addressing_intrinsics() -> dict:
-    from llvmlite import ir
-    from numba.core import cgutils, errors, types
-    from numba.cuda.extending import intrinsic
-
-    i32, i64 = ir.IntType(32), ir.IntType(64)
-    mad = ir.FunctionType(i32, [i32, i32, i32])
-
-    def offset(context, builder, arrty, arr, indices):
-        ary = context.make_array(arrty)(context, builder, arr)
-        shape = cgutils.unpack_tuple(builder, ary.shape)
-        total = None
-        for k, v in enumerate(indices):
-            v = builder.sext(v, i64) if v.type.width < 64 else v
-            v = builder.select(builder.icmp_signed("<", v, ir.Constant(i64, 0)), builder.add(v, shape[k]), v)
-            v = builder.trunc(v, i32)
-            total = v if total is None else builder.asm(mad, "mad.lo.s32 $0, $1, $2, $3;", "=r,r,r,r",
-                                                        [total, builder.trunc(shape[k], i32), v], False)
-        return builder.gep(ary.data, [builder.sext(total, i64)], inbounds=True)
-
-    def check(arr, indices):
-        if not isinstance(arr, types.Array) or arr.layout != "C" or arr.ndim != len(indices):
-            raise errors.TypingError(f"internal: 32-bit addressing of {arr} with {len(indices)} indices")
-        for t in indices:
-            if not isinstance(t, types.Integer):
-                raise errors.TypingError(f"array index must be an integer, got {t}")
-
-    def load(arr, *indices):
-        check(arr, indices)
-
-        def codegen(context, builder, sig, args):
-            return builder.load(offset(context, builder, sig.args[0], args[0], args[1:]))
-        return arr.dtype(arr, *indices), codegen
-
-    def store(arr, *rest):
-        check(arr, rest[:-1])
-
-        def codegen(context, builder, sig, args):
-            v = context.cast(builder, args[-1], sig.args[-1], sig.args[0].dtype)
-            builder.store(v, offset(context, builder, sig.args[0], args[0], args[1:-1]))
-            return context.get_dummy_value()
-        return types.void(arr, *rest), codegen
-
-    # numba's intrinsics take no *args: one fixed arity each
-    def ld2(typingctx, a, i, j):
-        return load(a, i, j)
-
-    def ld3(typingctx, a, i, j, k):
-        return load(a, i, j, k)
-
-    def st2(typingctx, a, i, j, v):
-        return store(a, i, j, v)
-
-    def st3(typingctx, a, i, j, k, v):
-        return store(a, i, j, k, v)
-
-    return {"_qg_ld2": intrinsic(ld2), "_qg_ld3": intrinsic(ld3), "_qg_st2": intrinsic(st2),
-            "_qg_st3": intrinsic(st3)}
+    saved = dispatcher.get_current_device
+    dispatcher.get_current_device = lambda: _Device()
+    try:
+        yield
+    finally:
+        dispatcher.get_current_device = saved
 
 
 def scalar_numba_type(dtype):

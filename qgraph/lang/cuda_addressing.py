@@ -5,7 +5,7 @@ multiply per row (three instructions in SASS) and every offset held in a registe
 which doubled a stencil's instructions and registers against the same kernel in CUDA C++.
 For C-contiguous arrays below 2**31 elements (the argument kind says so: larger ones are
 a key text of their own) subscripts become `_qg_ld2/3` and `_qg_st2/3`, which compute the
-offset with one 32-bit multiply-add (compiler.numba_adapter).
+offset with one 32-bit multiply-add (compiler.numba_addressing).
 """
 
 from __future__ import annotations

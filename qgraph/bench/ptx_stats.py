@@ -1,0 +1,158 @@
+"""PTX and SASS statistics of qgraph kernels and hand-written CUDA C++, without a GPU.
+
+Used by benchmarks/machine_code.py to put the machine code of the compute benchmark's
+kernels side by side: PTX instruction counts from the text, registers and spills from
+`ptxas -v`, SASS instruction counts from `cuobjdump -sass` or `nvdisasm` (each only when
+the tool is on PATH). qgraph's PTX comes either from a QGRAPH_DUMP directory (a run on a
+GPU) or from `offline_qgraph_ptx`, which drives the same code generation as the CUDA
+backend with numba-cuda told the compute capability (NVVM, no driver).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+
+import numpy as np
+
+
+def nvrtc_ptx(source: str, cc: tuple[int, int], options: tuple[str, ...] = (), name: str = "hand.cu") -> str:
+    """PTX of hand-written CUDA C++ from NVRTC, with the options the benchmark compiles it with."""
+    from cuda.bindings import nvrtc
+
+    def ok(result, what: str):
+        if result[0] != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+            raise RuntimeError(f"NVRTC {what} failed: {result[0]}")
+        return result[1] if len(result) > 1 else None
+
+    prog = ok(nvrtc.nvrtcCreateProgram(source.encode(), name.encode(), 0, [], []), "create")
+    try:
+        opts = [f"-arch=compute_{cc[0]}{cc[1]}".encode()] + [o.encode() for o in options]
+        if nvrtc.nvrtcCompileProgram(prog, len(opts), opts)[0] != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+            log = b" " * ok(nvrtc.nvrtcGetProgramLogSize(prog), "log size")
+            nvrtc.nvrtcGetProgramLog(prog, log)
+            raise RuntimeError(f"compiling {name} failed:\n{log.decode(errors='replace')}")
+        ptx = b" " * ok(nvrtc.nvrtcGetPTXSize(prog), "PTX size")
+        ok(nvrtc.nvrtcGetPTX(prog, ptx), "PTX")
+        return ptx.decode().rstrip("\x00")
+    finally:
+        nvrtc.nvrtcDestroyProgram(prog)
+
+
+def offline_key(args: tuple) -> tuple[str, ...]:
+    """The specialisation key a call with `args` gets on CUDA (NumPy arrays stand for qgraph
+    device arrays of the same dtype, shape and layout)."""
+    from ..args.kinds import array_sig
+    from ..args.resolve import scalar_value
+    from ..dtypes import as_dtype
+
+    key = []
+    for k, value in enumerate(args):
+        if isinstance(value, np.ndarray):
+            key.append(array_sig(as_dtype(value.dtype), value.ndim, value.flags.c_contiguous, value.size))
+        else:
+            key.append(scalar_value(value, f"argument {k}", None)[0])
+    return tuple(key)
+
+
+def offline_qgraph_ptx(kernel, args: tuple, cc: tuple[int, int] = (9, 0)) -> list[str]:
+    """PTX of each task of `kernel` for a call with `args`, compiled without a GPU.
+
+    Mirrors `compiler.cuda_program.compile_tasks` up to the link: `task_codes`, numba-cuda
+    to PTX, griddepcontrol.wait at the entry on sm_90+ (the kernel's `fast_math=` and
+    `default_float=` options, else the environment's). Uses compiler internals: if they
+    move, this raises with the name of what is missing."""
+    from ..args.kinds import arg_type
+    from ..backends.checks import default_float, is_fast_math
+    from ..compiler import cuda_program
+    from ..compiler import numba_adapter as adapter
+    from ..lang.lowering import lower_funcs
+    from ..runtime.settings import Settings
+
+    settings = Settings.from_environ()
+    key = offline_key(args)
+    src = kernel._source
+    codes = cuda_program.task_codes(src, key, default_float=default_float(kernel, settings))
+
+    with adapter.assumed_compute_capability(cc):
+        ptx_list, _, _ = cuda_program._compile_ptx(
+            src, codes.codes, codes.orders, codes.types, lower_funcs(codes.symbols), tuple(cc),
+            [arg_type(s) for s in key], is_fast_math(kernel, settings))
+    if tuple(cc) >= cuda_program.PDL_COMPUTE_CAPABILITY:
+        return [adapter.add_grid_dependency_control(ptx) for _, ptx in ptx_list]
+    return [ptx for _, ptx in ptx_list]
+
+
+def entry_body(ptx: str, name: str | None = None) -> str:
+    """The body of one `.entry`: the first, or the one named `name` (extern "C" names are unmangled)."""
+    for match in re.finditer(r"\.entry\s+(\S+?)\s*\(", ptx):
+        if name is None or name == match.group(1):
+            start = ptx.index("{", match.end())
+            depth, k = 0, start
+            while True:
+                depth += {"{": 1, "}": -1}.get(ptx[k], 0)
+                if depth == 0:
+                    return ptx[start:k + 1]
+                k += 1
+    raise KeyError(f"no .entry named like {name!r}")
+
+
+def ptx_counts(body: str) -> dict[str, int]:
+    """Instructions of one entry's body: all, those on float64 (parameter loads aside), conversions,
+    64-bit integer multiplies and integer divisions (where generated and hand-written code differ)."""
+    lines = [ln.strip() for ln in body.splitlines()]
+    code = [ln for ln in lines if ln and not ln.startswith(("//", ".", "{", "}", "$")) and not ln.endswith(":")]
+    bare = [re.sub(r"^@!?%\w+\s+", "", ln) for ln in code]  # without a guard predicate
+    return {"ptx": len(code),
+            "f64": sum(1 for ln in bare if ".f64" in ln.split(None, 1)[0] and not ln.startswith("ld.param")),
+            "cvt": sum(1 for ln in bare if ln.startswith("cvt.")),  # conversions, not cvta (address spaces)
+            "int64 mul": sum(1 for ln in bare if re.match(r"mul\.(lo|wide)\.[su]64", ln)),
+            "int div": sum(1 for ln in bare if re.match(r"(div|rem)\.[su]", ln))}
+
+
+def _sass_lines(text: str) -> int:
+    return len(re.findall(r"^\s+/\*[0-9a-f]{4,}\*/\s+[A-Z@{]", text, re.M))
+
+
+def _nvdisasm_function(text: str, entry: str | None) -> str:
+    """The part of an nvdisasm listing that holds `entry` (all of it when None)."""
+    if entry is None:
+        return text
+    parts = re.split(r"^\s*\.section\s+\.text\.", text, flags=re.M)
+    for part in parts[1:]:
+        if part.split(",", 1)[0].strip().strip('"') == entry:
+            return part
+    return ""
+
+
+def assembled(ptx: str, arch: str, entry: str | None = None) -> dict[str, int | None]:
+    """Registers, spill bytes and SASS instructions of one entry (or a module's only one):
+    `ptxas -v`, then `cuobjdump -sass` or `nvdisasm`; empty when ptxas is not on PATH."""
+    ptxas = shutil.which("ptxas")
+    if not ptxas:
+        return {}
+    with tempfile.TemporaryDirectory() as d:
+        src, cubin = os.path.join(d, "k.ptx"), os.path.join(d, "k.cubin")
+        with open(src, "w") as f:
+            f.write(ptx)
+        out = subprocess.run([ptxas, "-v", f"-arch={arch}", src, "-o", cubin], capture_output=True, text=True)
+        if out.returncode != 0:
+            raise RuntimeError(f"ptxas failed:\n{out.stderr[-2000:]}")
+        info = out.stderr
+        if entry is not None:
+            info = info.split(f"Compiling entry function '{entry}'")[-1].split("Compiling entry function")[0]
+        regs = re.search(r"Used (\d+) registers", info)
+        spills = re.findall(r"(\d+) bytes spill (?:stores|loads)", info)
+        result: dict[str, int | None] = {"regs": int(regs.group(1)) if regs else None,
+                                         "spill B": sum(int(s) for s in spills)}
+        cuobjdump, nvdisasm = shutil.which("cuobjdump"), shutil.which("nvdisasm")
+        if cuobjdump:
+            command = [cuobjdump, "-sass"] + (["-fun", entry] if entry else []) + [cubin]
+            result["sass"] = _sass_lines(subprocess.run(command, capture_output=True, text=True).stdout)
+        elif nvdisasm:
+            listing = subprocess.run([nvdisasm, cubin], capture_output=True, text=True).stdout
+            result["sass"] = _sass_lines(_nvdisasm_function(listing, entry))
+        return result

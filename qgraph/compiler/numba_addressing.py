@@ -1,0 +1,83 @@
+"""numba-cuda intrinsics for 32-bit element offsets (the code generation in lang.cuda_addressing).
+
+Part of the numba adapter: numba-cuda internals (`intrinsic`, `make_array`, llvmlite IR)
+stay in qgraph.compiler.
+"""
+
+from __future__ import annotations
+
+_ADDRESSING: dict = {}
+
+
+def addressing() -> dict:
+    """`_qg_ld2/3(a, i, j[, k])` and `_qg_st2/3(a, i, j[, k], v)`: elements of C-contiguous
+    arrays below 2**31 elements addressed with a 32-bit offset, as `int` index math in CUDA
+    C++ would (lang.cuda_addressing rewrites subscripts into them).
+
+    numba computes every address in 64 bits, and LLVM widens a 32-bit multiply back to 64
+    bits (with shift pairs for the sign extension); the row offset is therefore one
+    `mad.lo.s32` in inline PTX, which LLVM leaves alone. Negative indices wrap around in
+    64 bits first, where LLVM drops the check for indices it knows are non-negative."""
+    if not _ADDRESSING:
+        _ADDRESSING.update(_intrinsics())
+    return _ADDRESSING
+
+
+def _intrinsics() -> dict:
+    from llvmlite import ir
+    from numba.core import cgutils, errors, types
+    from numba.cuda.extending import intrinsic
+
+    i32, i64 = ir.IntType(32), ir.IntType(64)
+    mad = ir.FunctionType(i32, [i32, i32, i32])
+
+    def offset(context, builder, arrty, arr, indices):
+        ary = context.make_array(arrty)(context, builder, arr)
+        shape = cgutils.unpack_tuple(builder, ary.shape)
+        total = None
+        for k, v in enumerate(indices):
+            v = builder.sext(v, i64) if v.type.width < 64 else v
+            v = builder.select(builder.icmp_signed("<", v, ir.Constant(i64, 0)), builder.add(v, shape[k]), v)
+            v = builder.trunc(v, i32)
+            total = v if total is None else builder.asm(mad, "mad.lo.s32 $0, $1, $2, $3;", "=r,r,r,r",
+                                                        [total, builder.trunc(shape[k], i32), v], False)
+        return builder.gep(ary.data, [builder.sext(total, i64)], inbounds=True)
+
+    def check(arr, indices):
+        if not isinstance(arr, types.Array) or arr.layout != "C" or arr.ndim != len(indices):
+            raise errors.TypingError(f"internal: 32-bit addressing of {arr} with {len(indices)} indices")
+        for t in indices:
+            if not isinstance(t, types.Integer):
+                raise errors.TypingError(f"array index must be an integer, got {t}")
+
+    def load(arr, *indices):
+        check(arr, indices)
+
+        def codegen(context, builder, sig, args):
+            return builder.load(offset(context, builder, sig.args[0], args[0], args[1:]))
+        return arr.dtype(arr, *indices), codegen
+
+    def store(arr, *rest):
+        check(arr, rest[:-1])
+
+        def codegen(context, builder, sig, args):
+            v = context.cast(builder, args[-1], sig.args[-1], sig.args[0].dtype)
+            builder.store(v, offset(context, builder, sig.args[0], args[0], args[1:-1]))
+            return context.get_dummy_value()
+        return types.void(arr, *rest), codegen
+
+    # numba's intrinsics take no *args: one fixed arity each
+    def ld2(typingctx, a, i, j):
+        return load(a, i, j)
+
+    def ld3(typingctx, a, i, j, k):
+        return load(a, i, j, k)
+
+    def st2(typingctx, a, i, j, v):
+        return store(a, i, j, v)
+
+    def st3(typingctx, a, i, j, k, v):
+        return store(a, i, j, k, v)
+
+    return {"_qg_ld2": intrinsic(ld2), "_qg_ld3": intrinsic(ld3), "_qg_st2": intrinsic(st2),
+            "_qg_st3": intrinsic(st3)}
