@@ -58,7 +58,7 @@ def saxpy(x, y, a):
         y[i] = a * x[i] + y[i]
 '''
 
-CUDA_SOURCE = r"""
+_CUDA = r"""
 extern "C" __global__ void stencil2d(const float* __restrict__ u, float* __restrict__ out, int n, int m) {
     int j = blockIdx.x * blockDim.x + threadIdx.x + 1;
     int i = blockIdx.y * blockDim.y + threadIdx.y + 1;
@@ -102,30 +102,16 @@ extern "C" __global__ void nbody(const float* __restrict__ px, const float* __re
 
 // the same without __restrict__ (a diagnostic beside the fast-math rows): its loads are plain
 // LDG.E, not the read-only path (LDG.E.CONSTANT) that `const __restrict__` selects
-extern "C" __global__ void nbody_plain(const float* px, const float* py, const float* pz, float* vx, float* vy,
-                                       float* vz, const float* m, int n, float dt, float eps2) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    float xi = px[i], yi = py[i], zi = pz[i];
-    float ax = 0.0f, ay = 0.0f, az = 0.0f;
-    for (int j = 0; j < n; j++) {
-        float dx = px[j] - xi, dy = py[j] - yi, dz = pz[j] - zi;
-        float inv = 1.0f / sqrtf(dx * dx + dy * dy + dz * dz + eps2);
-        float s = m[j] * inv * inv * inv;
-        ax += s * dx;
-        ay += s * dy;
-        az += s * dz;
-    }
-    vx[i] += dt * ax;
-    vy[i] += dt * ay;
-    vz[i] += dt * az;
-}
-
 extern "C" __global__ void saxpy(const float* __restrict__ x, float* __restrict__ y, float a, long long n) {
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) y[i] = a * x[i] + y[i];
 }
 """
+
+# the same N-body without __restrict__: plain loads, as qgraph's kernels make, not the read-only path
+_PLAIN = _CUDA[_CUDA.index('extern "C" __global__ void nbody('):_CUDA.index('extern "C" __global__ void saxpy(')]
+CUDA_SOURCE = _CUDA + _PLAIN.replace("void nbody(", "void nbody_plain(").replace(" __restrict__", "")
+
 
 NUMBA_SOURCE = '''
 import math

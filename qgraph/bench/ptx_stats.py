@@ -21,25 +21,9 @@ import numpy as np
 
 def nvrtc_ptx(source: str, cc: tuple[int, int], options: tuple[str, ...] = (), name: str = "hand.cu") -> str:
     """PTX of hand-written CUDA C++ from NVRTC, with the options the benchmark compiles it with."""
-    from cuda.bindings import nvrtc
+    from ..driver.nvrtc import compile_ptx
 
-    def ok(result, what: str):
-        if result[0] != nvrtc.nvrtcResult.NVRTC_SUCCESS:
-            raise RuntimeError(f"NVRTC {what} failed: {result[0]}")
-        return result[1] if len(result) > 1 else None
-
-    prog = ok(nvrtc.nvrtcCreateProgram(source.encode(), name.encode(), 0, [], []), "create")
-    try:
-        opts = [f"-arch=compute_{cc[0]}{cc[1]}".encode()] + [o.encode() for o in options]
-        if nvrtc.nvrtcCompileProgram(prog, len(opts), opts)[0] != nvrtc.nvrtcResult.NVRTC_SUCCESS:
-            log = b" " * ok(nvrtc.nvrtcGetProgramLogSize(prog), "log size")
-            nvrtc.nvrtcGetProgramLog(prog, log)
-            raise RuntimeError(f"compiling {name} failed:\n{log.decode(errors='replace')}")
-        ptx = b" " * ok(nvrtc.nvrtcGetPTXSize(prog), "PTX size")
-        ok(nvrtc.nvrtcGetPTX(prog, ptx), "PTX")
-        return ptx.decode().rstrip("\x00")
-    finally:
-        nvrtc.nvrtcDestroyProgram(prog)
+    return compile_ptx(source, name, cc, options)
 
 
 def offline_key(args: tuple) -> tuple[str, ...]:

@@ -1,13 +1,13 @@
-"""NVRTC: compile the small CUDA C++ helper kernels qgraph ships (never numba)."""
+"""NVRTC: compile the small CUDA C++ helper kernels qgraph ships (never numba), and the
+benchmarks' hand-written baselines."""
 
 from __future__ import annotations
 
 from ..errors import QgraphError
 
 
-def compile_cubin(source: str, name: str, cc: tuple[int, int], options: tuple[str, ...] = ()) -> bytes:
-    """A cubin for `cc` from CUDA C++ source (helper kernels qgraph writes itself; the
-    benchmarks' hand-written baselines, with `options` such as --use_fast_math)."""
+def _compile(source: str, name: str, arch: str, options: tuple[str, ...], output: str) -> bytes:
+    """NVRTC's `output` ("CUBIN" or "PTX") for `arch` (sm_XY for a cubin, compute_XY for PTX)."""
     from cuda.bindings import nvrtc
 
     def ok(result, what):
@@ -17,19 +17,30 @@ def compile_cubin(source: str, name: str, cc: tuple[int, int], options: tuple[st
 
     prog = ok(nvrtc.nvrtcCreateProgram(source.encode(), name.encode(), 0, [], []), "create")
     try:
-        opts = [f"-arch=sm_{cc[0]}{cc[1]}".encode()] + [o.encode() for o in options]
+        opts = [f"-arch={arch}".encode()] + [o.encode() for o in options]
         err = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)[0]
         if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
             size = ok(nvrtc.nvrtcGetProgramLogSize(prog), "log size")
             log = b" " * size
             nvrtc.nvrtcGetProgramLog(prog, log)
             raise QgraphError(f"compiling {name} failed:\n{log.decode(errors='replace')}")
-        size = ok(nvrtc.nvrtcGetCUBINSize(prog), "cubin size")
-        cubin = b" " * size
-        ok(nvrtc.nvrtcGetCUBIN(prog, cubin), "cubin")
-        return cubin
+        size = ok(getattr(nvrtc, f"nvrtcGet{output}Size")(prog), f"{output} size")
+        image = b" " * size
+        ok(getattr(nvrtc, f"nvrtcGet{output}")(prog, image), output)
+        return image
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
+
+
+def compile_cubin(source: str, name: str, cc: tuple[int, int], options: tuple[str, ...] = ()) -> bytes:
+    """A cubin for `cc` from CUDA C++ source (helper kernels qgraph writes itself; the
+    benchmarks' hand-written baselines, with `options` such as --use_fast_math)."""
+    return _compile(source, name, f"sm_{cc[0]}{cc[1]}", options, "CUBIN")
+
+
+def compile_ptx(source: str, name: str, cc: tuple[int, int], options: tuple[str, ...] = ()) -> str:
+    """The PTX NVRTC makes of CUDA C++ source for `cc` (the machine-code comparison reads it)."""
+    return _compile(source, name, f"compute_{cc[0]}{cc[1]}", options, "PTX").decode().rstrip("\x00")
 
 
 def version() -> str:
