@@ -13,7 +13,7 @@ from .bench.measure import BenchmarkResult, benchmark
 from .decorator import Func, Kernel, KernelStats, func, kernel
 from .dtypes import f32, f64, i8, i16, i32, i64, u8, u16, u32, u64
 from .errors import FallbackWarning, QgraphError, QgraphSyntaxError
-from .lang.builtins import atomic_add, atomic_max, atomic_min, atomic_sub, ndrange
+from .lang.builtins import atomic_add, atomic_max, atomic_min, atomic_sub, ndrange, serial
 from .runtime import current_arch, device_info, init, reset, sync
 from .runtime.arrays import Ndarray, from_numpy, ndarray
 
@@ -23,6 +23,6 @@ __all__ = [
     "BenchmarkResult", "FallbackWarning", "Func", "Kernel", "KernelStats", "Ndarray", "QgraphError",
     "QgraphSyntaxError",
     "atomic_add", "atomic_max", "atomic_min", "atomic_sub", "benchmark", "current_arch", "device_info", "f32", "f64",
-    "from_numpy", "func", "i8", "i16", "i32", "i64", "init", "kernel", "ndarray", "ndrange", "reset",
+    "from_numpy", "func", "i8", "i16", "i32", "i64", "init", "kernel", "ndarray", "ndrange", "reset", "serial",
     "sync", "u8", "u16", "u32", "u64",
 ]

@@ -1,4 +1,4 @@
-"""Names a kernel body may use besides Python and numba: ndrange and the atomics.
+"""Names a kernel body may use besides Python and numba: ndrange, serial and the atomics.
 
 Called from plain Python these run serially (handy for debugging); inside kernels codegen
 replaces them with each backend's atomic instruction.
@@ -18,6 +18,12 @@ def ndrange(*bounds):
     if len(ranges) == 1:
         return iter(ranges[0])
     return itertools.product(*ranges)
+
+
+def serial(iterable):
+    """Run a loop in one thread: `for i in qgraph.serial(range(n)):` at the top level of a
+    kernel is a serial task (a prefix sum, a recurrence), not a parallel loop."""
+    return iterable
 
 
 def atomic_add(arr, index, value):

@@ -14,6 +14,7 @@ import textwrap
 from dataclasses import dataclass
 
 from ..errors import QgraphSyntaxError
+from .builtins import serial as serial_marker
 from .regions import DeviceLoop, Dim, Region, Sequence, Task, leaf_tasks
 
 UNRESOLVED = object()
@@ -214,6 +215,23 @@ class _Splitter:
         obj = resolve_static(func, self.globals, self.closure)
         return obj is range or obj is UNRESOLVED
 
+    def serial_loop(self, node: ast.For) -> bool:
+        """Whether `node` iterates over `qgraph.serial(...)`; if so, unwrap it to the plain iterable."""
+        it = node.iter
+        if not (isinstance(it, ast.Call) and resolve_static(it.func, self.globals, self.closure) is serial_marker):
+            return False
+        if len(it.args) != 1 or it.keywords or isinstance(it.args[0], ast.Starred):
+            raise self.error("qgraph.serial takes one iterable, e.g. `for i in qgraph.serial(range(n)):`", node)
+        node.iter = it.args[0]
+        return True
+
+    def unwrap_serial(self, stmts: list[ast.stmt]) -> None:
+        """`qgraph.serial(...)` on loops inside statements: those loops are serial already."""
+        for stmt in stmts:
+            for sub in ast.walk(stmt):
+                if isinstance(sub, ast.For):
+                    self.serial_loop(sub)
+
     def parallel_dims(self, node: ast.For) -> tuple[tuple[str, ...], tuple[Dim, ...]] | None:
         it = node.iter
         if not isinstance(it, ast.Call):
@@ -262,7 +280,10 @@ class _Splitter:
                 serial.clear()
 
         for stmt in body:
-            parallel = self.parallel_dims(stmt) if isinstance(stmt, ast.For) else None
+            if isinstance(stmt, ast.For) and self.serial_loop(stmt):
+                parallel = None
+            else:
+                parallel = self.parallel_dims(stmt) if isinstance(stmt, ast.For) else None
             if parallel is None:
                 if isinstance(stmt, ast.Pass):
                     continue
@@ -345,6 +366,8 @@ def parse_kernel(fn, graph_while: str | None, ndrange_obj: object) -> KernelSour
     check_body(body, filename, "kernel")
     splitter = _Splitter(filename, fn_def, globals_, closure, ndrange_obj)
     tasks = splitter.split(body)
+    for task in tasks:
+        splitter.unwrap_serial(task.body)
     splitter.check_nested_ndrange(tasks)
     _analyse_names(tasks, set(names), filename)
     body: Region = Sequence(tuple(tasks))

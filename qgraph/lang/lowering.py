@@ -55,6 +55,9 @@ class Symbols:
         if obj is lang.ndrange:
             raise src.error("qgraph.ndrange is only allowed as the iterator of a top-level for loop "
                             "of a kernel", node)
+        if obj is lang.serial:
+            raise src.error("qgraph.serial is only allowed as the iterator of a for loop in a kernel body, e.g. "
+                            "`for i in qgraph.serial(range(n)):` (loops in a @qgraph.func are serial already)", node)
         kind = getattr(obj, "_qgraph_kind", None)
         if kind == "kernel":
             raise src.error(f"a kernel cannot call another kernel ({obj.__name__}); make the shared "
