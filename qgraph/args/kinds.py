@@ -141,10 +141,7 @@ class ArrayKind(ArgKind):
         self.ndim = ndim
         self.contiguous = contiguous
         self.large = large
-        name = "bool" if dtype.kind == "b" else dtype.name
-        self.sig = f"{name}[{ndim}d]" if contiguous else f"{name}[{ndim}d,strided]"
-        if large:
-            self.sig = self.sig[:-1] + ",large]"
+        self.sig = _array_text(dtype, ndim, contiguous, large)
         self.layout = ArrayLayout(ndim)
 
     @property
@@ -166,11 +163,15 @@ class ArrayKind(ArgKind):
         return f"ArrayKind({self.sig})"
 
 
-def array_kind(dtype: np.dtype, ndim: int, contiguous: bool, large: bool = False) -> ArrayKind:
+def _array_text(dtype: np.dtype, ndim: int, contiguous: bool, large: bool) -> str:
+    """`float32[2d]`, `float32[2d,strided]`, `float32[2d,large]`: an array kind's key text."""
     name = "bool" if dtype.kind == "b" else dtype.name
-    sig = f"{name}[{ndim}d]" if contiguous else f"{name}[{ndim}d,strided]"
-    if large:
-        sig = sig[:-1] + ",large]"
+    flags = ("" if contiguous else ",strided") + (",large" if large else "")
+    return f"{name}[{ndim}d{flags}]"
+
+
+def array_kind(dtype: np.dtype, ndim: int, contiguous: bool, large: bool = False) -> ArrayKind:
+    sig = _array_text(dtype, ndim, contiguous, large)
     kind = _KINDS.get(sig)
     if kind is None:
         kind = _KINDS[sig] = ArrayKind(dtype, ndim, contiguous, large)

@@ -77,10 +77,9 @@ class EagerRunner:
             if tk.parallel:
                 lines.append(f"    if n[{tk.bounds_slot}]:")
                 indent = "        "
-            if tk.tiled:  # its shape, computed with the bounds (t holds one per tiled task)
+            if tk.tiled:  # its (gx, gy, gz, bx, by), computed with the bounds (t: one per distinct shape)
                 shape = f"t[{shapes.index(grid_expr(tk, False))}]"
-                dims = ", ".join(f"{shape}[{j}]" for j in range(5))
-                lines.append(f"{indent}r = _launch(f{k}, {dims}, 1, 0, stream, 0, ex{k})[0]")
+                lines.append(f"{indent}r = _launch(f{k}, *{shape}, 1, 0, stream, 0, ex{k})[0]")
             else:
                 lines.append(f"{indent}r = _launch(f{k}, {grid_expr(tk, False)}, 1, 1, {tk.block}, 1, 1, 0, "
                              f"stream, 0, ex{k})[0]")

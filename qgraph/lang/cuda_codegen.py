@@ -114,6 +114,8 @@ def cuda_task(src: KernelSource, task: Task, param_order: list[str], symbols: Sy
     found = list(updates.reductions.values()) if updates is not None else []
     bounds = cuda_bound_params(task)
     scratch: tuple[str, ...] = ()
+    # 2-D blocks for multi-dimensional loops, except deterministic reductions (their per-block slots need a 1-D grid)
+    tiled = task.parallel and len(task.dims) > 1 and not (found and deterministic)
     if task.parallel and found:
         kinds = _reduction_kinds(src, found, dtypes or {})
         rewriter = CallRewriter(src, local_names, symbols)
@@ -123,12 +125,12 @@ def cuda_task(src: KernelSource, task: Task, param_order: list[str], symbols: Sy
             scratch = tuple(reductions.scratch_params(found))
         else:
             combine = [rewriter.visit(s) for s in reductions.block_combine(found, at, symbols.atomic, kinds)]
-        if len(task.dims) > 1 and not deterministic:  # 2-D blocks, the grid capped by the launch
+        if tiled:  # the launch caps the grid at one wave
             body = init + tiled_loops(task, body, at, early_return=False) + combine
         else:
             loop = reductions.grid_stride_loop(flat_indices(task, at) + body, at)
             body = init + [assign("_qg_t0", thread_index(at), at)] + loop + combine
-    elif task.parallel and len(task.dims) > 1:
+    elif tiled:
         body = tiled_loops(task, body, at)
     elif task.parallel:
         body = [ContinueToReturn().visit(s) for s in body]
@@ -147,7 +149,6 @@ def cuda_task(src: KernelSource, task: Task, param_order: list[str], symbols: Sy
     split = len(param_order) if n_arrays is None else n_arrays
     params = list(bounds) + list(param_order[:split]) + list(scratch) + list(param_order[split:])
     fdef = function_def(task_name(task), params, body, task.lineno)
-    tiled = task.parallel and len(task.dims) > 1 and not (found and deterministic)
     return CudaTaskCode(task, fdef, bounds, tuple(param_order), one_element, tuple(found), scratch, tiled)
 
 
