@@ -14,6 +14,26 @@ from .decorator import Func, Kernel, KernelStats, func, kernel
 from .dtypes import f32, f64, i8, i16, i32, i64, u8, u16, u32, u64
 from .errors import FallbackWarning, QgraphError, QgraphSyntaxError
 from .lang.builtins import atomic_add, atomic_max, atomic_min, atomic_sub, ndrange, serial
+from .lang.vector_types import (
+    cross,
+    determinant,
+    dot,
+    inverse,
+    mat22,
+    mat33,
+    mat44,
+    matrix,
+    norm,
+    norm_sqr,
+    normalized,
+    outer,
+    trace,
+    transpose,
+    vec2,
+    vec3,
+    vec4,
+    vector,
+)
 from .runtime import current_arch, device_info, init, reset, sync
 from .runtime.arrays import Ndarray, from_numpy, ndarray
 
@@ -25,4 +45,6 @@ __all__ = [
     "atomic_add", "atomic_max", "atomic_min", "atomic_sub", "benchmark", "current_arch", "device_info", "f32", "f64",
     "from_numpy", "func", "i8", "i16", "i32", "i64", "init", "kernel", "ndarray", "ndrange", "reset", "serial",
     "sync", "u8", "u16", "u32", "u64",
+    "cross", "determinant", "dot", "inverse", "mat22", "mat33", "mat44", "matrix", "norm", "norm_sqr", "normalized",
+    "outer", "trace", "transpose", "vec2", "vec3", "vec4", "vector",
 ]

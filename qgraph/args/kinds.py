@@ -136,12 +136,14 @@ class ArrayKind(ArgKind):
     32-bit offsets on CUDA (lang.cuda_addressing); a large one is a key text of its own
     (",large"), so its kernels keep numba's 64-bit indexing."""
 
-    def __init__(self, dtype: np.dtype, ndim: int, contiguous: bool, large: bool = False) -> None:
+    def __init__(self, dtype: np.dtype, ndim: int, contiguous: bool, large: bool = False,
+                 element: tuple[int, ...] = ()) -> None:
         self.dtype = dtype
-        self.ndim = ndim
+        self.ndim = ndim  # as stored: a vector element's extents are trailing dimensions
         self.contiguous = contiguous
         self.large = large
-        self.sig = _array_text(dtype, ndim, contiguous, large)
+        self.element = element  # (3,) for vec3 elements, (3, 3) for mat33, () for numbers
+        self.sig = _array_text(dtype, ndim, contiguous, large, element)
         self.layout = ArrayLayout(ndim)
 
     @property
@@ -159,28 +161,34 @@ class ArrayKind(ArgKind):
         suffix = (1).to_bytes(8, "little") + self.dtype.itemsize.to_bytes(8, "little")
         return array_kind(self.dtype, 1, True), suffix
 
+    def with_element(self, element: tuple[int, ...]) -> ArrayKind:
+        """This array read as an array of vectors (its trailing extents are `element`)."""
+        return array_kind(self.dtype, self.ndim, self.contiguous, self.large, element)
+
     def __repr__(self) -> str:
         return f"ArrayKind({self.sig})"
 
 
-def _array_text(dtype: np.dtype, ndim: int, contiguous: bool, large: bool) -> str:
-    """`float32[2d]`, `float32[2d,strided]`, `float32[2d,large]`: an array kind's key text."""
-    name = "bool" if dtype.kind == "b" else dtype.name
+def _array_text(dtype: np.dtype, ndim: int, contiguous: bool, large: bool, element: tuple[int, ...] = ()) -> str:
+    """`float32[2d]`, `float32[2d,strided]`, `float32[2d,large]`, `float32x3[1d]` (vec3
+    elements, stored with a trailing dimension of 3): an array kind's key text."""
+    name = ("bool" if dtype.kind == "b" else dtype.name) + "".join(f"x{n}" for n in element)
     flags = ("" if contiguous else ",strided") + (",large" if large else "")
-    return f"{name}[{ndim}d{flags}]"
+    return f"{name}[{ndim - len(element)}d{flags}]"
 
 
-def array_kind(dtype: np.dtype, ndim: int, contiguous: bool, large: bool = False) -> ArrayKind:
-    sig = _array_text(dtype, ndim, contiguous, large)
+def array_kind(dtype: np.dtype, ndim: int, contiguous: bool, large: bool = False,
+               element: tuple[int, ...] = ()) -> ArrayKind:
+    sig = _array_text(dtype, ndim, contiguous, large, element)
     kind = _KINDS.get(sig)
     if kind is None:
-        kind = _KINDS[sig] = ArrayKind(dtype, ndim, contiguous, large)
+        kind = _KINDS[sig] = ArrayKind(dtype, ndim, contiguous, large, element)
     return kind
 
 
-def array_sig(dtype: np.dtype, ndim: int, contiguous: bool, size: int = 0) -> str:
-    """The interned key text of an array argument of `size` elements."""
-    return array_kind(dtype, ndim, contiguous, size >= LARGE).sig
+def array_sig(dtype: np.dtype, ndim: int, contiguous: bool, size: int = 0, element: tuple[int, ...] = ()) -> str:
+    """The interned key text of an array argument of `size` elements (`ndim` as stored)."""
+    return array_kind(dtype, ndim, contiguous, size >= LARGE, element).sig
 
 
 def scalar_sig(dtype: np.dtype) -> str:

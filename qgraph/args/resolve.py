@@ -171,11 +171,13 @@ def _fixed_scalar_fast_path(k: int, a: str, fix: str, arch: str, ns: dict) -> li
 
 
 def resolver_lines(names: tuple[str, ...], fixed: tuple[str | None, ...], arch: str, ns: dict,
-                   array_type: type, indent: str = "    ") -> list[str]:
+                   array_type: type, indent: str = "    ", elements: tuple | None = None) -> list[str]:
     """Straight-line code assigning s<k> (key text) and v<k> (value) from argument a<k>.
 
     `array_type` is qgraph's Ndarray (its key text and values precomputed); `ns` receives
-    the constants the lines use.
+    the constants the lines use. `elements[k]`, when given, is (element extents, ndim,
+    dtype) of a parameter annotated as an array of vectors (`x: qgraph.vec3[:]`): a plain
+    array of that dtype and trailing shape passed for it is read as one.
     """
     ns.update({"_Ndarray": array_type, "_WF": WEAK_FLOAT, "_WI": WEAK_INT, "_fixed": fixed, "_names": names,
                "_np_ndarray": np.ndarray, "_numpy_sig": numpy_sig,
@@ -190,7 +192,35 @@ def resolver_lines(names: tuple[str, ...], fixed: tuple[str | None, ...], arch: 
             lines += _fixed_scalar_fast_path(k, a, fix, arch, ns)
         lines.append("else:")
         lines.append(f"    s{k}, v{k} = _slow({a}, _names[{k}], _fixed[{k}])")
+        if elements is not None and elements[k] is not None:
+            ns[f"_want{k}"] = array_sig(elements[k][2], elements[k][1] + len(elements[k][0]), True,
+                                        element=elements[k][0])
+            ns[f"_elem{k}"] = elements[k]
+            ns["_as_elements"] = as_elements
+            lines.append(f"if s{k} is not _want{k}:")
+            lines.append(f"    s{k} = _as_elements(s{k}, v{k}, _names[{k}], _elem{k})")
     return [indent + line for line in lines]
+
+
+def as_elements(sig: str, value, name: str, element: tuple) -> str:
+    """The key text of an array read as an array of vectors, after checking its dtype and shape."""
+    extents, ndim, dtype = element
+    kind = arg_type(sig)
+    if kind.is_array and kind.element == extents and kind.ndim == ndim + len(extents) and kind.dtype == dtype:
+        return sig
+    if not kind.is_array or kind.element or kind.dtype != dtype or kind.ndim != ndim + len(extents):
+        raise TypeError(f"argument '{name}': expected an array of {len(extents) and 'x'.join(map(str, extents))}-"
+                        f"component {dtype.name} vectors with {ndim} index dimension(s) (a {dtype.name} array of "
+                        f"shape (..., {', '.join(map(str, extents))})), got {sig}")
+    if isinstance(value, (bytes, bytearray)):
+        layout = kind.layout
+        shape = tuple(int.from_bytes(value[layout.shape(k)], "little") for k in range(kind.ndim))
+    else:
+        shape = value.shape
+    if tuple(shape[ndim:]) != tuple(extents):
+        raise TypeError(f"argument '{name}': its last dimension(s) must be {tuple(extents)} for this vector "
+                        f"type, got shape {tuple(shape)}")
+    return kind.with_element(tuple(extents)).sig
 
 
 def _numpy_scalar_table(arch: str) -> dict:

@@ -24,6 +24,27 @@ def fixed_scalar_types(src: KernelSource) -> tuple[str | None, ...]:
     return tuple(fixed)
 
 
+def element_annotations(src: KernelSource) -> tuple | None:
+    """(element extents, ndim, dtype) of each parameter annotated `qgraph.vec3[:]` & co, or None."""
+    from ..lang.vector_types import ArrayType
+
+    found = []
+    for p in src.params:
+        obj = None
+        ann = p.annotation
+        if isinstance(ann, ast.Subscript):  # qgraph.vec3[:] / qgraph.vec3[:, :], read without running it
+            dims = ann.slice.elts if isinstance(ann.slice, ast.Tuple) else [ann.slice]
+            element = src.resolve(ann.value)
+            if all(isinstance(d, ast.Slice) for d in dims) and hasattr(element, "__getitem__") \
+                    and element is not UNRESOLVED:
+                try:
+                    obj = element[(slice(None),) * len(dims)]
+                except TypeError:
+                    obj = None
+        found.append((obj.element.shape, obj.ndim, obj.element.dtype) if isinstance(obj, ArrayType) else None)
+    return tuple(found) if any(f is not None for f in found) else None
+
+
 def flag_params(src: KernelSource) -> tuple[int, ...]:
     """Positions of the parameters that are device-loop flags, in tree order, each once."""
     found: list[int] = []

@@ -6,6 +6,7 @@ from ..args.kinds import arg_type
 from ..args.resolve import resolver_lines
 from ..compiler.numba_adapter import is_compile_error, is_typing_stage
 from ..lang import generated
+from ..lang.flat_view import flat_source
 from ..lang.precision import param_type
 from ..runtime.arrays import Ndarray
 from .checks import (
@@ -14,6 +15,7 @@ from .checks import (
     check_flag_types,
     compile_error,
     default_float,
+    element_annotations,
     fixed_scalar_types,
     flag_params,
     flag_shape_error,
@@ -55,40 +57,45 @@ class CpuLauncher:
                     "_src": src}
         comma = "," if n == 1 else ""
         values = ", ".join(f"v{k}" for k in range(n))
-        lines = resolver_lines(src.param_names, fixed_scalar_types(src), "cpu", ns, Ndarray)
+        args = ", ".join(f"a{k}" for k in range(n))
+        lines = resolver_lines(src.param_names, fixed_scalar_types(src), "cpu", ns, Ndarray,
+                                elements=element_annotations(src))
         lines += [f"    key = ({', '.join(f's{k}' for k in range(n))}{comma})",
                   "    runner = _get(key)",
                   "    if runner is None:",
-                  f"        return _first_call(key, ({values}{comma}))"]
+                  f"        return _first_call(key, ({values}{comma}), ({args}{comma}))"]
         for k in self._flags:
             lines += [f"    if v{k}.shape not in ((), (1,)):",
                       f"        raise _flag_error(_src, {k}, v{k}.shape)"]
         lines.append(f"    runner({values})")
-        args = ", ".join(f"a{k}" for k in range(n))
         source = f"def launch({args}{', ' if n else ''}stream):\n" + "\n".join(lines) + "\n"
         return generated.function(source, "launch", f"launch of kernel {src.qualname} (cpu)", ns)
 
-    def _first_call(self, key: tuple, values: tuple) -> None:
+    def _first_call(self, key: tuple, values: tuple, args: tuple) -> None:
         check_flag_types(self.src, key)
-        if self._deterministic:
-            check_deterministic(self.src, key)
         for k in self._flags:
             if values[k].shape not in ((), (1,)):
                 raise flag_shape_error(self.src, k, values[k].shape)
         if self._bounds is None:
             self._bounds = host_bounds(self.src)
-        check_bounds(self.src, key, self._bounds, values)  # the same errors as on CUDA
-        zero_d = [k for k, sig in enumerate(key) if arg_type(sig).ndim == 0]
-        names = frozenset(self.src.param_names[k] for k in zero_d)
-        types = {name: param_type(arg_type(sig)) for name, sig in zip(self.src.param_names, key)}
-        program_key = (names, tuple(types.values()))  # the generated code depends on both
+        check_bounds(self.src, key, self._bounds, args)  # the same errors as on CUDA
+        flat = flat_source(self.src, [arg_type(sig) for sig in key])
+        if self._deterministic:
+            check_deterministic(flat.src, flat.key)
+        src = flat.src
+        names = frozenset(name for name, kind in zip(src.param_names, flat.kinds) if kind.ndim == 0)
+        types = {name: param_type(kind) for name, kind in zip(src.param_names, flat.kinds)}
+        # the generated code depends on the leaves' names, types and vector elements (not on contiguity)
+        program_key = (names, tuple(types.items()), tuple(getattr(k, "element", None) for k in flat.kinds))
         program = self._programs.get(program_key)
         if program is None:
             from ..compiler.cpu_program import CpuProgram
 
-            program = self._programs[program_key] = CpuProgram(self.src, self._cache_dir, names, self._fast_math,
-                                                               (types, self._default_float))
+            program = self._programs[program_key] = CpuProgram(src, self._cache_dir, names, self._fast_math,
+                                                               (types, self._default_float), flat.funcs.defs)
         runner = program.runner
+        if flat.has_structs:  # the runner takes each struct's leaves: unpack them (values hold them in order)
+            runner = _leaf_caller(runner, flat, len(key))
         try:
             runner(*values)
         except Exception as e:
@@ -102,3 +109,11 @@ class CpuLauncher:
     def close(self) -> None:
         self._specs.clear()
         self._programs.clear()
+
+
+def _leaf_caller(runner, flat, n: int):
+    """`run(v0, ..., vn)` calling the runner with every struct argument's leaves in place."""
+    values = ", ".join(f"v{k}" for k in range(n))
+    leaves = ", ".join(flat.slot_expr(f).replace("p[", "_v[") for f in range(len(flat.slots)))
+    source = f"def run({values}):\n    _v = ({values}{',' if n == 1 else ''})\n    return _runner({leaves})\n"
+    return generated.function(source, "run", f"struct unpacking of kernel {flat.src.qualname}", {"_runner": runner})

@@ -34,6 +34,7 @@ from .checks import (
     check_flag_types,
     compile_error,
     default_float,
+    element_annotations,
     fixed_scalar_types,
     flag_params,
     flag_shape_error,
@@ -155,7 +156,8 @@ class CudaLauncher:
         comma = "," if n == 1 else ""
         args = ", ".join(f"a{k}" for k in range(n))
         lines = ["    if _ident() != _dev._thread:", "        _dev.make_current()"]
-        lines += resolver_lines(src.param_names, fixed_scalar_types(src), "cuda", ns, Ndarray)
+        lines += resolver_lines(src.param_names, fixed_scalar_types(src), "cuda", ns, Ndarray,
+                                elements=element_annotations(src))
         lines += [f"    key = ({', '.join(f's{k}' for k in range(n))}{comma})",
                   f"    p = ({', '.join(f'v{k}' for k in range(n))}{comma})",
                   "    spec = _get(key)",

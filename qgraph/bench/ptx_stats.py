@@ -49,7 +49,6 @@ def offline_qgraph_ptx(kernel, args: tuple, cc: tuple[int, int] = (9, 0)) -> lis
     to PTX, griddepcontrol.wait at the entry on sm_90+ (the kernel's `fast_math=` and
     `default_float=` options, else the environment's). Uses compiler internals: if they
     move, this raises with the name of what is missing."""
-    from ..args.kinds import arg_type
     from ..backends.checks import default_float, is_fast_math
     from ..compiler import cuda_program
     from ..compiler import numba_adapter as adapter
@@ -63,8 +62,8 @@ def offline_qgraph_ptx(kernel, args: tuple, cc: tuple[int, int] = (9, 0)) -> lis
 
     with adapter.assumed_compute_capability(cc):
         ptx_list, _, _ = cuda_program._compile_ptx(
-            src, codes.codes, codes.orders, codes.types, lower_funcs(codes.symbols), tuple(cc),
-            [arg_type(s) for s in key], is_fast_math(kernel, settings))
+            codes.flat.src, codes.codes, codes.orders, codes.types, lower_funcs(codes.symbols), tuple(cc),
+            codes.flat.kinds, is_fast_math(kernel, settings))
     if tuple(cc) >= cuda_program.PDL_COMPUTE_CAPABILITY:
         return [adapter.add_grid_dependency_control(ptx) for _, ptx in ptx_list]
     return [ptx for _, ptx in ptx_list]

@@ -31,8 +31,8 @@ class CpuProgram:
     """The numba runner(s) of one kernel; numba compiles one overload per signature."""
 
     def __init__(self, src: KernelSource, cache_dir: str | None, zero_d: frozenset[str] = frozenset(),
-                 fast_math: bool = False, precision: tuple[dict, str] | None = None) -> None:
-        module = cpu_codegen.cpu_module(src, zero_d, "fast_math" if fast_math else "", precision)
+                 fast_math: bool = False, precision: tuple[dict, str] | None = None, funcs: list | None = None) -> None:
+        module = cpu_codegen.cpu_module(src, zero_d, "fast_math" if fast_math else "", precision, funcs)
         self.fingerprint = module.fingerprint
         cache = None
         # numba can reload cached code only for functions whose module it can import again

@@ -23,6 +23,7 @@ from ..errors import QgraphError
 from ..lang import cuda_codegen, generated
 from ..lang.cuda_reductions import dtype_name
 from ..lang.fingerprint import fingerprint_of
+from ..lang.flat_view import FlatSource, flat_source
 from ..lang.frontend import KernelSource, Task
 from ..lang.lowering import CUDA_ATOMICS, Symbols, lower_funcs, module_of
 from ..lang.precision import param_type
@@ -62,6 +63,7 @@ class TaskKernel:
     scratch_at: int = 0  # the scratch parameters follow this many array arguments
     module: object = None  # the CUmodule holding this specialisation's kernels (unloaded on close)
     tiled: bool = False  # a multi-dimensional loop on 2-D blocks: its grid is a shape (launch_code.tile_shape)
+    arg_exprs: tuple[str, ...] = ()  # each argument slot's value from the call's `p` (a struct leaf: p[k][j])
 
     def function_for(self, grid, programmatic: bool):
         """The variant for a graph node of `grid` blocks (a count or a tile shape):
@@ -100,18 +102,22 @@ class TaskCodes:
     types: list[list[ArgKind]]  # argument kinds per node task (0-d atomic targets as shape (1,))
     suffixes: list[dict[int, bytes]]  # argument index -> bytes appended to its block
     symbols: Symbols
+    flat: FlatSource  # the flattened kernel the codes were generated from (its leaf parameters)
 
 
 def task_codes(src: KernelSource, key: tuple[str, ...], deterministic: bool = False,
                default_float: str = "f64") -> TaskCodes:
     """Generate every node task's kernel function for one argument signature.
 
-    `default_float` ("f32"/"f64") is the precision of floats nothing else decides (lang.precision)."""
-    types = [arg_type(s) for s in key]
+    `default_float` ("f32"/"f64") is the precision of floats nothing else decides (lang.precision).
+    Struct arguments are flattened into their leaves and vector code into components first
+    (lang.flat_view): argument indices below are leaf indices."""
+    flat = flat_source(src, [arg_type(s) for s in key])
+    src, types = flat.src, flat.kinds
     precision = ({name: param_type(t) for name, t in zip(src.param_names, types)}, default_float)
     addressed = {name: t.ndim for name, t in zip(src.param_names, types)
                  if t.is_array and t.ndim in (2, 3) and t.contiguous and not t.large}
-    symbols = Symbols(dict(CUDA_ATOMICS))
+    symbols = Symbols(dict(CUDA_ATOMICS), specialised=list(flat.funcs.defs))
     zero_d = frozenset(name for name, t in zip(src.param_names, types) if t.ndim == 0)
     dtypes = {name: t.dtype for name, t in zip(src.param_names, types) if t.is_array}
     node_tasks = list(src.tasks)  # one kernel (and graph node) each
@@ -129,7 +135,7 @@ def task_codes(src: KernelSource, key: tuple[str, ...], deterministic: bool = Fa
                 these[k], suffix[k] = types[k].one_element()
         task_types.append(these)
         suffixes.append(suffix)
-    return TaskCodes(node_tasks, codes, orders, task_types, suffixes, symbols)
+    return TaskCodes(node_tasks, codes, orders, task_types, suffixes, symbols, flat)
 
 
 def compile_tasks(src: KernelSource, key: tuple[str, ...], device: CudaDevice,
@@ -138,13 +144,15 @@ def compile_tasks(src: KernelSource, key: tuple[str, ...], device: CudaDevice,
     """Compile (or load from the disk cache) every task of one specialisation.
 
     `deterministic`: reductions combine through per-task scratch arrays in a fixed order."""
-    types = [arg_type(s) for s in key]
-    dtypes = {name: t.dtype for name, t in zip(src.param_names, types) if t.is_array}
     generated_codes = task_codes(src, key, deterministic, default_float)
+    flat = generated_codes.flat
+    src, types = flat.src, flat.kinds
+    dtypes = {name: t.dtype for name, t in zip(src.param_names, types) if t.is_array}
     node_tasks, codes, orders = generated_codes.tasks, generated_codes.codes, generated_codes.orders
     task_types, suffixes, symbols = generated_codes.types, generated_codes.suffixes, generated_codes.symbols
     func_defs = lower_funcs(symbols)
-    fingerprint = fingerprint_of(src, [c.function for c in codes] + [f for f, _ in func_defs], symbols)
+    fingerprint = fingerprint_of(src, [c.function for c in codes] + [f for f, _, _ in func_defs],
+                                 [s for _, _, s in func_defs])
     cc = device.info.compute_capability
     waits = tuple(cc) >= PDL_COMPUTE_CAPABILITY
     ckey = entry_key("tasks", fingerprint, ",".join(key), f"sm_{cc[0]}{cc[1]}", f"pdl={waits}",
@@ -189,6 +197,7 @@ def compile_tasks(src: KernelSource, key: tuple[str, ...], device: CudaDevice,
             bounds_slot = slot
             slot += 1
         kernel = TaskKernel(task, function, block, size, bounds_slot, tuple(order), waits, suffix)
+        kernel.arg_exprs = tuple(flat.slot_expr(k) for k in order)
         kernel.module = module
         kernel.tiled = code.tiled
         if task.parallel:
@@ -251,9 +260,8 @@ def _compile_ptx(src, codes, orders, task_types, func_defs, cc, types, fast_math
             ns_base[dtype_name(name)] = adapter.scalar_numba_type(kind.dtype)
     raw_funcs = {}
     func_namespaces = []
-    for fdef, fn in func_defs:
-        ns = generated.run_tree(module_of([fdef]), fn._source.filename, f"cuda {fdef.name}",
-                                _namespace(fn._source, ns_base))
+    for fdef, _, fsrc in func_defs:
+        ns = generated.run_tree(module_of([fdef]), fsrc.filename, f"cuda {fdef.name}", _namespace(fsrc, ns_base))
         raw_funcs[fdef.name] = ns[fdef.name]
         func_namespaces.append(ns)
     device_funcs = {name: adapter.cuda_device_function(f, fast_math) for name, f in raw_funcs.items()}

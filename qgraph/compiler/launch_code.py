@@ -16,7 +16,8 @@ def block_expr(tk: TaskKernel) -> str:
     """Python expression of a task's parameter block from `b` (bounds) and `p` (arg bytes)."""
     parts = [] if tk.bounds_slot is None else [f"b[{tk.bounds_slot}]"]
     suffixes = tk.suffixes or {}
-    args = [f"p[{k}]" + (f" + {suffixes[k]!r}" if k in suffixes else "") for k in tk.arg_slots]
+    exprs = tk.arg_exprs or tuple(f"p[{k}]" for k in tk.arg_slots)
+    args = [e + (f" + {suffixes[k]!r}" if k in suffixes else "") for k, e in zip(tk.arg_slots, exprs)]
     if tk.scratch is not None:  # deterministic reductions' scratch arrays follow the array arguments
         args.insert(tk.scratch_at, repr(tk.scratch.abi))
     parts += args

@@ -158,7 +158,7 @@ def _reduction_frame(src: KernelSource, task: Task, found: list[Reduction],
 
 
 def cpu_module(src: KernelSource, zero_d: frozenset[str] = frozenset(), options: str = "",
-               precision: tuple[dict, str] | None = None) -> CpuModule:
+               precision: tuple[dict, str] | None = None, funcs: list | None = None) -> CpuModule:
     """One function per unit of tasks, and a runner that walks the region tree calling them.
 
     Within a sequence, runs of parallel tasks that numba can analyse share a function, so
@@ -166,9 +166,10 @@ def cpu_module(src: KernelSource, zero_d: frozenset[str] = frozenset(), options:
     by hand; every other boundary between tasks is a call, which numba never reorders. A
     device loop becomes a do-while on its flag. Parallel loops index the 0-d array
     parameters in `zero_d` through 1-element views. `precision` (parameter types, default
-    float) types Python numbers weakly (lang.precision).
+    float) types Python numbers weakly (lang.precision). `src` is flattened (lang.flat_view),
+    `funcs` its @qgraph.func specialisations.
     """
-    symbols = Symbols()
+    symbols = Symbols(specialised=list(funcs or []))
     defs: list[ast.stmt] = []
     units: list[tuple[str, bool]] = []
     at = src.fn_def
@@ -226,18 +227,18 @@ def cpu_module(src: KernelSource, zero_d: frozenset[str] = frozenset(), options:
     func_defs = lower_funcs(symbols)
     # `options` (compile flags such as fast math) are part of the fingerprint: numba's cache
     # index does not key on them, so each setting gets symbols and cache entries of its own
-    fingerprint = fingerprint_of(src, [f for f, _ in func_defs] + defs, symbols, options)
+    fingerprint = fingerprint_of(src, [f for f, _, _ in func_defs] + defs, [s for _, _, s in func_defs], options)
     # numba names compiled code after module, qualname and a per-process counter, so two
     # kernels compiled by different processes can emit the same symbol, and a process
     # loading both from the disk cache links whichever it loaded first. Names unique to the
     # kernel and its code make every cached symbol mean exactly one piece of code.
     renames = {name: unique_symbol(name, src.name, fingerprint)
-               for name in [f.name for f, _ in func_defs] + [d.name for d in defs]}
-    for fdef, _ in func_defs:
+               for name in [f.name for f, _, _ in func_defs] + [d.name for d in defs]}
+    for fdef, _, _ in func_defs:
         _Rename(renames).visit(fdef)
     for d in defs:
         _Rename(renames).visit(d)
-    func_codes = [(fdef.name, module_of([fdef]), fn._source) for fdef, fn in func_defs]
+    func_codes = [(fdef.name, module_of([fdef]), fsrc) for fdef, _, fsrc in func_defs]
     units = [(renames[name], parallel) for name, parallel in units]
     return CpuModule(module_of(defs), func_codes, units, symbols.atomics, fingerprint,
                      renames[RUNNER])

@@ -6,16 +6,16 @@ import ast
 import hashlib
 
 from .frontend import KernelSource, collect_names
-from .lowering import Symbols
 
 
-def fingerprint_of(src: KernelSource, defs: list[ast.stmt], symbols: Symbols, options: str = "") -> str:
+def fingerprint_of(src: KernelSource, defs: list[ast.stmt], func_sources: list[KernelSource],
+                   options: str = "") -> str:
     """A hash of the generated code, the compile options and the global values it reads
-    (numba freezes globals)."""
+    (numba freezes globals); `func_sources` are the sources of the @qgraph.funcs it calls."""
     h = hashlib.sha256(options.encode())
     for d in defs:
         h.update(ast.dump(d).encode())
-    sources = [src] + [fn._source for _, fn in symbols.funcs.values()]
+    sources = [src] + list(func_sources)
     for s in sources:
         for stmt in s.fn_def.body:
             for name in sorted(collect_names([stmt]).loaded):

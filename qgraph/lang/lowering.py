@@ -38,7 +38,8 @@ class Symbols:
 
     atomic_paths: dict[str, str] = field(default_factory=lambda: dict(CPU_ATOMICS))
     atomics: set[str] = field(default_factory=set)
-    funcs: dict[int, tuple[str, object]] = field(default_factory=dict)  # id(Func) -> (name, Func)
+    # @qgraph.func specialisations (lang.flat_view.FuncSpecs.defs): (FunctionDef, Func, its source)
+    specialised: list = field(default_factory=list)
 
     def atomic(self, op: str) -> str:
         """The backend's spelling of qgraph.atomic_<op> (and note that it is used)."""
@@ -62,12 +63,9 @@ class Symbols:
         if kind == "kernel":
             raise src.error(f"a kernel cannot call another kernel ({obj.__name__}); make the shared "
                             "code a @qgraph.func", node)
-        if kind == "func":
-            entry = self.funcs.get(id(obj))
-            if entry is None:
-                entry = (f"_qg_func_{len(self.funcs)}_{obj.__name__}", obj)
-                self.funcs[id(obj)] = entry
-            return entry[0]
+        if kind == "func":  # lang.flat_view specialises every call before lowering
+            raise src.error(f"internal error: the call of {obj.__name__} was not specialised; please report "
+                            "this", node)
         return None
 
 
@@ -126,25 +124,14 @@ def _check_defined(src: KernelSource, stmts: list[ast.stmt], local_names: set[st
                         f"{src.name}'s module)", line)
 
 
-def lower_funcs(symbols: Symbols) -> list[tuple[ast.FunctionDef, object]]:
-    """(FunctionDef, Func) of every @qgraph.func the kernel reaches, callees included."""
-    done: set[int] = set()
-    defs: list[tuple[ast.FunctionDef, object]] = []
-    while len(done) < len(symbols.funcs):
-        for key, (name, fn) in list(symbols.funcs.items()):
-            if key in done:
-                continue
-            done.add(key)
-            src = fn._source
-            fdef = copy.deepcopy(src.fn_def)
-            local_names = set(src.param_names) | collect_names(fdef.body).stored
-            fdef.body = lower_statements(src, fdef.body, local_names, symbols)
-            fdef.name = name
-            fdef.decorator_list = []
-            fdef.returns = None
-            for a in fdef.args.posonlyargs + fdef.args.args + fdef.args.kwonlyargs:
-                a.annotation = None
-            defs.append((fdef, fn))
+def lower_funcs(symbols: Symbols) -> list[tuple[ast.FunctionDef, object, KernelSource]]:
+    """(FunctionDef, Func, source) of every @qgraph.func specialisation the kernel reaches."""
+    defs = []
+    for fdef, fn, fsrc in symbols.specialised:
+        fdef = copy.deepcopy(fdef)
+        local_names = {a.arg for a in fdef.args.args} | collect_names(fdef.body).stored
+        fdef.body = lower_statements(fsrc, fdef.body, local_names, symbols)
+        defs.append((fdef, fn, fsrc))
     return defs
 
 

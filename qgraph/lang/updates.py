@@ -3,8 +3,9 @@
 Inside a parallel task, `a[idx] += v` and `a[idx] -= v` and the `qgraph.atomic_*` calls are
 classified by their index, at compile time:
 
-- private: `idx` is exactly the task's own loop variables, so no other iteration touches
-  the element: a plain load and store;
+- private: `idx` is exactly the task's own loop variables (optionally followed by integer
+  constants, such as a vector element's component), so no other iteration touches the
+  element: a plain load and store;
 - reduction: `idx` uses none of the task's loop variables or locals (it is loop-invariant)
   and the old value is not used: each thread keeps a private partial, combined once per
   block (CUDA) or per thread (CPU) into the target;
@@ -62,7 +63,11 @@ class _Classifier:
         if not isinstance(target, ast.Name) or target.id not in self.arrays or target.id in self.task_locals:
             return None
         elements = _index_elements(index)
-        if [e.id if isinstance(e, ast.Name) else None for e in elements] == list(self.loop_vars):
+        n = len(self.loop_vars)
+        lead = [e.id if isinstance(e, ast.Name) else None for e in elements[:n]]
+        # the loop variables, then constants (a vector element's component): one iteration's own element
+        if lead == list(self.loop_vars) and all(isinstance(e, ast.Constant) and type(e.value) is int
+                                                for e in elements[n:]):
             return "private"
         if not (_names(index) & self.task_locals):
             return "reduction"

@@ -13,6 +13,7 @@ import numpy as np
 
 from ..args.kinds import array_sig, numba_abi
 from ..dtypes import as_dtype
+from ..lang.vector_types import element_of
 from . import state as runtime
 
 
@@ -54,11 +55,13 @@ class Ndarray:
 
     def __init__(self, dtype, shape) -> None:
         state = runtime.ensure_init()
-        self._dtype = as_dtype(dtype)
-        self._shape = _normalise_shape(shape)
+        element = element_of(dtype)
+        self._dtype = as_dtype(element.dtype if element is not None else dtype)
+        self._shape = _normalise_shape(shape) + (element.shape if element is not None else ())
         self._size = int(np.prod(self._shape, dtype=np.int64)) if self._shape else 1
         itemsize = self._dtype.itemsize
-        self._sig = array_sig(self._dtype, len(self._shape), True, self._size)
+        self._sig = array_sig(self._dtype, len(self._shape), True, self._size,
+                              element.shape if element is not None else ())
         if state.arch == "cpu":
             self._host = np.zeros(self._shape, self._dtype)
             self._memory = self._device = None
@@ -158,7 +161,10 @@ class Ndarray:
 
 
 def ndarray(dtype, shape) -> Ndarray:
-    """A zero-filled array: device memory on cuda, host memory on cpu. `shape` may be ()."""
+    """A zero-filled array: device memory on cuda, host memory on cpu. `shape` may be ().
+
+    `dtype` may be a vector or matrix type: `ndarray(qgraph.vec3, (n,))` has shape (n, 3)
+    and its kernels read `x[i]` as a vec3."""
     return Ndarray(dtype, shape)
 
 
