@@ -9,6 +9,7 @@
 See docs/ for the guide; the public names below are the contract (SPEC.md).
 """
 
+from .args.structs import struct
 from .bench.measure import BenchmarkResult, benchmark
 from .decorator import Func, Kernel, KernelStats, func, kernel
 from .dtypes import f32, f64, i8, i16, i32, i64, u8, u16, u32, u64
@@ -46,5 +47,5 @@ __all__ = [
     "from_numpy", "func", "i8", "i16", "i32", "i64", "init", "kernel", "ndarray", "ndrange", "reset", "serial",
     "sync", "u8", "u16", "u32", "u64",
     "cross", "determinant", "dot", "inverse", "mat22", "mat33", "mat44", "matrix", "norm", "norm_sqr", "normalized",
-    "outer", "trace", "transpose", "vec2", "vec3", "vec4", "vector",
+    "outer", "struct", "trace", "transpose", "vec2", "vec3", "vec4", "vector",
 ]

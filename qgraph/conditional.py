@@ -102,7 +102,7 @@ class WhileLoop:
 
     kernel_nodes = 2  # the slot writer and the condition kernel
 
-    def __init__(self, target: DeviceState, flag_index: int, number: int = 0) -> None:
+    def __init__(self, target: DeviceState, flag_slot: tuple[int, int | None], number: int = 0) -> None:
         self._device = target.device
         self._helpers = helpers(target)
         self.slot = self._device.alloc(8)
@@ -111,7 +111,9 @@ class WhileLoop:
         self._constant = f"_slot{number}"
         address = FlagKind.address
         # the slot writer's parameters: (slot address, the flag's element pointer from its array bytes)
-        self.slot_expr = f"{self._constant} + p[{flag_index}][{address.start}:{address.stop}]"
+        k, j = flag_slot  # the flag's value: p[k], or leaf j of a struct argument p[k]
+        flag = f"p[{k}]" if j is None else f"p[{k}][{j}]"
+        self.slot_expr = f"{self._constant} + {flag}[{address.start}:{address.stop}]"
 
     def add_loop(self, graph, deps: list, block: bytes):
         """Add the slot writer (after `deps`) and the WHILE node; returns (body graph, WHILE node, slot node)."""
@@ -149,12 +151,12 @@ class HostLoop:
     """A device loop around the whole body, without a WHILE node: run the body, read the flag
     back, repeat while it is non-zero."""
 
-    def __init__(self, target: DeviceState, first_run, graph, flag_index: int) -> None:
+    def __init__(self, target: DeviceState, first_run, graph, flag_slot: tuple[int, int | None]) -> None:
         d = driver()
         self._device = target.device
         self._first_run = first_run
         self._graph = graph  # a TaskGraph of the body, or None when the body runs eagerly
-        self._flag = flag_index
+        self._flag = flag_slot
         self._host = check(d.cuMemHostAlloc(4, 0), "cuMemHostAlloc")
         self._value = ctypes.c_int32.from_address(int(self._host))
         self._event = self._device.event()
@@ -163,7 +165,8 @@ class HostLoop:
         self._wait = d.cuEventSynchronize
 
     def run(self, args: tuple, packs: tuple, stream: int) -> None:
-        flag = int.from_bytes(packs[self._flag][FlagKind.address], "little")
+        k, j = self._flag
+        flag = int.from_bytes((packs[k] if j is None else packs[k][j])[FlagKind.address], "little")
         self._first_run(args, packs, stream)
         graph = self._graph
         exec_handle = graph.exec_for(packs) if graph is not None else None

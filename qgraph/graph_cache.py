@@ -106,7 +106,7 @@ class TaskGraph:
     """
 
     def __init__(self, target, kernels: list[TaskKernel], body: Region, bounds, stats, name: str,
-                 args: tuple, packs: tuple, stream: int, flag_index: dict[str, int],
+                 args: tuple, packs: tuple, stream: int, flag_slots: dict[str, tuple],
                  device_loops: bool, programmatic: bool = False) -> None:
         d = driver()
         started = time.perf_counter()
@@ -121,7 +121,7 @@ class TaskGraph:
         self._nodes: list[GraphNode] = []
         by_task = {tk.task.index: tk for tk in kernels}
         try:
-            plan = self._plan(body, by_task, target, flag_index, device_loops)
+            plan = self._plan(body, by_task, target, flag_slots, device_loops)
             self._max_instances = 1 if self._loops else INSTANCES  # a conditional handle belongs to its graph
             self._blocks = self._generate_blocks(plan, kernels, bounds)
             blocks, grids = self._blocks(args, packs)
@@ -142,18 +142,18 @@ class TaskGraph:
 
     # ------------------------------------------------------------------ building
 
-    def _plan(self, region: Region, by_task: dict, target, flag_index: dict, device_loops: bool) -> list:
+    def _plan(self, region: Region, by_task: dict, target, flag_slots: dict, device_loops: bool) -> list:
         """The updatable nodes in build order: a WhileLoop (its slot writer) or a TaskKernel."""
         if isinstance(region, Task):
             return [by_task[region.index]]
         if isinstance(region, DeviceLoop):
             if not device_loops:
-                return self._plan(region.body, by_task, target, flag_index, device_loops)
-            loop = WhileLoop(target, flag_index[region.flag], len(self._loops))
+                return self._plan(region.body, by_task, target, flag_slots, device_loops)
+            loop = WhileLoop(target, flag_slots[region.flag], len(self._loops))
             self._loops.append(loop)
-            return [loop] + self._plan(region.body, by_task, target, flag_index, device_loops)
+            return [loop] + self._plan(region.body, by_task, target, flag_slots, device_loops)
         return [node for child in region.children
-                for node in self._plan(child, by_task, target, flag_index, device_loops)]
+                for node in self._plan(child, by_task, target, flag_slots, device_loops)]
 
     def _add(self, region: Region, graph, deps: list, by_task: dict, device_loops: bool) -> list:
         """Add `region` to `graph` after `deps`; returns the nodes later work depends on."""

@@ -16,6 +16,7 @@ import numpy as np
 from ..dtypes import as_dtype
 from .interop import device_reader, is_device_dlpack
 from .kinds import BOOL, I64, INT_RANGES, SCALAR_KINDS, WEAK_FLOAT, WEAK_INT, arg_type, array_sig, scalar_sig
+from .structs import is_struct_class, struct_sig
 
 # --------------------------------------------------------------------------- scalars
 
@@ -91,6 +92,8 @@ def numpy_sig(value: np.ndarray, name: str) -> str:
 
 
 def cpu_slow(value: object, name: str, fixed: str | None) -> tuple[str, object]:
+    if is_struct_class(type(value)):
+        return struct_resolver(type(value), "cpu")(value)
     if fixed is not None:
         return scalar_value(value, name, fixed)
     if is_qgraph_array(value):
@@ -106,6 +109,9 @@ def cpu_slow(value: object, name: str, fixed: str | None) -> tuple[str, object]:
 
 def cuda_slow(value: object, name: str, fixed: str | None) -> tuple[str, bytes, object]:
     """(key text, parameter bytes, owner to keep alive) for anything but the fast paths."""
+    if is_struct_class(type(value)):
+        sig, leaves = struct_resolver(type(value), "cuda")(value)
+        return sig, leaves, value
     if fixed is not None:
         sig, scalar = scalar_value(value, name, fixed)
         return sig, arg_type(sig).pack(scalar), None
@@ -235,3 +241,73 @@ def _numpy_scalar_table(arch: str) -> dict:
 
 
 _NUMPY_SCALARS = {"cpu": _numpy_scalar_table("cpu"), "cuda": _numpy_scalar_table("cuda")}
+
+
+# --------------------------------------------------------------------------- structs
+
+
+def struct_resolver(cls: type, arch: str):
+    """`resolve(obj) -> (key text, leaf values)` for a @qgraph.struct class, generated once
+    per backend from the same fast paths as kernel parameters (see args.structs)."""
+    fn = cls._qgraph_resolvers.get(arch)
+    if fn is None:
+        fn = cls._qgraph_resolvers[arch] = _generate_struct_resolver(cls, arch)
+    return fn
+
+
+def _field_annotations(cls: type) -> dict:
+    import typing
+
+    try:
+        return typing.get_type_hints(cls)
+    except Exception:  # an annotation that does not evaluate: take types from the values
+        return {}
+
+
+def _generate_struct_resolver(cls: type, arch: str):
+    import dataclasses
+
+    from ..lang import generated
+
+    fields = dataclasses.fields(cls)
+    hints = _field_annotations(cls)
+    fixed, elements = [], []
+    for f in fields:
+        ann = hints.get(f.name)
+        fixed.append(scalar_annotation(ann) if ann is not None else None)
+        element = getattr(ann, "element", None)
+        elements.append((element.shape, ann.ndim, element.dtype) if element is not None else None)
+    names = tuple(f"{cls.__name__}.{f.name}" for f in fields)
+    from ..runtime.arrays import Ndarray
+
+    ns: dict = {"_sigs": {}, "_new": _new_struct_entry, "_cls": cls, "_flat": _flat_leaves}
+    lines = [f"    a{k} = obj.{f.name}" for k, f in enumerate(fields)]
+    lines += resolver_lines(names, tuple(fixed), arch, ns, Ndarray,
+                            elements=tuple(elements) if any(e is not None for e in elements) else None)
+    comma = "," if len(fields) == 1 else ""
+    key = f"({', '.join(f's{k}' for k in range(len(fields)))}{comma})"
+    values = f"({', '.join(f'v{k}' for k in range(len(fields)))}{comma})"
+    lines += [f"    e = _sigs.get({key})",
+              "    if e is None:",
+              f"        e = _sigs[{key}] = _new(_cls, {key})",
+              "    if e[1]:",
+              f"        return e[0], _flat({values})",
+              f"    return e[0], {values}"]
+    source = "def resolve(obj):\n" + "\n".join(lines) + "\n"
+    return generated.function(source, "resolve", f"resolver of struct {cls.__qualname__} ({arch})", ns)
+
+
+def _new_struct_entry(cls: type, field_sigs: tuple) -> tuple[str, bool]:
+    """(interned key text, whether a field is itself a struct whose leaves must be inlined)."""
+    sig = struct_sig(cls, field_sigs)
+    return sig, any(getattr(arg_type(s), "is_struct", False) for s in field_sigs)
+
+
+def _flat_leaves(values: tuple) -> tuple:
+    out: list = []
+    for v in values:
+        if type(v) is tuple:
+            out.extend(v)
+        else:
+            out.append(v)
+    return tuple(out)

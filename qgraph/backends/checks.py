@@ -49,6 +49,8 @@ def flag_params(src: KernelSource) -> tuple[int, ...]:
     """Positions of the parameters that are device-loop flags, in tree order, each once."""
     found: list[int] = []
     for loop in device_loops(src.body):
+        if loop.flag not in src.param_names:  # a struct's field: checked per signature (flat view)
+            continue
         index = src.param_names.index(loop.flag)
         if index not in found:
             found.append(index)
@@ -59,7 +61,7 @@ def check_flag_types(src: KernelSource, key: tuple[str, ...]) -> None:
     """TypeError unless every flag is an int32 array of ndim 0 or 1."""
     for index in flag_params(src):
         if not FlagKind.accepts(key[index]):
-            name = src.param_names[index]
+            name = src.param_names[index].replace("__", ".")
             raise TypeError(f"graph_while flag '{name}' must be an int32 array of shape () or (1,), "
                             f"got {key[index]}; create it with qgraph.ndarray(qgraph.i32, ())")
 

@@ -15,7 +15,7 @@ import threading
 import warnings
 
 from .. import conditional
-from ..args.kinds import FlagKind
+from ..args.kinds import FlagKind, arg_type
 from ..args.resolve import resolver_lines
 from ..compiler.cuda_program import TaskKernel, compile_tasks
 from ..compiler.launch_code import block_expr, generate, grid_expr, signature_with_constants, tile_shape
@@ -25,6 +25,7 @@ from ..driver.params import ParamBuffer
 from ..errors import FallbackWarning, QgraphError
 from ..graph_cache import GraphCache, TaskGraph
 from ..lang import generated
+from ..lang.flat_view import flat_name, flat_source
 from ..lang.regions import DeviceLoop, Region, Sequence, device_loops, has_nested_loops
 from ..runtime import DeviceState
 from ..runtime.arrays import Ndarray
@@ -93,11 +94,12 @@ class EagerRunner:
 class _Spec:
     """One compiled specialisation and how it runs now."""
 
-    __slots__ = ("key", "kernels", "run", "graph", "uses_graph", "host_loop", "nodes")
+    __slots__ = ("key", "kernels", "run", "graph", "uses_graph", "host_loop", "nodes", "flags")
 
-    def __init__(self, key: tuple, kernels: list[TaskKernel]) -> None:
+    def __init__(self, key: tuple, kernels: list[TaskKernel], flags: dict) -> None:
         self.key = key
         self.kernels = kernels
+        self.flags = flags  # device-loop flag -> (argument, struct leaf or None): where its pointer is
         self.run = None
         self.graph = None
         self.uses_graph = False
@@ -125,9 +127,8 @@ class CudaLauncher:
         self._fast_math = is_fast_math(kernel, state.settings)
         self._default_float = default_float(kernel, state.settings)
         loops = list(device_loops(src.body))
-        # where a loop around the whole body can run as the host do-while (the fallback)
-        self._root_flag = src.param_names.index(loops[0].flag) if loops and _is_root(src.body, loops[0]) else None
-        self._flag_index = {loop.flag: src.param_names.index(loop.flag) for loop in loops}
+        # the flag of a loop around the whole body: it can run as the host do-while (the fallback)
+        self._root_flag = loops[0].flag if loops and _is_root(src.body, loops[0]) else None
         self.use_graphs = kernel.cuda_graph and state.settings.graphs
         capacity = kernel.graph_cache_size or state.settings.graph_cache_size
         self.graphs = GraphCache(capacity, self.device, self._evicted)
@@ -191,19 +192,23 @@ class CudaLauncher:
     def _specialise(self, key: tuple, args: tuple) -> _Spec:
         src = self.src
         check_flag_types(src, key)
-        if self._deterministic:
-            check_deterministic(src, key)
         if self._bounds is None:
             self._bounds = host_bounds(src)
         check_bounds(src, key, self._bounds, args)
+        flat = flat_source(src, [arg_type(s) for s in key])
+        check_flag_types(flat.src, flat.key)  # flags that are struct fields
+        if self._deterministic:
+            check_deterministic(flat.src, flat.key)
         try:
             kernels = compile_tasks(src, key, self.device, self.code_cache, self._deterministic, self._fast_math,
-                                    self._default_float)
+                                    self._default_float, flat)
         except Exception as e:
             if is_compile_error(e):
                 raise compile_error(src, key, e, getattr(e, "qgraph_task", None)) from e
             raise
-        spec = _Spec(key, kernels)
+        flags = {loop.flag: flat.slots[flat.src.param_names.index(flat_name(loop.flag))]
+                 for loop in device_loops(src.body)}
+        spec = _Spec(key, kernels, flags)
         self._assign_runner(spec)
         self._specs[key] = spec
         self.stats.specialisations += 1
@@ -222,7 +227,7 @@ class CudaLauncher:
             eager = EagerRunner(spec.kernels, self._bounds, self.lifetimes, name)
             spec.run = eager.run
             if self.while_mode == "host":
-                spec.run = conditional.HostLoop(self.target, eager.run, None, self._root_flag).run
+                spec.run = conditional.HostLoop(self.target, eager.run, None, spec.flags[self._root_flag]).run
             return
         spec.uses_graph = True
         spec.run = self._build_runner(spec)
@@ -230,7 +235,7 @@ class CudaLauncher:
     def _build_runner(self, spec: _Spec):
         def build_and_run(args, packs, stream):
             graph = TaskGraph(self.target, spec.kernels, self.src.body, self._bounds, self.stats, self.src.name,
-                              args, packs, stream, self._flag_index, device_loops=self.while_mode == "device",
+                              args, packs, stream, spec.flags, device_loops=self.while_mode == "device",
                               programmatic=self.settings.programmatic_edges)
             self.stats.builds += 1
             self.stats.build_seconds = graph.build_seconds
@@ -239,7 +244,7 @@ class CudaLauncher:
             self.stats.graph_nodes = graph.kernel_nodes
             run = graph.replay
             if self.while_mode == "host":
-                run = conditional.HostLoop(self.target, graph.replay, graph, self._root_flag).run
+                run = conditional.HostLoop(self.target, graph.replay, graph, spec.flags[self._root_flag]).run
             spec.run = run
             self.graphs.add(spec.key, graph)
             self.stats.cache_size = len(self.graphs)

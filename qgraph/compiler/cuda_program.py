@@ -106,13 +106,13 @@ class TaskCodes:
 
 
 def task_codes(src: KernelSource, key: tuple[str, ...], deterministic: bool = False,
-               default_float: str = "f64") -> TaskCodes:
+               default_float: str = "f64", flat: FlatSource | None = None) -> TaskCodes:
     """Generate every node task's kernel function for one argument signature.
 
     `default_float` ("f32"/"f64") is the precision of floats nothing else decides (lang.precision).
     Struct arguments are flattened into their leaves and vector code into components first
     (lang.flat_view): argument indices below are leaf indices."""
-    flat = flat_source(src, [arg_type(s) for s in key])
+    flat = flat or flat_source(src, [arg_type(s) for s in key])
     src, types = flat.src, flat.kinds
     precision = ({name: param_type(t) for name, t in zip(src.param_names, types)}, default_float)
     addressed = {name: t.ndim for name, t in zip(src.param_names, types)
@@ -140,11 +140,11 @@ def task_codes(src: KernelSource, key: tuple[str, ...], deterministic: bool = Fa
 
 def compile_tasks(src: KernelSource, key: tuple[str, ...], device: CudaDevice,
                   cache: CodeCache, deterministic: bool = False, fast_math: bool = False,
-                  default_float: str = "f64") -> list[TaskKernel]:
+                  default_float: str = "f64", flat: FlatSource | None = None) -> list[TaskKernel]:
     """Compile (or load from the disk cache) every task of one specialisation.
 
     `deterministic`: reductions combine through per-task scratch arrays in a fixed order."""
-    generated_codes = task_codes(src, key, deterministic, default_float)
+    generated_codes = task_codes(src, key, deterministic, default_float, flat)
     flat = generated_codes.flat
     src, types = flat.src, flat.kinds
     dtypes = {name: t.dtype for name, t in zip(src.param_names, types) if t.is_array}

@@ -17,8 +17,11 @@ import math
 import numpy as np
 
 from . import vector_algebra as alg
+from . import vector_types as vt
 from .flat_values import (
+    ROW,
     Val,
+    _const_int,
     _index,
     _parts,
     is_struct,
@@ -139,6 +142,13 @@ class Flattener(Expressions):
         target = node.target
         current = self.load_target(target)
         value = self.value(node.value)
+        if current.type == ROW and value.vec:
+            value = self.share(value)
+            return [alg.loc(ast.AugAssign(t, node.op, c), node)
+                    for t, c in zip(self.row_targets(target, value.vec, node), value.comps)]
+        dynamic = self.dynamic_component_store(target, node.op, value, node)
+        if dynamic is not None:
+            return dynamic
         if not current.vec and not value.vec:
             return [alg.loc(ast.AugAssign(self.scalar_target(target), node.op, value.expr), node)]
         if isinstance(node.op, ast.MatMult) or not current.vec:
@@ -222,13 +232,67 @@ class Flattener(Expressions):
             return [self.assign(target, value.expr, at)]
         if isinstance(target, (ast.Tuple, ast.List)):
             return self.store_tuple(target, value, at)
+        dynamic = self.dynamic_component_store(target, None, value, at)
+        if dynamic is not None:
+            return dynamic
         current = self.load_target(target)
+        if current.type == ROW and value.vec:  # a vector into a row of a plain array: its components
+            value = self.share(value)
+            return [self.assign(t, c, at) for t, c in zip(self.row_targets(target, value.vec, at), value.comps)]
         if not current.vec:
             if value.vec:
                 raise self.error(f"cannot store a {value.vec.name} into the scalar {ast.unparse(target)}", at)
             return [self.assign(self.scalar_target(target), value.expr, at)]
         value = self.share(self.broadcast(value, current.vec, at))
         return [self.assign(t, c, at) for t, c in zip(self.target_parts(target, current.vec, at), value.comps)]
+
+    def dynamic_component_store(self, target: ast.expr, op, value: Val, at: ast.stmt) -> list[ast.stmt] | None:
+        """`v[k] = e` (or `v[k] += e`) with `k` known only at run time: a branch per component."""
+        if not (isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name)):
+            return None
+        t = self.env.get(target.value.id)
+        if not isinstance(t, VectorType):
+            return None
+        parts = [self.scalar(p) for p in _parts(target.slice)]
+        if all(_const_int(p) is not None for p in parts) or len(parts) > len(t.shape):
+            return None
+        parts = [p if alg.is_simple(p) else self.temp(p) for p in parts]
+        value = self.share(value)
+        names = [n for n, _ in leaves(target.value.id, t)]
+        cols = t.shape[1] if t.is_matrix else 1
+        branches = []  # (condition, component names, values)
+        if len(parts) == len(t.shape):
+            for k in range(t.size):
+                idx = np.unravel_index(k, t.shape)
+                tests = [alg.loc(ast.Compare(p, [ast.Eq()], [alg.const(int(i), at)]), at) for p, i in zip(parts, idx)]
+                branches.append((tests, [names[k]], [value.expr]))
+        else:  # a row of a matrix
+            row = self.broadcast(value, vt.vector(cols, t.dtype), at).comps
+            for r in range(t.shape[0]):
+                test = alg.loc(ast.Compare(parts[0], [ast.Eq()], [alg.const(r, at)]), at)
+                branches.append(([test], names[r * cols:(r + 1) * cols], row))
+        chain: list[ast.stmt] = []
+        for tests, comps, vals in reversed(branches):
+            cond = tests[0] if len(tests) == 1 else alg.loc(ast.BoolOp(ast.And(), tests), at)
+            body = [alg.loc(ast.Assign([alg.loc(ast.Name(n, ast.Store()), at)], v), at) if op is None else
+                    alg.loc(ast.AugAssign(alg.loc(ast.Name(n, ast.Store()), at), op, v), at)
+                    for n, v in zip(comps, vals)]
+            chain = [alg.loc(ast.If(cond, body, chain), at)]
+        return chain
+
+    def row_targets(self, target: ast.Subscript, t: VectorType, at: ast.AST) -> list[ast.expr]:
+        """Store targets of a vector's components in a row `x[i]` of a plain array."""
+        base = self.value(target.value)
+        parts = [self.scalar(p) for p in _parts(target.slice)]
+        if base.type.ndim - len(parts) != len(t.shape):
+            raise self.error(f"cannot store a {t.name} into {ast.unparse(target)}: it has "
+                             f"{base.type.ndim - len(parts)} dimension(s) left", at)
+        parts = [p if alg.is_simple(p) else self.temp(p) for p in parts]
+        out = []
+        for k in range(t.size):
+            idx = [alg.const(int(i), at) for i in np.unravel_index(k, t.shape)]
+            out.append(alg.loc(ast.Subscript(base.expr, _index(parts + idx, at), ast.Store()), at))
+        return out
 
     def store_tuple(self, target: ast.expr, value: Val, at: ast.stmt) -> list[ast.stmt]:
         if value.vec and len(target.elts) == value.vec.shape[0] and len(value.vec.shape) == 1:

@@ -99,8 +99,9 @@ def _static_type(fl, call: ast.Call) -> VectorType | None:
 
 def constructor(fl, t: VectorType, node: ast.Call) -> Val:
     _no_keywords(fl, node)
-    if len(node.args) == 1 and _is_row(fl, node.args[0]):
-        return _from_row(fl, t, node.args[0])
+    base = _row_base(fl, node.args[0]) if len(node.args) == 1 else None
+    if base is not None:
+        return _from_row(fl, t, node.args[0], base)
     args = [fl.value(a) for a in node.args]
     if not args:
         comps = [alg.const(0, node)] * t.size
@@ -117,26 +118,29 @@ def constructor(fl, t: VectorType, node: ast.Call) -> Val:
     return Val(t, [alg.cast(t.dtype, c, node) for c in comps])
 
 
-def _is_row(fl, arg: ast.expr) -> bool:
-    """`x[i]` of a plain (non-vector) array parameter indexed with fewer indices than it has."""
-    if not isinstance(arg, ast.Subscript) or not isinstance(arg.value, ast.Name):
-        return False
-    kind = fl.env.get(arg.value.id)
-    ndim = getattr(kind, "ndim", None)
-    return ndim is not None and element_type(kind) is None and 0 < len(_parts(arg.slice)) < ndim
+def _row_base(fl, arg: ast.expr) -> Val | None:
+    """The array of `x[i]` when `x` is a plain (non-vector) array indexed with fewer indices
+    than it has dimensions (a row, read as a vector by a constructor), else None."""
+    if not isinstance(arg, ast.Subscript) or not isinstance(arg.value, (ast.Name, ast.Attribute)):
+        return None
+    base = fl.value(arg.value)
+    ndim = getattr(base.type, "ndim", None)
+    if ndim is not None and element_type(base.type) is None and 0 < len(_parts(arg.slice)) < ndim:
+        return base
+    return None
 
 
-def _from_row(fl, t: VectorType, arg: ast.Subscript) -> Val:
+def _from_row(fl, t: VectorType, arg: ast.Subscript, base: Val) -> Val:
     parts = [fl.scalar(p) for p in _parts(arg.slice)]
-    kind = fl.env[arg.value.id]
-    if kind.ndim - len(parts) != len(t.shape):
-        raise fl.error(f"{t.name}({ast.unparse(arg)}): {arg.value.id} has {kind.ndim} dimensions, so "
-                       f"{ast.unparse(arg)} has {kind.ndim - len(parts)}, not the {len(t.shape)} of a {t.name}", arg)
+    ndim = base.type.ndim
+    if ndim - len(parts) != len(t.shape):
+        raise fl.error(f"{t.name}({ast.unparse(arg)}): the array has {ndim} dimensions, so {ast.unparse(arg)} "
+                       f"has {ndim - len(parts)}, not the {len(t.shape)} of a {t.name}", arg)
     parts = [p if alg.is_simple(p) else fl.temp(p) for p in parts]
     comps = []
     for k in range(t.size):
         idx = [alg.const(int(i), arg) for i in np.unravel_index(k, t.shape)]
-        comps.append(alg.loc(ast.Subscript(arg.value, _index(parts + idx, arg), ast.Load()), arg))
+        comps.append(alg.loc(ast.Subscript(base.expr, _index(parts + idx, arg), ast.Load()), arg))
     return Val(t, [alg.cast(t.dtype, c, arg) for c in comps])
 
 

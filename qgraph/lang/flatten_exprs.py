@@ -156,7 +156,11 @@ class Expressions:
 
     def binop(self, left: Val, op: ast.operator, right: Val, node: ast.AST) -> Val:
         for side in (left, right):
-            if side.type == ROW and (left.vec or right.vec or isinstance(op, ast.MatMult)):
+            if side.type == ROW and isinstance(op, ast.MatMult):
+                raise self.error("the @ operator works on qgraph vector and matrix values, and a row of a plain "
+                                 "array is neither: annotate the parameter as an array of matrices or vectors "
+                                 "(A: qgraph.mat33[:]) or read the row with qgraph.mat33(A[i])", node)
+            if side.type == ROW and (left.vec or right.vec):
                 raise self.error("a row of a plain array is not a vector: read it as one with qgraph.vec3(x[i]) "
                                  "(or qgraph.vector(n, dtype)(x[i])), or annotate the parameter as an array of "
                                  "vectors (x: qgraph.vec3[:])", node)

@@ -353,10 +353,10 @@ def parse_kernel(fn, graph_while: str | None, ndrange_obj: object) -> KernelSour
         if p.name in RESERVED_PARAMS:
             raise syntax_error(f"parameter name '{p.name}' is reserved for the call option "
                                f"{p.name}=; rename the parameter", filename, fn_def)
-    if graph_while is not None and graph_while not in names:
+    if graph_while is not None and graph_while.split(".")[0] not in names:
         raise syntax_error(f"graph_while={graph_while!r} names no parameter of {fn.__name__}"
-                           f"({', '.join(names)}); pass the name of the int32 flag parameter",
-                           filename, fn_def)
+                           f"({', '.join(names)}); pass the name of the int32 flag parameter "
+                           "(or of a struct parameter's field: 'state.flag')", filename, fn_def)
     body = list(fn_def.body)
     if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
             and isinstance(body[0].value.value, str):

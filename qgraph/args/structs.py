@@ -1,0 +1,84 @@
+"""Struct arguments: `@qgraph.struct` dataclasses of arrays, scalars and other structs.
+
+A struct is one argument for the caller and its leaf fields for the kernel: its kind's key
+text names the class and every field's kind, its value is the tuple of its leaves' values
+(CPU: arrays and numbers; CUDA: parameter bytes) in field order, nested structs inlined.
+The kernel takes each leaf as a parameter of its own (lang.flat_view), so a field that
+points to another array on a later call changes parameter bytes (a graph node update),
+never the specialisation.
+
+Each struct class gets a resolver per backend, generated once from the same per-argument
+fast paths a kernel's own parameters use (args.resolve).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from .kinds import _KINDS, ArgKind
+
+
+class StructKind(ArgKind):
+    """A struct argument: `fields` are (name, kind) in declaration order."""
+
+    is_struct = True
+
+    def __init__(self, cls: type, fields: tuple[tuple[str, ArgKind], ...]) -> None:
+        self.cls = cls
+        self.name = cls.__name__
+        self.fields = fields
+        self.dtype = np.dtype(np.uint8)
+        self.sig = struct_text(cls, tuple(k.sig for _, k in fields))
+
+    @property
+    def param_sizes(self) -> list[int]:
+        return [size for _, k in self.fields for size in k.param_sizes]
+
+    def __repr__(self) -> str:
+        return f"StructKind({self.sig})"
+
+
+def struct_text(cls: type, field_sigs: tuple[str, ...]) -> str:
+    names = [f.name for f in dataclasses.fields(cls)]
+    return f"{cls.__module__}.{cls.__qualname__}{{{', '.join(f'{n}: {s}' for n, s in zip(names, field_sigs))}}}"
+
+
+def struct_sig(cls: type, field_sigs: tuple[str, ...]) -> str:
+    """The interned key text of a struct whose fields have these key texts."""
+    sig = struct_text(cls, field_sigs)
+    if sig not in _KINDS:
+        from .kinds import arg_type
+
+        _KINDS[sig] = StructKind(cls, tuple((f.name, arg_type(s)) for f, s in zip(dataclasses.fields(cls), field_sigs)))
+    return sig
+
+
+def is_struct_class(tp: type) -> bool:
+    return getattr(tp, "_qgraph_struct", False)
+
+
+def struct(cls: type | None = None, **dataclass_options):
+    """Make a class a kernel argument type: a dataclass whose fields are arrays, numbers
+    or other structs. Pass one object; in the kernel, `s.x[i]` reads its field `x`.
+
+    Field annotations work as on kernel parameters: `dt: float`, `n: qgraph.i32`, `x:
+    qgraph.vec3[:]`; unannotated (or `object`) fields take their type from the value."""
+
+    def wrap(c: type) -> type:
+        if not isinstance(c, type):
+            raise TypeError(f"@qgraph.struct decorates a class, got {c!r}")
+        if not dataclasses.is_dataclass(c):
+            c = dataclasses.dataclass(c, **dataclass_options)
+        if not dataclasses.fields(c):
+            raise TypeError(f"@qgraph.struct {c.__name__} has no fields")
+        for f in dataclasses.fields(c):
+            if f.name.startswith("_") or "__" in f.name:
+                raise TypeError(f"@qgraph.struct {c.__name__}: field name '{f.name}' may not start with '_' or "
+                                "contain '__' (qgraph names the kernel's parameters after them)")
+        c._qgraph_struct = True
+        c._qgraph_resolvers = {}
+        return c
+
+    return wrap if cls is None else wrap(cls)
