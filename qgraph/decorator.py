@@ -7,6 +7,7 @@ specialisation key, looks the specialisation up, and launches it.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 from . import runtime
 from .dtypes import float_precision
 from .lang import builtins as lang
-from .lang import frontend, generated
+from .lang import frontend, generated, globals_used
 
 
 @dataclass
@@ -117,11 +118,12 @@ class Kernel:
 def _bind_class(kernel_cls: type, src: frontend.KernelSource, fn: Callable) -> type:
     """A Kernel subclass whose __call__ has the kernel's own parameters (fast binding)."""
     params = []
-    ns: dict = {"_qg_state": runtime.STATE}
+    ns: dict = {"_qg_state": runtime.STATE, "_qg_globals": fn.__globals__, "_qg_cells": fn.__closure__}
     positional_defaults = fn.__defaults__ or ()
-    first_default = len([p for p in src.params if not p.keyword_only]) - len(positional_defaults)
+    user_params = [p for p in src.params if p.source is None]  # implicit ones are read by the binder
+    first_default = len([p for p in user_params if not p.keyword_only]) - len(positional_defaults)
     star_done = False
-    for k, p in enumerate(src.params):
+    for k, p in enumerate(user_params):
         if p.keyword_only and not star_done:
             params.append("*")
             star_done = True
@@ -137,7 +139,7 @@ def _bind_class(kernel_cls: type, src: frontend.KernelSource, fn: Callable) -> t
     if not star_done:
         params.append("*")
     params.append("stream=None")
-    names = [p.name for p in src.params]
+    names = [p.name if p.source is None else p.source for p in src.params]
     code = (f"def __call__(self, {', '.join(params)}):\n"
             f"    if self._generation != _qg_state.generation:\n"
             f"        self._attach()\n"
@@ -179,6 +181,8 @@ def kernel(fn: Callable | None = None, *, cuda_graph: bool = False, graph_while:
         if not callable(f) or not hasattr(f, "__code__"):
             raise TypeError(f"@qgraph.kernel decorates a Python function, got {f!r}")
         source = frontend.parse_kernel(f, graph_while, lang.ndrange)
+        source = dataclasses.replace(source, params=source.params + globals_used.implicit_arrays(f, source),
+                                     frozen=tuple((g, n) for g, n, _ in globals_used.frozen_numbers(source)))
         cls = _bind_class(Kernel, source, f)
         return cls(f, source, bool(cuda_graph) or graph_while is not None, graph_while, graph_cache_size,
                    deterministic, fast_math, precision)

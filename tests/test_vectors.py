@@ -240,9 +240,11 @@ def bad_retype(x: qgraph.vec3[:], out):
 
 
 @pytest.mark.parametrize("kernel, args, message", [
-    (bad_matmul, lambda: (np.zeros((2, 3, 3), np.float32), np.zeros((2, 3), np.float32), np.zeros((2, 3), np.float32)),
+    (bad_matmul, lambda: (np.zeros((2, 3, 3), np.float32), np.zeros((2, 3), np.float32),
+                          np.zeros((2, 3), np.float32)),
      r"the @ operator works on qgraph vector and matrix values.*qgraph.mat33\[:\]"),
-    (bad_shapes, lambda: (np.zeros((2, 3), np.float32), np.zeros((2, 2), np.float32)), "vec3 Add vec2: the shapes differ"),
+    (bad_shapes, lambda: (np.zeros((2, 3), np.float32), np.zeros((2, 2), np.float32)),
+     "vec3 Add vec2: the shapes differ"),
     (bad_condition, lambda: (np.zeros((2, 3), np.float32),), "a vec3 is not a condition"),
     (bad_retype, lambda: (np.zeros((2, 3), np.float32), np.zeros(2, np.float32)), "'v' holds a vec3 elsewhere"),
 ])

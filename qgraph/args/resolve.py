@@ -120,6 +120,11 @@ def cuda_slow(value: object, name: str, fixed: str | None) -> tuple[str, bytes, 
                         "runs on cuda; create arrays after qgraph.init('cuda'), or copy it with "
                         "qgraph.from_numpy(a.to_numpy())")
     if isinstance(value, np.ndarray):
+        if name.startswith("global "):  # a module-level array the kernel reads (lang.globals_used)
+            name = name[len("global "):]
+            raise TypeError(f"the kernel reads the module-level NumPy array '{name}', which is in host memory, but "
+                            f"qgraph runs on cuda; make it a device array where it is defined ({name} = "
+                            f"qgraph.from_numpy(...)), or pass it as an argument")
         raise TypeError(f"argument '{name}' is a host NumPy array but qgraph runs on cuda; copy it to the "
                         f"device first: {name} = qgraph.from_numpy({name})")
     reader = device_reader(type(value))

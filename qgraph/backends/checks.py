@@ -24,6 +24,11 @@ def fixed_scalar_types(src: KernelSource) -> tuple[str | None, ...]:
     return tuple(fixed)
 
 
+def display_names(src: KernelSource) -> tuple[str, ...]:
+    """Parameter names for error messages: implicit ones (module-level arrays) say so."""
+    return tuple(p.name if p.source is None else f"global {p.name}" for p in src.params)
+
+
 def element_annotations(src: KernelSource) -> tuple | None:
     """(element extents, ndim, dtype) of each parameter annotated `qgraph.vec3[:]` & co, or None."""
     from ..lang.vector_types import ArrayType
@@ -147,3 +152,36 @@ def host_bounds(src: KernelSource):
     ns = dict(src.globals)
     ns.update(src.closure)
     return bounds_function(src, ns)
+
+
+class _Missing:
+    def __repr__(self) -> str:
+        return "<deleted>"
+
+
+MISSING = _Missing()
+
+
+def frozen_number_lines(src: KernelSource, ns: dict) -> list[str]:
+    """Launch lines raising when a module-level number compiled into the kernel changed
+    (values as now: a launcher is created at the first call after init/reset)."""
+    lines = []
+    ns["_fmiss"] = MISSING
+    ns["_stale"] = lambda k, now: stale_number_error(src, k, now)
+    for k, (g, name) in enumerate(src.frozen):
+        ns[f"_fg{k}"] = g
+        ns[f"_fv{k}"] = g.get(name, MISSING)
+        lines += [f"    _fx = _fg{k}.get({name!r}, _fmiss)",
+                  f"    if _fx is not _fv{k} and _fx != _fv{k}:",
+                  f"        raise _stale({k}, _fx)"]
+    return lines
+
+
+def stale_number_error(src: KernelSource, k: int, now: object):
+    from ..errors import QgraphError
+
+    g, name = src.frozen[k]
+    return QgraphError(f"kernel {src.name}: the module-level number {name} changed after the kernel was compiled "
+                       f"with it (now {now!r}); module-level numbers are compile-time constants. Pass it as an "
+                       f"argument (def {src.name}(..., {name}: float)) to vary it per call, or call qgraph.reset() "
+                       "to recompile with the new value")

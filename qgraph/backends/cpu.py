@@ -15,10 +15,12 @@ from .checks import (
     check_flag_types,
     compile_error,
     default_float,
+    display_names,
     element_annotations,
     fixed_scalar_types,
     flag_params,
     flag_shape_error,
+    frozen_number_lines,
     host_bounds,
     is_deterministic,
     is_fast_math,
@@ -58,7 +60,8 @@ class CpuLauncher:
         comma = "," if n == 1 else ""
         values = ", ".join(f"v{k}" for k in range(n))
         args = ", ".join(f"a{k}" for k in range(n))
-        lines = resolver_lines(src.param_names, fixed_scalar_types(src), "cpu", ns, Ndarray,
+        lines = frozen_number_lines(src, ns)
+        lines += resolver_lines(display_names(src), fixed_scalar_types(src), "cpu", ns, Ndarray,
                                 elements=element_annotations(src))
         lines += [f"    key = ({', '.join(f's{k}' for k in range(n))}{comma})",
                   "    runner = _get(key)",

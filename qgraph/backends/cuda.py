@@ -35,10 +35,12 @@ from .checks import (
     check_flag_types,
     compile_error,
     default_float,
+    display_names,
     element_annotations,
     fixed_scalar_types,
     flag_params,
     flag_shape_error,
+    frozen_number_lines,
     host_bounds,
     is_deterministic,
     is_fast_math,
@@ -157,7 +159,8 @@ class CudaLauncher:
         comma = "," if n == 1 else ""
         args = ", ".join(f"a{k}" for k in range(n))
         lines = ["    if _ident() != _dev._thread:", "        _dev.make_current()"]
-        lines += resolver_lines(src.param_names, fixed_scalar_types(src), "cuda", ns, Ndarray,
+        lines += frozen_number_lines(src, ns)
+        lines += resolver_lines(display_names(src), fixed_scalar_types(src), "cuda", ns, Ndarray,
                                 elements=element_annotations(src))
         lines += [f"    key = ({', '.join(f's{k}' for k in range(n))}{comma})",
                   f"    p = ({', '.join(f'v{k}' for k in range(n))}{comma})",

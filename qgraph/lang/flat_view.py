@@ -18,6 +18,7 @@ from ..errors import QgraphSyntaxError
 from .flat_values import Val, is_struct, leaves
 from .flatten import GLOBALS, Flattener
 from .frontend import KernelSource, Param, _analyse_names, collect_names
+from .globals_used import func_array_globals
 from .lowering import function_def
 from .regions import DeviceLoop, Dim, Region, Sequence, Task
 from .vector_types import VectorType
@@ -77,6 +78,10 @@ class FuncSpecs:
 
     def _build(self, fn, types: tuple) -> tuple[str, object]:
         src = fn._source
+        arrays = func_array_globals(src)
+        if arrays:
+            raise src.error(f"{fn.__name__} reads the module-level array '{arrays[0]}': a @qgraph.func reads arrays "
+                            "through its parameters; pass it in from the kernel", src.fn_def)
         spec_src = dataclasses.replace(src, globals={**src.globals, **GLOBALS})
         env, params = {}, []
         for p, t in zip(src.params, types):

@@ -50,6 +50,7 @@ class Param:
     name: str
     annotation: ast.expr | None
     keyword_only: bool
+    source: str | None = None  # implicit parameters: how the binder reads the value (lang.globals_used)
 
 
 @dataclass
@@ -67,6 +68,7 @@ class KernelSource:
     closure: dict
     graph_while: str | None = None
     body: Region | None = None  # the region tree every backend walks (None for a func)
+    frozen: tuple = ()  # (module dict, name) of module-level numbers compiled in (lang.globals_used)
 
     @property
     def param_names(self) -> tuple[str, ...]:
