@@ -14,7 +14,7 @@ from .bench.measure import BenchmarkResult, benchmark
 from .decorator import Func, Kernel, KernelStats, func, kernel
 from .dtypes import f32, f64, i8, i16, i32, i64, u8, u16, u32, u64
 from .errors import FallbackWarning, QgraphError, QgraphSyntaxError
-from .lang.builtins import atomic_add, atomic_max, atomic_min, atomic_sub, ndrange, serial
+from .lang.builtins import atomic_add, atomic_max, atomic_min, atomic_sub, ndrange, randint, randn, random, serial
 from .lang.vector_types import (
     cross,
     determinant,
@@ -37,6 +37,7 @@ from .lang.vector_types import (
 )
 from .runtime import current_arch, device_info, init, reset, sync
 from .runtime.arrays import Ndarray, from_numpy, ndarray
+from .runtime.random_state import seed
 
 __version__ = "0.1.0"
 
@@ -47,5 +48,5 @@ __all__ = [
     "from_numpy", "func", "i8", "i16", "i32", "i64", "init", "kernel", "ndarray", "ndrange", "reset", "serial",
     "sync", "u8", "u16", "u32", "u64",
     "cross", "determinant", "dot", "inverse", "mat22", "mat33", "mat44", "matrix", "norm", "norm_sqr", "normalized",
-    "outer", "struct", "trace", "transpose", "vec2", "vec3", "vec4", "vector",
+    "outer", "randint", "randn", "random", "seed", "struct", "trace", "transpose", "vec2", "vec3", "vec4", "vector",
 ]

@@ -7,7 +7,6 @@ specialisation key, looks the specialisation up, and launches it.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -16,6 +15,7 @@ from . import runtime
 from .dtypes import float_precision
 from .lang import builtins as lang
 from .lang import frontend, generated, globals_used
+from .runtime.random_state import rng_state
 
 
 @dataclass
@@ -118,7 +118,8 @@ class Kernel:
 def _bind_class(kernel_cls: type, src: frontend.KernelSource, fn: Callable) -> type:
     """A Kernel subclass whose __call__ has the kernel's own parameters (fast binding)."""
     params = []
-    ns: dict = {"_qg_state": runtime.STATE, "_qg_globals": fn.__globals__, "_qg_cells": fn.__closure__}
+    ns: dict = {"_qg_state": runtime.STATE, "_qg_globals": fn.__globals__, "_qg_cells": fn.__closure__,
+                "_qg_rng_state": rng_state}
     positional_defaults = fn.__defaults__ or ()
     user_params = [p for p in src.params if p.source is None]  # implicit ones are read by the binder
     first_default = len([p for p in user_params if not p.keyword_only]) - len(positional_defaults)
@@ -181,8 +182,7 @@ def kernel(fn: Callable | None = None, *, cuda_graph: bool = False, graph_while:
         if not callable(f) or not hasattr(f, "__code__"):
             raise TypeError(f"@qgraph.kernel decorates a Python function, got {f!r}")
         source = frontend.parse_kernel(f, graph_while, lang.ndrange)
-        source = dataclasses.replace(source, params=source.params + globals_used.implicit_arrays(f, source),
-                                     frozen=tuple((g, n) for g, n, _ in globals_used.frozen_numbers(source)))
+        source = globals_used.with_implicit(f, source)
         cls = _bind_class(Kernel, source, f)
         return cls(f, source, bool(cuda_graph) or graph_while is not None, graph_while, graph_cache_size,
                    deterministic, fast_math, precision)

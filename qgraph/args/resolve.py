@@ -199,6 +199,8 @@ def resolver_lines(names: tuple[str, ...], fixed: tuple[str | None, ...], arch: 
         lines.append(f"t = type({a})")
         if fix is None:
             lines += _array_fast_path(k, a, arch) + _free_scalar_fast_path(k, a, arch, ns)
+            ns["_structs"] = STRUCT_RESOLVERS[arch]  # struct classes seen before (the slow path adds them)
+            lines.append(f"elif t in _structs: s{k}, v{k} = _structs[t]({a})")
         else:  # an annotated parameter is a scalar: no array fast path
             lines += _fixed_scalar_fast_path(k, a, fix, arch, ns)
         lines.append("else:")
@@ -251,12 +253,15 @@ _NUMPY_SCALARS = {"cpu": _numpy_scalar_table("cpu"), "cuda": _numpy_scalar_table
 # --------------------------------------------------------------------------- structs
 
 
+STRUCT_RESOLVERS: dict[str, dict] = {"cpu": {}, "cuda": {}}  # per backend: struct class -> resolver
+
+
 def struct_resolver(cls: type, arch: str):
     """`resolve(obj) -> (key text, leaf values)` for a @qgraph.struct class, generated once
     per backend from the same fast paths as kernel parameters (see args.structs)."""
-    fn = cls._qgraph_resolvers.get(arch)
+    fn = STRUCT_RESOLVERS[arch].get(cls)
     if fn is None:
-        fn = cls._qgraph_resolvers[arch] = _generate_struct_resolver(cls, arch)
+        fn = STRUCT_RESOLVERS[arch][cls] = _generate_struct_resolver(cls, arch)
     return fn
 
 

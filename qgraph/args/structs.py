@@ -78,7 +78,6 @@ def struct(cls: type | None = None, **dataclass_options):
                 raise TypeError(f"@qgraph.struct {c.__name__}: field name '{f.name}' may not start with '_' or "
                                 "contain '__' (qgraph names the kernel's parameters after them)")
         c._qgraph_struct = True
-        c._qgraph_resolvers = {}
         return c
 
     return wrap if cls is None else wrap(cls)

@@ -82,7 +82,7 @@ class CpuLauncher:
         if self._bounds is None:
             self._bounds = host_bounds(self.src)
         check_bounds(self.src, key, self._bounds, args)  # the same errors as on CUDA
-        flat = flat_source(self.src, [arg_type(sig) for sig in key])
+        flat = flat_source(self.src, [arg_type(sig) for sig in key], self._default_float)
         check_flag_types(flat.src, flat.key)  # flags that are struct fields
         if self._deterministic:
             check_deterministic(flat.src, flat.key)

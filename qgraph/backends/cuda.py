@@ -198,7 +198,7 @@ class CudaLauncher:
         if self._bounds is None:
             self._bounds = host_bounds(src)
         check_bounds(src, key, self._bounds, args)
-        flat = flat_source(src, [arg_type(s) for s in key])
+        flat = flat_source(src, [arg_type(s) for s in key], self._default_float)
         check_flag_types(flat.src, flat.key)  # flags that are struct fields
         if self._deterministic:
             check_deterministic(flat.src, flat.key)

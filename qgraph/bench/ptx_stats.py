@@ -49,7 +49,9 @@ def offline_qgraph_ptx(kernel, args: tuple, cc: tuple[int, int] = (9, 0)) -> lis
     to PTX, griddepcontrol.wait at the entry on sm_90+ (the kernel's `fast_math=` and
     `default_float=` options, else the environment's). Uses compiler internals: if they
     move, this raises with the name of what is missing."""
-    from ..backends.checks import default_float, is_fast_math
+    from ..args.kinds import arg_type
+    from ..args.resolve import as_elements
+    from ..backends.checks import default_float, element_annotations, is_fast_math
     from ..compiler import cuda_program
     from ..compiler import numba_adapter as adapter
     from ..lang.lowering import lower_funcs
@@ -58,6 +60,9 @@ def offline_qgraph_ptx(kernel, args: tuple, cc: tuple[int, int] = (9, 0)) -> lis
     settings = Settings.from_environ()
     key = offline_key(args)
     src = kernel._source
+    elements = element_annotations(src) or ()  # `x: qgraph.vec3[:]` reads a plain array as vectors
+    key = tuple(as_elements(s, a, f"argument {k}", e) if e is not None and not arg_type(s).element else s
+                for k, (s, a, e) in enumerate(zip(key, args, elements or (None,) * len(key))))
     codes = cuda_program.task_codes(src, key, default_float=default_float(kernel, settings))
 
     with adapter.assumed_compute_capability(cc):

@@ -57,6 +57,7 @@ class Report:
     cpu_sums: list = field(default_factory=list)
     compute: list = field(default_factory=list)  # see bench.compute_suite
     cpu_compute: list = field(default_factory=list)
+    structs: list = field(default_factory=list)  # see bench.struct_bench
     seconds: float = 0.0
 
     def to_json(self) -> dict:
@@ -64,7 +65,8 @@ class Report:
         cpu = [dict(asdict(r), ratio=r.ratio) for r in self.cpu_rows]
         return {"arch": self.arch, "environment": self.environment, "rows": rows, "headline": self.headline,
                 "cpu": cpu, "reductions": self.reductions, "relax": self.relax, "cpu_sums": self.cpu_sums,
-                "compute": self.compute, "cpu_compute": self.cpu_compute, "seconds": self.seconds}
+                "compute": self.compute, "cpu_compute": self.cpu_compute, "structs": self.structs,
+                "seconds": self.seconds}
 
 
 def environment() -> dict:
@@ -205,6 +207,9 @@ def run(quick: bool = False, arch: str | None = None, progress_stream=None, cpu_
         from . import compute_suite
 
         report.cpu_compute = compute_suite.cpu_rows(quick)
+        from . import struct_bench
+
+        report.structs = struct_bench.rows(0.02 if quick else 0.1, 3 if quick else 5)
         report.seconds = time.perf_counter() - started
         return report
     tasks = QUICK_TASKS if quick else FULL_TASKS
@@ -227,6 +232,9 @@ def run(quick: bool = False, arch: str | None = None, progress_stream=None, cpu_
 
     report.reductions, report.relax, _ = reductions.run(quick, budget, repeat)
     progress("reductions")
+    from . import struct_bench
+
+    report.structs = struct_bench.rows(budget, repeat)
     from . import compute_suite
 
     # last: its CPU rows re-initialise qgraph for cpu (and back), dropping compiled kernels
@@ -248,6 +256,9 @@ def table(report: Report) -> str:
         from .compute_suite import table as compute_table
 
         lines.append(compute_table([], report.cpu_compute))
+        from .struct_bench import table as struct_table
+
+        lines.append(struct_table(report.structs, report.arch))
         if report.arch != "cuda":
             lines.append("(GPU rows need a CUDA GPU: run `python -m qgraph bench` on one.)")
         return "\n".join(lines)
@@ -293,6 +304,9 @@ def table(report: Report) -> str:
     from .compute_suite import table as compute_table
 
     lines.append(compute_table(report.compute, report.cpu_compute))
+    from .struct_bench import table as struct_table
+
+    lines.append(struct_table(report.structs, report.arch))
     return "\n".join(lines)
 
 

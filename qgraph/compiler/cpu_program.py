@@ -15,6 +15,7 @@ from ..lang import cpu_codegen, generated
 from ..lang.frontend import KernelSource
 from ..lang.lowering import PREFIX
 from . import numba_adapter as adapter
+from .random_code import random_functions
 
 
 def _trip_count(start, stop, step):
@@ -44,6 +45,7 @@ class CpuProgram:
                     "_qg_trip_count": adapter.njit(_trip_count, parallel=False, cache=None)}
         for name in module.atomics:
             injected[PREFIX + name] = cpu_atomics.BY_NAME[name]
+        injected.update(random_functions("cpu"))  # compiled when a kernel draws (numba compiles lazily)
 
         namespaces = []
         raw: dict[str, object] = {}

@@ -29,6 +29,7 @@ from ..lang.lowering import CUDA_ATOMICS, Symbols, lower_funcs, module_of
 from ..lang.precision import param_type
 from . import numba_adapter as adapter
 from .code_cache import CodeCache, entry_key
+from .random_code import random_functions
 
 BLOCK = 256  # threads per block for parallel tasks (capped by each kernel's own limit)
 PDL_COMPUTE_CAPABILITY = (9, 0)  # griddepcontrol and programmatic graph edges: Hopper and newer
@@ -112,7 +113,7 @@ def task_codes(src: KernelSource, key: tuple[str, ...], deterministic: bool = Fa
     `default_float` ("f32"/"f64") is the precision of floats nothing else decides (lang.precision).
     Struct arguments are flattened into their leaves and vector code into components first
     (lang.flat_view): argument indices below are leaf indices."""
-    flat = flat or flat_source(src, [arg_type(s) for s in key])
+    flat = flat or flat_source(src, [arg_type(s) for s in key], default_float)
     src, types = flat.src, flat.kinds
     precision = ({name: param_type(t) for name, t in zip(src.param_names, types)}, default_float)
     addressed = {name: t.ndim for name, t in zip(src.param_names, types)
@@ -255,6 +256,7 @@ class Scratch:
 def _compile_ptx(src, codes, orders, task_types, func_defs, cc, types, fast_math: bool = False):
     """numba-cuda: every task to PTX. Raises numba's errors for the launcher to translate."""
     ns_base = adapter.cuda_namespace()
+    ns_base.update(random_functions("cuda"))
     for name, kind in zip(src.param_names, types):  # element types, for typed reduction partials
         if kind.is_array:
             ns_base[dtype_name(name)] = adapter.scalar_numba_type(kind.dtype)

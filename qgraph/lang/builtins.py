@@ -1,4 +1,5 @@
-"""Names a kernel body may use besides Python and numba: ndrange, serial and the atomics.
+"""Names a kernel body may use besides Python and numba: ndrange, serial, random numbers and
+the atomics.
 
 Called from plain Python these run serially (handy for debugging); inside kernels codegen
 replaces them with each backend's atomic instruction.
@@ -24,6 +25,38 @@ def serial(iterable):
     """Run a loop in one thread: `for i in qgraph.serial(range(n)):` at the top level of a
     kernel is a serial task (a prefix sum, a recurrence), not a parallel loop."""
     return iterable
+
+
+_HOST_RNG = None
+
+
+def _host_rng():
+    global _HOST_RNG
+    if _HOST_RNG is None:
+        import numpy as np
+
+        _HOST_RNG = np.random.default_rng()
+    return _HOST_RNG
+
+
+def random(dtype=None):
+    """A uniform random number in [0, 1). In a kernel: counter-based (Philox), the same for a
+    seed on every backend, fresh on every call; `dtype` qgraph.f32/f64 (default: the
+    kernel's default_float). Called from Python: NumPy's generator."""
+    return _host_rng().random(dtype=dtype or "float64")
+
+
+def randn(dtype=None):
+    """A standard normal random number (see random())."""
+    return _host_rng().standard_normal(dtype=dtype or "float64")
+
+
+def randint(lo, hi):
+    """A random integer in [lo, hi) (see random())."""
+    return int(_host_rng().integers(lo, hi))
+
+
+RANDOM = {f.__name__: f for f in (random, randn, randint)}
 
 
 def atomic_add(arr, index, value):

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from ..errors import QgraphSyntaxError
 from .flat_values import Val, is_struct, leaves
 from .flatten import GLOBALS, Flattener
+from .flatten_calls import random_prologue
 from .frontend import KernelSource, Param, _analyse_names, collect_names
 from .globals_used import func_array_globals
 from .lowering import function_def
@@ -141,7 +142,7 @@ def flat_name(path: str) -> str:
     return path.replace(".", "__")
 
 
-def flat_source(src: KernelSource, kinds: list) -> FlatSource:
+def flat_source(src: KernelSource, kinds: list, default_float: str = "f64") -> FlatSource:
     """`src` flattened for arguments of `kinds` (see the module docstring)."""
     params: list[Param] = []
     flat_kinds: list = []
@@ -164,8 +165,10 @@ def flat_source(src: KernelSource, kinds: list) -> FlatSource:
     base = dataclasses.replace(src, globals={**src.globals, **GLOBALS})
     tasks: dict[int, Task] = {}
     for task in src.tasks:
-        fl = Flattener(base, env, specs, taken, counter)
+        fl = Flattener(base, env, specs, taken, counter, task, default_float)
         body = fl.run(copy.deepcopy(task.body))
+        if fl.random_draws:
+            body = random_prologue(task, task.body[0]) + body
         dims = tuple(Dim(*(None if e is None else _bound(fl, e) for e in (d.start, d.stop, d.step)))
                      for d in task.dims)
         tasks[task.index] = Task(task.index, task.parallel, task.lineno, body, task.loop_vars, dims,

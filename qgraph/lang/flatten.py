@@ -40,8 +40,12 @@ class Flattener(Expressions):
     `env` maps parameters to their types (a kind, or a VectorType for a func's vector
     parameter; scalars and plain arrays may be absent); `specs` specialises funcs."""
 
-    def __init__(self, src: KernelSource, env: dict, specs, taken: set[str], counter) -> None:
+    def __init__(self, src: KernelSource, env: dict, specs, taken: set[str], counter, task=None,
+                 default_float: str = "f64") -> None:
         self.src = src
+        self.task = task  # None in a @qgraph.func
+        self.default_float = default_float  # the precision of qgraph.random() without a dtype
+        self.random_draws = 0
         self.env = dict(env)
         self.params = set(env)
         self.specs = specs
@@ -65,7 +69,7 @@ class Flattener(Expressions):
                 pass
         learned = {n: t for n, t in self.env.items() if isinstance(t, VectorType) and n not in params}
         self.env = {**params, **learned}
-        self.counter.next, self.returns = start, []
+        self.counter.next, self.returns, self.random_draws = start, [], 0
         self.specs.restore(mark)
         return [unshared(s) for s in self.block(body)]
 

@@ -1,4 +1,4 @@
-"""Module-level values a kernel reads: arrays are read at call time, numbers are checked.
+"""Implicit parameters: module-level values a kernel reads, and its random-number state.
 
 numba freezes globals into the compiled code, so a module-level array written by the host
 after compilation would be read stale, silently. Instead:
@@ -8,6 +8,10 @@ after compilation would be read stale, silently. Instead:
 - a module-level number stays a compile-time constant (it folds into the code), and every
   call checks that it still holds the value it was compiled with; a change raises
   QgraphError naming the number (as Triton does).
+
+A kernel that draws random numbers gets the implicit array parameter `_qg_rng` ([seed,
+epoch], runtime.State.rng_state) and a last serial task advancing the epoch, so every call
+(and every pass of a device loop) draws fresh numbers from the same graph.
 """
 
 from __future__ import annotations
@@ -17,7 +21,9 @@ import builtins
 
 import numpy as np
 
+from . import builtins as lang
 from .frontend import UNRESOLVED, KernelSource, Param, collect_names
+from .regions import DeviceLoop, Region, Sequence, Task
 
 RNG_STATE = "_qg_rng"  # the implicit parameter of kernels that draw random numbers
 
@@ -89,3 +95,48 @@ def func_array_globals(src: KernelSource) -> list[str]:
     names = collect_names(src.fn_def.body)
     return [n for n in names.loaded if n not in names.stored and n not in src.param_names
             and is_array_value(src.globals.get(n, src.closure.get(n)))]
+
+
+def with_implicit(fn, src: KernelSource) -> KernelSource:
+    """`src` with its implicit parameters, the epoch task, and its frozen numbers."""
+    import dataclasses
+
+    params = src.params + implicit_arrays(fn, src)
+    tasks, body = src.tasks, src.body
+    if uses_random(src):
+        params += (Param(RNG_STATE, None, False, "_qg_rng_state()"),)
+        epoch = _epoch_task(len(tasks), src.fn_def)
+        tasks = tasks + (epoch,)
+        body = _append(body, epoch)
+    frozen = tuple((g, n) for g, n, _ in frozen_numbers(src))
+    return dataclasses.replace(src, params=params, tasks=tasks, body=body, frozen=frozen)
+
+
+def uses_random(src: KernelSource) -> bool:
+    randoms = tuple(lang.RANDOM.values())
+    for task in src.tasks:
+        for stmt in task.body:
+            for node in ast.walk(stmt):
+                if isinstance(node, ast.Call) and src.resolve(node.func) in randoms:
+                    return True
+    return False
+
+
+def _epoch_task(index: int, at: ast.AST) -> Task:
+    """`_qg_rng[1] = _qg_rng[1] + uint64(1)`: the next call's (or pass's) random numbers."""
+    line = max((getattr(n, "end_lineno", 0) or 0) for n in ast.walk(at))
+    code = f"{RNG_STATE}[1] = {RNG_STATE}[1] + _qg_np.uint64(1)"
+    stmt = ast.parse(code).body[0]
+    for node in ast.walk(stmt):
+        node.lineno, node.end_lineno, node.col_offset, node.end_col_offset = line, line, 0, 0
+    return Task(index, False, line, [stmt], stored=frozenset(), loaded={RNG_STATE: line, "_qg_np": line})
+
+
+def _append(region: Region, task: Task) -> Region:
+    """`region` with `task` at the end of its last sequence (inside a loop around the body)."""
+    if isinstance(region, DeviceLoop):
+        return DeviceLoop(region.flag, _append(region.body, task), region.lineno)
+    children = region.children
+    if children and isinstance(children[-1], DeviceLoop):
+        return Sequence(children[:-1] + (_append(children[-1], task),))
+    return Sequence(children + (task,))

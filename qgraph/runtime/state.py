@@ -46,6 +46,8 @@ class State:
         self.settings = Settings()
         self.kernels: weakref.WeakSet = weakref.WeakSet()
         self._devices: dict[int, object] = {}  # CudaDevices stay initialised across init() calls
+        self.seed = 0  # qgraph.seed(): the key of in-kernel random numbers
+        self._rng = None  # (target, uint64 array [seed, epoch]) of kernels that draw random numbers
 
     @property
     def cuda(self):

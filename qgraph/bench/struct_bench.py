@@ -1,0 +1,70 @@
+"""Per-call cost of a struct argument against the same arrays passed one by one.
+
+The kernel is one small task over six float32 arrays (so launch cost dominates); each
+mode is timed back to back, interleaved with the others: separate arrays, one struct of
+the six, and both again with two argument sets swapped on every call (a graph node update
+per call).
+"""
+
+from __future__ import annotations
+
+import qgraph
+
+from .timing import interleaved_seconds
+
+SIZE = 256
+
+
+@qgraph.struct
+class Six:
+    a: object
+    b: object
+    c: object
+    d: object
+    e: object
+    f: object
+
+
+@qgraph.kernel(cuda_graph=True)
+def separate(a, b, c, d, e, f):
+    for i in range(a.shape[0]):
+        a[i] = b[i] + c[i] * d[i] - e[i] * f[i]
+
+
+@qgraph.kernel(cuda_graph=True)
+def grouped(s: Six):
+    for i in range(s.a.shape[0]):
+        s.a[i] = s.b[i] + s.c[i] * s.d[i] - s.e[i] * s.f[i]
+
+
+def rows(budget: float, repeat: int) -> list[dict]:
+    """[{mode, us, ratio}] with ratio = us / the separate-arrays time of the same kind."""
+    sets = [[qgraph.ndarray(qgraph.f32, (SIZE,)) for _ in range(6)] for _ in range(2)]
+    structs = [Six(*arrays) for arrays in sets]
+    state = [0]
+
+    def separate_swapped() -> None:
+        state[0] ^= 1
+        separate(*sets[state[0]])
+
+    def grouped_swapped() -> None:
+        state[0] ^= 1
+        grouped(structs[state[0]])
+
+    calls = {"separate arrays": lambda: separate(*sets[0]), "struct": lambda: grouped(structs[0]),
+             "separate arrays, 2 sets swapped": separate_swapped, "struct, 2 sets swapped": grouped_swapped}
+    times = interleaved_seconds(calls, budget, repeat, qgraph.sync)
+    out = []
+    for mode, t in times.items():
+        base = times["separate arrays, 2 sets swapped" if "swapped" in mode else "separate arrays"]
+        out.append({"mode": mode, "us": t * 1e6, "ratio": t / base})
+    return out
+
+
+def table(found: list[dict], arch: str) -> str:
+    if not found:
+        return ""
+    lines = [f"\nstruct argument vs the same six arrays passed separately ({arch}, per call, us; ratio to separate)"]
+    for r in found:
+        lines.append(f"  {r['mode']:<34} {r['us']:8.2f} ({r['ratio']:.2f})")
+    return "\n".join(lines)
