@@ -254,6 +254,7 @@ _NUMPY_SCALARS = {"cpu": _numpy_scalar_table("cpu"), "cuda": _numpy_scalar_table
 
 
 STRUCT_RESOLVERS: dict[str, dict] = {"cpu": {}, "cuda": {}}  # per backend: struct class -> resolver
+ARRAY_TYPE: list = [None]  # qgraph.Ndarray, registered by the runtime (above this layer)
 
 
 def struct_resolver(cls: type, arch: str):
@@ -288,11 +289,9 @@ def _generate_struct_resolver(cls: type, arch: str):
         element = getattr(ann, "element", None)
         elements.append((element.shape, ann.ndim, element.dtype) if element is not None else None)
     names = tuple(f"{cls.__name__}.{f.name}" for f in fields)
-    from ..runtime.arrays import Ndarray
-
     ns: dict = {"_sigs": {}, "_new": _new_struct_entry, "_cls": cls, "_flat": _flat_leaves}
     lines = [f"    a{k} = obj.{f.name}" for k, f in enumerate(fields)]
-    lines += resolver_lines(names, tuple(fixed), arch, ns, Ndarray,
+    lines += resolver_lines(names, tuple(fixed), arch, ns, ARRAY_TYPE[0],
                             elements=tuple(elements) if any(e is not None for e in elements) else None)
     comma = "," if len(fields) == 1 else ""
     key = f"({', '.join(f's{k}' for k in range(len(fields)))}{comma})"

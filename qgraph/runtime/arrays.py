@@ -11,6 +11,7 @@ import operator
 
 import numpy as np
 
+from ..args import resolve
 from ..args.kinds import array_sig, numba_abi
 from ..dtypes import as_dtype
 from ..lang.vector_types import element_of
@@ -158,6 +159,9 @@ class Ndarray:
             raise AttributeError("a cpu qgraph array has no __cuda_array_interface__")
         return {"shape": self._shape, "typestr": self._dtype.str, "data": (self._ptr, False),
                 "strides": None, "version": 3, "stream": self._device.stream_handle}
+
+
+resolve.ARRAY_TYPE[0] = Ndarray  # struct resolvers (args layer) test for it by identity
 
 
 def ndarray(dtype, shape) -> Ndarray:
