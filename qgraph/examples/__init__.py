@@ -2,7 +2,10 @@
 
 - heat_diffusion: 2D heat equation run to convergence inside one graph_while call;
 - particles: a particle-system step as one multi-task cuda_graph kernel;
-- jacobi: a Jacobi linear solve with a residual-based stop flag.
+- jacobi: a Jacobi linear solve with a residual-based stop flag;
+- mpm88: Taichi's 88-line MLS-MPM fluid, one substep (with an atomic scatter) per call;
+- nbody: all-pairs gravitational N-body, leapfrog, with energy and momentum diagnostics;
+- stable_fluids: Stam's stable fluids on a MAC grid, the Jacobi pressure solve in one graph_while call.
 
 Run one with `python -m qgraph.examples.heat_diffusion` (or `python examples/heat_diffusion.py`).
 """
