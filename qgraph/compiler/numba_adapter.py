@@ -175,9 +175,21 @@ def cuda_namespace() -> dict:
     from .numba_addressing import addressing
 
     return {**addressing(), "_qg_cuda": cuda, "_qg_f32": float32, "_qg_i32": int32, "_qg_i64": int64,
-            "_qg_u32": uint32, "_qg_u64": uint64,
+            "_qg_u32": uint32, "_qg_u64": uint64, **_python_min_max(),
             "_qg_libdevice": libdevice, "_qg_np_i32": np.int32, "_qg_np_i64": np.int64, "_qg_np_u32": np.uint32,
             "_qg_np_u64": np.uint64}
+
+
+_MIN_MAX: dict = {}
+
+
+def _python_min_max() -> dict:
+    """min/max device functions with Python's rule (numba-cuda's float min/max drop NaNs)."""
+    if not _MIN_MAX:
+        from ..lang.math_calls import PYTHON_RULE
+
+        _MIN_MAX.update({name: cuda_device_function(f) for name, f in PYTHON_RULE.items()})
+    return _MIN_MAX
 
 
 @contextlib.contextmanager

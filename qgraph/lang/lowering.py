@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from . import builtins as lang
 from .frontend import UNRESOLVED, KernelSource, Task, collect_names
+from .math_calls import lower_min_max
 
 PREFIX = "_qg_"
 RUNNER = "_qg_run"
@@ -102,7 +103,7 @@ def lower_statements(src: KernelSource, stmts: list[ast.stmt], local_names: set[
 
     `updates` (an updates.UpdateRewriter) first rewrites a parallel task's element updates.
     """
-    copies = [copy.deepcopy(s) for s in stmts]
+    copies = lower_min_max(src.resolve, [copy.deepcopy(s) for s in stmts], local_names)
     if updates is not None:
         copies = [updates.visit(s) for s in copies]
     rewriter = CallRewriter(src, local_names, symbols)

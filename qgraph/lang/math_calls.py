@@ -1,0 +1,65 @@
+"""min and max in kernel code, with Python's rule on both backends (lowering.lower_statements
+runs this on every task body and @qgraph.func body).
+
+`min(a, b, ...)` and `max(a, b, ...)` become `_qg_min(_qg_min(a, b), ...)`: pairwise from the
+left, each step keeping the earlier value unless the later one is strictly smaller (larger),
+as CPython does. So a NaN, a signed zero or an int next to a float gives CPython's result on
+both backends. numba's CPU min/max already follow that rule, and the CPU binds the names to
+the builtins (compiler.cpu_program); numba-cuda lowers float min/max to fminf/fmaxf, which
+drop a NaN, so CUDA binds them to device functions compiled from `python_min`/`python_max`
+(compiler.numba_adapter). qgraph.clamp and np.clip reach this as min(max(x, lo), hi)
+(lang.flatten_calls), so a NaN `x` stays NaN, as on the host.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+
+MIN, MAX = "_qg_min", "_qg_max"
+_NAMES = {builtins.min: MIN, builtins.max: MAX}
+
+
+def python_min(a, b):
+    return b if b < a else a
+
+
+def python_max(a, b):
+    return b if b > a else a
+
+
+PYTHON_RULE = {MIN: python_min, MAX: python_max}  # generated name -> its definition (for CUDA)
+
+
+class MinMax(ast.NodeTransformer):
+    def __init__(self, resolve, local_names: set[str]) -> None:
+        self.resolve = resolve  # KernelSource.resolve
+        self.local_names = local_names
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        self.generic_visit(node)
+        func = node.func
+        if not isinstance(func, (ast.Name, ast.Attribute)) or len(node.args) < 2 or node.keywords \
+                or any(isinstance(a, ast.Starred) for a in node.args):
+            return node
+        root = func
+        while isinstance(root, ast.Attribute):
+            root = root.value
+        if not isinstance(root, ast.Name) or root.id in self.local_names:
+            return node
+        obj = self.resolve(func)
+        name = next((n for fn, n in _NAMES.items() if obj is fn), None)
+        if name is None:
+            return node
+        out = node.args[0]
+        for arg in node.args[1:]:
+            out = ast.copy_location(ast.Call(ast.copy_location(ast.Name(name, ast.Load()), func), [out, arg], []),
+                                    node)
+        return out
+
+
+def lower_min_max(resolve, stmts: list[ast.stmt], local_names: set[str]) -> list[ast.stmt]:
+    """`stmts` (rewritten in place) with every call of the builtin min/max on two or more
+    arguments spelled with the generated names."""
+    rewriter = MinMax(resolve, local_names)
+    return [rewriter.visit(s) for s in stmts]
