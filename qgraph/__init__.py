@@ -14,7 +14,18 @@ from .bench.measure import BenchmarkResult, benchmark
 from .decorator import Func, Kernel, KernelStats, func, kernel
 from .dtypes import f32, f64, i8, i16, i32, i64, u8, u16, u32, u64
 from .errors import FallbackWarning, QgraphError, QgraphSyntaxError
-from .lang.builtins import atomic_add, atomic_max, atomic_min, atomic_sub, ndrange, randint, randn, random, serial
+from .lang.builtins import (
+    atomic_add,
+    atomic_max,
+    atomic_min,
+    atomic_sub,
+    clamp,
+    ndrange,
+    randint,
+    randn,
+    random,
+    serial,
+)
 from .lang.vector_types import (
     cross,
     determinant,
@@ -44,7 +55,8 @@ __version__ = "0.1.0"
 __all__ = [
     "BenchmarkResult", "FallbackWarning", "Func", "Kernel", "KernelStats", "Ndarray", "QgraphError",
     "QgraphSyntaxError",
-    "atomic_add", "atomic_max", "atomic_min", "atomic_sub", "benchmark", "current_arch", "device_info", "f32", "f64",
+    "atomic_add", "atomic_max", "atomic_min", "atomic_sub", "benchmark", "clamp", "current_arch", "device_info",
+    "f32", "f64",
     "from_numpy", "func", "i8", "i16", "i32", "i64", "init", "kernel", "ndarray", "ndrange", "reset", "serial",
     "sync", "u8", "u16", "u32", "u64",
     "cross", "determinant", "dot", "inverse", "mat22", "mat33", "mat44", "matrix", "norm", "norm_sqr", "normalized",

@@ -16,6 +16,7 @@ from ..lang.frontend import KernelSource
 from ..lang.lowering import PREFIX
 from ..lang.math_calls import MAX, MIN
 from . import numba_adapter as adapter
+from .cpu_math import cpu_math
 from .random_code import random_functions
 
 
@@ -47,6 +48,7 @@ class CpuProgram:
         for name in module.atomics:
             injected[PREFIX + name] = cpu_atomics.BY_NAME[name]
         injected.update(random_functions("cpu"))  # compiled when a kernel draws (numba compiles lazily)
+        injected.update(cpu_math())
         injected.update({MIN: min, MAX: max})  # numba's CPU min/max follow Python's rule (lang.math_calls)
 
         namespaces = []

@@ -27,6 +27,11 @@ def serial(iterable):
     return iterable
 
 
+def clamp(x, lo, hi):
+    """`x` limited to [lo, hi] (min(max(x, lo), hi)); per component for vectors."""
+    return min(max(x, lo), hi)
+
+
 _HOST_RNG = None
 
 

@@ -110,3 +110,8 @@ def shaped(shape: tuple, dtype: np.dtype) -> VectorType | None:
     if not shape:
         return None
     return vt.vector(shape[0], dtype) if len(shape) == 1 else vt.matrix(shape[0], shape[1], dtype)
+
+
+def no_keywords(fl, node: ast.Call) -> None:
+    if node.keywords:
+        raise fl.error(f"{ast.unparse(node.func)}() takes no keyword arguments", node)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from ..errors import QgraphSyntaxError
 from .flat_values import Val, is_struct, leaves
 from .flatten import GLOBALS, Flattener
-from .flatten_calls import random_prologue
+from .flatten_random import random_prologue
 from .frontend import KernelSource, Param, _analyse_names, collect_names
 from .globals_used import func_array_globals
 from .lowering import function_def

@@ -4,14 +4,25 @@ elementwise builtins and math, vector atomics and @qgraph.func specialisations."
 from __future__ import annotations
 
 import ast
+import math
 
 import numpy as np
 
-from ..dtypes import float_precision
 from . import builtins as lang
 from . import vector_algebra as alg
 from . import vector_types as vt
-from .flat_values import _ELEMENTWISE_MATH, _METHODS, Val, _index, _parts, element_type, is_struct, shaped
+from .flat_values import (
+    _ELEMENTWISE_MATH,
+    _METHODS,
+    Val,
+    _index,
+    _parts,
+    element_type,
+    is_struct,
+    no_keywords,
+    shaped,
+)
+from .flatten_random import draw
 from .frontend import UNRESOLVED
 from .vector_types import VectorType
 
@@ -45,14 +56,25 @@ def lower_call(fl, node: ast.Call) -> Val:
     name = next((n for n, f in vt.FUNCTIONS.items() if f is obj), None)
     if name is not None:
         args = [fl.value(a) for a in node.args]
-        _no_keywords(fl, node)
+        no_keywords(fl, node)
         return vector_function(fl, name, args, node)
     if obj in lang.ATOMICS.values():
         return atomic(fl, node)
     if obj in lang.RANDOM.values():
         return draw(fl, obj, node)
-    if obj is getattr(lang, "clamp", None) or obj in _ELEMENTWISE_MATH or obj in _ELEMENTWISE_BUILTINS:
+    if obj is lang.clamp or obj is np.clip:
+        return clamp(fl, node)
+    if obj in _ELEMENTWISE_MATH or obj in _ELEMENTWISE_BUILTINS:
         return elementwise(fl, node)
+    if obj is float and len(node.args) == 1 and not node.keywords and _is_boolean(fl, node.args[0]):
+        # float(math.isnan(x)): numba has no float(bool)
+        test = fl.scalar(node.args[0])
+        return Val(None, [alg.loc(ast.IfExp(test, alg.const(1.0, node), alg.const(0.0, node)), node)])
+    if _is_linear_algebra(obj):
+        name = f"np.{'linalg.' if getattr(obj, '__module__', '') == 'numpy.linalg' else ''}{obj.__name__}"
+        raise fl.error(f"NumPy linear algebra ({name}) is not supported in a kernel; use qgraph's small vector "
+                       "and matrix types (qgraph.vec3, qgraph.mat33, @, qgraph.dot, qgraph.cross, qgraph.inverse, "
+                       "...)", node)
     if obj in (min, max):
         return min_max(fl, obj, node)
     if obj is sum and len(node.args) == 1:
@@ -70,16 +92,45 @@ def lower_call(fl, node: ast.Call) -> Val:
     return plain_call(fl, node)
 
 
+_BOOLEAN_CALLS = (math.isnan, math.isinf, math.isfinite, np.isnan, np.isinf, np.isfinite, bool)
+_LINEAR_ALGEBRA = (np.dot, np.matmul, np.cross, np.outer, np.inner, np.vdot, np.tensordot, np.einsum, np.kron)
+
+
+def _is_boolean(fl, arg: ast.expr) -> bool:
+    if isinstance(arg, (ast.Compare, ast.BoolOp)) or (isinstance(arg, ast.UnaryOp) and isinstance(arg.op, ast.Not)):
+        return True
+    return isinstance(arg, ast.Call) and fl.resolve(arg.func) in _BOOLEAN_CALLS
+
+
+def _is_linear_algebra(obj) -> bool:
+    return getattr(obj, "__module__", None) == "numpy.linalg" or any(obj is f for f in _LINEAR_ALGEBRA)
+
+
+def clamp(fl, node: ast.Call) -> Val:
+    """qgraph.clamp(x, lo, hi) and np.clip(x, lo, hi): min(max(x, lo), hi), per component."""
+    no_keywords(fl, node)
+    if len(node.args) != 3:
+        raise fl.error(f"{ast.unparse(node.func)}(x, lo, hi) takes 3 arguments, got {len(node.args)}", node)
+    args = [fl.value(a) for a in node.args]
+    vecs = [a.vec for a in args if a.vec]
+    if vecs and any(v.shape != vecs[0].shape for v in vecs):
+        raise fl.error(f"{ast.unparse(node.func)}(): the vector arguments differ in shape", node)
+    n = vecs[0].size if vecs else 1
+    if vecs:
+        args = [fl.broadcast(a, vecs[0], node) for a in args]
+    comps = []
+    for k in range(n):
+        x, lo, hi = (a.comps[k] if vecs else a.expr for a in args)
+        inner = alg.loc(ast.Call(alg.name("max", node), [x, lo], []), node)
+        comps.append(alg.loc(ast.Call(alg.name("min", node), [inner, hi], []), node))
+    return Val(vecs[0] if vecs else None, comps)
+
+
 def plain_call(fl, node: ast.Call) -> Val:
     node.args = [fl.scalar(a) for a in node.args]
     for kw in node.keywords:
         kw.value = fl.scalar(kw.value)
     return Val(None, [node])
-
-
-def _no_keywords(fl, node: ast.Call) -> None:
-    if node.keywords:
-        raise fl.error(f"{ast.unparse(node.func)}() takes no keyword arguments", node)
 
 
 def _static_type(fl, call: ast.Call) -> VectorType | None:
@@ -101,7 +152,7 @@ def _static_type(fl, call: ast.Call) -> VectorType | None:
 
 
 def constructor(fl, t: VectorType, node: ast.Call) -> Val:
-    _no_keywords(fl, node)
+    no_keywords(fl, node)
     base = _row_base(fl, node.args[0]) if len(node.args) == 1 else None
     if base is not None:
         return _from_row(fl, t, node.args[0], base)
@@ -160,7 +211,7 @@ def identity(fl, t: VectorType, node: ast.Call) -> Val:
 def method(fl, base: Val, name: str, node: ast.Call) -> Val:
     if name not in _METHODS:
         raise fl.error(f"a {base.vec.name} has no method '{name}' (methods: {', '.join(sorted(_METHODS))})", node)
-    _no_keywords(fl, node)
+    no_keywords(fl, node)
     return vector_function(fl, name, [base] + [fl.value(a) for a in node.args], node)
 
 
@@ -311,67 +362,3 @@ def _defaults(f) -> dict:
     out = dict(zip(names[len(names) - len(f.__defaults__ or ()):], f.__defaults__ or ()))
     out.update(f.__kwdefaults__ or {})
     return out
-
-
-
-# --------------------------------------------------------------------------- random numbers
-
-RANDOM_FUNCTIONS = {("random", "f32"): "_qg_rand_uniform_f32", ("random", "f64"): "_qg_rand_uniform_f64",
-                    ("randn", "f32"): "_qg_rand_normal_f32", ("randn", "f64"): "_qg_rand_normal_f64",
-                    ("randint", None): "_qg_rand_int"}
-
-
-def draw(fl, fn, node: ast.Call) -> Val:
-    """One draw: `_qg_vN = <philox function>(seed, stream, index, draw)` and the per-thread
-    draw counter advanced, as statements before the one that uses the number."""
-    if fl.task is None:
-        raise fl.error(f"qgraph.{fn.__name__}() in a @qgraph.func: draw the number in the kernel and pass it in",
-                       node)
-    _no_keywords(fl, node)
-    dtype = None
-    if fn is lang.randint:
-        if len(node.args) != 2:
-            raise fl.error("qgraph.randint(lo, hi) takes two integers", node)
-        args = [fl.scalar(a) for a in node.args]
-    else:
-        if len(node.args) > 1:
-            raise fl.error(f"qgraph.{fn.__name__}() takes at most a dtype (qgraph.f32 or qgraph.f64)", node)
-        dtype = fl.default_float
-        if node.args:
-            try:
-                dtype = float_precision(fl.src.resolve(node.args[0]), f"qgraph.{fn.__name__}(dtype)")
-            except TypeError as e:
-                raise fl.error(str(e), node) from None
-        args = []
-    fl.random_draws += 1
-    state = [alg.name(n, node) for n in ("_qg_seed", "_qg_stream", "_qg_index", "_qg_draw")]
-    call = alg.loc(ast.Call(alg.name(RANDOM_FUNCTIONS[fn.__name__, dtype], node), args + state, []), node)
-    value = fl.temp(call)
-    step = alg.binop(alg.name("_qg_draw", node), ast.Add(), alg.loc(ast.Call(
-        alg.loc(ast.Attribute(alg.name(alg.NUMPY, node), "uint64", ast.Load()), node), [alg.const(1, node)], []),
-        node), node)
-    fl.pre.append(alg.loc(ast.Assign([alg.loc(ast.Name("_qg_draw", ast.Store()), node)], step), node))
-    if dtype is None:
-        return Val(None, [value])
-    return Val(None, [alg.cast(np.dtype(np.float32 if dtype == "f32" else np.float64), value, node)])
-
-
-def random_prologue(task, at: ast.AST) -> list[ast.stmt]:
-    """The per-iteration random state of a task that draws: its key, stream and counter."""
-    u = [f"_qg_np.uint64({v})" for v in task.loop_vars[:3]] or ["_qg_np.uint64(0)"]
-    if len(u) == 1:  # as lang.random_bits.loop_index
-        index = u[0]
-    elif len(u) == 2:
-        index = f"({u[0]} << _qg_np.uint64(24)) | ({u[1]} & _qg_np.uint64(0xFFFFFF))"
-    else:
-        index = (f"({u[0]} << _qg_np.uint64(32)) | (({u[1]} & _qg_np.uint64(0xFFFF)) << _qg_np.uint64(16)) | "
-                 f"({u[2]} & _qg_np.uint64(0xFFFF))")
-    code = ("_qg_seed = _qg_rng[0]\n"
-            f"_qg_stream = (_qg_rng[1] << _qg_np.uint64(16)) | _qg_np.uint64({task.index})\n"
-            f"_qg_index = {index}\n"
-            "_qg_draw = _qg_np.uint64(0)\n")
-    stmts = ast.parse(code).body
-    for stmt in stmts:
-        for node in ast.walk(stmt):
-            ast.copy_location(node, at)
-    return stmts

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import copy
+import math
 from dataclasses import dataclass, field
 
 from . import builtins as lang
@@ -26,6 +27,8 @@ def task_name(task: Task) -> str:
 
 
 CPU_ATOMICS = {name: PREFIX + name for name in lang.ATOMICS}
+# math functions numba compiles for CUDA but not for the CPU (compiler.cpu_math provides them)
+CPU_MATH = {math.fmod: "_qg_fmod", math.remainder: "_qg_remainder"}
 CUDA_ATOMICS = {name: f"_qg_cuda.atomic.{name[len('atomic_'):]}" for name in lang.ATOMICS}
 
 
@@ -39,6 +42,7 @@ class Symbols:
 
     atomic_paths: dict[str, str] = field(default_factory=lambda: dict(CPU_ATOMICS))
     atomics: set[str] = field(default_factory=set)
+    math_paths: dict = field(default_factory=lambda: dict(CPU_MATH))  # function -> the backend's spelling
     # @qgraph.func specialisations (lang.flat_view.FuncSpecs.defs): (FunctionDef, Func, its source)
     specialised: list = field(default_factory=list)
 
@@ -50,6 +54,9 @@ class Symbols:
     def replacement(self, obj: object, src: KernelSource, node: ast.AST) -> str | None:
         if obj is UNRESOLVED:
             return None
+        path = self.math_paths.get(obj) if isinstance(obj, type(math.sqrt)) else None
+        if path is not None:
+            return path
         for name, fn in lang.ATOMICS.items():
             if obj is fn:
                 self.atomics.add(name)

@@ -38,7 +38,7 @@ FLOATS = (F32, F64)
 _FLOAT_MATH = frozenset(getattr(math, n) for n in (
     "sqrt", "exp", "expm1", "log", "log2", "log10", "log1p", "sin", "cos", "tan", "asin", "acos", "atan",
     "atan2", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "hypot", "pow", "fabs", "copysign", "erf",
-    "erfc", "gamma", "lgamma", "degrees", "radians", "fmod"))
+    "erfc", "gamma", "lgamma", "degrees", "radians", "fmod", "remainder"))
 _FLOAT_NUMPY = frozenset(getattr(np, n) for n in (
     "sqrt", "exp", "expm1", "log", "log2", "log10", "log1p", "sin", "cos", "tan", "arcsin", "arccos",
     "arctan", "arctan2", "sinh", "cosh", "tanh", "hypot", "fabs", "abs", "absolute", "floor", "ceil", "trunc",
