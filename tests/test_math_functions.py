@@ -10,21 +10,13 @@ import math
 
 import numpy as np
 import pytest
+from test_precision import call  # device round trip of NumPy arguments
 
 import qgraph
 
 F32, F64 = np.float32, np.float64
 SPECIAL = [0.0, -0.0, 2.5, -2.5, 3.5, -3.5, 7.0, -7.0, 1e-3, 5.5, 0.5, np.inf, -np.inf, np.nan, 1.0, -1.0]
 SPECIAL_Y = [1.0, 1.0, 1.0, 1.0, -1.0, -1.0, 2.0, -2.0, 3.0, np.nan, 0.0, 2.0, 1.0, 1.0, np.inf, -np.inf]
-
-
-def call(kernel, *args):
-    """Run `kernel` on device copies of the NumPy arrays among `args`, then copy them back."""
-    dev = [qgraph.from_numpy(a) if isinstance(a, np.ndarray) else a for a in args]
-    kernel(*dev)
-    for a, d in zip(args, dev):
-        if isinstance(a, np.ndarray):
-            a[...] = d.to_numpy()
 
 
 def _data(dtype, n=600, seed=0, ties=True):

@@ -75,7 +75,6 @@ class CpuLauncher:
         return generated.function(source, "launch", f"launch of kernel {src.qualname} (cpu)", ns)
 
     def _first_call(self, key: tuple, values: tuple, args: tuple) -> None:
-        check_flag_types(self.src, key)
         for k in self._flags:
             if values[k].shape not in ((), (1,)):
                 raise flag_shape_error(self.src, k, values[k].shape)
@@ -83,7 +82,7 @@ class CpuLauncher:
             self._bounds = host_bounds(self.src)
         check_bounds(self.src, key, self._bounds, args)  # the same errors as on CUDA
         flat = flat_source(self.src, [arg_type(sig) for sig in key], self._default_float)
-        check_flag_types(flat.src, flat.key)  # flags that are struct fields
+        check_flag_types(flat.src, flat.key)  # every flag, struct fields included
         if self._deterministic:
             check_deterministic(flat.src, flat.key)
         src = flat.src

@@ -194,12 +194,11 @@ class CudaLauncher:
 
     def _specialise(self, key: tuple, args: tuple) -> _Spec:
         src = self.src
-        check_flag_types(src, key)
         if self._bounds is None:
             self._bounds = host_bounds(src)
         check_bounds(src, key, self._bounds, args)
         flat = flat_source(src, [arg_type(s) for s in key], self._default_float)
-        check_flag_types(flat.src, flat.key)  # flags that are struct fields
+        check_flag_types(flat.src, flat.key)  # every flag, struct fields included
         if self._deterministic:
             check_deterministic(flat.src, flat.key)
         try:

@@ -115,3 +115,11 @@ def shaped(shape: tuple, dtype: np.dtype) -> VectorType | None:
 def no_keywords(fl, node: ast.Call) -> None:
     if node.keywords:
         raise fl.error(f"{ast.unparse(node.func)}() takes no keyword arguments", node)
+
+
+def component_indices(fl, parts: list[ast.expr], shape: tuple[int, ...], at: ast.AST) -> list[ast.expr]:
+    """The full index of each component of a `shape` element at the leading indices `parts`
+    (non-trivial ones moved into temporaries first, so each is computed once)."""
+    parts = [p if alg.is_simple(p) else fl.temp(p) for p in parts]
+    return [_index(parts + [alg.const(int(i), at) for i in np.unravel_index(k, shape)], at)
+            for k in range(int(np.prod(shape)))]

@@ -24,6 +24,7 @@ from .flat_values import (
     _const_int,
     _index,
     _parts,
+    component_indices,
     is_struct,
     leaves,
     unshared,
@@ -291,12 +292,8 @@ class Flattener(Expressions):
         if base.type.ndim - len(parts) != len(t.shape):
             raise self.error(f"cannot store a {t.name} into {ast.unparse(target)}: it has "
                              f"{base.type.ndim - len(parts)} dimension(s) left", at)
-        parts = [p if alg.is_simple(p) else self.temp(p) for p in parts]
-        out = []
-        for k in range(t.size):
-            idx = [alg.const(int(i), at) for i in np.unravel_index(k, t.shape)]
-            out.append(alg.loc(ast.Subscript(base.expr, _index(parts + idx, at), ast.Store()), at))
-        return out
+        return [alg.loc(ast.Subscript(base.expr, index, ast.Store()), at)
+                for index in component_indices(self, parts, t.shape, at)]
 
     def store_tuple(self, target: ast.expr, value: Val, at: ast.stmt) -> list[ast.stmt]:
         if value.vec and len(target.elts) == value.vec.shape[0] and len(value.vec.shape) == 1:

@@ -15,8 +15,8 @@ from .flat_values import (
     _ELEMENTWISE_MATH,
     _METHODS,
     Val,
-    _index,
     _parts,
+    component_indices,
     element_type,
     is_struct,
     no_keywords,
@@ -190,12 +190,8 @@ def _from_row(fl, t: VectorType, arg: ast.Subscript, base: Val) -> Val:
     if ndim - len(parts) != len(t.shape):
         raise fl.error(f"{t.name}({ast.unparse(arg)}): the array has {ndim} dimensions, so {ast.unparse(arg)} "
                        f"has {ndim - len(parts)}, not the {len(t.shape)} of a {t.name}", arg)
-    parts = [p if alg.is_simple(p) else fl.temp(p) for p in parts]
-    comps = []
-    for k in range(t.size):
-        idx = [alg.const(int(i), arg) for i in np.unravel_index(k, t.shape)]
-        comps.append(alg.loc(ast.Subscript(base.expr, _index(parts + idx, arg), ast.Load()), arg))
-    return Val(t, [alg.cast(t.dtype, c, arg) for c in comps])
+    return Val(t, [alg.cast(t.dtype, alg.loc(ast.Subscript(base.expr, index, ast.Load()), arg), arg)
+                   for index in component_indices(fl, parts, t.shape, arg)])
 
 
 def identity(fl, t: VectorType, node: ast.Call) -> Val:
@@ -317,14 +313,10 @@ def atomic(fl, node: ast.Call) -> Val:
                            f"(annotate {ast.unparse(node.args[0])} as qgraph.{value.vec.name}[:])", node)
         node.args = [target.expr, fl.scalar(node.args[1]), value.expr]
         return Val(None, [node])
-    parts = [fl.scalar(p) for p in _parts(node.args[1])]
-    parts = [p if alg.is_simple(p) else fl.temp(p) for p in parts]
+    indices = component_indices(fl, [fl.scalar(p) for p in _parts(node.args[1])], element.shape, node)
     value = alg.share(fl.broadcast(value, element, node).comps, fl.temp)
-    comps = []
-    for k in range(element.size):
-        idx = [alg.const(int(i), node) for i in np.unravel_index(k, element.shape)]
-        comps.append(alg.loc(ast.Call(node.func, [target.expr, _index(parts + idx, node), value[k]], []), node))
-    return Val(element, comps)
+    return Val(element, [alg.loc(ast.Call(node.func, [target.expr, index, v], []), node)
+                         for index, v in zip(indices, value)])
 
 
 # --------------------------------------------------------------------------- funcs

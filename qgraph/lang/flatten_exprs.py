@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import ast
 
-import numpy as np
-
 from . import vector_algebra as alg
 from . import vector_types as vt
 from .flat_values import (
@@ -17,6 +15,7 @@ from .flat_values import (
     _const_int,
     _index,
     _parts,
+    component_indices,
     element_type,
     is_struct,
     leaves,
@@ -112,12 +111,8 @@ class Expressions:
             sub = element.shape[extra:]
             if not sub:
                 return Val(None, [alg.loc(ast.Subscript(base.expr, _index(parts, node), ast.Load()), node)])
-            parts = [p if alg.is_simple(p) else self.temp(p) for p in parts]
-            comps = []
-            for k in range(int(np.prod(sub))):
-                idx = list(np.unravel_index(k, sub))
-                full = parts + [alg.const(int(i), node) for i in idx]
-                comps.append(alg.loc(ast.Subscript(base.expr, _index(full, node), ast.Load()), node))
+            comps = [alg.loc(ast.Subscript(base.expr, index, ast.Load()), node)
+                     for index in component_indices(self, parts, sub, node)]
             return Val(shaped(sub, element.dtype), comps)
         index = _index(parts, node) if parts else node.slice
         out = alg.loc(ast.Subscript(base.expr, index, ast.Load()), node)
