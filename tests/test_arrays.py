@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import copy
+import gc
+import pickle
+
 import numpy as np
 import pytest
 
@@ -49,6 +53,20 @@ def test_fill(arch, dtype, value):
     a = qgraph.ndarray(dtype, (1001,))
     a.fill(value)
     np.testing.assert_array_equal(a.to_numpy(), np.full(1001, value, dtype))
+
+
+def test_copies_and_pickles_own_their_memory(arch):
+    """copy, deepcopy and pickle make a new array with the contents (and the vector element type);
+    writing one leaves the other alone, and freeing the original leaves the copy usable."""
+    a = qgraph.ndarray(qgraph.vec3, (5,)).from_numpy(np.arange(15, dtype=np.float32).reshape(5, 3))
+    copies = [copy.copy(a), copy.deepcopy(a), pickle.loads(pickle.dumps(a))]
+    del a
+    gc.collect()
+    for c in copies:
+        assert c.shape == (5, 3) and c._sig == qgraph.ndarray(qgraph.vec3, (5,))._sig  # still an array of vec3
+        np.testing.assert_array_equal(c.to_numpy(), np.arange(15, dtype=np.float32).reshape(5, 3))
+    copies[0].fill(7.0)
+    np.testing.assert_array_equal(copies[1].to_numpy(), np.arange(15, dtype=np.float32).reshape(5, 3))
 
 
 def test_bad_dtype_and_shape():

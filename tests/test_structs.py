@@ -3,6 +3,9 @@ for the kernel; fields that point elsewhere on a later call update nodes, never 
 
 from __future__ import annotations
 
+import copy
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -77,6 +80,60 @@ def test_swapped_fields_update_parameters_without_a_rebuild(arch):
     assert step.stats.specialisations == specs and step.stats.builds == builds
     if arch == "cuda":
         assert step.stats.used_graph and step.stats.node_updates > 0
+
+
+def test_cached_resolution_follows_every_assignment(arch):
+    """A struct's leaves are resolved once and cached on it; an assignment anywhere (here a nested
+    struct's field, after the outer struct was cached) is seen by the next call."""
+    p, other = make(30), make(30)
+    energy = qgraph.ndarray(qgraph.f32, ())
+    step(p, 0.01, energy)
+    step(p, 0.01, energy)  # from the cache
+    p.material.stiffness = other.material.stiffness
+    p.material.damping = 0.75
+    expected = reference(p, 0.01)
+    step(p, 0.01, energy)
+    np.testing.assert_allclose(p.pos.to_numpy(), expected[0], rtol=1e-5, atol=1e-6)
+
+
+def test_copies_of_a_struct_use_their_own_arrays(arch):
+    """copy.deepcopy copies the arrays; the copy's calls must use those, not the original's."""
+    p = make(20)
+    energy = qgraph.ndarray(qgraph.f32, ())
+    step(p, 0.01, energy)
+    q = copy.deepcopy(p)
+    expected = reference(q, 0.01)
+    before = p.pos.to_numpy()
+    step(q, 0.01, energy)
+    np.testing.assert_allclose(q.pos.to_numpy(), expected[0], rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(p.pos.to_numpy(), before)
+
+
+@qgraph.struct(slots=True)
+class Slotted:
+    x: object
+    scale: float
+
+
+@qgraph.kernel
+def scale_slotted(s: Slotted):
+    for i in range(s.x.shape[0]):
+        s.x[i] *= s.scale
+
+
+def test_slotted_and_numpy_field_structs_resolve_every_call(arch):
+    s = Slotted(qgraph.from_numpy(np.ones(5, np.float32)), 2.0)
+    assert "__slots__" in vars(Slotted) and dataclasses.is_dataclass(s)
+    scale_slotted(s)
+    s.scale = 3.0
+    scale_slotted(s)
+    np.testing.assert_allclose(s.x.to_numpy(), 6.0)
+    if arch == "cpu":  # a NumPy field may be reshaped in place: never cached
+        s = Slotted(np.ones(6, np.float32), 2.0)
+        scale_slotted(s)
+        s.x.shape = (6,)
+        scale_slotted(s)
+        np.testing.assert_allclose(s.x, 4.0)
 
 
 def test_field_types_are_part_of_the_key(arch):

@@ -183,6 +183,37 @@ def test_loops_dynamic_components_and_conditional_vectors(arch):
     np.testing.assert_allclose(out.to_numpy(), acc, rtol=1e-5, atol=1e-5)
 
 
+@qgraph.kernel
+def component_stores(a: qgraph.vec2[:], m: qgraph.mat22[:], out: qgraph.vec2[:], mout: qgraph.mat22[:]):
+    for i in range(a.shape[0]):
+        v = a[i]
+        v.x = 5.0
+        v.y -= 1.0
+        v[0] += a[i].y
+        out[i] = v
+        out[i].y *= 2.0
+        out[i][0] -= 0.5
+        b = m[i]
+        b[0, 1] = 7.0
+        b[1][0] *= 3.0
+        mout[i] = b
+        mout[i][1, 1] += 1.0
+
+
+def test_component_stores_and_updates(arch):
+    """`v.x = e`, `v.y -= e`, `v[0] += e`, `m[0, 1] = e` on locals and on array elements."""
+    a, m = rand(N, 2), rand(N, 2, 2)
+    out, mout = qgraph.ndarray(qgraph.vec2, (N,)), qgraph.ndarray(qgraph.mat22, (N,))
+    component_stores(qgraph.from_numpy(a), qgraph.from_numpy(m), out, mout)
+    ref = np.stack([5 + a[:, 1] - 0.5, (a[:, 1] - 1) * 2], 1)
+    np.testing.assert_allclose(out.to_numpy(), ref, rtol=1e-6, atol=1e-6)
+    mref = m.copy()
+    mref[:, 0, 1] = 7
+    mref[:, 1, 0] *= 3
+    mref[:, 1, 1] += 1
+    np.testing.assert_allclose(mout.to_numpy(), mref, rtol=1e-6, atol=1e-6)
+
+
 def test_numpy_arrays_pass_for_vector_parameters(arch):
     a, b, s = rand(4, 3), rand(4, 3), rand(4)
     out = qgraph.from_numpy(np.zeros((4, 3), np.float32))  # plain (4, 3): read as vec3 through the annotation

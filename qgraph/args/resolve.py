@@ -16,7 +16,7 @@ import numpy as np
 from ..dtypes import as_dtype
 from .interop import device_reader, is_device_dlpack
 from .kinds import BOOL, I64, INT_RANGES, SCALAR_KINDS, WEAK_FLOAT, WEAK_INT, arg_type, array_sig, scalar_sig
-from .structs import is_struct_class, struct_sig
+from .structs import RESOLVED_ATTR, STRUCT_EPOCH, is_struct_class, struct_sig
 
 # --------------------------------------------------------------------------- scalars
 
@@ -182,14 +182,18 @@ def _fixed_scalar_fast_path(k: int, a: str, fix: str, arch: str, ns: dict) -> li
 
 
 def resolver_lines(names: tuple[str, ...], fixed: tuple[str | None, ...], arch: str, ns: dict,
-                   array_type: type, indent: str = "    ", elements: tuple | None = None) -> list[str]:
+                   array_type: type, indent: str = "    ", elements: tuple | None = None,
+                   mutable_flag: str = "") -> list[str]:
     """Straight-line code assigning s<k> (key text) and v<k> (value) from argument a<k>.
 
     `array_type` is qgraph's Ndarray (its key text and values precomputed); `ns` receives
     the constants the lines use. `elements[k]`, when given, is (element extents, ndim,
     dtype) of a parameter annotated as an array of vectors (`x: qgraph.vec3[:]`): a plain
-    array of that dtype and trailing shape passed for it is read as one.
+    array of that dtype and trailing shape passed for it is read as one. `mutable_flag`,
+    when given, names a local set to False when an argument's key text or value may change
+    without an assignment (a NumPy or foreign array, an uncached struct): see args.structs.
     """
+    unstable = f"; {mutable_flag} = False" if mutable_flag else ""
     ns.update({"_Ndarray": array_type, "_WF": WEAK_FLOAT, "_WI": WEAK_INT, "_fixed": fixed, "_names": names,
                "_np_ndarray": np.ndarray, "_numpy_sig": numpy_sig,
                "_slow": cpu_slow if arch == "cpu" else _cuda_slow_value})
@@ -198,13 +202,24 @@ def resolver_lines(names: tuple[str, ...], fixed: tuple[str | None, ...], arch: 
         a = f"a{k}"
         lines.append(f"t = type({a})")
         if fix is None:
-            lines += _array_fast_path(k, a, arch) + _free_scalar_fast_path(k, a, arch, ns)
+            array_lines = _array_fast_path(k, a, arch)
+            if len(array_lines) > 2:  # the NumPy array on cpu
+                array_lines[3] += unstable
+            lines += array_lines + _free_scalar_fast_path(k, a, arch, ns)
             ns["_structs"] = STRUCT_RESOLVERS[arch]  # struct classes seen before (the slow path adds them)
-            lines.append(f"elif t in _structs: s{k}, v{k} = _structs[t]({a})")
+            ns["_epoch"] = STRUCT_EPOCH
+            attr = RESOLVED_ATTR[arch]
+            lines += ["elif t in _structs:",  # its resolution cached on it (args.structs), else resolve
+                      f"    c = {a}.{attr}",
+                      f"    s{k}, v{k} = c[1] if c is not None and c[0] == _epoch[0] else _structs[t]({a})"]
+            if mutable_flag:  # a nested struct: stable if it cached its own resolution
+                ns["_cached"] = _cached_resolution
+                lines.append(f"    if not _cached({a}, '{attr}', _epoch[0]){unstable}")
+                lines[-1] = lines[-1].replace("; ", ": ", 1)
         else:  # an annotated parameter is a scalar: no array fast path
             lines += _fixed_scalar_fast_path(k, a, fix, arch, ns)
         lines.append("else:")
-        lines.append(f"    s{k}, v{k} = _slow({a}, _names[{k}], _fixed[{k}])")
+        lines.append(f"    s{k}, v{k} = _slow({a}, _names[{k}], _fixed[{k}]){unstable}")
         if elements is not None and elements[k] is not None:
             ns[f"_want{k}"] = array_sig(elements[k][2], elements[k][1] + len(elements[k][0]), True,
                                         element=elements[k][0])
@@ -289,21 +304,33 @@ def _generate_struct_resolver(cls: type, arch: str):
         element = getattr(ann, "element", None)
         elements.append((element.shape, ann.ndim, element.dtype) if element is not None else None)
     names = tuple(f"{cls.__name__}.{f.name}" for f in fields)
-    ns: dict = {"_sigs": {}, "_new": _new_struct_entry, "_cls": cls, "_flat": _flat_leaves}
-    lines = [f"    a{k} = obj.{f.name}" for k, f in enumerate(fields)]
+    attr = RESOLVED_ATTR[arch]
+    ns: dict = {"_sigs": {}, "_new": _new_struct_entry, "_cls": cls, "_flat": _flat_leaves, "_epoch": STRUCT_EPOCH}
+    cacheable = getattr(cls, "_qg_cacheable", False)
+    lines = [f"    c = obj.{attr}", "    if c is not None and c[0] == _epoch[0]:", "        return c[1]",
+             "    stable = True"] if cacheable else []
+    lines += [f"    a{k} = obj.{f.name}" for k, f in enumerate(fields)]
     lines += resolver_lines(names, tuple(fixed), arch, ns, ARRAY_TYPE[0],
-                            elements=tuple(elements) if any(e is not None for e in elements) else None)
+                            elements=tuple(elements) if any(e is not None for e in elements) else None,
+                            mutable_flag="stable" if cacheable else "")
     comma = "," if len(fields) == 1 else ""
     key = f"({', '.join(f's{k}' for k in range(len(fields)))}{comma})"
     values = f"({', '.join(f'v{k}' for k in range(len(fields)))}{comma})"
     lines += [f"    e = _sigs.get({key})",
               "    if e is None:",
               f"        e = _sigs[{key}] = _new(_cls, {key})",
-              "    if e[1]:",
-              f"        return e[0], _flat({values})",
-              f"    return e[0], {values}"]
+              f"    r = (e[0], _flat({values})) if e[1] else (e[0], {values})"]
+    if cacheable:  # every leaf immutable (nested structs: cached) -> remember it until any assignment
+        lines += ["    if stable:", f"        obj.__dict__['{attr}'] = (_epoch[0], r)"]
+    lines.append("    return r")
     source = "def resolve(obj):\n" + "\n".join(lines) + "\n"
     return generated.function(source, "resolve", f"resolver of struct {cls.__qualname__} ({arch})", ns)
+
+
+def _cached_resolution(value: object, attr: str, epoch: int) -> bool:
+    """Whether `value` is a struct whose resolution was cached in this epoch."""
+    c = getattr(value, attr, None)
+    return c is not None and c[0] == epoch
 
 
 def _new_struct_entry(cls: type, field_sigs: tuple) -> tuple[str, bool]:

@@ -78,6 +78,40 @@ def struct(cls: type | None = None, **dataclass_options):
                 raise TypeError(f"@qgraph.struct {c.__name__}: field name '{f.name}' may not start with '_' or "
                                 "contain '__' (qgraph names the kernel's parameters after them)")
         c._qgraph_struct = True
+        _track_changes(c)
         return c
 
     return wrap if cls is None else wrap(cls)
+
+
+# Resolving a struct (its leaves' key texts and values) is cached on the object, as
+# RESOLVED_ATTR[arch] = (epoch, (key text, values)), when every leaf is immutable (qgraph arrays,
+# numbers, cached structs). Any assignment to any struct's attribute bumps STRUCT_EPOCH, which
+# invalidates every cache at once: nested structs need no parent links, and a swapped field
+# costs one full resolution, as it did before caching.
+STRUCT_EPOCH = [0]
+RESOLVED_ATTR = {"cpu": "_qg_resolved_cpu", "cuda": "_qg_resolved_cuda"}
+
+
+def _track_changes(c: type) -> None:
+    """Make assignments to `c`'s attributes bump STRUCT_EPOCH, and keep the caches out of copies
+    and pickles; a class with __slots__ or its own __getstate__ is resolved on every call."""
+    for attr in RESOLVED_ATTR.values():
+        setattr(c, attr, None)  # read through getattr: None = no cache
+    if "__slots__" in vars(c) or "__getstate__" in vars(c):
+        return
+    assign = c.__setattr__
+    epoch = STRUCT_EPOCH
+
+    def __setattr__(self, name: str, value) -> None:
+        assign(self, name, value)
+        epoch[0] += 1
+
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if not k.startswith("_qg_resolved_")}
+
+    __setattr__.__qualname__ = f"{c.__qualname__}.__setattr__"
+    __getstate__.__qualname__ = f"{c.__qualname__}.__getstate__"
+    c.__setattr__ = __setattr__
+    c.__getstate__ = __getstate__
+    c._qg_cacheable = True

@@ -31,15 +31,37 @@ def offline_key(args: tuple) -> tuple[str, ...]:
     device arrays of the same dtype, shape and layout)."""
     from ..args.kinds import array_sig
     from ..args.resolve import scalar_value
+    from ..args.structs import is_struct_class, struct_sig
     from ..dtypes import as_dtype
 
     key = []
     for k, value in enumerate(args):
-        if isinstance(value, np.ndarray):
+        if is_struct_class(type(value)):
+            key.append(_offline_struct_sig(value, struct_sig))
+        elif isinstance(value, np.ndarray):
             key.append(array_sig(as_dtype(value.dtype), value.ndim, value.flags.c_contiguous, value.size))
         else:
             key.append(scalar_value(value, f"argument {k}", None)[0])
     return tuple(key)
+
+
+def _offline_struct_sig(value, struct_sig) -> str:
+    """A struct's key text on CUDA: its fields' (annotated arrays of vectors read as such)."""
+    import dataclasses
+    import typing
+
+    from ..args.resolve import as_elements
+
+    hints = typing.get_type_hints(type(value))
+    sigs = []
+    for f in dataclasses.fields(value):
+        field = getattr(value, f.name)
+        (sig,) = offline_key((field,))
+        element = getattr(hints.get(f.name), "element", None)
+        if element is not None:
+            sig = as_elements(sig, field, f.name, (element.shape, hints[f.name].ndim, element.dtype))
+        sigs.append(sig)
+    return struct_sig(type(value), tuple(sigs))
 
 
 def offline_qgraph_ptx(kernel, args: tuple, cc: tuple[int, int] = (9, 0)) -> list[str]:

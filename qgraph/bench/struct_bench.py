@@ -3,7 +3,8 @@
 The kernel is one small task over six float32 arrays (so launch cost dominates); each
 mode is timed back to back, interleaved with the others: separate arrays, one struct of
 the six, and both again with two argument sets swapped on every call (a graph node update
-per call).
+per call), and one field reassigned on every call against one array swapped (the
+reassignment drops the struct's cached resolution, so it is resolved anew each call).
 """
 
 from __future__ import annotations
@@ -13,6 +14,10 @@ import qgraph
 from .timing import interleaved_seconds
 
 SIZE = 256
+BASELINE = {"struct, 2 sets swapped": "separate arrays, 2 sets swapped",
+            "separate arrays, 2 sets swapped": "separate arrays, 2 sets swapped",
+            "struct, 1 field reassigned": "separate arrays, 1 array swapped",
+            "separate arrays, 1 array swapped": "separate arrays, 1 array swapped"}
 
 
 @qgraph.struct
@@ -51,12 +56,26 @@ def rows(budget: float, repeat: int) -> list[dict]:
         state[0] ^= 1
         grouped(structs[state[0]])
 
+    one_field = [[sets[k][0]] + sets[0][1:] for k in range(2)]  # field a from set 0 or 1, the rest from set 0
+    reassigned = Six(*sets[0])
+
+    def separate_one_swapped() -> None:
+        state[0] ^= 1
+        separate(*one_field[state[0]])
+
+    def grouped_field_reassigned() -> None:  # an assignment drops the cached resolution: resolved anew
+        state[0] ^= 1
+        reassigned.a = one_field[state[0]][0]
+        grouped(reassigned)
+
     calls = {"separate arrays": lambda: separate(*sets[0]), "struct": lambda: grouped(structs[0]),
-             "separate arrays, 2 sets swapped": separate_swapped, "struct, 2 sets swapped": grouped_swapped}
+             "separate arrays, 2 sets swapped": separate_swapped, "struct, 2 sets swapped": grouped_swapped,
+             "separate arrays, 1 array swapped": separate_one_swapped,
+             "struct, 1 field reassigned": grouped_field_reassigned}
     times = interleaved_seconds(calls, budget, repeat, qgraph.sync)
     out = []
     for mode, t in times.items():
-        base = times["separate arrays, 2 sets swapped" if "swapped" in mode else "separate arrays"]
+        base = times[BASELINE.get(mode, "separate arrays")]
         out.append({"mode": mode, "us": t * 1e6, "ratio": t / base})
     return out
 

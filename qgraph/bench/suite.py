@@ -58,6 +58,7 @@ class Report:
     compute: list = field(default_factory=list)  # see bench.compute_suite
     cpu_compute: list = field(default_factory=list)
     structs: list = field(default_factory=list)  # see bench.struct_bench
+    examples: list = field(default_factory=list)  # see bench.examples_bench
     seconds: float = 0.0
 
     def to_json(self) -> dict:
@@ -66,6 +67,7 @@ class Report:
         return {"arch": self.arch, "environment": self.environment, "rows": rows, "headline": self.headline,
                 "cpu": cpu, "reductions": self.reductions, "relax": self.relax, "cpu_sums": self.cpu_sums,
                 "compute": self.compute, "cpu_compute": self.cpu_compute, "structs": self.structs,
+                "examples": self.examples,
                 "seconds": self.seconds}
 
 
@@ -210,6 +212,9 @@ def run(quick: bool = False, arch: str | None = None, progress_stream=None, cpu_
         from . import struct_bench
 
         report.structs = struct_bench.rows(0.02 if quick else 0.1, 3 if quick else 5)
+        from . import examples_bench
+
+        report.examples = examples_bench.run(quick, 0.05 if quick else 0.2, 3 if quick else 5)
         report.seconds = time.perf_counter() - started
         return report
     tasks = QUICK_TASKS if quick else FULL_TASKS
@@ -217,7 +222,7 @@ def run(quick: bool = False, arch: str | None = None, progress_stream=None, cpu_
     budget, repeat = (0.02, 3) if quick else (0.1, 5)
     iterations = 200 if quick else LOOP_ITERATIONS
     loop_tasks = (1, 8) if quick else (1, 8, 32)
-    progress = Progress(len(tasks) * len(sizes) + len(loop_tasks) + 3, "gpu suite", stream=progress_stream)
+    progress = Progress(len(tasks) * len(sizes) + len(loop_tasks) + 4, "gpu suite", stream=progress_stream)
     warm_up_gpu(0.5 if quick else 2.0)
     for t in tasks:
         for size in sizes:
@@ -235,6 +240,10 @@ def run(quick: bool = False, arch: str | None = None, progress_stream=None, cpu_
     from . import struct_bench
 
     report.structs = struct_bench.rows(budget, repeat)
+    from . import examples_bench
+
+    report.examples = examples_bench.run(quick, budget, repeat)  # on CUDA, then on the CPU
+    progress("vector examples")
     from . import compute_suite
 
     # last: its CPU rows re-initialise qgraph for cpu (and back), dropping compiled kernels
@@ -259,6 +268,9 @@ def table(report: Report) -> str:
         from .struct_bench import table as struct_table
 
         lines.append(struct_table(report.structs, report.arch))
+        from .examples_bench import table as examples_table
+
+        lines.append(examples_table(report.examples))
         if report.arch != "cuda":
             lines.append("(GPU rows need a CUDA GPU: run `python -m qgraph bench` on one.)")
         return "\n".join(lines)
@@ -307,6 +319,9 @@ def table(report: Report) -> str:
     from .struct_bench import table as struct_table
 
     lines.append(struct_table(report.structs, report.arch))
+    from .examples_bench import table as examples_table
+
+    lines.append(examples_table(report.examples))
     return "\n".join(lines)
 
 

@@ -317,6 +317,8 @@ class Flattener(Expressions):
         return alg.loc(ast.Assign([target], value), at)
 
     def scalar_target(self, target: ast.expr) -> ast.expr:
+        if isinstance(target, (ast.Subscript, ast.Attribute)) and self.value(target.value).vec:
+            return self.target_parts(target, None, target)[0]  # a component: v.x, v[0], x[i].y, m[0, 1]
         if isinstance(target, ast.Subscript):
             base = self.value(target.value)
             parts = [self.scalar(p) for p in _parts(target.slice)]

@@ -52,11 +52,12 @@ class Ndarray:
     _qgraph_array = True  # how the argument layer (below the runtime) recognises it
 
     __slots__ = ("_shape", "_dtype", "_size", "_host", "_memory", "_ptr", "_device", "_sig", "_abi",
-                 "__weakref__")
+                 "_element", "__weakref__")
 
     def __init__(self, dtype, shape) -> None:
         state = runtime.ensure_init()
         element = element_of(dtype)
+        self._element = dtype if element is not None else None
         self._dtype = as_dtype(element.dtype if element is not None else dtype)
         self._shape = _normalise_shape(shape) + (element.shape if element is not None else ())
         self._size = int(np.prod(self._shape, dtype=np.int64)) if self._shape else 1
@@ -153,12 +154,22 @@ class Ndarray:
         data = self._host if (self._host is not None and copy is not True) else self.to_numpy()
         return data if dtype is None else data.astype(dtype, copy=False)
 
+    def __reduce__(self):
+        """copy, deepcopy and pickle give a new array (own memory) with these contents."""
+        element = self._element
+        index_shape = self._shape[:len(self._shape) - len(element_of(element).shape)] if element else self._shape
+        return _rebuilt, (element or self._dtype.str, index_shape, self.to_numpy())
+
     @property
     def __cuda_array_interface__(self) -> dict:
         if self._host is not None:
             raise AttributeError("a cpu qgraph array has no __cuda_array_interface__")
         return {"shape": self._shape, "typestr": self._dtype.str, "data": (self._ptr, False),
                 "strides": None, "version": 3, "stream": self._device.stream_handle}
+
+
+def _rebuilt(dtype, shape: tuple, contents: np.ndarray) -> Ndarray:
+    return Ndarray(dtype, shape).from_numpy(contents)
 
 
 resolve.ARRAY_TYPE[0] = Ndarray  # struct resolvers (args layer) test for it by identity
