@@ -293,6 +293,39 @@ def test_min_and_max_follow_python_with_nans_and_mixed_arguments(arch):
 
 
 @qgraph.kernel
+def rounding(x, table, out, halves, v: qgraph.vec2[:], vout: qgraph.vec2[:]):
+    for i in range(x.shape[0]):
+        k = math.floor(x[i])  # Python's rule: an int, so it indexes
+        out[0, i] = table[k + 3]
+        out[1, i] = table[math.ceil(x[i]) + 3]
+        out[2, i] = table[math.trunc(x[i]) + 3]
+        out[3, i] = np.floor(x[i]) / 3  # NumPy's rule: a float of x's type
+        out[4, i] = np.ceil(x[i]) / 3
+        out[5, i] = np.trunc(x[i]) / 3
+        halves[i] = math.floor(x[i]) // 2
+        vout[i] = math.floor(v[i]) / 3 + np.ceil(v[i])  # per component, floats: the vector keeps its type
+
+
+@pytest.mark.parametrize("dtype", [F64, F32])
+def test_rounding_follows_python_and_numpy_on_both_backends(arch, dtype):
+    """math.floor/ceil/trunc give ints (numba-cuda's give floats), np.floor/ceil/trunc floats of the
+    argument's precision (numba-cuda has none), math.floor of a vector floats per component."""
+    x = np.array([-2.5, -1.0, -0.5, -0.0, 0.25, 1.0, 1.5, 2.75], dtype=dtype)
+    table = np.arange(8, dtype=F64) * 10
+    out, halves = np.zeros((6, x.size)), np.zeros(x.size, np.int64)
+    v = np.stack([x, -x], 1).astype(F32)
+    vout = np.zeros_like(v)
+    call(rounding, x, table, out, halves, v, vout)
+    three = dtype(3)
+    for row, fn in enumerate((math.floor, math.ceil, math.trunc)):
+        np.testing.assert_array_equal(out[row], [table[fn(a) + 3] for a in x.tolist()])
+    for row, fn in enumerate((np.floor, np.ceil, np.trunc), start=3):
+        np.testing.assert_array_equal(out[row], fn(x) / three)  # divided in x's precision
+    np.testing.assert_array_equal(halves, [math.floor(a) // 2 for a in x.tolist()])
+    np.testing.assert_array_equal(vout, np.floor(v) / F32(3) + np.ceil(v))
+
+
+@qgraph.kernel
 def clamps(x, lo, hi, out, index):
     for i in range(x.shape[0]):
         out[0, i] = qgraph.clamp(x[i], lo, hi)

@@ -14,7 +14,7 @@ import sys
 from ..lang import cpu_codegen, generated
 from ..lang.frontend import KernelSource
 from ..lang.lowering import PREFIX
-from ..lang.math_calls import MAX, MIN
+from ..lang.math_calls import MAX, MIN, ROUNDING_FUNCTIONS
 from . import numba_adapter as adapter
 from .cpu_math import cpu_math
 from .random_code import random_functions
@@ -50,6 +50,7 @@ class CpuProgram:
         injected.update(random_functions("cpu"))  # compiled when a kernel draws (numba compiles lazily)
         injected.update(cpu_math())
         injected.update({MIN: min, MAX: max})  # numba's CPU min/max follow Python's rule (lang.math_calls)
+        injected.update({name: cpu for name, (cpu, _) in ROUNDING_FUNCTIONS.items()})  # numba's are right
 
         namespaces = []
         raw: dict[str, object] = {}

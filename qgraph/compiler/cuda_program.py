@@ -25,7 +25,7 @@ from ..lang.cuda_reductions import dtype_name
 from ..lang.fingerprint import fingerprint_of
 from ..lang.flat_view import FlatSource, flat_source
 from ..lang.frontend import KernelSource, Task
-from ..lang.lowering import CUDA_ATOMICS, Symbols, lower_funcs, module_of
+from ..lang.lowering import CUDA_ATOMICS, CUDA_MATH, Symbols, lower_funcs, module_of
 from ..lang.precision import param_type
 from . import numba_adapter as adapter
 from .code_cache import CodeCache, entry_key
@@ -118,7 +118,7 @@ def task_codes(src: KernelSource, key: tuple[str, ...], deterministic: bool = Fa
     precision = ({name: param_type(t) for name, t in zip(src.param_names, types)}, default_float)
     addressed = {name: t.ndim for name, t in zip(src.param_names, types)
                  if t.is_array and t.ndim in (2, 3) and t.contiguous and not t.large}
-    symbols = Symbols(dict(CUDA_ATOMICS), specialised=list(flat.funcs.defs), math_paths={})
+    symbols = Symbols(dict(CUDA_ATOMICS), specialised=list(flat.funcs.defs), math_paths=dict(CUDA_MATH))
     zero_d = frozenset(name for name, t in zip(src.param_names, types) if t.ndim == 0)
     dtypes = {name: t.dtype for name, t in zip(src.param_names, types) if t.is_array}
     node_tasks = list(src.tasks)  # one kernel (and graph node) each

@@ -16,7 +16,7 @@ ROW = "row"  # the type of a plain array indexed partially (a numba array view, 
 _ELEMENTWISE_MATH = frozenset(getattr(math, n) for n in (
     "sqrt", "exp", "expm1", "log", "log2", "log10", "log1p", "sin", "cos", "tan", "asin", "acos", "atan",
     "sinh", "cosh", "tanh", "floor", "ceil", "trunc", "fabs", "erf", "erfc", "atan2", "pow", "copysign",
-    "hypot", "fmod"))
+    "hypot", "fmod")) | {np.floor, np.ceil, np.trunc}
 _SWIZZLE = {"x": 0, "y": 1, "z": 2, "w": 3}
 _METHODS = {"dot", "cross", "norm", "norm_sqr", "normalized", "outer", "trace", "transpose", "determinant",
             "inverse"}

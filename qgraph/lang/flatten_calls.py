@@ -24,6 +24,7 @@ from .flat_values import (
 )
 from .flatten_random import draw
 from .frontend import UNRESOLVED
+from .math_calls import TO_FLOAT
 from .vector_types import VectorType
 
 _ELEMENTWISE_BUILTINS = (abs,)
@@ -281,6 +282,9 @@ def elementwise(fl, node: ast.Call) -> Val:
     t = vecs[0]
     if any(v.shape != t.shape for v in vecs):
         raise fl.error(f"{ast.unparse(node.func)}(): the vector arguments differ in shape", node)
+    to_float = TO_FLOAT.get(fl.resolve(node.func)) if isinstance(node.func, (ast.Name, ast.Attribute)) else None
+    if to_float is not None:  # math.floor(v): per component to floats, so the vector keeps its type
+        node.func = alg.loc(ast.Name(to_float, ast.Load()), node.func)
     args = [fl.broadcast(a, t, node) for a in args]
     comps = [alg.loc(ast.Call(node.func, [a.comps[k] for a in args], node.keywords), node) for k in range(t.size)]
     return Val(t, comps)

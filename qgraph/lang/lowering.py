@@ -11,9 +11,11 @@ import copy
 import math
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from . import builtins as lang
 from .frontend import UNRESOLVED, KernelSource, Task, collect_names
-from .math_calls import lower_min_max
+from .math_calls import ROUNDING, lower_min_max
 
 PREFIX = "_qg_"
 RUNNER = "_qg_run"
@@ -28,7 +30,8 @@ def task_name(task: Task) -> str:
 
 CPU_ATOMICS = {name: PREFIX + name for name in lang.ATOMICS}
 # math functions numba compiles for CUDA but not for the CPU (compiler.cpu_math provides them)
-CPU_MATH = {math.fmod: "_qg_fmod", math.remainder: "_qg_remainder"}
+CPU_MATH = {math.fmod: "_qg_fmod", math.remainder: "_qg_remainder", **ROUNDING}
+CUDA_MATH = dict(ROUNDING)
 CUDA_ATOMICS = {name: f"_qg_cuda.atomic.{name[len('atomic_'):]}" for name in lang.ATOMICS}
 
 
@@ -54,7 +57,7 @@ class Symbols:
     def replacement(self, obj: object, src: KernelSource, node: ast.AST) -> str | None:
         if obj is UNRESOLVED:
             return None
-        path = self.math_paths.get(obj) if isinstance(obj, type(math.sqrt)) else None
+        path = self.math_paths.get(obj) if isinstance(obj, (type(math.sqrt), np.ufunc)) else None
         if path is not None:
             return path
         for name, fn in lang.ATOMICS.items():

@@ -15,6 +15,9 @@ from __future__ import annotations
 
 import ast
 import builtins
+import math
+
+import numpy as np
 
 MIN, MAX = "_qg_min", "_qg_max"
 _NAMES = {builtins.min: MIN, builtins.max: MAX}
@@ -29,6 +32,44 @@ def python_max(a, b):
 
 
 PYTHON_RULE = {MIN: python_min, MAX: python_max}  # generated name -> its definition (for CUDA)
+
+# Rounding follows Python and NumPy on both backends: math.floor/ceil/trunc give an int
+# (numba-cuda's give a float), np.floor/ceil/trunc a float of the argument's type (numba-cuda
+# has none), and math.floor(v) of a vector rounds per component to floats (as np.floor), so a
+# vector keeps its type. lang.lowering renames the calls; each backend binds the names.
+ROUNDING = {math.floor: "_qg_floor", math.ceil: "_qg_ceil", math.trunc: "_qg_trunc",
+            np.floor: "_qg_ffloor", np.ceil: "_qg_fceil", np.trunc: "_qg_ftrunc"}
+TO_FLOAT = {math.floor: "_qg_ffloor", math.ceil: "_qg_fceil", math.trunc: "_qg_ftrunc"}  # for vectors
+
+
+def _int_floor(x):
+    return int(math.floor(x))
+
+
+def _int_ceil(x):
+    return int(math.ceil(x))
+
+
+def _int_trunc(x):
+    return int(math.trunc(x))
+
+
+def _float_floor(x):
+    return math.floor(x)
+
+
+def _float_ceil(x):
+    return math.ceil(x)
+
+
+def _float_trunc(x):
+    return math.trunc(x)
+
+
+# generated name -> (the CPU's function: numba's own, already right; CUDA's definition)
+ROUNDING_FUNCTIONS = {"_qg_floor": (math.floor, _int_floor), "_qg_ceil": (math.ceil, _int_ceil),
+                      "_qg_trunc": (math.trunc, _int_trunc), "_qg_ffloor": (np.floor, _float_floor),
+                      "_qg_fceil": (np.ceil, _float_ceil), "_qg_ftrunc": (np.trunc, _float_trunc)}
 
 
 class MinMax(ast.NodeTransformer):

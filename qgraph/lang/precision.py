@@ -13,10 +13,8 @@ the arithmetic is float32, before numba sees the code:
 - Where nothing decides (all operands weak or integer), floats take the kernel's
   `default_float` (float64 unless set), as do weak locals.
 
-Types are tracked as a small lattice: "i" (integer or bool) < "w" (weak float) < "f32" <
-"f64"; "?" is unknown (tuples, helper results, arrays of other shapes): nothing around an
-unknown value is rewritten, and numba's own rules apply there.
-"""
+Types form a lattice: "i" (integer or bool) < "w" (weak float) < "f32" < "f64"; "?" is unknown
+(tuples, helper results, arrays of other shapes): nothing around it is rewritten."""
 
 from __future__ import annotations
 
@@ -28,6 +26,7 @@ import numpy as np
 
 from . import builtins as lang
 from .frontend import UNRESOLVED, KernelSource
+from .math_calls import ROUNDING
 
 F32_CAST = "_qg_f32"
 INT, WEAK, F32, F64, UNKNOWN = "i", "w", "f32", "f64", "?"
@@ -46,6 +45,7 @@ _FLOAT_NUMPY = frozenset(getattr(np, n) for n in (
 _INT_RESULT = frozenset((math.floor, math.ceil, math.trunc, math.isnan, math.isinf, math.isfinite, int, bool,
                          len, np.isnan, np.isinf, np.isfinite))
 _SAME_AS_ARGS = frozenset((abs, min, max))
+_GENERATED = {name: fn for fn, name in ROUNDING.items() if isinstance(fn, np.ufunc)}  # math.floor(vector)
 _CASTS = {np.float32: F32, np.float64: F64}
 
 
@@ -168,7 +168,7 @@ class _Typer:
             root = root.value
         if isinstance(root, ast.Name) and root.id in self.env:
             return UNRESOLVED
-        return self.src.resolve(node.func)
+        return _GENERATED.get(getattr(node.func, "id", None)) or self.src.resolve(node.func)
 
     def t_Call(self, node: ast.Call) -> object:
         fn = self.callee(node)
