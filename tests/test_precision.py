@@ -131,6 +131,39 @@ def test_math_and_float_of_an_index_follow_the_array(arch):
     np.testing.assert_allclose(out, expected, rtol=1e-6)
 
 
+@qgraph.func
+def blend(a, b, i):
+    """Python numbers here take the types the call sites pass (lang.func_precision)."""
+    return a * 0.1 + b / 3 + i * 0.5 + inner(a)
+
+
+@qgraph.func
+def inner(a):
+    return math.sqrt(a * a + 0.2)
+
+
+@qgraph.kernel
+def blended(x, y, out):
+    for i in range(x.shape[0]):
+        out[i] = blend(x[i], y[i], i)
+
+
+def test_helpers_compute_in_the_precision_their_callers_pass(arch):
+    """A float32 call computes the helper (and the helper it calls) in float32, a float64 call in
+    float64: the same rule as in a kernel body."""
+    x, y = _random(300, F32), _random(300, F32)
+    out = np.zeros(300)
+    call(blended, x, y, out)
+    i = np.arange(300, dtype=F32)
+    expected = x * F32(0.1) + y / F32(3) + i * F32(0.5) + np.sqrt(x * x + F32(0.2))
+    assert expected.dtype == F32 and _is_float32_valued(out)
+    np.testing.assert_allclose(out, expected, rtol=1e-6)
+    x64, y64 = x.astype(F64), y.astype(F64)
+    call(blended, x64, y64, out)
+    np.testing.assert_allclose(out, x64 * 0.1 + y64 / 3 + i * 0.5 + np.sqrt(x64 * x64 + 0.2), rtol=1e-14)
+    assert not _is_float32_valued(out)
+
+
 def test_comparisons_with_literals_run_in_the_array_precision(arch):
     x = np.array([0.1, 0.2, 0.05], dtype=F32)
     out = np.zeros(3, dtype=np.int64)

@@ -48,6 +48,18 @@ class Symbols:
     math_paths: dict = field(default_factory=lambda: dict(CPU_MATH))  # function -> the backend's spelling
     # @qgraph.func specialisations (lang.flat_view.FuncSpecs.defs): (FunctionDef, Func, its source)
     specialised: list = field(default_factory=list)
+    func_precision: object = None  # lang.func_precision.FuncPrecision, when Python numbers are typed weakly
+
+    def typing_funcs(self, default_float: str):
+        """Start recording helper calls for weak typing (see lang.func_precision); the hook for
+        `weak_typed`'s on_typed, or None without helpers."""
+        if not self.specialised:
+            return None
+        if self.func_precision is None:
+            from .func_precision import FuncPrecision
+
+            self.func_precision = FuncPrecision([fdef.name for fdef, _, _ in self.specialised], default_float)
+        return self.func_precision.record
 
     def atomic(self, op: str) -> str:
         """The backend's spelling of qgraph.atomic_<op> (and note that it is used)."""
@@ -138,12 +150,19 @@ def _check_defined(src: KernelSource, stmts: list[ast.stmt], local_names: set[st
 def lower_funcs(symbols: Symbols) -> list[tuple[ast.FunctionDef, object, KernelSource]]:
     """(FunctionDef, Func, source) of every @qgraph.func specialisation the kernel reaches."""
     defs = []
+    typed = {}
+    if symbols.func_precision is not None:  # helpers' Python numbers, typed by their call sites
+        typed = symbols.func_precision.typed_bodies(symbols.specialised, _func_locals)
     for fdef, fn, fsrc in symbols.specialised:
         fdef = copy.deepcopy(fdef)
-        local_names = {a.arg for a in fdef.args.args} | collect_names(fdef.body).stored
-        fdef.body = lower_statements(fsrc, fdef.body, local_names, symbols)
+        local_names = _func_locals(fdef)
+        fdef.body = lower_statements(fsrc, typed.get(fdef.name, fdef.body), local_names, symbols)
         defs.append((fdef, fn, fsrc))
     return defs
+
+
+def _func_locals(fdef: ast.FunctionDef) -> set[str]:
+    return {a.arg for a in fdef.args.args} | collect_names(fdef.body).stored
 
 
 # --------------------------------------------------------------------------- AST helpers

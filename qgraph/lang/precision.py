@@ -64,10 +64,8 @@ def value_type(value: object) -> str:
         return INT
     if isinstance(value, float) and not isinstance(value, np.floating):
         return WEAK
-    if isinstance(value, np.float32):
-        return F32
-    if isinstance(value, np.float64):
-        return F64
+    if isinstance(value, (np.float32, np.float64)):
+        return F32 if isinstance(value, np.float32) else F64
     if isinstance(value, np.ndarray):
         return ("a", value.dtype, value.ndim)
     return UNKNOWN
@@ -76,11 +74,7 @@ def value_type(value: object) -> str:
 def element_type(dtype: np.dtype) -> str:
     if dtype.kind in "iub":
         return INT
-    if dtype == np.float32:
-        return F32
-    if dtype == np.float64:
-        return F64
-    return UNKNOWN
+    return {np.dtype(np.float32): F32, np.dtype(np.float64): F64}.get(dtype, UNKNOWN)
 
 
 def param_type(kind) -> object:
@@ -382,11 +376,11 @@ def _infer_locals(typer: _Typer, body: list[ast.stmt], names: set[str]) -> None:
 
 
 def weak_typed(src: KernelSource, body: list[ast.stmt], params: dict, loop_vars: tuple[str, ...],
-               local_names: set[str], default_float: str = F64) -> list[ast.stmt]:
+               local_names: set[str], default_float: str = F64, on_typed=None) -> list[ast.stmt]:
     """Copies of `body` with the casts weak literals need (see the module docstring).
 
     `params` maps parameter names to their types (`param_type`), `default_float` is F32 or
-    F64. Returns the statements unchanged (copied) when nothing needs a cast.
+    F64. `on_typed(typer, body)` sees the types first (lang.func_precision records calls).
     """
     body = [copy.deepcopy(s) for s in body]
     env = dict(params)
@@ -394,6 +388,8 @@ def weak_typed(src: KernelSource, body: list[ast.stmt], params: dict, loop_vars:
         env[v] = INT
     typer = _Typer(src, env)
     _infer_locals(typer, body, set(local_names) - set(params) - set(loop_vars))
+    if on_typed is not None:
+        on_typed(typer, body)
     _Rewriter(typer, default_float).stmts(body)
     for stmt in body:
         ast.fix_missing_locations(stmt)
