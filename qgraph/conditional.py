@@ -26,6 +26,7 @@ from .driver import nvrtc
 from .driver.device import check, driver
 from .driver.nodes import GraphNode, add_edge, add_while_node, kernel_node_params
 from .driver.params import ParamBuffer
+from .errors import runaway_error
 from .runtime import DeviceState
 
 MIN_COMPUTE_CAPABILITY = (9, 0)
@@ -56,17 +57,29 @@ typedef unsigned long long cudaGraphConditionalHandle;
 extern "C" __device__ __cudart_builtin__ void CUDARTAPI cudaGraphSetConditional(
     cudaGraphConditionalHandle handle, unsigned int value);
 
-extern "C" __global__ void qgraph_store_flag_address(unsigned long long* slot, unsigned long long address)
+// state: [0] the flag's address, [1] passes so far, [2] the guard's limit, [3] the host-mapped trip record
+extern "C" __global__ void qgraph_store_flag_address(unsigned long long* state, unsigned long long address,
+                                                     unsigned long long limit)
 {
-    *slot = address;
+    state[0] = address;
+    state[1] = 0;
+    state[2] = limit;
 }
 
-extern "C" __global__ void qgraph_while_condition(cudaGraphConditionalHandle handle, const int* const* slot)
+extern "C" __global__ void qgraph_while_condition(cudaGraphConditionalHandle handle, unsigned long long* state)
 {
     asm volatile("griddepcontrol.wait;" ::: "memory");  // behind a programmatic edge: the body has finished
-    cudaGraphSetConditional(handle, **slot != 0 ? 1u : 0u);
+    unsigned long long passes = state[1] + 1;
+    state[1] = passes;
+    unsigned int go = *(const int*)state[0] != 0 ? 1u : 0u;
+    if (go && passes >= state[2]) {  // the runaway guard: stop, and tell the host
+        go = 0u;
+        *(volatile unsigned long long*)state[3] = passes;
+    }
+    cudaGraphSetConditional(handle, go);
 }
 """
+NO_LIMIT = (1 << 64) - 1
 
 
 class _Helpers:
@@ -95,30 +108,44 @@ def helpers(target: DeviceState) -> _Helpers:
 
 
 class WhileLoop:
-    """The graph part of one DeviceLoop region: pointer slot, conditional handle, condition kernel.
+    """The graph part of one DeviceLoop region: its state block (the flag's address, the pass
+    count, the guard's limit, the trip record), conditional handle and condition kernel.
 
-    `number` tells the loops of one graph apart (each has its own slot constant).
+    `number` tells the loops of one graph apart (each has its own state constant). `guard`
+    is (limit or None, kernel name, the DeviceLoop): a loop stopped by the guard writes its
+    pass count into pinned host memory, which qgraph.sync() reads (DeviceState.check_guards).
     """
 
     kernel_nodes = 2  # the slot writer and the condition kernel
 
-    def __init__(self, target: DeviceState, flag_slot: tuple[int, int | None], number: int = 0) -> None:
+    def __init__(self, target: DeviceState, flag_slot: tuple[int, int | None], number: int = 0,
+                 guard: tuple = (None, "", None)) -> None:
+        d = driver()
         self._device = target.device
+        self._target = target
         self._helpers = helpers(target)
-        self.slot = self._device.alloc(8)
-        self._device.sync_stream()
+        self.limit, self.kernel_name, self.region = guard
+        self.slot = self._device.alloc(32)
+        self._record = check(d.cuMemHostAlloc(8, d.CU_MEMHOSTALLOC_DEVICEMAP), "cuMemHostAlloc (trip record)")
+        self.tripped = ctypes.c_uint64.from_address(int(self._record))
+        self.tripped.value = 0
+        record_device = int(check(d.cuMemHostGetDevicePointer(self._record, 0), "cuMemHostGetDevicePointer"))
+        pointer = ctypes.c_uint64(record_device)
+        self._device.copy_to_device(self.slot + 24, ctypes.addressof(pointer), 8)
+        target.guards.add(self)
         self._buffers: list[ParamBuffer] = []
         self._constant = f"_slot{number}"
+        self._limit = f"_limit{number}"
         address = FlagKind.address
-        # the slot writer's parameters: (slot address, the flag's element pointer from its array bytes)
+        # the slot writer's parameters: (state address, the flag's element pointer from its array bytes, limit)
         k, j = flag_slot  # the flag's value: p[k], or leaf j of a struct argument p[k]
         flag = f"p[{k}]" if j is None else f"p[{k}][{j}]"
-        self.slot_expr = f"{self._constant} + {flag}[{address.start}:{address.stop}]"
+        self.slot_expr = f"{self._constant} + {flag}[{address.start}:{address.stop}] + {self._limit}"
 
     def add_loop(self, graph, deps: list, block: bytes):
         """Add the slot writer (after `deps`) and the WHILE node; returns (body graph, WHILE node, slot node)."""
         d = driver()
-        store = ParamBuffer(16)
+        store = ParamBuffer(24)
         store.data[:] = block
         store_params = kernel_node_params(self._helpers.store, 1, 1, store)
         store_node = check(d.cuGraphAddKernelNode(graph, deps, len(deps), store_params), "adding the flag-slot node")
@@ -139,20 +166,38 @@ class WhileLoop:
         self._buffers.append(cond)
 
     def constants(self) -> dict:
-        return {self._constant: self.slot.to_bytes(8, "little")}
+        limit = NO_LIMIT if self.limit is None else self.limit
+        return {self._constant: self.slot.to_bytes(8, "little"), self._limit: limit.to_bytes(8, "little")}
+
+    def raise_if_tripped(self) -> None:
+        """After a sync (DeviceState.check_guards): QgraphError if the guard stopped this loop."""
+        if self.tripped.value:
+            self.tripped.value = 0
+            raise runaway_error(self.kernel_name, self.region, self.limit)
+
+    def passes(self) -> int:
+        """Passes of the last launch (waits for the stream)."""
+        value = ctypes.c_uint64(0)
+        self._device.copy_to_host(ctypes.addressof(value), self.slot + 8, 8)
+        return value.value
 
     def close(self) -> None:
+        self._target.guards.discard(self)
         if self.slot:
             self._device.free(self.slot)
             self.slot = 0
+            driver().cuMemFreeHost(self._record)
 
 
 class HostLoop:
     """A device loop around the whole body, without a WHILE node: run the body, read the flag
     back, repeat while it is non-zero."""
 
-    def __init__(self, target: DeviceState, first_run, graph, flag_slot: tuple[int, int | None]) -> None:
+    def __init__(self, target: DeviceState, first_run, graph, flag_slot: tuple[int, int | None],
+                 guard: tuple = (None, "", None)) -> None:
         d = driver()
+        self.limit, self.kernel_name, self.region = guard
+        self.passes = 0  # of the last call
         self._device = target.device
         self._first_run = first_run
         self._graph = graph  # a TaskGraph of the body, or None when the body runs eagerly
@@ -162,7 +207,6 @@ class HostLoop:
         self._event = self._device.event()
         self._copy = d.cuMemcpyDtoHAsync
         self._record = d.cuEventRecord
-        self._wait = d.cuEventSynchronize
 
     def run(self, args: tuple, packs: tuple, stream: int) -> None:
         k, j = self._flag
@@ -170,16 +214,23 @@ class HostLoop:
         self._first_run(args, packs, stream)
         graph = self._graph
         exec_handle = graph.exec_for(packs) if graph is not None else None
-        while self._read(flag, stream):
-            if graph is not None:
-                graph.relaunch(exec_handle, stream)
-            else:
-                self._first_run(args, packs, stream)
+        passes, limit = 1, self.limit
+        try:
+            while self._read(flag, stream):
+                if limit is not None and passes >= limit:
+                    raise runaway_error(self.kernel_name, self.region, limit)
+                if graph is not None:
+                    graph.relaunch(exec_handle, stream)
+                else:
+                    self._first_run(args, packs, stream)
+                passes += 1
+        finally:
+            self.passes = passes
 
     def _read(self, flag: int, stream: int) -> bool:
         check(self._copy(self._host, flag, 4, stream), "reading the graph_while flag")
         check(self._record(self._event, stream), "cuEventRecord")
-        check(self._wait(self._event), "waiting for the graph_while flag")
+        self._device.wait_event(self._event)  # interruptible (Ctrl-C)
         return self._value.value != 0
 
     def __del__(self) -> None:

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from . import runtime
 from .dtypes import float_precision
 from .lang import builtins as lang
 from .lang import frontend, generated, globals_used
 from .runtime.random_state import rng_state
+from .runtime.settings import USE_ENVIRONMENT
 
 
 @dataclass
@@ -32,6 +33,13 @@ class KernelStats:
     specialisations: int = 0  # argument type signatures compiled, total
     node_updates: int = 0  # in-place kernel-node parameter updates, total
     build_seconds: float = 0.0  # wall time of the last graph build (compile excluded)
+    _iterations: object = field(default=None, repr=False, compare=False)  # set by the launcher
+
+    @property
+    def iterations(self) -> tuple[int, ...]:
+        """Passes of each device loop in the last call (outermost first; nested loops: all their
+        entries together). Read when asked: on CUDA this waits for the call to finish."""
+        return self._iterations() if self._iterations is not None else ()
 
 
 class Func:
@@ -58,7 +66,8 @@ class Kernel:
 
     def __init__(self, fn: Callable, source: frontend.KernelSource, cuda_graph: bool,
                  graph_while: str | None, graph_cache_size: int | None, deterministic: bool | None = None,
-                 fast_math: bool | None = None, default_float: str | None = None) -> None:
+                 fast_math: bool | None = None, default_float: str | None = None,
+                 max_iterations=USE_ENVIRONMENT) -> None:
         self._fn = fn
         self._source = source
         self.cuda_graph = bool(cuda_graph)
@@ -67,6 +76,7 @@ class Kernel:
         self.deterministic = deterministic  # None: QGRAPH_DETERMINISTIC decides
         self.fast_math = fast_math  # None: QGRAPH_FAST_MATH decides
         self.default_float = default_float  # "f32", "f64" or None: QGRAPH_DEFAULT_FLOAT decides
+        self.max_iterations = max_iterations  # an int, None (no guard) or USE_ENVIRONMENT
         self.stats = KernelStats(num_tasks=len(self._source.tasks))
         self._launchers: dict[str, object] = {}  # per target ("cpu", "cuda:0", ...)
         self._launch = None
@@ -101,7 +111,7 @@ class Kernel:
     def _variant(self, cuda_graph: bool) -> Kernel:
         """The same kernel with graphs on or off (for side-by-side benchmarks)."""
         return type(self)(self._fn, self._source, cuda_graph, self.graph_while, self.graph_cache_size,
-                          self.deterministic, self.fast_math, self.default_float)
+                          self.deterministic, self.fast_math, self.default_float, self.max_iterations)
 
     def _drop(self) -> None:
         """Free compiled code, graphs and buffers (init/reset)."""
@@ -154,7 +164,7 @@ _NO_DEFAULT = object()
 
 def kernel(fn: Callable | None = None, *, cuda_graph: bool = False, graph_while: str | None = None,
            graph_cache_size: int | None = None, deterministic: bool | None = None,
-           fast_math: bool | None = None, default_float=None):
+           fast_math: bool | None = None, default_float=None, max_iterations=USE_ENVIRONMENT):
     """Compile a function's top-level statements into offloaded tasks.
 
     `cuda_graph=True` captures a call's tasks into a cached CUDA graph; `graph_while="flag"`
@@ -166,6 +176,8 @@ def kernel(fn: Callable | None = None, *, cuda_graph: bool = False, graph_while:
     reassociation, and flushes float32 denormals on CUDA; the default is QGRAPH_FAST_MATH.
     `default_float=qgraph.f32` computes in float32 where nothing else decides the precision
     (only Python numbers and integers meet); the default is QGRAPH_DEFAULT_FLOAT (float64).
+    `max_iterations=n` stops a device loop after n passes with its flag still set and raises
+    QgraphError (the runaway guard; None turns it off); the default is QGRAPH_MAX_ITERATIONS.
     """
     if graph_while is not None and not isinstance(graph_while, str):
         raise TypeError(f"graph_while must be a parameter name (str), got {graph_while!r}")
@@ -175,6 +187,9 @@ def kernel(fn: Callable | None = None, *, cuda_graph: bool = False, graph_while:
         if value is not None and not isinstance(value, bool):
             raise TypeError(f"{option} must be True, False or None, got {value!r}")
     precision = None if default_float is None else float_precision(default_float, "default_float")
+    if max_iterations is not USE_ENVIRONMENT and max_iterations is not None and \
+            (not isinstance(max_iterations, int) or isinstance(max_iterations, bool) or max_iterations < 1):
+        raise ValueError(f"max_iterations must be a positive int or None (no guard), got {max_iterations!r}")
 
     def wrap(f: Callable) -> Kernel:
         if isinstance(f, (Kernel, Func)):
@@ -185,7 +200,7 @@ def kernel(fn: Callable | None = None, *, cuda_graph: bool = False, graph_while:
         source = globals_used.with_implicit(f, source)
         cls = _bind_class(Kernel, source, f)
         return cls(f, source, bool(cuda_graph) or graph_while is not None, graph_while, graph_cache_size,
-                   deterministic, fast_math, precision)
+                   deterministic, fast_math, precision, max_iterations)
 
     return wrap if fn is None else wrap(fn)
 

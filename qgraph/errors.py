@@ -25,5 +25,14 @@ class QgraphSyntaxError(QgraphError):
         super().__init__(text)
 
 
+def runaway_error(kernel_name: str, loop, limit: int) -> QgraphError:
+    """The runaway guard's error: the loop, its flag, how far it ran and the fixes."""
+    return QgraphError(f"kernel {kernel_name}: the device loop at line {loop.lineno} ran {limit:,} passes with its "
+                       f"flag '{loop.flag}' still non-zero and was stopped by the runaway guard (max_iterations="
+                       f"{limit}). If the loop needs more passes, raise @qgraph.kernel(max_iterations=...) or "
+                       "QGRAPH_MAX_ITERATIONS (max_iterations=None turns the guard off); otherwise check that "
+                       "the body sets the flag to 0 (a task writing it, not a local copy)")
+
+
 class FallbackWarning(UserWarning):
     """A graph_while kernel runs as a host do-while loop instead of a device WHILE node."""

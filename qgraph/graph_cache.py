@@ -107,7 +107,7 @@ class TaskGraph:
 
     def __init__(self, target, kernels: list[TaskKernel], body: Region, bounds, stats, name: str,
                  args: tuple, packs: tuple, stream: int, flag_slots: dict[str, tuple],
-                 device_loops: bool, programmatic: bool = False) -> None:
+                 device_loops: bool, programmatic: bool = False, max_iterations: int | None = None) -> None:
         d = driver()
         started = time.perf_counter()
         self.state = GraphState.BUILDING
@@ -118,6 +118,7 @@ class TaskGraph:
         self._loops: list = []
         self._instances: dict[tuple, _Instance] = {}
         self.programmatic = programmatic
+        self._max_iterations = max_iterations
         self._nodes: list[GraphNode] = []
         by_task = {tk.task.index: tk for tk in kernels}
         try:
@@ -149,7 +150,8 @@ class TaskGraph:
         if isinstance(region, DeviceLoop):
             if not device_loops:
                 return self._plan(region.body, by_task, target, flag_slots, device_loops)
-            loop = WhileLoop(target, flag_slots[region.flag], len(self._loops))
+            loop = WhileLoop(target, flag_slots[region.flag], len(self._loops),
+                             (self._max_iterations, self.name, region))
             self._loops.append(loop)
             return [loop] + self._plan(region.body, by_task, target, flag_slots, device_loops)
         return [node for child in region.children
@@ -185,6 +187,10 @@ class TaskGraph:
             add_edge(graph, deps[0], handle, programmatic)
         self._nodes.append(GraphNode(block_expr(tk), grid_expr(tk, True), buffer, params, handle, tk))
         return [handle]
+
+    def loop_passes(self) -> tuple[int, ...]:
+        """Passes of each device loop in the last launch (waits for it)."""
+        return tuple(loop.passes() for loop in self._loops)
 
     def _is_kernel_node(self, node) -> bool:
         return any(n.handle is node for n in self._nodes)

@@ -129,3 +129,164 @@ def test_stats_say_where_the_loop_ran(loop_arch):
     stats = countdown.stats
     assert stats.host_loop == (loop_arch == "cuda-host")
     assert stats.used_graph == (loop_arch != "cpu")
+
+
+# --------------------------------------------------------------------------- runaway guard
+
+
+@qgraph.kernel(graph_while="flag", max_iterations=50)
+def never_done(passes, flag):
+    for i in range(passes.shape[0]):
+        passes[i] += 1
+    flag[0] = 1  # a bug: the flag never reaches 0
+
+
+@qgraph.kernel(graph_while="flag")
+def countdown_env(counter, flag):
+    counter[0] -= 1
+    flag[0] = 1 if counter[0] > 0 else 0
+
+
+def lambda_free(x):
+    for i in range(x.shape[0]):
+        x[i] += 1
+
+
+def test_stats_count_the_passes_of_the_last_call(loop_arch):
+    for n in (3, 7, 1):
+        countdown(make_counter(n), qgraph.ndarray(qgraph.i32, (1,)), qgraph.ndarray(qgraph.i64, (4,)))
+        assert countdown.stats.iterations == (n,)
+    no_loop = qgraph.kernel(lambda_free)
+    no_loop(qgraph.ndarray(qgraph.i64, (4,)))
+    assert no_loop.stats.iterations == ()
+
+
+def test_a_runaway_loop_is_stopped_by_the_guard_and_the_next_call_works(loop_arch):
+    """The loop stops after max_iterations passes with its flag still set and QgraphError names the
+    kernel, the loop's line, the flag and the limit: at the call on the CPU and the host fallback,
+    at the next qgraph.sync() for the device loop (the call returns before the loop runs)."""
+    passes, flag = qgraph.ndarray(qgraph.i64, (8,)), qgraph.ndarray(qgraph.i32, (1,))
+    line = never_done.__wrapped__.__code__.co_firstlineno + 1  # the def line (the decorator is first)
+    with pytest.raises(qgraph.QgraphError, match=rf"kernel never_done: the device loop at line {line} ran 50 "
+                                                 r"passes with its flag 'flag' still non-zero .*max_iterations=50"):
+        never_done(passes, flag)
+        qgraph.sync()
+    np.testing.assert_array_equal(passes.to_numpy(), 50)
+    assert never_done.stats.iterations == (50,)
+    qgraph.sync()  # reported once
+    counter = make_counter(4)  # the same flag array, now a good loop
+    countdown(counter, flag, qgraph.ndarray(qgraph.i64, (4,)))
+    assert counter.to_numpy()[0] == 0 and countdown.stats.iterations == (4,)
+
+
+def test_the_guard_limit_comes_from_the_environment(loop_arch, monkeypatch):
+    monkeypatch.setenv("QGRAPH_MAX_ITERATIONS", "20")
+    use_arch(loop_arch.split("-")[0])
+    counter = make_counter(19)
+    countdown_env(counter, qgraph.ndarray(qgraph.i32, (1,)))
+    qgraph.sync()
+    assert countdown_env.stats.iterations == (19,)
+    with pytest.raises(qgraph.QgraphError, match="max_iterations=20"):
+        countdown_env(make_counter(21), qgraph.ndarray(qgraph.i32, (1,)))
+        qgraph.sync()
+    monkeypatch.setenv("QGRAPH_MAX_ITERATIONS", "0")  # no guard
+    use_arch(loop_arch.split("-")[0])
+    countdown_env(make_counter(25), qgraph.ndarray(qgraph.i32, (1,)))
+    assert countdown_env.stats.iterations == (25,)
+
+
+def test_bad_guard_settings_name_the_fix():
+    with pytest.raises(ValueError, match="max_iterations must be a positive int or None"):
+        qgraph.kernel(max_iterations=0)
+    with pytest.raises(ValueError, match="max_iterations must be a positive int or None"):
+        qgraph.kernel(max_iterations="many")
+    from qgraph.runtime.settings import Settings
+
+    with pytest.raises(qgraph.QgraphError, match="QGRAPH_MAX_ITERATIONS='-3': expected a non-negative integer"):
+        Settings.from_environ({"QGRAPH_MAX_ITERATIONS": "-3"})
+    assert Settings.from_environ({}).max_iterations == 10_000_000
+    assert Settings.from_environ({"QGRAPH_MAX_ITERATIONS": "0"}).max_iterations is None
+
+
+_INTERRUPT_CHILD = """
+import signal, sys, time
+import numpy as np
+import qgraph
+
+signal.signal(signal.SIGINT, signal.default_int_handler)  # a test runner may start us with SIGINT ignored
+qgraph.init(sys.argv[1])
+
+
+@qgraph.kernel(graph_while="flag", max_iterations=int(sys.argv[2]) or None)
+def spin(x, flag):
+    for i in range(x.shape[0]):
+        x[i] += 1.0
+    flag[0] = 1
+
+
+@qgraph.kernel(graph_while="flag")
+def finite(x, flag):
+    for i in range(x.shape[0]):
+        x[i] += 1.0
+    flag[0] = 1 if x[0] < 5 else 0
+
+
+x, flag = qgraph.ndarray(qgraph.f64, (4,)), qgraph.ndarray(qgraph.i32, (1,))
+finite(x, flag)
+print("ready", flush=True)
+started = time.perf_counter()
+try:
+    spin(x, flag)
+    qgraph.sync()
+    print("no interrupt", flush=True)
+except KeyboardInterrupt as e:
+    print(f"interrupted after {time.perf_counter() - started:.1f} s: {e}", flush=True)
+try:
+    qgraph.sync()
+except qgraph.QgraphError as e:
+    print("guard:", str(e)[:60], flush=True)
+y = qgraph.ndarray(qgraph.f64, (4,))
+finite(y, flag)
+print("next call:", y.to_numpy()[0], flush=True)
+"""
+
+
+def _interrupt(arch: str, limit: int, tmp_path) -> str:
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    script = tmp_path / "child.py"
+    script.write_text(_INTERRUPT_CHILD)
+    child = subprocess.Popen([sys.executable, str(script), arch, str(limit)], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, env=dict(os.environ))
+    try:
+        assert child.stdout.readline().strip() == "ready", child.stderr.read()
+        import time
+
+        time.sleep(1.0)  # the runaway loop is running
+        child.send_signal(signal.SIGINT)
+        out, err = child.communicate(timeout=120)
+    finally:
+        child.kill()
+    assert child.returncode == 0, err
+    return out
+
+
+def test_ctrl_c_stops_a_runaway_cpu_loop_and_the_next_call_works(tmp_path):
+    """No guard (max_iterations=None): Ctrl-C is the way out; the compiled loop checks for it."""
+    out = _interrupt("cpu", 0, tmp_path)
+    assert "interrupted after" in out and "kernel spin was interrupted in its device loop" in out, out
+    assert "next call: 5.0" in out, out
+
+
+@pytest.mark.cuda
+def test_ctrl_c_gets_through_a_wait_for_a_runaway_device_loop(tmp_path):
+    """qgraph.sync() waits interruptibly; the device loop runs on until its guard stops it, which the
+    next sync reports; then the next call works."""
+    use_arch("cuda")
+    out = _interrupt("cuda", 2_000_000, tmp_path)
+    assert "interrupted after" in out, out
+    assert "guard: kernel spin: the device loop" in out, out
+    assert "next call: 5.0" in out, out

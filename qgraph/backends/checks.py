@@ -10,6 +10,7 @@ from ..args.resolve import scalar_annotation
 from ..errors import QgraphSyntaxError
 from ..lang.frontend import UNRESOLVED, KernelSource, syntax_error
 from ..lang.regions import device_loops
+from ..runtime.settings import USE_ENVIRONMENT
 
 
 def fixed_scalar_types(src: KernelSource) -> tuple[str | None, ...]:
@@ -98,6 +99,11 @@ def compile_error(src: KernelSource, key: tuple[str, ...], error: Exception, tas
 def default_float(kernel, settings) -> str:
     """The kernel's `default_float=` option ("f32"/"f64"), else QGRAPH_DEFAULT_FLOAT."""
     return settings.default_float if kernel.default_float is None else kernel.default_float
+
+
+def max_iterations(kernel, settings) -> int | None:
+    """The kernel's `max_iterations=` option (None: no guard), else QGRAPH_MAX_ITERATIONS."""
+    return settings.max_iterations if kernel.max_iterations is USE_ENVIRONMENT else kernel.max_iterations
 
 
 def is_fast_math(kernel, settings) -> bool:

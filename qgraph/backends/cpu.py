@@ -5,9 +5,11 @@ from __future__ import annotations
 from ..args.kinds import arg_type
 from ..args.resolve import resolver_lines
 from ..compiler.numba_adapter import is_compile_error, is_typing_stage
+from ..errors import runaway_error
 from ..lang import generated
 from ..lang.flat_view import flat_source
 from ..lang.precision import param_type
+from ..lang.regions import device_loops
 from ..runtime.arrays import Ndarray
 from .checks import (
     check_bounds,
@@ -24,6 +26,7 @@ from .checks import (
     host_bounds,
     is_deterministic,
     is_fast_math,
+    max_iterations,
 )
 
 
@@ -44,11 +47,16 @@ class CpuLauncher:
         self._fast_math = is_fast_math(kernel, state.settings)
         self._default_float = default_float(kernel, state.settings)
         self._flags = flag_params(self.src)
+        self._max_iterations = max_iterations(kernel, state.settings)
+        self._loops = list(device_loops(self.src.body))
+        self._last = [None]  # the runner's (status, loop, passes per loop) of the last call
         stats = self.stats
         stats.used_graph = False
         stats.graph_nodes = 0
         stats.host_loop = False
         stats.cache_size = 0
+        stats._iterations = (lambda: tuple(self._last[0][2:]) if self._last[0] is not None else ()) \
+            if self._loops else None
         self.launch = self._generate_launch()
 
     def _generate_launch(self):
@@ -70,7 +78,11 @@ class CpuLauncher:
         for k in self._flags:
             lines += [f"    if v{k}.shape not in ((), (1,)):",
                       f"        raise _flag_error(_src, {k}, v{k}.shape)"]
-        lines.append(f"    runner({values})")
+        if self._loops:  # the runner's status: the guard stopped a loop, or Ctrl-C arrived
+            ns.update({"_last": self._last, "_stopped": self._stopped})
+            lines += [f"    r = runner({values})", "    _last[0] = r", "    if r[0]:", "        _stopped(r)"]
+        else:
+            lines.append(f"    runner({values})")
         source = f"def launch({args}{', ' if n else ''}stream):\n" + "\n".join(lines) + "\n"
         return generated.function(source, "launch", f"launch of kernel {src.qualname} (cpu)", ns)
 
@@ -95,12 +107,13 @@ class CpuLauncher:
             from ..compiler.cpu_program import CpuProgram
 
             program = self._programs[program_key] = CpuProgram(src, self._cache_dir, names, self._fast_math,
-                                                               (types, self._default_float), flat.funcs.defs)
+                                                               (types, self._default_float), flat.funcs.defs,
+                                                               self._max_iterations)
         runner = program.runner
         if flat.has_structs:  # the runner takes each struct's leaves: unpack them (values hold them in order)
             runner = _leaf_caller(runner, flat, len(key))
         try:
-            runner(*values)
+            status = runner(*values)
         except Exception as e:
             if is_compile_error(e) and is_typing_stage(e):
                 raise compile_error(self.src, key, e) from e
@@ -108,6 +121,19 @@ class CpuLauncher:
         self._specs[key] = runner
         self.stats.specialisations += 1
         self.stats.num_tasks = len(self.src.tasks)
+        if self._loops:
+            self._last[0] = status
+            if status[0]:
+                self._stopped(status)
+
+    def _stopped(self, status: tuple) -> None:
+        """Raise for a runner that stopped early: QgraphError (the guard) or KeyboardInterrupt."""
+        loop = self._loops[status[1]]
+        if status[0] == 1:
+            raise runaway_error(self.src.name, loop, self._max_iterations)
+        raise KeyboardInterrupt(f"kernel {self.src.name} was interrupted in its device loop (line {loop.lineno}, "
+                                f"flag '{loop.flag}') after {status[2 + status[1]]} passes; the next call "
+                                "starts afresh")
 
     def close(self) -> None:
         self._specs.clear()

@@ -44,6 +44,7 @@ from .checks import (
     host_bounds,
     is_deterministic,
     is_fast_math,
+    max_iterations,
 )
 
 _BOUNDS_MEMO = 16  # eager calls remember the loop bounds of this many recent argument sets
@@ -96,7 +97,7 @@ class EagerRunner:
 class _Spec:
     """One compiled specialisation and how it runs now."""
 
-    __slots__ = ("key", "kernels", "run", "graph", "uses_graph", "host_loop", "nodes", "flags")
+    __slots__ = ("key", "kernels", "run", "graph", "uses_graph", "host_loop", "nodes", "flags", "host_runner")
 
     def __init__(self, key: tuple, kernels: list[TaskKernel], flags: dict) -> None:
         self.key = key
@@ -107,6 +108,7 @@ class _Spec:
         self.uses_graph = False
         self.host_loop = False
         self.nodes = 0
+        self.host_runner = None  # the conditional.HostLoop of the host fallback
 
 
 class CudaLauncher:
@@ -128,7 +130,8 @@ class CudaLauncher:
         self._deterministic = is_deterministic(kernel, state.settings)
         self._fast_math = is_fast_math(kernel, state.settings)
         self._default_float = default_float(kernel, state.settings)
-        loops = list(device_loops(src.body))
+        self._max_iterations = max_iterations(kernel, state.settings)
+        loops = self._loops = list(device_loops(src.body))
         # the flag of a loop around the whole body: it can run as the host do-while (the fallback)
         self._root_flag = loops[0].flag if loops and _is_root(src.body, loops[0]) else None
         self.use_graphs = kernel.cuda_graph and state.settings.graphs
@@ -144,6 +147,7 @@ class CudaLauncher:
         self.stats.graph_nodes = 0
         self.stats.host_loop = False
         self.stats.cache_size = 0
+        self.stats._iterations = self._iterations if loops else None
         self.launch = self._generate_launch()
 
     # ------------------------------------------------------------------ the call path
@@ -176,6 +180,22 @@ class CudaLauncher:
         lines.append(f"    spec.run(({args}{comma}), p, _stream if stream is None else _shandle(stream))")
         source = f"def launch({args}{', ' if n else ''}stream):\n" + "\n".join(lines) + "\n"
         return generated.function(source, "launch", f"launch of kernel {src.qualname} (cuda)", ns)
+
+    def _iterations(self) -> tuple[int, ...]:
+        """stats.iterations: passes of each device loop in the last call (waits for it)."""
+        spec = self._last[0]
+        if spec is None:
+            return ()
+        if spec.host_loop:
+            return (spec.host_runner.passes,)
+        if spec.graph is None:
+            return ()
+        self.device.synchronize()
+        return spec.graph.loop_passes()
+
+    def _guard(self) -> tuple:
+        root = next((loop for loop in self._loops if loop.flag == self._root_flag), None)
+        return (self._max_iterations, self.src.name, root)
 
     def _flag_error(self, index: int, flag_bytes: bytes) -> TypeError:
         return flag_shape_error(self.src, index, FlagKind.shape_of(flag_bytes))
@@ -229,7 +249,9 @@ class CudaLauncher:
             eager = EagerRunner(spec.kernels, self._bounds, self.lifetimes, name)
             spec.run = eager.run
             if self.while_mode == "host":
-                spec.run = conditional.HostLoop(self.target, eager.run, None, spec.flags[self._root_flag]).run
+                spec.host_runner = conditional.HostLoop(self.target, eager.run, None, spec.flags[self._root_flag],
+                                                        self._guard())
+                spec.run = spec.host_runner.run
             return
         spec.uses_graph = True
         spec.run = self._build_runner(spec)
@@ -238,7 +260,7 @@ class CudaLauncher:
         def build_and_run(args, packs, stream):
             graph = TaskGraph(self.target, spec.kernels, self.src.body, self._bounds, self.stats, self.src.name,
                               args, packs, stream, spec.flags, device_loops=self.while_mode == "device",
-                              programmatic=self.settings.programmatic_edges)
+                              programmatic=self.settings.programmatic_edges, max_iterations=self._max_iterations)
             self.stats.builds += 1
             self.stats.build_seconds = graph.build_seconds
             spec.graph = graph
@@ -246,7 +268,9 @@ class CudaLauncher:
             self.stats.graph_nodes = graph.kernel_nodes
             run = graph.replay
             if self.while_mode == "host":
-                run = conditional.HostLoop(self.target, graph.replay, graph, spec.flags[self._root_flag]).run
+                spec.host_runner = conditional.HostLoop(self.target, graph.replay, graph,
+                                                        spec.flags[self._root_flag], self._guard())
+                run = spec.host_runner.run
             spec.run = run
             self.graphs.add(spec.key, graph)
             self.stats.cache_size = len(self.graphs)

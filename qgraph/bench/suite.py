@@ -128,6 +128,8 @@ def gpu_loop_rows(tasks: int, iterations: int, budget: float, repeat: int) -> li
     args = arrays + [counter, flag, size, a]
     fallback = module.loop._variant(cuda_graph=True)
     fallback._force_host_loop = True  # the same kernel on the host do-while path, side by side
+    unguarded = module.loop._variant(cuda_graph=True)
+    unguarded.max_iterations = None  # the runaway guard's cost: the same loop without it
 
     def run(fn):
         def call() -> None:
@@ -136,6 +138,7 @@ def gpu_loop_rows(tasks: int, iterations: int, budget: float, repeat: int) -> li
         return call
 
     calls = {"raw WHILE node": run(raw.while_launch), "device loop": run(lambda: module.loop(*args)),
+             "device loop, no guard": run(lambda: unguarded(*args)),
              "raw host loop": run(raw.host_loop), "host fallback": run(lambda: fallback(*args))}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", qgraph.FallbackWarning)
@@ -143,6 +146,7 @@ def gpu_loop_rows(tasks: int, iterations: int, budget: float, repeat: int) -> li
     us = {mode: t / iterations * 1e6 for mode, t in times.items()}
     return [Row("loop", "raw WHILE node", tasks, size, us["raw WHILE node"], us["raw WHILE node"]),
             Row("loop", "device loop", tasks, size, us["device loop"], us["raw WHILE node"]),
+            Row("loop", "device loop, no guard", tasks, size, us["device loop, no guard"], us["raw WHILE node"]),
             Row("loop", "raw host loop", tasks, size, us["raw host loop"], us["raw host loop"]),
             Row("loop", "host fallback", tasks, size, us["host fallback"], us["raw host loop"])]
 
@@ -292,11 +296,13 @@ def table(report: Report) -> str:
     if loop:
         lines.append("\ngraph_while, per iteration, us (ratio to its raw equivalent)")
         for r in loop:
-            lines.append(f"{r.tasks:>3} tasks  {r.mode:<18} {r.us:8.2f} ({r.ratio:.2f})")
+            lines.append(f"{r.tasks:>3} tasks  {r.mode:<22} {r.us:8.2f} ({r.ratio:.2f})")
         by = {(r.tasks, r.mode): r.us for r in loop}
         for t in sorted({r.tasks for r in loop}):
+            guard = by.get((t, "device loop, no guard"))
             lines.append(f"{t:>3} tasks  device loop is {by[(t, 'host fallback')] / by[(t, 'device loop')]:.2f}x "
-                         "faster than the host fallback")
+                         "faster than the host fallback" + ("" if guard is None else
+                         f"; the runaway guard costs {by[(t, 'device loop')] - guard:+.3f} us per iteration"))
     h = report.headline
     if h:
         lines.append("\nheadline, 8 one-block tasks:")

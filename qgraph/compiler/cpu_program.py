@@ -16,6 +16,7 @@ from ..lang.frontend import KernelSource
 from ..lang.lowering import PREFIX
 from ..lang.math_calls import MAX, MIN, ROUNDING_FUNCTIONS
 from . import numba_adapter as adapter
+from .cpu_interrupts import interrupted
 from .cpu_math import cpu_math
 from .random_code import random_functions
 
@@ -34,8 +35,10 @@ class CpuProgram:
     """The numba runner(s) of one kernel; numba compiles one overload per signature."""
 
     def __init__(self, src: KernelSource, cache_dir: str | None, zero_d: frozenset[str] = frozenset(),
-                 fast_math: bool = False, precision: tuple[dict, str] | None = None, funcs: list | None = None) -> None:
-        module = cpu_codegen.cpu_module(src, zero_d, "fast_math" if fast_math else "", precision, funcs)
+                 fast_math: bool = False, precision: tuple[dict, str] | None = None, funcs: list | None = None,
+                 max_iterations: int | None = None) -> None:
+        module = cpu_codegen.cpu_module(src, zero_d, "fast_math" if fast_math else "", precision, funcs,
+                                        max_iterations)
         self.fingerprint = module.fingerprint
         cache = None
         # numba can reload cached code only for functions whose module it can import again
@@ -44,6 +47,7 @@ class CpuProgram:
         from . import cpu_atomics
 
         injected = {"_qg_prange": adapter.prange(), "_qg_i64": adapter.int64(), "_qg_f32": adapter.float32(),
+                    "_qg_interrupted": interrupted(),
                     "_qg_trip_count": adapter.njit(_trip_count, parallel=False, cache=None)}
         for name in module.atomics:
             injected[PREFIX + name] = cpu_atomics.BY_NAME[name]

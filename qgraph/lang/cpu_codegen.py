@@ -31,7 +31,7 @@ from .lowering import (
     view_assignments,
 )
 from .precision import weak_typed
-from .regions import DeviceLoop, Dim, Region, Task
+from .regions import DeviceLoop, Dim, Region, Task, device_loops
 from .updates import Reduction, UpdateRewriter, combine, task_updates
 
 
@@ -158,7 +158,8 @@ def _reduction_frame(src: KernelSource, task: Task, found: list[Reduction],
 
 
 def cpu_module(src: KernelSource, zero_d: frozenset[str] = frozenset(), options: str = "",
-               precision: tuple[dict, str] | None = None, funcs: list | None = None) -> CpuModule:
+               precision: tuple[dict, str] | None = None, funcs: list | None = None,
+               max_iterations: int | None = None) -> CpuModule:
     """One function per unit of tasks, and a runner that walks the region tree calling them.
 
     Within a sequence, runs of parallel tasks that numba can analyse share a function, so
@@ -167,7 +168,9 @@ def cpu_module(src: KernelSource, zero_d: frozenset[str] = frozenset(), options:
     device loop becomes a do-while on its flag. Parallel loops index the 0-d array
     parameters in `zero_d` through 1-element views. `precision` (parameter types, default
     float) types Python numbers weakly (lang.precision). `src` is flattened (lang.flat_view),
-    `funcs` its @qgraph.func specialisations.
+    `funcs` its @qgraph.func specialisations. With device loops the runner returns
+    (status, loop, passes of each loop): status 1 when a loop ran `max_iterations` passes with
+    its flag still set (the guard), 2 when Ctrl-C arrived (compiler.cpu_interrupts), else 0.
     """
     symbols = Symbols(specialised=list(funcs or []))
     defs: list[ast.stmt] = []
@@ -204,11 +207,8 @@ def cpu_module(src: KernelSource, zero_d: frozenset[str] = frozenset(), options:
         if isinstance(region, Task):
             return [unit_call([region])]
         if isinstance(region, DeviceLoop):
-            index = ast.Tuple([], ast.Load()) if region.flag in zero_d else ast.Constant(0)
-            flag = ast.copy_location(ast.Subscript(name_node(region.flag, at), index, ast.Load()), at)
-            test = ast.copy_location(ast.Compare(flag, [ast.Eq()], [ast.Constant(0)]), at)
-            brk = ast.copy_location(ast.If(test, [ast.copy_location(ast.Break(), at)], []), at)
-            return [ast.copy_location(ast.While(ast.Constant(True), walk(region.body) + [brk], []), at)]
+            return _guarded_loop(region, loops.index(region), len(loops), walk(region.body), zero_d,
+                                 max_iterations, at)
         stmts: list[ast.stmt] = []
         run: list[Task] = []
         for child in region.children:
@@ -224,7 +224,12 @@ def cpu_module(src: KernelSource, zero_d: frozenset[str] = frozenset(), options:
             stmts.append(unit_call(run))
         return stmts
 
-    defs.append(function_def(RUNNER, list(src.param_names), walk(src.body), src.lineno))
+    loops = list(device_loops(src.body))  # numbered as walk meets them: outermost first
+    runner_body = walk(src.body)
+    if loops:
+        runner_body = [_parse(f"_qg_t{k} = 0", at) for k in range(len(loops))] + runner_body + \
+            [_parse(f"return {_status(0, -1, len(loops))}", at)]
+    defs.append(function_def(RUNNER, list(src.param_names), runner_body, src.lineno))
     func_defs = lower_funcs(symbols)
     # `options` (compile flags such as fast math) are part of the fingerprint: numba's cache
     # index does not key on them, so each setting gets symbols and cache entries of its own
@@ -243,6 +248,29 @@ def cpu_module(src: KernelSource, zero_d: frozenset[str] = frozenset(), options:
     units = [(renames[name], parallel) for name, parallel in units]
     return CpuModule(module_of(defs), func_codes, units, symbols.atomics, fingerprint,
                      renames[RUNNER])
+
+
+def _parse(code: str, at: ast.AST) -> ast.stmt:
+    stmt = ast.parse(code).body[0]
+    for node in ast.walk(stmt):
+        ast.copy_location(node, at)
+    return stmt
+
+
+def _status(status: int, loop: int, n_loops: int) -> str:
+    return f"({status}, {loop}, {', '.join(f'_qg_t{k}' for k in range(n_loops))})"
+
+
+def _guarded_loop(region: DeviceLoop, k: int, n_loops: int, body: list[ast.stmt], zero_d: frozenset[str],
+                  max_iterations: int | None, at: ast.AST) -> list[ast.stmt]:
+    """A do-while on the flag that counts its passes, stops at the guard and checks for Ctrl-C."""
+    flag = f"{region.flag}[()]" if region.flag in zero_d else f"{region.flag}[0]"
+    tail = [f"_qg_n{k} += 1", f"_qg_t{k} += 1", f"if {flag} == 0:\n    break"]
+    if max_iterations is not None:
+        tail.append(f"if _qg_n{k} >= {int(max_iterations)}:\n    return {_status(1, k, n_loops)}")
+    tail.append(f"if _qg_interrupted():\n    return {_status(2, k, n_loops)}")
+    loop = ast.While(ast.Constant(True), body + [_parse(line, at) for line in tail], [])
+    return [_parse(f"_qg_n{k} = 0", at), ast.copy_location(loop, at)]
 
 
 def unique_symbol(name: str, kernel_name: str, fingerprint: str) -> str:

@@ -41,6 +41,16 @@ def arch_name(text: str | None, source: str) -> str | None:
     return name
 
 
+class _UseEnvironment:
+    """A kernel option left to its environment variable (shows as such in signatures)."""
+
+    def __repr__(self) -> str:
+        return "<from the environment>"
+
+
+USE_ENVIRONMENT = _UseEnvironment()
+
+
 @dataclass(frozen=True)
 class Settings:
     """What the environment variables say, read by init()."""
@@ -55,6 +65,7 @@ class Settings:
     deterministic: bool = False  # QGRAPH_DETERMINISTIC=1: bit-identical reductions by default
     fast_math: bool = False  # QGRAPH_FAST_MATH=1: fast-math code generation by default
     default_float: str = "f64"  # QGRAPH_DEFAULT_FLOAT=float32: literals' precision where nothing decides
+    max_iterations: int | None = 10_000_000  # QGRAPH_MAX_ITERATIONS: the runaway guard of device loops (0: none)
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] = os.environ) -> Settings:
@@ -73,6 +84,7 @@ class Settings:
         if precision not in ("float32", "float64", "f32", "f64"):
             raise QgraphError(f"QGRAPH_DEFAULT_FLOAT={precision!r}: expected 'float32' or 'float64'")
         return cls(graphs=switch(environ, "QGRAPH_GRAPHS"), graph_while_host=mode == "host",
+                   max_iterations=_max_iterations(environ.get("QGRAPH_MAX_ITERATIONS", "10000000")),
                    cache_dir=cache_directory(environ), graph_cache_size=size,
                    programmatic_edges=switch(environ, "QGRAPH_PDL"),
                    dump_dir=os.path.abspath(os.path.expanduser(dump)) if dump else None,
@@ -80,6 +92,17 @@ class Settings:
                    deterministic=switch(environ, "QGRAPH_DETERMINISTIC", default=False),
                    fast_math=switch(environ, "QGRAPH_FAST_MATH", default=False),
                    default_float="f32" if precision in ("float32", "f32") else "f64")
+
+
+def _max_iterations(text: str) -> int | None:
+    try:
+        value = int(text.strip().replace("_", ""))
+        if value < 0:
+            raise ValueError
+    except ValueError:
+        raise QgraphError(f"QGRAPH_MAX_ITERATIONS={text!r}: expected a non-negative integer (0 turns the guard "
+                          "off)") from None
+    return value or None
 
 
 def cache_directory(environ: Mapping[str, str] = os.environ) -> str | None:

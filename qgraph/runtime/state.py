@@ -27,9 +27,15 @@ class DeviceState:
         self.lifetimes = Lifetimes(device)
         self.code_cache = CodeCache(settings.cache_dir)
         self.helpers: dict[str, object] = {}  # helper kernels loaded on this device, by name
+        self.guards: set = set()  # device loops with a runaway guard (conditional.WhileLoop)
 
     def release_all(self) -> None:
         self.lifetimes.release_all()
+
+    def check_guards(self) -> None:
+        """After a sync: raise QgraphError for a device loop its runaway guard stopped."""
+        for loop in list(self.guards):
+            loop.raise_if_tripped()
 
 
 class CpuState:
@@ -107,6 +113,7 @@ def _drop_compiled() -> None:
     if isinstance(target, DeviceState):
         target.device.synchronize()
         target.release_all()
+        target.check_guards()
     for kernel in list(STATE.kernels):
         kernel._drop()
     STATE.generation += 1
@@ -130,6 +137,7 @@ def sync() -> None:
     if isinstance(target, DeviceState):
         target.device.synchronize()
         target.release_all()
+        target.check_guards()
 
 
 def device_info():
