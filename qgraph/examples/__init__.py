@@ -7,5 +7,9 @@
 - nbody: all-pairs gravitational N-body, leapfrog, with energy and momentum diagnostics;
 - stable_fluids: Stam's stable fluids on a MAC grid, the Jacobi pressure solve in one graph_while call.
 
+mpm88, nbody and stable_fluids come in two variants with the same results: "scalar" (component by
+component) and "vector" (qgraph.vec2/vec3/mat22 and @qgraph.struct, as a Taichi user writes them;
+mpm88_kernels, nbody, stable_fluids_vector); pick one with --variant.
+
 Run one with `python -m qgraph.examples.heat_diffusion` (or `python examples/heat_diffusion.py`).
 """

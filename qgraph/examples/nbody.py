@@ -59,9 +59,39 @@ def step_scalar(pos, vel, acc, mass, dt: float, eps2: float):
             vel[i, d] += 0.5 * dt * acc[i, d]
 
 
-# One dict of kernels per variant; every variant takes the same arrays: pos, vel, acc (n, 3) and
-# mass (n,), float32. A call with dt = 0 only computes acc (the kicks and the drift add zeros).
-VARIANTS: dict[str, dict[str, qgraph.Kernel]] = {"scalar": {"step": step_scalar}}
+@qgraph.struct
+class Bodies:
+    pos: qgraph.vec3[:]
+    vel: qgraph.vec3[:]
+    acc: qgraph.vec3[:]
+    mass: object  # (n,)
+
+
+@qgraph.kernel(cuda_graph=True)
+def step_vector(b: Bodies, dt: float, eps2: float):
+    """The same step with vec3 and a struct, as a Taichi user writes it (the same operations in the
+    same order as step_scalar, so the same bits)."""
+    for i in range(b.pos.shape[0]):
+        b.vel[i] += 0.5 * dt * b.acc[i]
+        b.pos[i] += dt * b.vel[i]
+    for i in range(b.pos.shape[0]):
+        a = qgraph.vec3(0.0)
+        p = b.pos[i]
+        for j in range(b.pos.shape[0]):
+            d = b.pos[j] - p
+            r2 = qgraph.dot(d, d) + eps2
+            a += b.mass[j] / (r2 * math.sqrt(r2)) * d
+        b.acc[i] = a
+    for i in range(b.pos.shape[0]):
+        b.vel[i] += 0.5 * dt * b.acc[i]
+
+
+# Per variant: the step kernel and how it takes the arrays pos, vel, acc (n, 3) and mass (n,), float32
+# (then dt and eps^2). A call with dt = 0 only computes acc (the kicks and the drift add zeros).
+VARIANTS: dict[str, dict] = {
+    "scalar": {"step": step_scalar, "args": lambda pos, vel, acc, mass: (pos, vel, acc, mass)},
+    "vector": {"step": step_vector, "args": lambda pos, vel, acc, mass: (Bodies(pos, vel, acc, mass),)},
+}
 
 
 @dataclass
@@ -145,14 +175,28 @@ def simulate(pos0: np.ndarray, vel0: np.ndarray, mass0: np.ndarray, steps: int, 
     step = VARIANTS[variant]["step"]
     pos, vel, mass = qgraph.from_numpy(pos0), qgraph.from_numpy(vel0), qgraph.from_numpy(mass0)
     acc = qgraph.ndarray(qgraph.f32, pos0.shape)
-    step(pos, vel, acc, mass, 0.0, eps * eps)  # dt = 0: accelerations only
+    args = VARIANTS[variant]["args"](pos, vel, acc, mass)
+    step(*args, 0.0, eps * eps)  # dt = 0: accelerations only
     qgraph.sync()
     start = time.perf_counter()
     for _ in range(steps):
-        step(pos, vel, acc, mass, dt, eps * eps)
+        step(*args, dt, eps * eps)
     qgraph.sync()
     seconds = time.perf_counter() - start
     return pos.to_numpy(), vel.to_numpy(), seconds
+
+
+def bench_state(n: int) -> list:
+    """The device arrays (pos, vel, acc, mass) of n bodies, which every variant's bench_step takes."""
+    pos, vel, mass = initial_state(n)
+    return [qgraph.from_numpy(pos), qgraph.from_numpy(vel), qgraph.ndarray(qgraph.f32, pos.shape),
+            qgraph.from_numpy(mass)]
+
+
+def bench_step(variant: str, arrays: list):
+    """A callable advancing `arrays` (bench_state) by one step with `variant` (qgraph.bench)."""
+    step, args = VARIANTS[variant]["step"], VARIANTS[variant]["args"](*arrays)
+    return lambda: step(*args, DT, SOFTENING * SOFTENING)
 
 
 def run(n: int = 1024, steps: int = 100, dt: float = DT, eps: float = SOFTENING, check: bool = True,

@@ -17,7 +17,6 @@ projection's only error is the Jacobi residual.) Checked against a NumPy float32
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 import time
 from dataclasses import dataclass, field
@@ -25,6 +24,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 import qgraph
+from qgraph.examples.stable_fluids_kernels import advect_scalar, pressure_scalar, project_scalar, sample  # noqa: F401
+from qgraph.examples.stable_fluids_vector import Fluid, advect_vector, pressure_vector, project_vector  # noqa: F401
+from qgraph.examples.stable_fluids_vector import calls as vector_calls
 
 DT = 0.04
 INFLOW_SPEED = 25.0  # the jet's upward velocity, cells per unit time (one cell per step at DT)
@@ -32,109 +34,16 @@ JACOBI_ITERS = 30  # pressure sweeps per step (even: the loop runs them in pairs
 TOLERANCE = 1e-4  # on max_rel_error; see main
 
 
-@qgraph.func
-def sample(q, ix, iy, s, t):
-    """q bilinearly at index coordinates (ix + s, iy + t), ix and iy integers, 0 <= s, t < 1 (q[a, b]
-    sits at (a, b)); indices outside are clamped to the edge. The caller splits the coordinates:
-    in a helper float32 minus an integer is float64 (numba's rules, not qgraph's weak ones)."""
-    i0 = min(max(ix, 0), q.shape[0] - 1)
-    i1 = min(max(ix + 1, 0), q.shape[0] - 1)
-    j0 = min(max(iy, 0), q.shape[1] - 1)
-    j1 = min(max(iy + 1, 0), q.shape[1] - 1)
-    low = q[i0, j0] + s * (q[i1, j0] - q[i0, j0])
-    high = q[i0, j1] + s * (q[i1, j1] - q[i0, j1])
-    return low + t * (high - low)
+# Per variant: calls(fluid, dt, inflow, jacobi_iters) -> [(kernel, arguments)] for one step, where
+# `fluid` holds the float32 arrays u, u_new (n + 1, n), v, v_new (n, n + 1), dye, dye_new, div, p,
+# p_new (n, n) and the int32 iters, flag of shape (1,).
+def _scalar_calls(f: Fluid, dt: float, inflow: float, jacobi_iters: int) -> list:
+    return [(advect_scalar, (f.u, f.v, f.dye, f.u_new, f.v_new, f.dye_new, f.div, f.iters, dt, inflow)),
+            (pressure_scalar, (f.p, f.p_new, f.div, f.iters, f.flag, jacobi_iters)),
+            (project_scalar, (f.u, f.v, f.dye, f.u_new, f.v_new, f.dye_new, f.p))]
 
 
-@qgraph.kernel(cuda_graph=True)
-def advect_scalar(u, v, dye, u_new, v_new, dye_new, div, iters, dt: float, inflow: float):
-    # Each quantity is traced back from where it lives; in its own index space the departure point
-    # is (i - dt * u, j - dt * v), with the velocity there averaged from the other component's faces.
-    # task 1 (parallel): u on vertical faces (n + 1, n); the walls i = 0 and i = n stay closed
-    for i, j in qgraph.ndrange(u.shape[0], u.shape[1]):
-        il = max(i - 1, 0)
-        ir = min(i, v.shape[0] - 1)
-        vv = 0.25 * (v[il, j] + v[ir, j] + v[il, j + 1] + v[ir, j + 1])
-        x = i - dt * u[i, j]
-        y = j - dt * vv
-        ix = int(math.floor(x))
-        iy = int(math.floor(y))
-        u_new[i, j] = sample(u, ix, iy, x - ix, y - iy)
-        if i == 0 or i == u.shape[0] - 1:
-            u_new[i, j] = 0.0
-    # task 2 (parallel): v on horizontal faces (n, n + 1); walls at j = 0 and j = n; the jet pushes up
-    for i, j in qgraph.ndrange(v.shape[0], v.shape[1]):
-        jb = max(j - 1, 0)
-        jt = min(j, u.shape[1] - 1)
-        uu = 0.25 * (u[i, jb] + u[i + 1, jb] + u[i, jt] + u[i + 1, jt])
-        x = i - dt * uu
-        y = j - dt * v[i, j]
-        ix = int(math.floor(x))
-        iy = int(math.floor(y))
-        v_new[i, j] = sample(v, ix, iy, x - ix, y - iy)
-        r = v.shape[0] // 16 + 1
-        if j == 0 or j == v.shape[1] - 1:
-            v_new[i, j] = 0.0
-        elif j <= r and i >= v.shape[0] // 2 - r and i < v.shape[0] // 2 + r:
-            v_new[i, j] = inflow
-    # task 3 (parallel): dye at cell centres (the jet's cells are dyed), and the divergence of the new velocity
-    for i, j in qgraph.ndrange(dye.shape[0], dye.shape[1]):
-        uu = 0.5 * (u[i, j] + u[i + 1, j])
-        vv = 0.5 * (v[i, j] + v[i, j + 1])
-        x = i - dt * uu
-        y = j - dt * vv
-        ix = int(math.floor(x))
-        iy = int(math.floor(y))
-        dye_new[i, j] = sample(dye, ix, iy, x - ix, y - iy)
-        r = dye.shape[0] // 16 + 1
-        if j < r and i >= dye.shape[0] // 2 - r and i < dye.shape[0] // 2 + r:
-            dye_new[i, j] = 1.0
-        div[i, j] = u_new[i + 1, j] - u_new[i, j] + v_new[i, j + 1] - v_new[i, j]
-    # task 4 (serial): restart the pressure solver's sweep count
-    iters[0] = 0
-
-
-@qgraph.kernel(graph_while="flag")
-def pressure_scalar(p, p_new, div, iters, flag, n_iters: int):
-    # tasks 1 and 2 (parallel): two Jacobi sweeps of laplace(p) = div, p -> p_new -> p; a clamped
-    # neighbour is the cell itself: no flow through the walls (dp/dn = 0)
-    for i, j in qgraph.ndrange(p.shape[0], p.shape[1]):
-        pl = p[max(i - 1, 0), j]
-        pr = p[min(i + 1, p.shape[0] - 1), j]
-        pb = p[i, max(j - 1, 0)]
-        pt = p[i, min(j + 1, p.shape[1] - 1)]
-        p_new[i, j] = 0.25 * (pl + pr + pb + pt - div[i, j])
-    for i, j in qgraph.ndrange(p.shape[0], p.shape[1]):
-        pl = p_new[max(i - 1, 0), j]
-        pr = p_new[min(i + 1, p.shape[0] - 1), j]
-        pb = p_new[i, max(j - 1, 0)]
-        pt = p_new[i, min(j + 1, p.shape[1] - 1)]
-        p[i, j] = 0.25 * (pl + pr + pb + pt - div[i, j])
-    # task 3 (serial): count the sweeps and decide whether to go round again
-    iters[0] += 2
-    flag[0] = 1 if iters[0] < n_iters else 0
-
-
-@qgraph.kernel(cuda_graph=True)
-def project_scalar(u, v, dye, u_new, v_new, dye_new, p):
-    # tasks 1 and 2 (parallel): subtract the pressure gradient on the inner faces; the results become the state
-    for i, j in qgraph.ndrange(u.shape[0], u.shape[1]):
-        u[i, j] = u_new[i, j]
-        if i > 0 and i < u.shape[0] - 1:
-            u[i, j] -= p[i, j] - p[i - 1, j]
-    for i, j in qgraph.ndrange(v.shape[0], v.shape[1]):
-        v[i, j] = v_new[i, j]
-        if j > 0 and j < v.shape[1] - 1:
-            v[i, j] -= p[i, j] - p[i, j - 1]
-    # task 3 (parallel): the advected dye becomes the state
-    for i, j in qgraph.ndrange(dye.shape[0], dye.shape[1]):
-        dye[i, j] = dye_new[i, j]
-
-
-# One dict of kernels per variant; every variant takes the same float32 arrays: u, u_new (n + 1, n),
-# v, v_new (n, n + 1), dye, dye_new, div, p, p_new (n, n), and int32 iters, flag of shape (1,).
-VARIANTS: dict[str, dict[str, qgraph.Kernel]] = {
-    "scalar": {"advect": advect_scalar, "pressure": pressure_scalar, "project": project_scalar}}
+VARIANTS: dict[str, dict] = {"scalar": {"calls": _scalar_calls}, "vector": {"calls": vector_calls}}
 
 
 @dataclass
@@ -228,20 +137,40 @@ def simulate(s0: FluidState, steps: int, dt: float = DT, inflow: float = INFLOW_
     """Run `steps` steps (three kernel calls each): (final state, last divergence before projection, seconds)."""
     if jacobi_iters < 2 or jacobi_iters % 2:
         raise ValueError("jacobi_iters must be even and at least 2 (the sweeps run in pairs)")
-    k = VARIANTS[variant]
-    u, v, dye, p = (qgraph.from_numpy(a) for a in (s0.u, s0.v, s0.dye, s0.p))
-    u_new, v_new = qgraph.ndarray(qgraph.f32, s0.u.shape), qgraph.ndarray(qgraph.f32, s0.v.shape)
-    dye_new, div, p_new = (qgraph.ndarray(qgraph.f32, s0.p.shape) for _ in range(3))
-    iters, flag = qgraph.ndarray(qgraph.i32, (1,)), qgraph.ndarray(qgraph.i32, (1,))
+    f = device_fluid(s0)
+    step = VARIANTS[variant]["calls"](f, dt, inflow, jacobi_iters)
     qgraph.sync()
     start = time.perf_counter()
     for _ in range(steps):
-        k["advect"](u, v, dye, u_new, v_new, dye_new, div, iters, dt, inflow)
-        k["pressure"](p, p_new, div, iters, flag, jacobi_iters)
-        k["project"](u, v, dye, u_new, v_new, dye_new, p)
+        for kernel, args in step:
+            kernel(*args)
     qgraph.sync()
     seconds = time.perf_counter() - start
-    return FluidState(u.to_numpy(), v.to_numpy(), dye.to_numpy(), p.to_numpy()), div.to_numpy(), seconds
+    return FluidState(f.u.to_numpy(), f.v.to_numpy(), f.dye.to_numpy(), f.p.to_numpy()), f.div.to_numpy(), seconds
+
+
+def device_fluid(s0: FluidState) -> Fluid:
+    """The state's arrays on the device, with the step's work arrays."""
+    u, v, dye, p = (qgraph.from_numpy(a) for a in (s0.u, s0.v, s0.dye, s0.p))
+    u_new, v_new = qgraph.ndarray(qgraph.f32, s0.u.shape), qgraph.ndarray(qgraph.f32, s0.v.shape)
+    dye_new, div, p_new = (qgraph.ndarray(qgraph.f32, s0.p.shape) for _ in range(3))
+    return Fluid(u, v, dye, u_new, v_new, dye_new, div, p, p_new, qgraph.ndarray(qgraph.i32, (1,)),
+                 qgraph.ndarray(qgraph.i32, (1,)))
+
+
+def bench_state(n: int) -> Fluid:
+    """A fresh n x n state on the device, which every variant's bench_step takes."""
+    return device_fluid(initial_state(n))
+
+
+def bench_step(variant: str, f: Fluid):
+    """A callable advancing `f` by one step (three kernel calls) with `variant` (qgraph.bench)."""
+    step = VARIANTS[variant]["calls"](f, DT, INFLOW_SPEED, JACOBI_ITERS)
+
+    def advance() -> None:
+        for kernel, args in step:
+            kernel(*args)
+    return advance
 
 
 def rms(a: np.ndarray) -> float:
