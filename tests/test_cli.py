@@ -54,5 +54,6 @@ def test_bench_on_gpu_quick_rows(cuda):
     assert {"floor", "graph", "graph, 2 sets swapped", "eager", "numba dispatcher"} <= modes
     assert all(r.us > 0 and r.ratio > 0 for r in rows)
     loop = suite.gpu_loop_rows(1, 50, budget=0.005, repeat=2)
-    assert {r.mode for r in loop} == {"raw WHILE node", "device loop", "raw host loop", "host fallback"}
+    assert {r.mode for r in loop} == {"raw WHILE node", "device loop", "device loop, no guard", "raw host loop",
+                                      "host fallback"}
     qgraph.init("cuda")
