@@ -20,10 +20,13 @@ from .lang.builtins import (
     atomic_min,
     atomic_sub,
     clamp,
+    cond,
+    loop,
     ndrange,
     randint,
     randn,
     random,
+    repeat,
     serial,
 )
 from .lang.vector_types import (
@@ -61,4 +64,5 @@ __all__ = [
     "sync", "u8", "u16", "u32", "u64",
     "cross", "determinant", "dot", "inverse", "mat22", "mat33", "mat44", "matrix", "norm", "norm_sqr", "normalized",
     "outer", "randint", "randn", "random", "seed", "struct", "trace", "transpose", "vec2", "vec3", "vec4", "vector",
+    "cond", "loop", "repeat",
 ]

@@ -24,7 +24,7 @@ from .args.kinds import FlagKind
 from .compiler.code_cache import entry_key
 from .driver import nvrtc
 from .driver.device import check, driver
-from .driver.nodes import GraphNode, add_edge, add_while_node, kernel_node_params
+from .driver.nodes import GraphNode, add_conditional_node, add_edge, add_while_node, kernel_node_params
 from .driver.params import ParamBuffer
 from .errors import runaway_error
 from .runtime import DeviceState
@@ -57,13 +57,19 @@ typedef unsigned long long cudaGraphConditionalHandle;
 extern "C" __device__ __cudart_builtin__ void CUDARTAPI cudaGraphSetConditional(
     cudaGraphConditionalHandle handle, unsigned int value);
 
-// state: [0] the flag's address, [1] passes so far, [2] the guard's limit, [3] the host-mapped trip record
+// a loop's state: [0] the flag's address (0 for a repeat loop), [1] passes so far, [2] the guard's
+// limit (a repeat loop: its count), [3] the host-mapped trip record, [4] the WHILE node's handle,
+// [5] the mode: 0 do-while (graph_while), 1 while (qgraph.loop), 2 count (qgraph.repeat)
 extern "C" __global__ void qgraph_store_flag_address(unsigned long long* state, unsigned long long address,
                                                      unsigned long long limit)
 {
     state[0] = address;
     state[1] = 0;
     state[2] = limit;
+    unsigned long long mode = state[5];
+    unsigned int go = mode == 0 ? 1u : mode == 1 ? (*(const int*)address != 0 ? 1u : 0u)
+                                               : ((long long)limit > 0 ? 1u : 0u);
+    cudaGraphSetConditional(state[4], go);
 }
 
 extern "C" __global__ void qgraph_while_condition(cudaGraphConditionalHandle handle, unsigned long long* state)
@@ -71,12 +77,25 @@ extern "C" __global__ void qgraph_while_condition(cudaGraphConditionalHandle han
     asm volatile("griddepcontrol.wait;" ::: "memory");  // behind a programmatic edge: the body has finished
     unsigned long long passes = state[1] + 1;
     state[1] = passes;
-    unsigned int go = *(const int*)state[0] != 0 ? 1u : 0u;
-    if (go && passes >= state[2]) {  // the runaway guard: stop, and tell the host
-        go = 0u;
-        *(volatile unsigned long long*)state[3] = passes;
+    unsigned int go;
+    if (state[5] == 2) {
+        go = (long long)passes < (long long)state[2] ? 1u : 0u;
+    } else {
+        go = *(const int*)state[0] != 0 ? 1u : 0u;
+        if (go && passes >= state[2]) {  // the runaway guard: stop, and tell the host
+            go = 0u;
+            *(volatile unsigned long long*)state[3] = passes;
+        }
     }
     cudaGraphSetConditional(handle, go);
+}
+
+// a branch's state: [0] the then node's handle, [1] the else node's, [2] which of them exist (bit 0, bit 1)
+extern "C" __global__ void qgraph_set_branch(const unsigned long long* state, unsigned long long address)
+{
+    unsigned int taken = *(const int*)address != 0 ? 1u : 0u;
+    if (state[2] & 1) cudaGraphSetConditional(state[0], taken);
+    if (state[2] & 2) cudaGraphSetConditional(state[1], 1u - taken);
 }
 """
 NO_LIMIT = (1 << 64) - 1
@@ -98,6 +117,7 @@ class _Helpers:
         module = device.load_module(cubin)
         self.store = device.function(module, "qgraph_store_flag_address")
         self.condition = device.function(module, "qgraph_while_condition")
+        self.branch = device.function(module, "qgraph_set_branch")
 
 
 def helpers(target: DeviceState) -> _Helpers:
@@ -119,13 +139,14 @@ class WhileLoop:
     kernel_nodes = 2  # the slot writer and the condition kernel
 
     def __init__(self, target: DeviceState, flag_slot: tuple[int, int | None], number: int = 0,
-                 guard: tuple = (None, "", None)) -> None:
+                 guard: tuple = (None, "", None), mode: int = 0) -> None:
         d = driver()
         self._device = target.device
         self._target = target
         self._helpers = helpers(target)
         self.limit, self.kernel_name, self.region = guard
-        self.slot = self._device.alloc(32)
+        self.mode = mode  # 0 do-while on a flag, 1 while on a flag, 2 a count (see HELPER_SOURCE)
+        self.slot = self._device.alloc(48)
         self._record = check(d.cuMemHostAlloc(8, d.CU_MEMHOSTALLOC_DEVICEMAP), "cuMemHostAlloc (trip record)")
         self.tripped = ctypes.c_uint64.from_address(int(self._record))
         self.tripped.value = 0
@@ -138,9 +159,12 @@ class WhileLoop:
         self._limit = f"_limit{number}"
         address = FlagKind.address
         # the slot writer's parameters: (state address, the flag's element pointer from its array bytes, limit)
-        k, j = flag_slot  # the flag's value: p[k], or leaf j of a struct argument p[k]
-        flag = f"p[{k}]" if j is None else f"p[{k}][{j}]"
-        self.slot_expr = f"{self._constant} + {flag}[{address.start}:{address.stop}] + {self._limit}"
+        k, j = flag_slot  # the flag's (or count's) value: p[k], or leaf j of a struct argument p[k]
+        value = f"p[{k}]" if j is None else f"p[{k}][{j}]"
+        if mode == 2:  # (state, 0, the count as 8 bytes)
+            self.slot_expr = f"{self._constant} + _zero8 + _int64_bytes({value})"
+        else:
+            self.slot_expr = f"{self._constant} + {value}[{address.start}:{address.stop}] + {self._limit}"
 
     def add_loop(self, graph, deps: list, block: bytes):
         """Add the slot writer (after `deps`) and the WHILE node; returns (body graph, WHILE node, slot node)."""
@@ -151,6 +175,8 @@ class WhileLoop:
         store_node = check(d.cuGraphAddKernelNode(graph, deps, len(deps), store_params), "adding the flag-slot node")
         self._buffers.append(store)
         self.handle, while_node, body = add_while_node(graph, self._device.context, [store_node])
+        handle_and_mode = (ctypes.c_uint64 * 2)(int(self.handle), self.mode)
+        self._device.copy_to_device(self.slot + 32, ctypes.addressof(handle_and_mode), 16)
         slot_node = GraphNode(self.slot_expr, "1", store, store_params, store_node)
         return body, while_node, slot_node
 
@@ -161,13 +187,14 @@ class WhileLoop:
         cond.data[:] = int(self.handle).to_bytes(8, "little") + self.slot.to_bytes(8, "little")
         params = kernel_node_params(self._helpers.condition, 1, 1, cond)
         node = check(d.cuGraphAddKernelNode(body, [], 0, params), "adding the condition kernel")
-        if deps:
-            add_edge(body, deps[0], node, programmatic)
+        for dep in deps:
+            add_edge(body, dep, node, programmatic and len(deps) == 1)
         self._buffers.append(cond)
 
     def constants(self) -> dict:
         limit = NO_LIMIT if self.limit is None else self.limit
-        return {self._constant: self.slot.to_bytes(8, "little"), self._limit: limit.to_bytes(8, "little")}
+        return {self._constant: self.slot.to_bytes(8, "little"), self._limit: limit.to_bytes(8, "little"),
+                "_zero8": bytes(8), "_int64_bytes": _int64_bytes}
 
     def raise_if_tripped(self) -> None:
         """After a sync (DeviceState.check_guards): QgraphError if the guard stopped this loop."""
@@ -187,6 +214,55 @@ class WhileLoop:
             self._device.free(self.slot)
             self.slot = 0
             driver().cuMemFreeHost(self._record)
+
+
+def _int64_bytes(scalar: bytes) -> bytes:
+    """A repeat count's parameter bytes (int8 to int64, little-endian) as 8 signed bytes."""
+    return int.from_bytes(scalar, "little", signed=True).to_bytes(8, "little", signed=True)
+
+
+class IfBranch:
+    """The graph part of one IfRegion: a one-thread kernel reads the flag and sets the handles of
+    an IF node for the `then` body and one for the `orelse` body (each only if non-empty)."""
+
+    kernel_nodes = 1
+
+    def __init__(self, target: DeviceState, flag_slot: tuple[int, int | None], number: int) -> None:
+        self._device = target.device
+        self._helpers = helpers(target)
+        self.slot = self._device.alloc(24)  # [then handle, else handle, which exist]
+        self._buffers: list[ParamBuffer] = []
+        self._constant = f"_branch{number}"
+        address = FlagKind.address
+        k, j = flag_slot
+        flag = f"p[{k}]" if j is None else f"p[{k}][{j}]"
+        self.slot_expr = f"{self._constant} + {flag}[{address.start}:{address.stop}]"
+
+    def add_branch(self, graph, deps: list, block: bytes, has_then: bool, has_else: bool):
+        """Add the branch kernel (after `deps`) and the IF nodes: (kernel GraphNode, then body or None,
+        else body or None, the nodes later work depends on)."""
+        d = driver()
+        buffer = ParamBuffer(16)
+        buffer.data[:] = block
+        params = kernel_node_params(self._helpers.branch, 1, 1, buffer)
+        node = check(d.cuGraphAddKernelNode(graph, deps, len(deps), params), "adding the branch kernel")
+        self._buffers.append(buffer)
+        handles, bodies, after = [0, 0], [None, None], []
+        for side, wanted in enumerate((has_then, has_else)):
+            if wanted:
+                handles[side], if_node, bodies[side] = add_conditional_node(graph, self._device.context, [node], "IF")
+                after.append(if_node)
+        state = (ctypes.c_uint64 * 3)(int(handles[0]), int(handles[1]), int(has_then) | 2 * int(has_else))
+        self._device.copy_to_device(self.slot, ctypes.addressof(state), 24)
+        return GraphNode(self.slot_expr, "1", buffer, params, node), bodies[0], bodies[1], after or [node]
+
+    def constants(self) -> dict:
+        return {self._constant: self.slot.to_bytes(8, "little")}
+
+    def close(self) -> None:
+        if self.slot:
+            self._device.free(self.slot)
+            self.slot = 0
 
 
 class HostLoop:
@@ -239,3 +315,62 @@ class HostLoop:
             driver().cuMemFreeHost(self._host)
         except Exception:
             pass
+
+
+class HostTree:
+    """Device control flow on the host, for regions the host do-while cannot cover (where
+    conditional nodes are unavailable): tasks are launched eagerly, one at a time, and each
+    loop or branch reads its flag back (a wait per decision). `task_runs` maps a task's index
+    to its eager launcher; `slots` maps each flag and count to where its bytes are."""
+
+    def __init__(self, target: DeviceState, body, task_runs: dict, slots: dict, loops: list,
+                 kernel_limit: int | None, kernel_name: str) -> None:
+        from .lang.regions import DeviceLoop, IfRegion, RepeatLoop, Sequence, loop_limit
+
+        self._types = (DeviceLoop, IfRegion, RepeatLoop, Sequence)
+        self._limit = lambda loop: loop_limit(loop, kernel_limit)
+        self._body, self._runs, self._slots, self._loops = body, task_runs, slots, loops
+        self._name = kernel_name
+        self.passes = [0] * len(loops)
+        self._reader = HostLoop(target, None, None, (0, None))  # its pinned word and event
+
+    def run(self, args: tuple, packs: tuple, stream: int) -> None:
+        self.passes = [0] * len(self._loops)
+        self._walk(self._body, args, packs, stream)
+
+    def _value(self, name: str, packs: tuple) -> bytes:
+        k, j = self._slots[name]
+        return packs[k] if j is None else packs[k][j]
+
+    def _flag(self, name: str, packs: tuple, stream: int) -> bool:
+        return self._reader._read(int.from_bytes(self._value(name, packs)[FlagKind.address], "little"), stream)
+
+    def _walk(self, region, args: tuple, packs: tuple, stream: int) -> None:
+        DeviceLoop, IfRegion, RepeatLoop, Sequence = self._types
+        if isinstance(region, Sequence):
+            for child in region.children:
+                self._walk(child, args, packs, stream)
+        elif isinstance(region, IfRegion):
+            taken = self._flag(region.flag, packs, stream)
+            self._walk(region.then if taken else region.orelse, args, packs, stream)
+        elif isinstance(region, RepeatLoop):
+            k = self._loops.index(region)
+            count = int.from_bytes(self._value(region.count, packs), "little", signed=True)
+            self.passes[k] = 0
+            for _ in range(max(count, 0)):
+                self._walk(region.body, args, packs, stream)
+                self.passes[k] += 1
+        elif isinstance(region, DeviceLoop):
+            k, limit = self._loops.index(region), self._limit(region)
+            self.passes[k] = 0
+            if region.test_first and not self._flag(region.flag, packs, stream):
+                return
+            while True:
+                self._walk(region.body, args, packs, stream)
+                self.passes[k] += 1
+                if not self._flag(region.flag, packs, stream):
+                    return
+                if limit is not None and self.passes[k] >= limit:
+                    raise runaway_error(self._name, region, limit)
+        else:
+            self._runs[region.index](args, packs, stream)

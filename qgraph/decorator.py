@@ -15,6 +15,7 @@ from . import runtime
 from .dtypes import float_precision
 from .lang import builtins as lang
 from .lang import frontend, generated, globals_used
+from .lang.regions import control_regions
 from .runtime.random_state import rng_state
 from .runtime.settings import USE_ENVIRONMENT
 
@@ -199,7 +200,9 @@ def kernel(fn: Callable | None = None, *, cuda_graph: bool = False, graph_while:
         source = frontend.parse_kernel(f, graph_while, lang.ndrange)
         source = globals_used.with_implicit(f, source)
         cls = _bind_class(Kernel, source, f)
-        return cls(f, source, bool(cuda_graph) or graph_while is not None, graph_while, graph_cache_size,
+        # device control flow lives in graphs: graph_while= and qgraph.loop/cond/repeat regions imply cuda_graph
+        graphs = bool(cuda_graph) or graph_while is not None or any(True for _ in control_regions(source.body))
+        return cls(f, source, graphs, graph_while, graph_cache_size,
                    deterministic, fast_math, precision, max_iterations)
 
     return wrap if fn is None else wrap(fn)

@@ -31,12 +31,12 @@ from collections import OrderedDict
 
 from .compiler.cuda_program import TaskKernel
 from .compiler.launch_code import block_expr, generate, grid_expr, signature_with_constants, tile_shape
-from .conditional import WhileLoop
+from .conditional import IfBranch, WhileLoop
 from .driver.device import CudaDevice, check, driver, fail, kernel_failure
 from .driver.nodes import GraphNode, add_edge, kernel_node_params, set_shape
 from .driver.params import ParamBuffer
 from .errors import QgraphError
-from .lang.regions import DeviceLoop, Region, Sequence, Task
+from .lang.regions import DeviceLoop, IfRegion, Region, RepeatLoop, Sequence, Task, loop_limit
 
 INSTANCES = 4  # executable instances per graph (distinct argument sets kept update-free)
 
@@ -115,7 +115,8 @@ class TaskGraph:
         self._stats = stats
         self.name = name
         self.graph = None
-        self._loops: list = []
+        self._loops: list = []  # WhileLoops, in pre-order (stats.iterations)
+        self._branches: list = []  # IfBranches
         self._instances: dict[tuple, _Instance] = {}
         self.programmatic = programmatic
         self._max_iterations = max_iterations
@@ -123,13 +124,14 @@ class TaskGraph:
         by_task = {tk.task.index: tk for tk in kernels}
         try:
             plan = self._plan(body, by_task, target, flag_slots, device_loops)
-            self._max_instances = 1 if self._loops else INSTANCES  # a conditional handle belongs to its graph
+            # a conditional handle belongs to its graph
+            self._max_instances = 1 if self._loops or self._branches else INSTANCES
             self._blocks = self._generate_blocks(plan, kernels, bounds)
             blocks, grids = self._blocks(args, packs)
             self.graph = check(d.cuGraphCreate(0), "cuGraphCreate")
             self._pending = list(zip(plan, blocks, grids))
             self._add(body, self.graph, [], by_task, device_loops)
-            self.kernel_nodes = len(kernels) + sum(loop.kernel_nodes for loop in self._loops)
+            self.kernel_nodes = len(kernels) + sum(item.kernel_nodes for item in self._loops + self._branches)
             self._template_blocks = list(blocks)  # what every fresh instance starts with
             self._instances[packs] = self._instantiate(stream)
         except BaseException as e:
@@ -147,13 +149,22 @@ class TaskGraph:
         """The updatable nodes in build order: a WhileLoop (its slot writer) or a TaskKernel."""
         if isinstance(region, Task):
             return [by_task[region.index]]
-        if isinstance(region, DeviceLoop):
-            if not device_loops:
-                return self._plan(region.body, by_task, target, flag_slots, device_loops)
-            loop = WhileLoop(target, flag_slots[region.flag], len(self._loops),
-                             (self._max_iterations, self.name, region))
+        if isinstance(region, DeviceLoop) and not device_loops:  # the host do-while repeats the graph
+            return self._plan(region.body, by_task, target, flag_slots, device_loops)
+        if isinstance(region, (DeviceLoop, RepeatLoop)):
+            if isinstance(region, RepeatLoop):
+                loop = WhileLoop(target, flag_slots[region.count], len(self._loops), (None, self.name, region), 2)
+            else:
+                loop = WhileLoop(target, flag_slots[region.flag], len(self._loops),
+                                 (loop_limit(region, self._max_iterations), self.name, region),
+                                 1 if region.test_first else 0)
             self._loops.append(loop)
             return [loop] + self._plan(region.body, by_task, target, flag_slots, device_loops)
+        if isinstance(region, IfRegion):
+            branch = IfBranch(target, flag_slots[region.flag], len(self._branches))
+            self._branches.append(branch)
+            return [branch] + [node for body in (region.then, region.orelse)
+                               for node in self._plan(body, by_task, target, flag_slots, device_loops)]
         return [node for child in region.children
                 for node in self._plan(child, by_task, target, flag_slots, device_loops)]
 
@@ -166,12 +177,20 @@ class TaskGraph:
         if isinstance(region, DeviceLoop) and not device_loops:
             return self._add(region.body, graph, deps, by_task, device_loops)
         item, block, grid = self._pending.pop(0)
-        if isinstance(region, DeviceLoop):
+        if isinstance(region, (DeviceLoop, RepeatLoop)):
             body, while_node, slot_node = item.add_loop(graph, deps, block)
             self._nodes.append(slot_node)
             inner = self._add(region.body, body, [], by_task, device_loops)
             item.add_condition(body, inner, self.programmatic)
             return [while_node]
+        if isinstance(region, IfRegion):
+            node, then_body, else_body, after = item.add_branch(graph, deps, block, bool(region.then.children),
+                                                                bool(region.orelse.children))
+            self._nodes.append(node)
+            for sub, body in ((region.then, then_body), (region.orelse, else_body)):
+                if body is not None:
+                    self._add(sub, body, [], by_task, device_loops)
+            return after
         tk = item
         if len(block) != tk.param_size:
             raise QgraphError(f"task {region.index}: parameter block of {len(block)} bytes for a kernel taking "
@@ -181,10 +200,10 @@ class TaskGraph:
         buffer.data[:] = block
         params = kernel_node_params(tk.function_for(grid, self.programmatic), grid, tk.block, buffer)
         handle = check(d.cuGraphAddKernelNode(graph, [], 0, params), f"cuGraphAddKernelNode (task {region.index})")
-        if deps:
-            # a task after a WHILE node waits for it to complete (a plain edge); after a task, programmatic
-            programmatic = self.programmatic and tk.waits and self._is_kernel_node(deps[0])
-            add_edge(graph, deps[0], handle, programmatic)
+        for dep in deps:
+            # a task after a conditional node waits for it to complete (a plain edge); after a task, programmatic
+            programmatic = self.programmatic and tk.waits and len(deps) == 1 and self._is_kernel_node(dep)
+            add_edge(graph, dep, handle, programmatic)
         self._nodes.append(GraphNode(block_expr(tk), grid_expr(tk, True), buffer, params, handle, tk))
         return [handle]
 
@@ -212,7 +231,7 @@ class TaskGraph:
         exprs, grids = [], []
         constants = {"_bounds": bounds, "_tile": tile_shape}
         for item in plan:
-            if isinstance(item, WhileLoop):
+            if isinstance(item, (WhileLoop, IfBranch)):
                 exprs.append(item.slot_expr)
                 grids.append("1")
                 constants.update(item.constants())
@@ -295,9 +314,10 @@ class TaskGraph:
         if self.graph is not None:
             d.cuGraphDestroy(self.graph)
             self.graph = None
-        for loop in self._loops:
-            loop.close()
+        for item in self._loops + self._branches:
+            item.close()
         self._loops.clear()
+        self._branches.clear()
         self.state = GraphState.CLOSED
 
     def _closed_error(self) -> QgraphError:

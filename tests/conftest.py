@@ -63,3 +63,16 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "cuda" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.cuda)
+
+
+@pytest.fixture(params=["cpu", pytest.param("cuda", marks=pytest.mark.cuda),
+                        pytest.param("cuda-host", marks=pytest.mark.cuda)])
+def loop_arch(request, monkeypatch):
+    """cpu, the CUDA device WHILE loop, and the forced host do-while fallback."""
+    if request.param == "cuda-host":
+        monkeypatch.setenv("QGRAPH_GRAPH_WHILE", "host")
+    use_arch(request.param.split("-")[0])
+    yield request.param
+    qgraph.sync()
+    monkeypatch.delenv("QGRAPH_GRAPH_WHILE", raising=False)
+    qgraph.init(request.param.split("-")[0])

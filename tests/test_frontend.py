@@ -241,7 +241,7 @@ def loop_body(x, flag):
 def test_graph_while_flag_must_be_int32_shape_0d_or_1(arch, dtype, shape):
     x = qgraph.ndarray(qgraph.f64, (1,))
     flag = qgraph.ndarray(dtype, shape)
-    with pytest.raises(TypeError, match="graph_while flag 'flag' must be an int32 array of shape"):
+    with pytest.raises(TypeError, match="flag 'flag' must be an int32 array of shape"):
         loop_body(x, flag)
     loop_body(x, qgraph.ndarray(qgraph.i32, (1,)))  # the next good call works
     assert x.to_numpy()[0] == 1

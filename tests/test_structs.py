@@ -176,7 +176,7 @@ def test_graph_while_flag_may_be_a_struct_field(arch):
     assert s.count.to_numpy()[0] == 2
     np.testing.assert_allclose(s.u.to_numpy(), 1.5)
     bad = Solver(s.u, s.count, qgraph.ndarray(qgraph.f32, (1,)), 2)
-    with pytest.raises(TypeError, match=r"graph_while flag 's.flag' must be an int32 array"):
+    with pytest.raises(TypeError, match=r"flag 's.flag' must be an int32 array"):
         iterate(bad)
 
 

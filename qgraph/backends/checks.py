@@ -9,7 +9,7 @@ from ..args.kinds import FlagKind
 from ..args.resolve import scalar_annotation
 from ..errors import QgraphSyntaxError
 from ..lang.frontend import UNRESOLVED, KernelSource, syntax_error
-from ..lang.regions import device_loops
+from ..lang.regions import RepeatLoop, control_regions, flags_of
 from ..runtime.settings import USE_ENVIRONMENT
 
 
@@ -52,15 +52,21 @@ def element_annotations(src: KernelSource) -> tuple | None:
 
 
 def flag_params(src: KernelSource) -> tuple[int, ...]:
-    """Positions of the parameters that are device-loop flags, in tree order, each once."""
-    found: list[int] = []
-    for loop in device_loops(src.body):
-        if loop.flag not in src.param_names:  # a struct's field: checked per signature (flat view)
-            continue
-        index = src.param_names.index(loop.flag)
-        if index not in found:
-            found.append(index)
-    return tuple(found)
+    """Positions of the parameters that are device-loop or branch flags, in tree order, each once."""
+    return tuple(src.param_names.index(flag) for flag in flags_of(src.body)
+                 if flag in src.param_names)  # a struct's field: checked per signature (flat view)
+
+
+def check_repeat_counts(src: KernelSource, key: tuple[str, ...]) -> None:
+    """TypeError unless every qgraph.repeat count is an integer scalar."""
+    from ..args.kinds import arg_type
+
+    for region in control_regions(src.body):
+        if isinstance(region, RepeatLoop) and region.count in src.param_names:
+            kind = arg_type(key[src.param_names.index(region.count)])
+            if kind.is_array or kind.dtype.kind not in "iu" or getattr(kind, "is_struct", False):
+                raise TypeError(f"qgraph.repeat count '{region.count.replace('__', '.')}' must be an integer "
+                                f"scalar, got {kind.sig}; pass an int")
 
 
 def check_flag_types(src: KernelSource, key: tuple[str, ...]) -> None:
@@ -68,12 +74,12 @@ def check_flag_types(src: KernelSource, key: tuple[str, ...]) -> None:
     for index in flag_params(src):
         if not FlagKind.accepts(key[index]):
             name = src.param_names[index].replace("__", ".")
-            raise TypeError(f"graph_while flag '{name}' must be an int32 array of shape () or (1,), "
+            raise TypeError(f"flag '{name}' must be an int32 array of shape () or (1,), "
                             f"got {key[index]}; create it with qgraph.ndarray(qgraph.i32, ())")
 
 
 def flag_shape_error(src: KernelSource, index: int, shape) -> TypeError:
-    return TypeError(f"graph_while flag '{src.param_names[index]}' must be an int32 array of shape () or (1,), "
+    return TypeError(f"flag '{src.param_names[index]}' must be an int32 array of shape () or (1,), "
                      f"got shape {tuple(shape)}")
 
 

@@ -7,14 +7,16 @@ from ..args.resolve import resolver_lines
 from ..compiler.numba_adapter import is_compile_error, is_typing_stage
 from ..errors import runaway_error
 from ..lang import generated
+from ..lang.cpu_codegen import counted_loops
 from ..lang.flat_view import flat_source
 from ..lang.precision import param_type
-from ..lang.regions import device_loops
+from ..lang.regions import loop_limit
 from ..runtime.arrays import Ndarray
 from .checks import (
     check_bounds,
     check_deterministic,
     check_flag_types,
+    check_repeat_counts,
     compile_error,
     default_float,
     display_names,
@@ -48,7 +50,7 @@ class CpuLauncher:
         self._default_float = default_float(kernel, state.settings)
         self._flags = flag_params(self.src)
         self._max_iterations = max_iterations(kernel, state.settings)
-        self._loops = list(device_loops(self.src.body))
+        self._loops = counted_loops(self.src.body)  # the runner's counts, in this order
         self._last = [None]  # the runner's (status, loop, passes per loop) of the last call
         stats = self.stats
         stats.used_graph = False
@@ -95,6 +97,7 @@ class CpuLauncher:
         check_bounds(self.src, key, self._bounds, args)  # the same errors as on CUDA
         flat = flat_source(self.src, [arg_type(sig) for sig in key], self._default_float)
         check_flag_types(flat.src, flat.key)  # every flag, struct fields included
+        check_repeat_counts(flat.src, flat.key)
         if self._deterministic:
             check_deterministic(flat.src, flat.key)
         src = flat.src
@@ -130,10 +133,10 @@ class CpuLauncher:
         """Raise for a runner that stopped early: QgraphError (the guard) or KeyboardInterrupt."""
         loop = self._loops[status[1]]
         if status[0] == 1:
-            raise runaway_error(self.src.name, loop, self._max_iterations)
+            raise runaway_error(self.src.name, loop, loop_limit(loop, self._max_iterations))
+        what = f"flag '{loop.flag}'" if hasattr(loop, "flag") else f"qgraph.repeat({loop.count})"
         raise KeyboardInterrupt(f"kernel {self.src.name} was interrupted in its device loop (line {loop.lineno}, "
-                                f"flag '{loop.flag}') after {status[2 + status[1]]} passes; the next call "
-                                "starts afresh")
+                                f"{what}) after {status[2 + status[1]]} passes; the next call starts afresh")
 
     def close(self) -> None:
         self._specs.clear()

@@ -22,17 +22,19 @@ from ..compiler.launch_code import block_expr, generate, grid_expr, signature_wi
 from ..compiler.numba_adapter import is_compile_error
 from ..driver.device import driver, kernel_failure, stream_handle
 from ..driver.params import ParamBuffer
-from ..errors import FallbackWarning, QgraphError
+from ..errors import FallbackWarning
 from ..graph_cache import GraphCache, TaskGraph
 from ..lang import generated
+from ..lang.cpu_codegen import counted_loops
 from ..lang.flat_view import flat_name, flat_source
-from ..lang.regions import DeviceLoop, Region, Sequence, device_loops, has_nested_loops
+from ..lang.regions import RepeatLoop, control_regions, is_root_loop
 from ..runtime import DeviceState
 from ..runtime.arrays import Ndarray
 from .checks import (
     check_bounds,
     check_deterministic,
     check_flag_types,
+    check_repeat_counts,
     compile_error,
     default_float,
     display_names,
@@ -131,14 +133,15 @@ class CudaLauncher:
         self._fast_math = is_fast_math(kernel, state.settings)
         self._default_float = default_float(kernel, state.settings)
         self._max_iterations = max_iterations(kernel, state.settings)
-        loops = self._loops = list(device_loops(src.body))
+        loops = self._loops = counted_loops(src.body)  # stats.iterations, in this order
+        regions = list(control_regions(src.body))
         # the flag of a loop around the whole body: it can run as the host do-while (the fallback)
-        self._root_flag = loops[0].flag if loops and _is_root(src.body, loops[0]) else None
+        self._root_flag = loops[0].flag if is_root_loop(src.body) else None
         self.use_graphs = kernel.cuda_graph and state.settings.graphs
         capacity = kernel.graph_cache_size or state.settings.graph_cache_size
         self.graphs = GraphCache(capacity, self.device, self._evicted)
         self.while_mode, self.while_reason = None, None
-        if loops:
+        if regions:
             self.while_mode, self.while_reason = conditional.while_strategy(
                 self.device.info.compute_capability, self.device.info.driver_version,
                 graphs=self.use_graphs,
@@ -187,14 +190,15 @@ class CudaLauncher:
         if spec is None:
             return ()
         if spec.host_loop:
-            return (spec.host_runner.passes,)
+            passes = spec.host_runner.passes
+            return tuple(passes) if isinstance(passes, list) else (passes,)
         if spec.graph is None:
             return ()
         self.device.synchronize()
         return spec.graph.loop_passes()
 
     def _guard(self) -> tuple:
-        root = next((loop for loop in self._loops if loop.flag == self._root_flag), None)
+        root = next((loop for loop in self._loops if getattr(loop, "flag", None) == self._root_flag), None)
         return (self._max_iterations, self.src.name, root)
 
     def _flag_error(self, index: int, flag_bytes: bytes) -> TypeError:
@@ -228,8 +232,9 @@ class CudaLauncher:
             if is_compile_error(e):
                 raise compile_error(src, key, e, getattr(e, "qgraph_task", None)) from e
             raise
-        flags = {loop.flag: flat.slots[flat.src.param_names.index(flat_name(loop.flag))]
-                 for loop in device_loops(src.body)}
+        check_repeat_counts(flat.src, flat.key)
+        names = [r.count if isinstance(r, RepeatLoop) else r.flag for r in control_regions(src.body)]
+        flags = {name: flat.slots[flat.src.param_names.index(flat_name(name))] for name in names}
         spec = _Spec(key, kernels, flags)
         self._assign_runner(spec)
         self._specs[key] = spec
@@ -239,12 +244,16 @@ class CudaLauncher:
     def _assign_runner(self, spec: _Spec) -> None:
         """Choose how this specialisation runs; graphs are built on its first call."""
         name = self.src.name
-        if self.while_mode == "host" and (self._root_flag is None or has_nested_loops(self.src.body)):
-            raise QgraphError(f"kernel {name}: only a device loop around the whole body can run as the host "
-                              f"do-while fallback ({self.while_reason})")
         if self.while_mode == "host":
             self._warn_fallback()
             spec.host_loop = True
+            if self._root_flag is None:  # regions: walked on the host, tasks launched one by one
+                runs = {tk.task.index: EagerRunner([tk], self._bounds, self.lifetimes, name).run
+                        for tk in spec.kernels}
+                spec.host_runner = conditional.HostTree(self.target, self.src.body, runs, spec.flags, self._loops,
+                                                        self._max_iterations, name)
+                spec.run = spec.host_runner.run
+                return
         if not self.use_graphs:
             eager = EagerRunner(spec.kernels, self._bounds, self.lifetimes, name)
             spec.run = eager.run
@@ -301,8 +310,3 @@ class CudaLauncher:
             self.device.synchronize()  # eager launches may still be queued
             for module in modules:
                 self.device.unload_module(module)
-
-
-def _is_root(body: Region, loop: DeviceLoop) -> bool:
-    """The loop is the whole body (the decorator's graph_while)."""
-    return isinstance(body, Sequence) and body.children == (loop,)

@@ -59,16 +59,22 @@ def set_shape(params, grid, block: int) -> None:
 
 
 def add_while_node(graph, context, deps: list):
-    """A conditional WHILE node after `deps`, its handle defaulting to 1 at every launch
-    (do-while); returns (handle, node, body graph)."""
+    """A conditional WHILE node after `deps`; returns (handle, node, body graph). The handle
+    is 0 at every launch; the kernel ahead of the node sets it (conditional.WhileLoop)."""
+    return add_conditional_node(graph, context, deps, "WHILE")
+
+
+def add_conditional_node(graph, context, deps: list, kind: str):
+    """A conditional WHILE or IF node after `deps`, with its own handle (0 at every launch):
+    (handle, node, body graph)."""
     d = driver()
-    handle = check(d.cuGraphConditionalHandleCreate(graph, context, 1, d.CU_GRAPH_COND_ASSIGN_DEFAULT),
+    handle = check(d.cuGraphConditionalHandleCreate(graph, context, 0, d.CU_GRAPH_COND_ASSIGN_DEFAULT),
                    "cuGraphConditionalHandleCreate")
     params = d.CUgraphNodeParams()
     params.type = d.CUgraphNodeType.CU_GRAPH_NODE_TYPE_CONDITIONAL
     params.conditional.handle = handle
-    params.conditional.type = d.CUgraphConditionalNodeType.CU_GRAPH_COND_TYPE_WHILE
+    params.conditional.type = getattr(d.CUgraphConditionalNodeType, f"CU_GRAPH_COND_TYPE_{kind}")
     params.conditional.size = 1
     params.conditional.ctx = context
-    node = check(d.cuGraphAddNode(graph, deps, None, len(deps), params), "adding the WHILE node")
+    node = check(d.cuGraphAddNode(graph, deps, None, len(deps), params), f"adding the {kind} node")
     return handle, node, params.conditional.phGraph_out[0]

@@ -27,6 +27,34 @@ def serial(iterable):
     return iterable
 
 
+def _flag_value(flag) -> bool:
+    import numpy as np
+
+    return bool(np.asarray(flag).reshape(-1)[0])
+
+
+def loop(flag, max_iterations=None):
+    """`while qgraph.loop(flag):` at the top level of a kernel body: a device loop whose body
+    repeats while the int32 array `flag` is non-zero, tested before each pass (as Python's
+    while reads it). `max_iterations=` overrides the kernel's runaway guard for this loop."""
+    return _flag_value(flag)
+
+
+def cond(flag):
+    """`if qgraph.cond(flag): ... else: ...` at the top level of a kernel body: a device branch
+    on the int32 array `flag`, read once when the branch is reached."""
+    return _flag_value(flag)
+
+
+def repeat(count):
+    """`for _ in qgraph.repeat(k):` at the top level of a kernel body: run the body `k` times on
+    the device, `k` an integer parameter (a new value needs no rebuild)."""
+    return range(count)
+
+
+CONTROL = {"loop": loop, "cond": cond, "repeat": repeat}
+
+
 def clamp(x, lo, hi):
     """`x` limited to [lo, hi] (min(max(x, lo), hi)); per component for vectors."""
     return min(max(x, lo), hi)

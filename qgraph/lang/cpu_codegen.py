@@ -31,7 +31,7 @@ from .lowering import (
     view_assignments,
 )
 from .precision import weak_typed
-from .regions import DeviceLoop, Dim, Region, Task, device_loops
+from .regions import DeviceLoop, Dim, IfRegion, Region, RepeatLoop, Task, control_regions, loop_limit
 from .updates import Reduction, UpdateRewriter, combine, task_updates
 
 
@@ -206,9 +206,13 @@ def cpu_module(src: KernelSource, zero_d: frozenset[str] = frozenset(), options:
     def walk(region: Region) -> list[ast.stmt]:
         if isinstance(region, Task):
             return [unit_call([region])]
-        if isinstance(region, DeviceLoop):
-            return _guarded_loop(region, loops.index(region), len(loops), walk(region.body), zero_d,
+        if isinstance(region, (DeviceLoop, RepeatLoop)):
+            return _counted_loop(region, loops.index(region), len(loops), walk(region.body), zero_d,
                                  max_iterations, at)
+        if isinstance(region, IfRegion):
+            test = _parse(f"{_flag(region.flag, zero_d)} != 0", at).value
+            branch = ast.If(test, walk(region.then) or [ast.Pass()], walk(region.orelse))
+            return [ast.fix_missing_locations(ast.copy_location(branch, at))]
         stmts: list[ast.stmt] = []
         run: list[Task] = []
         for child in region.children:
@@ -224,10 +228,10 @@ def cpu_module(src: KernelSource, zero_d: frozenset[str] = frozenset(), options:
             stmts.append(unit_call(run))
         return stmts
 
-    loops = list(device_loops(src.body))  # numbered as walk meets them: outermost first
+    loops = counted_loops(src.body)  # numbered as walk meets them: outermost first
     runner_body = walk(src.body)
     if loops:
-        runner_body = [_parse(f"_qg_t{k} = 0", at) for k in range(len(loops))] + runner_body + \
+        runner_body = [_parse(f"_qg_n{k} = 0", at) for k in range(len(loops))] + runner_body + \
             [_parse(f"return {_status(0, -1, len(loops))}", at)]
     defs.append(function_def(RUNNER, list(src.param_names), runner_body, src.lineno))
     func_defs = lower_funcs(symbols)
@@ -258,19 +262,36 @@ def _parse(code: str, at: ast.AST) -> ast.stmt:
 
 
 def _status(status: int, loop: int, n_loops: int) -> str:
-    return f"({status}, {loop}, {', '.join(f'_qg_t{k}' for k in range(n_loops))})"
+    return f"({status}, {loop}, {', '.join(f'_qg_n{k}' for k in range(n_loops))})"
 
 
-def _guarded_loop(region: DeviceLoop, k: int, n_loops: int, body: list[ast.stmt], zero_d: frozenset[str],
-                  max_iterations: int | None, at: ast.AST) -> list[ast.stmt]:
-    """A do-while on the flag that counts its passes, stops at the guard and checks for Ctrl-C."""
-    flag = f"{region.flag}[()]" if region.flag in zero_d else f"{region.flag}[0]"
-    tail = [f"_qg_n{k} += 1", f"_qg_t{k} += 1", f"if {flag} == 0:\n    break"]
-    if max_iterations is not None:
-        tail.append(f"if _qg_n{k} >= {int(max_iterations)}:\n    return {_status(1, k, n_loops)}")
+def _flag(flag: str, zero_d: frozenset[str]) -> str:
+    return f"{flag}[()]" if flag in zero_d else f"{flag}[0]"
+
+
+def counted_loops(body: Region) -> list:
+    """The loops whose passes the runner counts (DeviceLoop and RepeatLoop), in pre-order."""
+    return [r for r in control_regions(body) if isinstance(r, (DeviceLoop, RepeatLoop))]
+
+
+def _counted_loop(region, k: int, n_loops: int, body: list[ast.stmt], zero_d: frozenset[str],
+                  kernel_limit: int | None, at: ast.AST) -> list[ast.stmt]:
+    """A loop that counts its passes (`_qg_n<k>`, of its last entry), stops at the runaway guard
+    and checks for Ctrl-C after each pass: do-while or while on a flag, or `count` passes."""
+    if isinstance(region, RepeatLoop):
+        tail = [f"_qg_n{k} += 1", f"if _qg_interrupted():\n    return {_status(2, k, n_loops)}"]
+        loop = ast.For(_parse("_qg_pass = 0", at).targets[0], _parse(f"range({region.count})", at).value,
+                       body + [_parse(line, at) for line in tail], [])
+        return [_parse(f"_qg_n{k} = 0", at), ast.fix_missing_locations(ast.copy_location(loop, at))]
+    flag = _flag(region.flag, zero_d)
+    limit = loop_limit(region, kernel_limit)
+    tail = [f"_qg_n{k} += 1", f"if {flag} == 0:\n    break"]
+    if limit is not None:
+        tail.append(f"if _qg_n{k} >= {int(limit)}:\n    return {_status(1, k, n_loops)}")
     tail.append(f"if _qg_interrupted():\n    return {_status(2, k, n_loops)}")
-    loop = ast.While(ast.Constant(True), body + [_parse(line, at) for line in tail], [])
-    return [_parse(f"_qg_n{k} = 0", at), ast.copy_location(loop, at)]
+    test = _parse(f"{flag} != 0", at).value if region.test_first else ast.Constant(True)
+    loop = ast.While(test, body + [_parse(line, at) for line in tail], [])
+    return [_parse(f"_qg_n{k} = 0", at), ast.fix_missing_locations(ast.copy_location(loop, at))]
 
 
 def unique_symbol(name: str, kernel_name: str, fingerprint: str) -> str:

@@ -21,7 +21,7 @@ from .flatten_random import random_prologue
 from .frontend import KernelSource, Param, _analyse_names, collect_names
 from .globals_used import func_array_globals
 from .lowering import function_def
-from .regions import DeviceLoop, Dim, Region, Sequence, Task
+from .regions import Dim, Region, RepeatLoop, Sequence, Task, with_bodies
 from .vector_types import VectorType
 
 
@@ -192,6 +192,9 @@ def _bound(fl: Flattener, expr: ast.expr) -> ast.expr:
 def _rebuild(region: Region, tasks: dict[int, Task]) -> Region:
     if isinstance(region, Task):
         return tasks[region.index]
-    if isinstance(region, DeviceLoop):
-        return DeviceLoop(flat_name(region.flag), _rebuild(region.body, tasks), region.lineno)
-    return Sequence(tuple(_rebuild(c, tasks) for c in region.children))
+    if isinstance(region, Sequence):
+        return Sequence(tuple(_rebuild(c, tasks) for c in region.children))
+    region = with_bodies(region, lambda body: _rebuild(body, tasks))
+    if isinstance(region, RepeatLoop):
+        return dataclasses.replace(region, count=flat_name(region.count))
+    return dataclasses.replace(region, flag=flat_name(region.flag))

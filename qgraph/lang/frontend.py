@@ -7,17 +7,17 @@ turns it into per-backend code, specialisation adds the argument types.
 from __future__ import annotations
 
 import ast
-import builtins
 import inspect
 import linecache
 import textwrap
 from dataclasses import dataclass
 
 from ..errors import QgraphSyntaxError
+from .builtins import CONTROL
 from .builtins import serial as serial_marker
+from .names import UNRESOLVED, collect_names, resolve_static  # noqa: F401 (re-exported)
+from .region_parser import RegionParser
 from .regions import DeviceLoop, Dim, Region, Sequence, Task, leaf_tasks
-
-UNRESOLVED = object()
 
 RESERVED_PARAMS = frozenset({"stream"})
 
@@ -88,21 +88,6 @@ def syntax_error(message: str, filename: str, node: ast.AST | int | None) -> Qgr
     return QgraphSyntaxError(message, filename, lineno, line or None)
 
 
-def resolve_static(expr: ast.expr, globals_: dict, closure: dict) -> object:
-    if isinstance(expr, ast.Name):
-        if expr.id in closure:
-            return closure[expr.id]
-        if expr.id in globals_:
-            return globals_[expr.id]
-        return getattr(builtins, expr.id, UNRESOLVED)
-    if isinstance(expr, ast.Attribute):
-        base = resolve_static(expr.value, globals_, closure)
-        if base is UNRESOLVED:
-            return UNRESOLVED
-        return getattr(base, expr.attr, UNRESOLVED)
-    return UNRESOLVED
-
-
 def parse_function(fn, what: str) -> tuple[ast.FunctionDef, str, dict, dict]:
     """The function's AST (line numbers as in its file), file name, globals and closure vars."""
     try:
@@ -129,32 +114,6 @@ def parse_params(fn_def: ast.FunctionDef, filename: str, what: str) -> tuple[Par
     params = [Param(a.arg, a.annotation, False) for a in args.posonlyargs + args.args]
     params += [Param(a.arg, a.annotation, True) for a in args.kwonlyargs]
     return tuple(params)
-
-
-class _NameCollector(ast.NodeVisitor):
-    """Names a block stores and loads (with the first line each is read)."""
-
-    def __init__(self) -> None:
-        self.stored: set[str] = set()
-        self.loaded: dict[str, int] = {}
-
-    def visit_Name(self, node: ast.Name) -> None:
-        if isinstance(node.ctx, ast.Store):
-            self.stored.add(node.id)
-        else:
-            self.loaded.setdefault(node.id, node.lineno)
-
-    def visit_AugAssign(self, node: ast.AugAssign) -> None:
-        if isinstance(node.target, ast.Name):
-            self.loaded.setdefault(node.target.id, node.lineno)
-        self.generic_visit(node)
-
-
-def collect_names(nodes) -> _NameCollector:
-    collector = _NameCollector()
-    for node in nodes:
-        collector.visit(node)
-    return collector
 
 
 def check_body(nodes, filename: str, what: str) -> None:
@@ -189,7 +148,7 @@ def _loop_level_breaks(body: list[ast.stmt]):
                     stack.extend(child.body)
 
 
-class _Splitter:
+class _Splitter(RegionParser):
     def __init__(self, src_filename: str, fn_def: ast.FunctionDef, globals_: dict, closure: dict,
                  ndrange_obj: object) -> None:
         self.filename = src_filename
@@ -272,16 +231,24 @@ class _Splitter:
                 dims.append(Dim(ast.copy_location(ast.Constant(0), arg), arg))
         return tuple(n.id for n in names), tuple(dims)
 
-    def split(self, body: list[ast.stmt]) -> list[Task]:
-        tasks: list[Task] = []
+    def regions(self, body: list[ast.stmt], tasks: list[Task]) -> Sequence:
+        """`body` as a sequence of tasks and control-flow regions; new tasks are appended to `tasks`."""
+        children: list[Region] = []
         serial: list[ast.stmt] = []
 
         def flush() -> None:
             if serial:
-                tasks.append(Task(len(tasks), False, serial[0].lineno, list(serial)))
+                task = Task(len(tasks), False, serial[0].lineno, list(serial))
+                tasks.append(task)
+                children.append(task)
                 serial.clear()
 
         for stmt in body:
+            kind = self.control(stmt)
+            if kind is not None:
+                flush()
+                children.append(self.region(stmt, kind, tasks))
+                continue
             if isinstance(stmt, ast.For) and self.serial_loop(stmt):
                 parallel = None
             else:
@@ -305,10 +272,12 @@ class _Splitter:
                                          "evaluated on the host before the launch; pass the count as a scalar "
                                          "argument", sub)
             bound_names = collect_names(bound_exprs).loaded
-            tasks.append(Task(len(tasks), True, stmt.lineno, list(stmt.body), loop_vars, dims,
-                              bound_names=frozenset(bound_names)))
+            task = Task(len(tasks), True, stmt.lineno, list(stmt.body), loop_vars, dims,
+                        bound_names=frozenset(bound_names))
+            tasks.append(task)
+            children.append(task)
         flush()
-        return tasks
+        return Sequence(tuple(children))
 
     def check_nested_ndrange(self, tasks: list[Task]) -> None:
         for task in tasks:
@@ -317,6 +286,13 @@ class _Splitter:
                     if isinstance(sub, ast.Call) and self._is_ndrange(sub.func):
                         raise self.error("qgraph.ndrange is only allowed as the iterator of a top-level "
                                          "for loop of a kernel", sub)
+                    obj = resolve_static(sub.func, self.globals, self.closure) if isinstance(sub, ast.Call) \
+                        else UNRESOLVED
+                    kind = next((k for k, fn in CONTROL.items() if obj is fn), None)
+                    if kind is not None:
+                        raise self.error(f"qgraph.{kind} opens a device region only as a statement at the top "
+                                         "level of a kernel body (or of another region's body), not inside a "
+                                         "task's loop or block", sub)
 
 
 def _analyse_names(tasks: list[Task], params: set[str], filename: str) -> None:
@@ -367,12 +343,12 @@ def parse_kernel(fn, graph_while: str | None, ndrange_obj: object) -> KernelSour
         body = body[:-1]  # a trailing bare return is a no-op
     check_body(body, filename, "kernel")
     splitter = _Splitter(filename, fn_def, globals_, closure, ndrange_obj)
-    tasks = splitter.split(body)
+    tasks: list[Task] = []
+    body: Region = splitter.regions(body, tasks)
     for task in tasks:
         splitter.unwrap_serial(task.body)
     splitter.check_nested_ndrange(tasks)
     _analyse_names(tasks, set(names), filename)
-    body: Region = Sequence(tuple(tasks))
     if graph_while is not None:  # the decorator's shorthand: a do-while region around the whole body
         body = Sequence((DeviceLoop(graph_while, body, fn_def.lineno),))
     assert tuple(leaf_tasks(body)) == tuple(tasks)

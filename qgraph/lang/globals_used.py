@@ -23,7 +23,7 @@ import numpy as np
 
 from . import builtins as lang
 from .frontend import UNRESOLVED, KernelSource, Param, collect_names
-from .regions import DeviceLoop, Region, Sequence, Task
+from .regions import DeviceLoop, Region, RepeatLoop, Sequence, Task, control_regions, leaf_tasks, with_bodies
 
 RNG_STATE = "_qg_rng"  # the implicit parameter of kernels that draw random numbers
 
@@ -104,6 +104,7 @@ def with_implicit(fn, src: KernelSource) -> KernelSource:
     params = src.params + implicit_arrays(fn, src)
     tasks, body = src.tasks, src.body
     if uses_random(src):
+        _check_draws_outside_region_loops(src)
         params += (Param(RNG_STATE, None, False, "_qg_rng_state()"),)
         epoch = _epoch_task(len(tasks), src.fn_def)
         tasks = tasks + (epoch,)
@@ -112,14 +113,25 @@ def with_implicit(fn, src: KernelSource) -> KernelSource:
     return dataclasses.replace(src, params=params, tasks=tasks, body=body, frozen=frozen)
 
 
-def uses_random(src: KernelSource) -> bool:
+def uses_random(src: KernelSource, tasks=None) -> bool:
     randoms = tuple(lang.RANDOM.values())
-    for task in src.tasks:
+    for task in src.tasks if tasks is None else tasks:
         for stmt in task.body:
             for node in ast.walk(stmt):
                 if isinstance(node, ast.Call) and src.resolve(node.func) in randoms:
                     return True
     return False
+
+
+def _check_draws_outside_region_loops(src: KernelSource) -> None:
+    """Random numbers are fresh per call and per pass of the loop around the body, not per pass of
+    a qgraph.loop/qgraph.repeat region: a draw there would repeat, so it is an error."""
+    for region in control_regions(src.body):
+        if (isinstance(region, RepeatLoop) or (isinstance(region, DeviceLoop) and region.test_first)) \
+                and uses_random(src, list(leaf_tasks(region))):
+            raise src.error("random numbers inside a qgraph.loop or qgraph.repeat region would repeat from pass to "
+                            "pass; draw them in a task outside the region (into an array), or use graph_while= "
+                            "for the loop around the whole body, whose passes draw fresh numbers", region.lineno)
 
 
 def _epoch_task(index: int, at: ast.AST) -> Task:
@@ -135,8 +147,8 @@ def _epoch_task(index: int, at: ast.AST) -> Task:
 def _append(region: Region, task: Task) -> Region:
     """`region` with `task` at the end of its last sequence (inside a loop around the body)."""
     if isinstance(region, DeviceLoop):
-        return DeviceLoop(region.flag, _append(region.body, task), region.lineno)
+        return with_bodies(region, lambda body: _append(body, task))
     children = region.children
-    if children and isinstance(children[-1], DeviceLoop):
+    if children and isinstance(children[-1], DeviceLoop) and len(children) == 1:
         return Sequence(children[:-1] + (_append(children[-1], task),))
     return Sequence(children + (task,))
