@@ -174,7 +174,7 @@ class WhileLoop:
         store_params = kernel_node_params(self._helpers.store, 1, 1, store)
         store_node = check(d.cuGraphAddKernelNode(graph, deps, len(deps), store_params), "adding the flag-slot node")
         self._buffers.append(store)
-        self.handle, while_node, body = add_while_node(graph, self._device.context, [store_node])
+        self.handle, while_node, body = add_while_node(graph, self._device.context, [store_node], default=0)
         handle_and_mode = (ctypes.c_uint64 * 2)(int(self.handle), self.mode)
         self._device.copy_to_device(self.slot + 32, ctypes.addressof(handle_and_mode), 16)
         slot_node = GraphNode(self.slot_expr, "1", store, store_params, store_node)

@@ -56,4 +56,9 @@ def test_bench_on_gpu_quick_rows(cuda):
     loop = suite.gpu_loop_rows(1, 50, budget=0.005, repeat=2)
     assert {r.mode for r in loop} == {"raw WHILE node", "device loop", "device loop, no guard", "raw host loop",
                                       "host fallback"}
+    from qgraph.bench import nested_loops
+
+    nested = nested_loops.rows(budget=0.005, repeat=2)
+    assert [r["mode"] for r in nested] == ["raw nested WHILE", "qgraph nested loops"]
+    assert all(r["us"] > 0 for r in nested) and nested_loops.two_level.stats.iterations == (20, 50)
     qgraph.init("cuda")

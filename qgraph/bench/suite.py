@@ -59,6 +59,7 @@ class Report:
     cpu_compute: list = field(default_factory=list)
     structs: list = field(default_factory=list)  # see bench.struct_bench
     examples: list = field(default_factory=list)  # see bench.examples_bench
+    nested: list = field(default_factory=list)  # see bench.nested_loops
     seconds: float = 0.0
 
     def to_json(self) -> dict:
@@ -67,7 +68,7 @@ class Report:
         return {"arch": self.arch, "environment": self.environment, "rows": rows, "headline": self.headline,
                 "cpu": cpu, "reductions": self.reductions, "relax": self.relax, "cpu_sums": self.cpu_sums,
                 "compute": self.compute, "cpu_compute": self.cpu_compute, "structs": self.structs,
-                "examples": self.examples,
+                "examples": self.examples, "nested": self.nested,
                 "seconds": self.seconds}
 
 
@@ -235,6 +236,9 @@ def run(quick: bool = False, arch: str | None = None, progress_stream=None, cpu_
     for t in loop_tasks:
         report.rows += gpu_loop_rows(t, iterations, budget, repeat)
         progress(f"loop, {t} tasks")
+    from . import nested_loops
+
+    report.nested = nested_loops.rows(budget, repeat)
     report.headline = gpu_headline(budget, repeat)
     progress("headline")
     from . import reductions
@@ -303,6 +307,9 @@ def table(report: Report) -> str:
             lines.append(f"{t:>3} tasks  device loop is {by[(t, 'host fallback')] / by[(t, 'device loop')]:.2f}x "
                          "faster than the host fallback" + ("" if guard is None else
                          f"; the runaway guard costs {by[(t, 'device loop')] - guard:+.3f} us per iteration"))
+    from .nested_loops import table as nested_table
+
+    lines.append(nested_table(report.nested))
     h = report.headline
     if h:
         lines.append("\nheadline, 8 one-block tasks:")

@@ -58,18 +58,26 @@ def set_shape(params, grid, block: int) -> None:
         params.blockDimZ = 1
 
 
-def add_while_node(graph, context, deps: list):
-    """A conditional WHILE node after `deps`; returns (handle, node, body graph). The handle
-    is 0 at every launch; the kernel ahead of the node sets it (conditional.WhileLoop)."""
-    return add_conditional_node(graph, context, deps, "WHILE")
+def add_while_node(graph, context, deps: list, default: int = 1):
+    """A conditional WHILE node after `deps`; returns (handle, node, body graph). The handle is
+    `default` at every launch (1: do-while) until a kernel sets it (conditional.WhileLoop
+    passes 0 and sets it from the kernel ahead of the node)."""
+    return add_conditional_node(graph, context, deps, "WHILE", conditional_handle(graph, context, default))
 
 
-def add_conditional_node(graph, context, deps: list, kind: str):
-    """A conditional WHILE or IF node after `deps`, with its own handle (0 at every launch):
+def conditional_handle(graph, context, default: int = 0):
+    """A conditional handle of `graph`, `default` at every launch until a kernel sets it."""
+    d = driver()
+    return check(d.cuGraphConditionalHandleCreate(graph, context, default, d.CU_GRAPH_COND_ASSIGN_DEFAULT),
+                 "cuGraphConditionalHandleCreate")
+
+
+def add_conditional_node(graph, context, deps: list, kind: str, handle=None):
+    """A conditional WHILE or IF node after `deps`, with `handle` (a new one when None):
     (handle, node, body graph)."""
     d = driver()
-    handle = check(d.cuGraphConditionalHandleCreate(graph, context, 0, d.CU_GRAPH_COND_ASSIGN_DEFAULT),
-                   "cuGraphConditionalHandleCreate")
+    if handle is None:
+        handle = conditional_handle(graph, context)
     params = d.CUgraphNodeParams()
     params.type = d.CUgraphNodeType.CU_GRAPH_NODE_TYPE_CONDITIONAL
     params.conditional.handle = handle
