@@ -31,6 +31,7 @@ from .runtime import DeviceState
 
 MIN_COMPUTE_CAPABILITY = (9, 0)
 MIN_DRIVER_VERSION = 12040  # CUDA 12.4
+IF_ELSE_DRIVER = 12080  # CUDA 12.8: IF nodes with an else body
 
 
 def while_strategy(compute_capability: tuple[int, int], driver_version: int, *, graphs: bool,
@@ -239,8 +240,10 @@ class IfBranch:
         self.slot_expr = f"{self._constant} + {flag}[{address.start}:{address.stop}]"
 
     def add_branch(self, graph, deps: list, block: bytes, has_then: bool, has_else: bool):
-        """Add the branch kernel (after `deps`) and the IF nodes: (kernel GraphNode, then body or None,
-        else body or None, the nodes later work depends on)."""
+        """Add the branch kernel (after `deps`) and the conditional nodes: one IF-ELSE node where
+        the driver has it (CUDA 12.8+) and both branches have work, else an IF node per non-empty
+        branch. Returns (kernel GraphNode, then body or None, else body or None, the nodes later
+        work depends on)."""
         d = driver()
         buffer = ParamBuffer(16)
         buffer.data[:] = block
@@ -248,10 +251,15 @@ class IfBranch:
         node = check(d.cuGraphAddKernelNode(graph, deps, len(deps), params), "adding the branch kernel")
         self._buffers.append(buffer)
         handles, bodies, after = [0, 0], [None, None], []
-        for side, wanted in enumerate((has_then, has_else)):
-            if wanted:
-                handles[side], if_node, bodies[side] = add_conditional_node(graph, self._device.context, [node], "IF")
-                after.append(if_node)
+        context = self._device.context
+        if has_then and has_else and self._device.info.driver_version >= IF_ELSE_DRIVER:
+            handles[0], if_node, bodies = add_conditional_node(graph, context, [node], "IF", size=2)
+            has_else, after = False, [if_node]  # one handle: non-zero runs the first body, zero the second
+        else:
+            for side, wanted in enumerate((has_then, has_else)):
+                if wanted:
+                    handles[side], if_node, bodies[side] = add_conditional_node(graph, context, [node], "IF")
+                    after.append(if_node)
         state = (ctypes.c_uint64 * 3)(int(handles[0]), int(handles[1]), int(has_then) | 2 * int(has_else))
         self._device.copy_to_device(self.slot, ctypes.addressof(state), 24)
         return GraphNode(self.slot_expr, "1", buffer, params, node), bodies[0], bodies[1], after or [node]

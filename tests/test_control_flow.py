@@ -91,6 +91,24 @@ def test_if_else_on_a_flag_changed_by_the_branch(loop_arch):
         assert branch.stats.builds == 1
 
 
+@pytest.mark.cuda
+def test_two_if_nodes_where_the_driver_has_no_if_else(monkeypatch):
+    """Before CUDA 12.8 an if/else is two IF nodes whose handles one kernel sets; the same results."""
+    from conftest import use_arch
+
+    import qgraph.conditional as conditional
+
+    use_arch("cuda")
+    monkeypatch.setattr(conditional, "IF_ELSE_DRIVER", 10**9)
+    fresh = branch._variant(cuda_graph=True)
+    x_np = np.arange(9.0)
+    x, out = qgraph.from_numpy(x_np), qgraph.ndarray(qgraph.f64, (9,))
+    for flag, expected in ((1, 2 * x_np), (0, -x_np), (1, 2 * x_np)):
+        fresh(x, qgraph.from_numpy(np.array([flag], np.int32)), out)
+        np.testing.assert_allclose(out.to_numpy(), expected)
+    assert fresh.stats.builds == 1
+
+
 @qgraph.kernel
 def runaway_inner(x, outer, inner):
     while qgraph.loop(outer, max_iterations=5):

@@ -72,9 +72,10 @@ def conditional_handle(graph, context, default: int = 0):
                  "cuGraphConditionalHandleCreate")
 
 
-def add_conditional_node(graph, context, deps: list, kind: str, handle=None):
+def add_conditional_node(graph, context, deps: list, kind: str, handle=None, size: int = 1):
     """A conditional WHILE or IF node after `deps`, with `handle` (a new one when None):
-    (handle, node, body graph)."""
+    (handle, node, body graph), or with size=2 (an IF-ELSE node, CUDA 12.8+) (handle, node,
+    (then graph, else graph))."""
     d = driver()
     if handle is None:
         handle = conditional_handle(graph, context)
@@ -82,7 +83,8 @@ def add_conditional_node(graph, context, deps: list, kind: str, handle=None):
     params.type = d.CUgraphNodeType.CU_GRAPH_NODE_TYPE_CONDITIONAL
     params.conditional.handle = handle
     params.conditional.type = getattr(d.CUgraphConditionalNodeType, f"CU_GRAPH_COND_TYPE_{kind}")
-    params.conditional.size = 1
+    params.conditional.size = size
     params.conditional.ctx = context
     node = check(d.cuGraphAddNode(graph, deps, None, len(deps), params), f"adding the {kind} node")
-    return handle, node, params.conditional.phGraph_out[0]
+    out = params.conditional.phGraph_out
+    return handle, node, out[0] if size == 1 else (out[0], out[1])
