@@ -273,24 +273,46 @@ class IfBranch:
             self.slot = 0
 
 
+class FlagReader:
+    """Reads an int32 flag back to the host: an async copy into pinned memory, an event, and an
+    interruptible wait (Ctrl-C gets through)."""
+
+    def __init__(self, target: DeviceState) -> None:
+        d = driver()
+        self._device = target.device
+        self._host = check(d.cuMemHostAlloc(4, 0), "cuMemHostAlloc")
+        self._value = ctypes.c_int32.from_address(int(self._host))
+        self._event = self._device.event()
+        self._copy = d.cuMemcpyDtoHAsync
+        self._record = d.cuEventRecord
+
+    def read(self, flag: int, stream: int) -> bool:
+        """Whether the flag at device address `flag` is non-zero, after the stream's work so far."""
+        check(self._copy(self._host, flag, 4, stream), "reading the graph_while flag")
+        check(self._record(self._event, stream), "cuEventRecord")
+        self._device.wait_event(self._event)
+        return self._value.value != 0
+
+    def __del__(self) -> None:
+        try:
+            self._device.release_event(self._event)
+            driver().cuMemFreeHost(self._host)
+        except Exception:
+            pass
+
+
 class HostLoop:
     """A device loop around the whole body, without a WHILE node: run the body, read the flag
     back, repeat while it is non-zero."""
 
     def __init__(self, target: DeviceState, first_run, graph, flag_slot: tuple[int, int | None],
                  guard: tuple = (None, "", None)) -> None:
-        d = driver()
         self.limit, self.kernel_name, self.region = guard
         self.passes = 0  # of the last call
-        self._device = target.device
         self._first_run = first_run
         self._graph = graph  # a TaskGraph of the body, or None when the body runs eagerly
         self._flag = flag_slot
-        self._host = check(d.cuMemHostAlloc(4, 0), "cuMemHostAlloc")
-        self._value = ctypes.c_int32.from_address(int(self._host))
-        self._event = self._device.event()
-        self._copy = d.cuMemcpyDtoHAsync
-        self._record = d.cuEventRecord
+        self._read = FlagReader(target).read
 
     def run(self, args: tuple, packs: tuple, stream: int) -> None:
         k, j = self._flag
@@ -311,19 +333,6 @@ class HostLoop:
         finally:
             self.passes = passes
 
-    def _read(self, flag: int, stream: int) -> bool:
-        check(self._copy(self._host, flag, 4, stream), "reading the graph_while flag")
-        check(self._record(self._event, stream), "cuEventRecord")
-        self._device.wait_event(self._event)  # interruptible (Ctrl-C)
-        return self._value.value != 0
-
-    def __del__(self) -> None:
-        try:
-            self._device.release_event(self._event)
-            driver().cuMemFreeHost(self._host)
-        except Exception:
-            pass
-
 
 class HostTree:
     """Device control flow on the host, for regions the host do-while cannot cover (where
@@ -340,7 +349,7 @@ class HostTree:
         self._body, self._runs, self._slots, self._loops = body, task_runs, slots, loops
         self._name = kernel_name
         self.passes = [0] * len(loops)
-        self._reader = HostLoop(target, None, None, (0, None))  # its pinned word and event
+        self._read = FlagReader(target).read
 
     def run(self, args: tuple, packs: tuple, stream: int) -> None:
         self.passes = [0] * len(self._loops)
@@ -351,7 +360,7 @@ class HostTree:
         return packs[k] if j is None else packs[k][j]
 
     def _flag(self, name: str, packs: tuple, stream: int) -> bool:
-        return self._reader._read(int.from_bytes(self._value(name, packs)[FlagKind.address], "little"), stream)
+        return self._read(int.from_bytes(self._value(name, packs)[FlagKind.address], "little"), stream)
 
     def _walk(self, region, args: tuple, packs: tuple, stream: int) -> None:
         DeviceLoop, IfRegion, RepeatLoop, Sequence = self._types

@@ -7,7 +7,7 @@ import dataclasses
 import numpy as np
 
 import qgraph
-from qgraph.lang.regions import DeviceLoop, Sequence, Task, device_loops, has_nested_loops, leaf_tasks
+from qgraph.lang.regions import DeviceLoop, Sequence, Task, device_loops, leaf_tasks
 
 
 @qgraph.kernel(graph_while="flag")
@@ -33,7 +33,7 @@ def test_graph_while_is_a_loop_region_around_the_body():
     assert isinstance(body, Sequence) and len(body.children) == 1
     loop = body.children[0]
     assert isinstance(loop, DeviceLoop) and loop.flag == "flag"
-    assert list(leaf_tasks(body)) == list(looped.tasks) and not has_nested_loops(body)
+    assert list(leaf_tasks(body)) == list(looped.tasks) and list(device_loops(loop.body)) == []
 
 
 def test_a_plain_kernel_is_a_sequence_of_tasks():
@@ -50,7 +50,7 @@ def test_the_cpu_backend_walks_nested_loops(cpu):
     t0, t1, t2, t3 = pieces.tasks
     inner = DeviceLoop("inner", Sequence((t0, t1)), t0.lineno)
     tree = Sequence((DeviceLoop("outer", Sequence((inner, t2, t3)), t0.lineno),))
-    assert has_nested_loops(tree) and [loop.flag for loop in device_loops(tree)] == ["outer", "inner"]
+    assert [loop.flag for loop in device_loops(tree)] == ["outer", "inner"]  # nested: inner is in outer's body
     src = dataclasses.replace(pieces._source, body=tree)
     program = CpuProgram(src, None)
     x, y = np.zeros(5), np.zeros(7)

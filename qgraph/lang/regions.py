@@ -156,10 +156,6 @@ def flags_of(region: Region) -> list[str]:
     return list(dict.fromkeys(r.flag for r in control_regions(region) if not isinstance(r, RepeatLoop)))
 
 
-def has_nested_loops(region: Region) -> bool:
-    return any(any(True for _ in device_loops(loop.body)) for loop in device_loops(region))
-
-
 def is_root_loop(body: Region) -> bool:
     """The tree is one do-while loop around everything (the decorator's graph_while)."""
     return isinstance(body, Sequence) and len(body.children) == 1 and isinstance(body.children[0], DeviceLoop) \
