@@ -8,6 +8,7 @@ specialisation key, looks the specialisation up, and launches it.
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -91,18 +92,22 @@ class Kernel:
         return self._source.tasks
 
     def _attach(self) -> None:
-        """Bind to the current runtime generation: the launcher of the current target."""
-        state = runtime.ensure_init()
-        if self._generation != state.generation:
-            self._close_launchers()
-        from . import launcher
+        """Bind to the current runtime generation: the launcher of the current target (once,
+        whichever thread calls first)."""
+        with _ATTACH_LOCK:
+            state = runtime.ensure_init()
+            if self._generation == state.generation and self._launch is not None:
+                return
+            if self._generation != state.generation:
+                self._close_launchers()
+            from . import launcher
 
-        key = state.target.key
-        found = self._launchers.get(key)
-        if found is None:
-            found = self._launchers[key] = launcher.for_kernel(self, state)
-        self._launch = found.launch
-        self._generation = state.generation
+            key = state.target.key
+            found = self._launchers.get(key)
+            if found is None:
+                found = self._launchers[key] = launcher.for_kernel(self, state)
+            self._launch = found.launch
+            self._generation = state.generation
 
     def _close_launchers(self) -> None:
         for found in self._launchers.values():
@@ -161,6 +166,7 @@ def _bind_class(kernel_cls: type, src: frontend.KernelSource, fn: Callable) -> t
 
 
 _NO_DEFAULT = object()
+_ATTACH_LOCK = threading.RLock()  # kernels attach to the runtime once, whichever thread calls first
 
 
 def kernel(fn: Callable | None = None, *, cuda_graph: bool = False, graph_while: str | None = None,

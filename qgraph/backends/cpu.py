@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 from ..args.kinds import arg_type
 from ..args.resolve import resolver_lines
 from ..compiler.numba_adapter import is_compile_error, is_typing_stage
@@ -49,6 +51,7 @@ class CpuLauncher:
         self._fast_math = is_fast_math(kernel, state.settings)
         self._default_float = default_float(kernel, state.settings)
         self._flags = flag_params(self.src)
+        self._lock = threading.Lock()  # first calls from several threads compile a signature once
         self._max_iterations = max_iterations(kernel, state.settings)
         self._loops = counted_loops(self.src.body)  # the runner's counts, in this order
         self._last = [None]  # the runner's (status, loop, passes per loop) of the last call
@@ -89,6 +92,18 @@ class CpuLauncher:
         return generated.function(source, "launch", f"launch of kernel {src.qualname} (cpu)", ns)
 
     def _first_call(self, key: tuple, values: tuple, args: tuple) -> None:
+        """Compile (once, whichever thread comes first) and run a new signature."""
+        with self._lock:
+            runner = self._specs.get(key)
+            if runner is None:
+                return self._compile_and_run(key, values, args)
+        status = runner(*values)
+        if self._loops:
+            self._last[0] = status
+            if status[0]:
+                self._stopped(status)
+
+    def _compile_and_run(self, key: tuple, values: tuple, args: tuple) -> None:
         for k in self._flags:
             if values[k].shape not in ((), (1,)):
                 raise flag_shape_error(self.src, k, values[k].shape)

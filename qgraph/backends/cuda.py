@@ -162,7 +162,8 @@ class CudaLauncher:
         ns: dict = {"_ident": threading.get_ident, "_dev": self.device, "_get": self._specs.get,
                     "_specialise": self._specialise, "_switch": self._switch, "_last": self._last,
                     "_stream": self.device.stream_handle, "_shandle": stream_handle, "_FLAG_OK": FlagKind.SHAPE_OK,
-                    "_flag_error": self._flag_error}
+                    "_flag_error": self._flag_error, "_acquire": self.target.lock.acquire,
+                    "_release": self.target.lock.release}
         comma = "," if n == 1 else ""
         args = ", ".join(f"a{k}" for k in range(n))
         lines = ["    if _ident() != _dev._thread:", "        _dev.make_current()"]
@@ -170,17 +171,23 @@ class CudaLauncher:
         lines += resolver_lines(display_names(src), fixed_scalar_types(src), "cuda", ns, Ndarray,
                                 elements=element_annotations(src))
         lines += [f"    key = ({', '.join(f's{k}' for k in range(n))}{comma})",
-                  f"    p = ({', '.join(f'v{k}' for k in range(n))}{comma})",
-                  "    spec = _get(key)",
-                  "    if spec is None:",
-                  f"        spec = _specialise(key, ({args}{comma}))",
-                  "    if spec is not _last[0]:",
-                  "        _switch(spec)"]
+                  f"    p = ({', '.join(f'v{k}' for k in range(n))}{comma})"]
         shape = FlagKind.shape_field
         for k in self._flags:
             lines += [f"    if p[{k}][{shape.start}:{shape.stop}] not in _FLAG_OK:",
                       f"        raise _flag_error({k}, p[{k}])"]
-        lines.append(f"    spec.run(({args}{comma}), p, _stream if stream is None else _shandle(stream))")
+        # the device's lock: calls from several threads must not interleave their parameter
+        # writes, node updates and launches (the GIL serialises Python anyway: no parallelism lost)
+        lines += ["    _acquire()",
+                  "    try:",
+                  "        spec = _get(key)",
+                  "        if spec is None:",
+                  f"            spec = _specialise(key, ({args}{comma}))",
+                  "        if spec is not _last[0]:",
+                  "            _switch(spec)",
+                  f"        spec.run(({args}{comma}), p, _stream if stream is None else _shandle(stream))",
+                  "    finally:",
+                  "        _release()"]
         source = f"def launch({args}{', ' if n else ''}stream):\n" + "\n".join(lines) + "\n"
         return generated.function(source, "launch", f"launch of kernel {src.qualname} (cuda)", ns)
 

@@ -9,6 +9,7 @@ kernels keep one launcher per device state, so compiled modules and graphs are p
 
 from __future__ import annotations
 
+import threading
 import weakref
 
 from ..errors import QgraphError
@@ -28,6 +29,9 @@ class DeviceState:
         self.code_cache = CodeCache(settings.cache_dir)
         self.helpers: dict[str, object] = {}  # helper kernels loaded on this device, by name
         self.guards: set = set()  # device loops with a runaway guard (conditional.WhileLoop)
+        # held by every kernel call's launch and by sync's bookkeeping: calls from several threads
+        # neither interleave their parameter writes, node updates and launches nor race the lifetimes
+        self.lock = threading.Lock()
 
     def release_all(self) -> None:
         self.lifetimes.release_all()
@@ -112,7 +116,8 @@ def _drop_compiled() -> None:
     target = STATE.target
     if isinstance(target, DeviceState):
         target.device.synchronize()
-        target.release_all()
+        with target.lock:
+            target.release_all()
         target.check_guards()
     for kernel in list(STATE.kernels):
         kernel._drop()
@@ -136,7 +141,8 @@ def sync() -> None:
     target = STATE.target
     if isinstance(target, DeviceState):
         target.device.synchronize()
-        target.release_all()
+        with target.lock:
+            target.release_all()
         target.check_guards()
 
 
