@@ -157,10 +157,10 @@ def _bind_class(kernel_cls: type, src: frontend.KernelSource, fn: Callable) -> t
         params.append("*")
     params.append("stream=None")
     names = [p.name if p.source is None else p.source for p in src.params]
-    code = (f"def __call__(self, {', '.join(params)}):\n"
-            f"    if self._generation != _qg_state.generation:\n"
-            f"        self._attach()\n"
-            f"    return self._launch({', '.join(names)}{', ' if names else ''}stream)\n")
+    code = (f"def __call__(_qg_self, {', '.join(params)}):\n"  # _qg_: no parameter can be named so
+            f"    if _qg_self._generation != _qg_state.generation:\n"
+            f"        _qg_self._attach()\n"
+            f"    return _qg_self._launch({', '.join(names)}{', ' if names else ''}stream)\n")
     call = generated.function(code, "__call__", f"binder of kernel {src.qualname}", ns)
     return type(f"Kernel_{src.name}", (kernel_cls,), {"__call__": call, "__slots__": ()})
 
@@ -190,6 +190,8 @@ def kernel(fn: Callable | None = None, *, cuda_graph: bool = False, graph_while:
         raise TypeError(f"graph_while must be a parameter name (str), got {graph_while!r}")
     if graph_cache_size is not None and (not isinstance(graph_cache_size, int) or graph_cache_size < 1):
         raise ValueError(f"graph_cache_size must be a positive int, got {graph_cache_size!r}")
+    if not isinstance(cuda_graph, bool):
+        raise TypeError(f"cuda_graph must be True or False, got {cuda_graph!r}")
     for option, value in (("deterministic", deterministic), ("fast_math", fast_math)):
         if value is not None and not isinstance(value, bool):
             raise TypeError(f"{option} must be True, False or None, got {value!r}")

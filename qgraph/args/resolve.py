@@ -46,9 +46,11 @@ def scalar_value(value: object, name: str, fixed: str | None) -> tuple[str, obje
             if dtype.kind in "iu" and isinstance(value, (float, np.floating)):
                 raise TypeError(f"argument '{name}': expected an integer ({fixed}), got {type(value).__name__}")
             if dtype.kind in "iu":
-                lo, hi = INT_RANGES[fixed]
+                lo, hi = arg_type(fixed).int_range
                 if not lo <= int(value) <= hi:
-                    raise TypeError(f"argument '{name}': {value} does not fit in {fixed}")
+                    raise TypeError(f"argument '{name}': {value} does not fit in {dtype.name}")
+            if dtype.kind == "f":
+                return fixed, _float_value(value, name, dtype)
             return fixed, dtype.type(value)
         kind = "an array" if _is_array_like(value) else type(value).__name__
         raise TypeError(f"argument '{name}': expected a {fixed} scalar, got {kind}")
@@ -64,6 +66,20 @@ def scalar_value(value: object, name: str, fixed: str | None) -> tuple[str, obje
         return scalar_sig(as_dtype(value.dtype, f"argument '{name}'")), value
     raise TypeError(f"argument '{name}': {type(value).__name__} is not a supported kernel argument; "
                     "pass a qgraph/NumPy/device array or an int, float or bool")
+
+
+def _float_value(value, name: str, dtype: np.dtype):
+    """`value` as `dtype`, or TypeError where a finite number would overflow to inf."""
+    finite = np.finfo(dtype).max
+    try:
+        big = abs(float(value)) > finite and np.isfinite(float(value))
+    except OverflowError:  # an int beyond float64
+        big = True
+    if big:
+        shown = f"{value:.4g}" if isinstance(value, float) else f"{str(value)[:12]}... ({len(str(value))} digits)"
+        raise TypeError(f"argument '{name}': {shown} does not fit in {dtype.name} (it would become inf); "
+                        f"pass a value within +-{finite:.4g}")
+    return dtype.type(value)
 
 
 def is_qgraph_array(value: object) -> bool:
@@ -86,6 +102,9 @@ def numpy_sig(value: np.ndarray, name: str) -> str:
     key = (value.dtype, value.ndim, value.flags.c_contiguous)
     sig = _NUMPY_SIGS.get(key)
     if sig is None:
+        if not value.dtype.isnative:
+            raise TypeError(f"argument '{name}' has non-native byte order ({value.dtype.str}); convert it first: "
+                            f"{name}.astype({name}.dtype.newbyteorder('='))")
         dtype = as_dtype(value.dtype, f"argument '{name}'")
         sig = _NUMPY_SIGS[key] = array_sig(dtype, value.ndim, value.flags.c_contiguous)
     return sig
@@ -173,8 +192,9 @@ def _fixed_scalar_fast_path(k: int, a: str, fix: str, arch: str, ns: dict) -> li
     ns[f"_fix{k}"] = fix
     ns[f"_conv{k}"] = kind.dtype.type if arch == "cpu" else kind.pack
     value = f"_conv{k}({a})"
-    if kind.dtype.kind == "f":
-        return [f"if t is float or t is int: s{k} = _fix{k}; v{k} = {value}"]
+    if kind.dtype.kind == "f":  # beyond the type's range (or inf, nan): the slow path checks it
+        ns[f"_fmax{k}"] = float(np.finfo(kind.dtype).max)
+        return [f"if (t is float or t is int) and -_fmax{k} <= {a} <= _fmax{k}: s{k} = _fix{k}; v{k} = {value}"]
     if kind.dtype.kind == "b":
         return [f"if t is bool: s{k} = _fix{k}; v{k} = {value}"]
     lo, hi = kind.int_range
@@ -183,7 +203,7 @@ def _fixed_scalar_fast_path(k: int, a: str, fix: str, arch: str, ns: dict) -> li
 
 def resolver_lines(names: tuple[str, ...], fixed: tuple[str | None, ...], arch: str, ns: dict,
                    array_type: type, indent: str = "    ", elements: tuple | None = None,
-                   mutable_flag: str = "") -> list[str]:
+                   mutable_flag: str = "", written: dict | None = None) -> list[str]:
     """Straight-line code assigning s<k> (key text) and v<k> (value) from argument a<k>.
 
     `array_type` is qgraph's Ndarray (its key text and values precomputed); `ns` receives
@@ -192,6 +212,8 @@ def resolver_lines(names: tuple[str, ...], fixed: tuple[str | None, ...], arch: 
     array of that dtype and trailing shape passed for it is read as one. `mutable_flag`,
     when given, names a local set to False when an argument's key text or value may change
     without an assignment (a NumPy or foreign array, an uncached struct): see args.structs.
+    `written` (cpu: parameter position -> line) are the arrays the kernel writes: a read-only
+    NumPy array passed for one is a TypeError naming the line.
     """
     unstable = f"; {mutable_flag} = False" if mutable_flag else ""
     ns.update({"_Ndarray": array_type, "_WF": WEAK_FLOAT, "_WI": WEAK_INT, "_fixed": fixed, "_names": names,
@@ -205,6 +227,10 @@ def resolver_lines(names: tuple[str, ...], fixed: tuple[str | None, ...], arch: 
             array_lines = _array_fast_path(k, a, arch)
             if len(array_lines) > 2:  # the NumPy array on cpu
                 array_lines[3] += unstable
+                if written and k in written:
+                    ns["_read_only"] = read_only_error
+                    array_lines.insert(4, f"    if not {a}.flags.writeable: raise _read_only(_names[{k}], "
+                                          f"{written[k]})")
             lines += array_lines + _free_scalar_fast_path(k, a, arch, ns)
             ns["_structs"] = STRUCT_RESOLVERS[arch]  # struct classes seen before (the slow path adds them)
             ns["_epoch"] = STRUCT_EPOCH
@@ -228,6 +254,11 @@ def resolver_lines(names: tuple[str, ...], fixed: tuple[str | None, ...], arch: 
             lines.append(f"if s{k} is not _want{k}:")
             lines.append(f"    s{k} = _as_elements(s{k}, v{k}, _names[{k}], _elem{k})")
     return [indent + line for line in lines]
+
+
+def read_only_error(name: str, line: int) -> TypeError:
+    return TypeError(f"argument '{name}' is a read-only NumPy array, but the kernel writes into it (line {line}); "
+                     f"pass a writable array (np.array({name}) copies it)")
 
 
 def as_elements(sig: str, value, name: str, element: tuple) -> str:

@@ -57,6 +57,27 @@ def flag_params(src: KernelSource) -> tuple[int, ...]:
                  if flag in src.param_names)  # a struct's field: checked per signature (flat view)
 
 
+def written_params(src: KernelSource) -> dict[int, int]:
+    """Parameter position -> first line where the kernel writes into that array (a store, an
+    update or an atomic), for the read-only check of NumPy arguments."""
+    from ..lang import builtins as lang
+
+    atomics = tuple(lang.ATOMICS.values())
+    found: dict[int, int] = {}
+    for task in src.tasks:
+        for node in (n for stmt in task.body for n in ast.walk(stmt)):
+            targets = []
+            if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                targets = [t.value for t in targets if isinstance(t, ast.Subscript)]
+            elif isinstance(node, ast.Call) and node.args and src.resolve(node.func) in atomics:
+                targets = [node.args[0]]
+            for target in targets:
+                if isinstance(target, ast.Name) and target.id in src.param_names:
+                    found.setdefault(src.param_names.index(target.id), node.lineno)
+    return found
+
+
 def check_repeat_counts(src: KernelSource, key: tuple[str, ...]) -> None:
     """TypeError unless every qgraph.repeat count is an integer scalar."""
     from ..args.kinds import arg_type

@@ -7,6 +7,7 @@ import threading
 from ..args.kinds import arg_type
 from ..args.resolve import resolver_lines
 from ..compiler.numba_adapter import is_compile_error, is_typing_stage
+from ..driver.device import stream_handle
 from ..errors import runaway_error
 from ..lang import generated
 from ..lang.cpu_codegen import counted_loops
@@ -31,6 +32,7 @@ from .checks import (
     is_deterministic,
     is_fast_math,
     max_iterations,
+    written_params,
 )
 
 
@@ -69,13 +71,15 @@ class CpuLauncher:
         src = self.src
         n = len(src.param_names)
         ns: dict = {"_get": self._specs.get, "_first_call": self._first_call, "_flag_error": flag_shape_error,
-                    "_src": src}
+                    "_src": src, "_stream_handle": stream_handle}
         comma = "," if n == 1 else ""
         values = ", ".join(f"v{k}" for k in range(n))
         args = ", ".join(f"a{k}" for k in range(n))
-        lines = frozen_number_lines(src, ns)
+        # stream= means nothing on the CPU, but a value that is no stream is the same error as on CUDA
+        lines = ["    if stream is not None:", "        _stream_handle(stream)"]
+        lines += frozen_number_lines(src, ns)
         lines += resolver_lines(display_names(src), fixed_scalar_types(src), "cpu", ns, Ndarray,
-                                elements=element_annotations(src))
+                                elements=element_annotations(src), written=written_params(src))
         lines += [f"    key = ({', '.join(f's{k}' for k in range(n))}{comma})",
                   "    runner = _get(key)",
                   "    if runner is None:",

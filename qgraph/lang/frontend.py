@@ -40,6 +40,7 @@ _FORBIDDEN = {
     ast.Yield: "yield is not supported in a kernel",
     ast.YieldFrom: "yield is not supported in a kernel",
     ast.Await: "await is not supported in a kernel",
+    ast.NamedExpr: "the walrus operator (:=) is not supported in a kernel; assign the value on a line of its own",
 }
 if hasattr(ast, "TryStar"):
     _FORBIDDEN[ast.TryStar] = _FORBIDDEN[ast.Try]
@@ -331,6 +332,13 @@ def parse_kernel(fn, graph_while: str | None, ndrange_obj: object) -> KernelSour
         if p.name in RESERVED_PARAMS:
             raise syntax_error(f"parameter name '{p.name}' is reserved for the call option "
                                f"{p.name}=; rename the parameter", filename, fn_def)
+        if p.name.startswith("_qg_"):
+            raise syntax_error(f"parameter name '{p.name}' uses the prefix _qg_, which qgraph reserves for the "
+                               "names of its generated code; rename the parameter", filename, fn_def)
+    if params and params[0].name in ("self", "cls"):
+        raise syntax_error(f"kernel {fn.__name__} takes '{params[0].name}' first, like a method: a kernel is a "
+                           "plain function of arrays and numbers; define it at module level (or as a "
+                           "@staticmethod without self) and pass what it needs as arguments", filename, fn_def)
     if graph_while is not None and graph_while.split(".")[0] not in names:
         raise syntax_error(f"graph_while={graph_while!r} names no parameter of {fn.__name__}"
                            f"({', '.join(names)}); pass the name of the int32 flag parameter "

@@ -87,8 +87,10 @@ def init(arch: str | None = None, *, device: int = 0) -> None:
     settings = Settings.from_environ()
     if arch is None:
         arch = settings.arch
-    elif arch not in ARCHES:
+    elif not isinstance(arch, str) or arch.strip().lower() not in ARCHES:
         raise ValueError(f"init(arch={arch!r}): expected 'cuda', 'cpu' or None")
+    else:
+        arch = arch.strip().lower()  # the spellings QGRAPH_ARCH accepts (settings.arch_name)
     cuda_device = None
     if arch in (None, "cuda"):
         try:
