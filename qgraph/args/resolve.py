@@ -70,7 +70,7 @@ def scalar_value(value: object, name: str, fixed: str | None) -> tuple[str, obje
 
 def _float_value(value, name: str, dtype: np.dtype):
     """`value` as `dtype`, or TypeError where a finite number would overflow to inf."""
-    finite = np.finfo(dtype).max
+    finite = float(np.finfo(dtype).max)
     try:
         big = abs(float(value)) > finite and np.isfinite(float(value))
     except OverflowError:  # an int beyond float64
