@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 
@@ -48,14 +49,31 @@ def _bench(args: argparse.Namespace) -> int:
     return suite.main(quick=args.quick, json_path=args.json, plot_path=args.plot, arch=args.arch)
 
 
+# what to do about the usual reasons CUDA is not usable (matched in the reason's text)
+_CUDA_FIXES = (("libcuda", "install the NVIDIA driver (the GPU's driver package provides libcuda.so)"),
+               ("cuda-bindings cannot be imported", "pip install cuda-bindings (a dependency of qgraph)"),
+               ("no CUDA device", "this machine has no NVIDIA GPU the driver can see (check nvidia-smi)"),
+               ("does not exist", "pick an existing device ordinal"),
+               ("CUDA_ERROR_INSUFFICIENT_DRIVER", "update the NVIDIA driver to one that supports CUDA 12.4+"))
+
+
 def _info(args: argparse.Namespace) -> int:
     import qgraph
     from qgraph.bench.suite import environment
+    from qgraph.runtime import state
 
+    reason = state.cuda_status()
+    if reason is None:
+        info = state._open_device(0).info
+        print(f"cuda: usable: {info.name} (compute capability {'.'.join(map(str, info.compute_capability))}, "
+              f"driver for CUDA {info.driver_version // 1000}.{info.driver_version % 1000 // 10})")
+    else:
+        fix = next((f for text, f in _CUDA_FIXES if text in reason), "see the troubleshooting page of the docs")
+        reason = reason.removeprefix("CUDA is not usable: ")
+        print(f"cuda: not usable: {reason}\n  to fix: {fix}; the cpu backend works meanwhile")
     qgraph.init(args.arch)
-    env = environment()
     print(f"arch: {qgraph.current_arch()}")
-    for key, value in env.items():
+    for key, value in environment().items():
         print(f"{key}: {value}")
     print(f"cache: {qgraph.runtime.STATE.settings.cache_dir or 'off'}")
     return 0
@@ -76,10 +94,28 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--json", metavar="PATH", help="write every figure, with device and versions, to PATH")
     bench.add_argument("--plot", metavar="PATH", help="write a PNG plot (per-call time vs task count)")
     bench.set_defaults(run=_bench)
-    info = sub.add_parser("info", help="device, driver, versions and cache directory")
+    info = sub.add_parser("info", help="whether CUDA is usable (and why not), device, versions and cache directory")
     info.set_defaults(run=_info)
+    parser.add_argument("--verbose", action="store_true", help="show the full traceback of an error")
     args = parser.parse_args(argv)
-    return args.run(args)
+    import qgraph
+
+    try:
+        return args.run(args)
+    except BrokenPipeError:  # the reader went away (`| head`): not an error of ours
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except (qgraph.QgraphError, ValueError, TypeError, OSError) as e:
+        if args.verbose:
+            raise
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        print(f"qgraph: error: {first} (--verbose shows the traceback)", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        if args.verbose:
+            raise
+        print("qgraph: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 import qgraph
 from qgraph import cli
 
@@ -37,6 +39,36 @@ def test_info(cpu, capsys):
     assert cli.main(["--arch", "cpu", "info"]) == 0
     out = capsys.readouterr().out
     assert "arch: cpu" in out and "cache:" in out
+
+
+def test_errors_are_one_line_with_exit_code_2(capsys):
+    """Without a usable GPU, `--arch cuda` is one line on stderr (exit 2); --verbose re-raises."""
+    from conftest import cuda_unavailable_reason
+
+    from qgraph.cli import main
+
+    if cuda_unavailable_reason() is None:
+        pytest.skip("CUDA is usable here: no error to report")
+    assert main(["--arch", "cuda", "demo"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("qgraph: error: CUDA is not usable:") and "--verbose" in err[0]
+    with pytest.raises(qgraph.QgraphError):
+        main(["--arch", "cuda", "--verbose", "info"])
+    qgraph.init("cpu")
+
+
+def test_info_says_whether_cuda_is_usable_and_why_not(capsys):
+    from conftest import cuda_unavailable_reason
+
+    from qgraph.cli import main
+
+    assert main(["--arch", "cpu", "info"]) == 0
+    out = capsys.readouterr().out
+    if cuda_unavailable_reason() is None:
+        assert out.startswith("cuda: usable: ") and "compute capability" in out
+    else:
+        assert out.startswith("cuda: not usable: ") and "to fix: " in out
+    assert "arch: cpu" in out
 
 
 def test_module_entry_point():

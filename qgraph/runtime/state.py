@@ -79,6 +79,15 @@ def _open_device(ordinal: int):
     return device
 
 
+def cuda_status(device: int = 0) -> str | None:
+    """None when CUDA device `device` is usable, else why not (the driver's or loader's words)."""
+    try:
+        _open_device(device)
+    except QgraphError as e:
+        return str(e)
+    return None
+
+
 def init(arch: str | None = None, *, device: int = 0) -> None:
     """Choose the backend. None: QGRAPH_ARCH, else cuda when usable, else cpu.
 
@@ -154,5 +163,6 @@ def device_info():
     return state.cuda.info if state.cuda is not None else None
 
 
-__all__ = ["STATE", "CpuState", "DeviceState", "State", "arch_name", "current_arch", "device_info", "ensure_init",
+__all__ = ["STATE", "CpuState", "DeviceState", "State", "arch_name", "cuda_status", "current_arch", "device_info",
+           "ensure_init",
            "init", "reset", "sync"]
