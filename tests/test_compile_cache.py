@@ -208,3 +208,86 @@ def test_twenty_same_named_kernels_compiled_by_four_processes(tmp_path, arch):
     pick.shuffle(everything)
     final = _python(tmp_path, cache_dir, "run_subset.py", arch, *map(str, everything))
     assert final.strip() == "bad []"
+
+
+_SIGNATURE_WORKER = """
+import sys
+import numpy as np
+import qgraph
+qgraph.init("cpu")
+import scale_module
+dtypes = {"f32": np.float32, "f64": np.float64, "i32": np.int32, "i64": np.int64}
+for name in sys.argv[1].split(","):
+    scale_module.scale(np.ones(8, dtypes[name]), 2)
+programs = scale_module.scale._launchers["cpu"]._programs.values()
+print(sum(sum(p.runner.stats.cache_hits.values()) for p in programs),
+      sum(len(p.runner.stats.cache_misses) for p in programs))
+"""
+
+
+def test_processes_compiling_different_signatures_keep_every_entry(tmp_path):
+    """4 processes compile 4 signatures of one kernel into one empty cache at once; a fifth loads all 4
+    (without the index lock, processes overwrote each other's index and one signature was lost)."""
+    (tmp_path / "scale_module.py").write_text(
+        "import qgraph\n\n\n@qgraph.kernel\ndef scale(x, a):\n    for i in range(x.shape[0]):\n"
+        "        x[i] = x[i] * a + 1\n")
+    (tmp_path / "worker.py").write_text(_SIGNATURE_WORKER)
+    env = dict(os.environ, QGRAPH_CACHE_DIR=str(tmp_path / "cache"), QGRAPH_ARCH="cpu",
+               PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    workers = [subprocess.Popen([sys.executable, str(tmp_path / "worker.py"), name], env=env, text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+               for name in ("f32", "f64", "i32", "i64")]
+    for w in workers:
+        out, err = w.communicate(timeout=300)
+        assert w.returncode == 0, err
+        assert out.split() == ["0", "1"]  # each compiled its own signature
+    last = subprocess.run([sys.executable, str(tmp_path / "worker.py"), "f32,f64,i32,i64"], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert last.returncode == 0, last.stderr
+    assert last.stdout.split() == ["4", "0"]  # 4 loaded from the cache, none compiled
+
+
+
+def _save_slowly(args):
+    """One process saving an overload into a function's cache index, pausing between reading and
+    writing it (where a concurrent process reads the same index)."""
+    import time
+
+    from numba.core.caching import IndexDataCacheFile
+
+    from qgraph.compiler.numba_adapter import locked_index_file_class
+
+    cache_dir, key, locked = args
+    original = IndexDataCacheFile._load_index
+
+    def slow_load(self):
+        found = original(self)
+        time.sleep(0.5)
+        return found
+
+    IndexDataCacheFile._load_index = slow_load
+    cls = locked_index_file_class() if locked else IndexDataCacheFile
+    cls(cache_path=cache_dir, filename_base="kernel", source_stamp="stamp").save(key, b"compiled " + key.encode())
+
+
+@pytest.mark.parametrize("locked", [False, True])
+def test_the_cache_index_lock_keeps_concurrent_entries(tmp_path, locked):
+    """Two processes save different overloads into one index at once: numba's own index keeps
+    one (both pick the same data file), the locked index keeps both."""
+    import multiprocessing
+
+    from numba.core.caching import IndexDataCacheFile
+
+    context = multiprocessing.get_context("fork")
+    savers = [context.Process(target=_save_slowly, args=((str(tmp_path), key, locked),)) for key in ("sig-a", "sig-b")]
+    for p in savers:
+        p.start()
+    for p in savers:
+        p.join(60)
+        assert p.exitcode == 0
+    index = IndexDataCacheFile(cache_path=str(tmp_path), filename_base="kernel", source_stamp="stamp")
+    found = {key: index.load(key) for key in ("sig-a", "sig-b")}
+    if locked:
+        assert found == {"sig-a": b"compiled sig-a", "sig-b": b"compiled sig-b"}
+    else:  # what the lock prevents
+        assert sum(v is not None for v in found.values()) == 1

@@ -72,6 +72,41 @@ def toolchain_versions_digest() -> str:
 # --------------------------------------------------------------------------- CPU
 
 
+@contextlib.contextmanager
+def _exclusive(path: str):
+    """An exclusive lock on `path` across processes (POSIX flock; elsewhere none)."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows
+        yield
+        return
+    with open(path, "a+b") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+_LOCKED_INDEX: list = []
+
+
+def locked_index_file_class():
+    """numba's index of a function's cached overloads, updated under a file lock: processes that
+    compile different signatures at once would otherwise each read the same index, pick the same
+    data file name and keep only the last writer's entry."""
+    if not _LOCKED_INDEX:
+        from numba.core.caching import IndexDataCacheFile
+
+        class LockedIndexDataCacheFile(IndexDataCacheFile):
+            def save(self, key, data):
+                with _exclusive(self._index_path + ".lock"):
+                    super().save(key, data)
+
+        _LOCKED_INDEX.append(LockedIndexDataCacheFile)
+    return _LOCKED_INDEX[0]
+
+
 def _make_cache_class():
     from numba.core.caching import CompileResultCacheImpl, FunctionCache, _CacheLocator
 
@@ -104,6 +139,12 @@ def _make_cache_class():
         """numba's function cache, made robust: a corrupt or unreadable entry is recompiled."""
 
         _impl_class = QgraphCacheImpl
+
+        def __init__(self, py_func) -> None:
+            super().__init__(py_func)
+            self._cache_file = locked_index_file_class()(
+                cache_path=self._cache_path, filename_base=self._impl.filename_base,
+                source_stamp=self._impl.locator.get_source_stamp())
 
         def load_overload(self, sig, target_context):
             try:
