@@ -60,7 +60,8 @@ extern "C" __device__ __cudart_builtin__ void CUDARTAPI cudaGraphSetConditional(
 
 // a loop's state: [0] the flag's address (0 for a repeat loop), [1] passes so far, [2] the guard's
 // limit (a repeat loop: its count), [3] the host-mapped trip record, [4] the WHILE node's handle,
-// [5] the mode: 0 do-while (graph_while), 1 while (qgraph.loop), 2 count (qgraph.repeat)
+// [5] the mode: 0 do-while (graph_while), 1 while (qgraph.loop), 2 count (qgraph.repeat),
+// [6] debug mode's record (0: none): a failed check ends the loop
 extern "C" __global__ void qgraph_store_flag_address(unsigned long long* state, unsigned long long address,
                                                      unsigned long long limit)
 {
@@ -79,6 +80,10 @@ extern "C" __global__ void qgraph_while_condition(cudaGraphConditionalHandle han
     unsigned long long passes = state[1] + 1;
     state[1] = passes;
     unsigned int go;
+    if (state[6] && *(volatile const long long*)state[6] != 0) {
+        cudaGraphSetConditional(handle, 0u);
+        return;
+    }
     if (state[5] == 2) {
         go = (long long)passes < (long long)state[2] ? 1u : 0u;
     } else {
@@ -140,20 +145,22 @@ class WhileLoop:
     kernel_nodes = 2  # the slot writer and the condition kernel
 
     def __init__(self, target: DeviceState, flag_slot: tuple[int, int | None], number: int = 0,
-                 guard: tuple = (None, "", None), mode: int = 0) -> None:
+                 guard: tuple = (None, "", None), mode: int = 0, stop_word: int = 0) -> None:
         d = driver()
         self._device = target.device
         self._target = target
         self._helpers = helpers(target)
         self.limit, self.kernel_name, self.region = guard
         self.mode = mode  # 0 do-while on a flag, 1 while on a flag, 2 a count (see HELPER_SOURCE)
-        self.slot = self._device.alloc(48)
+        self.slot = self._device.alloc(56)
         self._record = check(d.cuMemHostAlloc(8, d.CU_MEMHOSTALLOC_DEVICEMAP), "cuMemHostAlloc (trip record)")
         self.tripped = ctypes.c_uint64.from_address(int(self._record))
         self.tripped.value = 0
         record_device = int(check(d.cuMemHostGetDevicePointer(self._record, 0), "cuMemHostGetDevicePointer"))
         pointer = ctypes.c_uint64(record_device)
         self._device.copy_to_device(self.slot + 24, ctypes.addressof(pointer), 8)
+        stop = ctypes.c_uint64(stop_word)  # debug mode's record: a failed check ends the loop
+        self._device.copy_to_device(self.slot + 48, ctypes.addressof(stop), 8)
         target.guards.add(self)
         self._buffers: list[ParamBuffer] = []
         self._constant = f"_slot{number}"

@@ -18,7 +18,7 @@ from .lang import builtins as lang
 from .lang import frontend, generated, globals_used
 from .lang.regions import control_regions
 from .runtime.random_state import rng_state
-from .runtime.settings import USE_ENVIRONMENT
+from .runtime.settings import USE_ENVIRONMENT, debug_mode
 
 
 @dataclass
@@ -69,7 +69,7 @@ class Kernel:
     def __init__(self, fn: Callable, source: frontend.KernelSource, cuda_graph: bool,
                  graph_while: str | None, graph_cache_size: int | None, deterministic: bool | None = None,
                  fast_math: bool | None = None, default_float: str | None = None,
-                 max_iterations=USE_ENVIRONMENT) -> None:
+                 max_iterations=USE_ENVIRONMENT, debug: str | None = None) -> None:
         self._fn = fn
         self._source = source
         self.cuda_graph = bool(cuda_graph)
@@ -79,6 +79,7 @@ class Kernel:
         self.fast_math = fast_math  # None: QGRAPH_FAST_MATH decides
         self.default_float = default_float  # "f32", "f64" or None: QGRAPH_DEFAULT_FLOAT decides
         self.max_iterations = max_iterations  # an int, None (no guard) or USE_ENVIRONMENT
+        self.debug = debug  # "bounds", "nan", False (off) or None: QGRAPH_DEBUG decides
         self.stats = KernelStats(num_tasks=len(self._source.tasks))
         self._launchers: dict[str, object] = {}  # per target ("cpu", "cuda:0", ...)
         self._launch = None
@@ -117,7 +118,7 @@ class Kernel:
     def _variant(self, cuda_graph: bool) -> Kernel:
         """The same kernel with graphs on or off (for side-by-side benchmarks)."""
         return type(self)(self._fn, self._source, cuda_graph, self.graph_while, self.graph_cache_size,
-                          self.deterministic, self.fast_math, self.default_float, self.max_iterations)
+                          self.deterministic, self.fast_math, self.default_float, self.max_iterations, self.debug)
 
     def _drop(self) -> None:
         """Free compiled code, graphs and buffers (init/reset)."""
@@ -171,7 +172,8 @@ _ATTACH_LOCK = threading.RLock()  # kernels attach to the runtime once, whicheve
 
 def kernel(fn: Callable | None = None, *, cuda_graph: bool = False, graph_while: str | None = None,
            graph_cache_size: int | None = None, deterministic: bool | None = None,
-           fast_math: bool | None = None, default_float=None, max_iterations=USE_ENVIRONMENT):
+           fast_math: bool | None = None, default_float=None, max_iterations=USE_ENVIRONMENT,
+           debug: bool | str | None = None):
     """Compile a function's top-level statements into offloaded tasks.
 
     `cuda_graph=True` captures a call's tasks into a cached CUDA graph; `graph_while="flag"`
@@ -185,6 +187,10 @@ def kernel(fn: Callable | None = None, *, cuda_graph: bool = False, graph_while:
     (only Python numbers and integers meet); the default is QGRAPH_DEFAULT_FLOAT (float64).
     `max_iterations=n` stops a device loop after n passes with its flag still set and raises
     QgraphError (the runaway guard; None turns it off); the default is QGRAPH_MAX_ITERATIONS.
+    `debug=True` compiles a bounds-checked specialisation (an index out of bounds raises
+    IndexError naming the line, array, index and shape when the call completes; on CUDA every
+    call then waits for the device); `debug="nan"` also checks that every float stored is
+    finite (FloatingPointError). The default is QGRAPH_DEBUG.
     """
     if graph_while is not None and not isinstance(graph_while, str):
         raise TypeError(f"graph_while must be a parameter name (str), got {graph_while!r}")
@@ -200,6 +206,11 @@ def kernel(fn: Callable | None = None, *, cuda_graph: bool = False, graph_while:
             (not isinstance(max_iterations, int) or isinstance(max_iterations, bool) or max_iterations < 1):
         raise ValueError(f"max_iterations must be a positive int or None (no guard), got {max_iterations!r}")
 
+    try:
+        debug_setting = None if debug is None else (debug_mode(debug) or False)
+    except ValueError as e:
+        raise ValueError(f"debug: {e}") from None
+
     def wrap(f: Callable) -> Kernel:
         if isinstance(f, (Kernel, Func)):
             raise TypeError(f"{f!r} is already decorated")
@@ -211,7 +222,7 @@ def kernel(fn: Callable | None = None, *, cuda_graph: bool = False, graph_while:
         # device control flow lives in graphs: graph_while= and qgraph.loop/cond/repeat regions imply cuda_graph
         graphs = bool(cuda_graph) or graph_while is not None or any(True for _ in control_regions(source.body))
         return cls(f, source, graphs, graph_while, graph_cache_size,
-                   deterministic, fast_math, precision, max_iterations)
+                   deterministic, fast_math, precision, max_iterations, debug_setting)
 
     return wrap if fn is None else wrap(fn)
 

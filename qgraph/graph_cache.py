@@ -107,7 +107,8 @@ class TaskGraph:
 
     def __init__(self, target, kernels: list[TaskKernel], body: Region, bounds, stats, name: str,
                  args: tuple, packs: tuple, stream: int, flag_slots: dict[str, tuple],
-                 device_loops: bool, programmatic: bool = False, max_iterations: int | None = None) -> None:
+                 device_loops: bool, programmatic: bool = False, max_iterations: int | None = None,
+                 stop_word: int = 0) -> None:
         d = driver()
         started = time.perf_counter()
         self.state = GraphState.BUILDING
@@ -120,6 +121,7 @@ class TaskGraph:
         self._instances: dict[tuple, _Instance] = {}
         self.programmatic = programmatic
         self._max_iterations = max_iterations
+        self._stop_word = stop_word  # debug mode: device loops end once this word is non-zero (a failed check)
         self._nodes: list[GraphNode] = []
         by_task = {tk.task.index: tk for tk in kernels}
         try:
@@ -153,11 +155,12 @@ class TaskGraph:
             return self._plan(region.body, by_task, target, flag_slots, device_loops)
         if isinstance(region, (DeviceLoop, RepeatLoop)):
             if isinstance(region, RepeatLoop):
-                loop = WhileLoop(target, flag_slots[region.count], len(self._loops), (None, self.name, region), 2)
+                loop = WhileLoop(target, flag_slots[region.count], len(self._loops), (None, self.name, region), 2,
+                                 self._stop_word)
             else:
                 loop = WhileLoop(target, flag_slots[region.flag], len(self._loops),
                                  (loop_limit(region, self._max_iterations), self.name, region),
-                                 1 if region.test_first else 0)
+                                 1 if region.test_first else 0, self._stop_word)
             self._loops.append(loop)
             return [loop] + self._plan(region.body, by_task, target, flag_slots, device_loops)
         if isinstance(region, IfRegion):

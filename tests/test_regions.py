@@ -7,6 +7,7 @@ import dataclasses
 import numpy as np
 
 import qgraph
+from qgraph.lang.debug_checks import RECORD_WORDS
 from qgraph.lang.regions import DeviceLoop, Sequence, Task, device_loops, leaf_tasks
 
 
@@ -55,7 +56,7 @@ def test_the_cpu_backend_walks_nested_loops(cpu):
     program = CpuProgram(src, None)
     x, y = np.zeros(5), np.zeros(7)
     inner_flag, outer_flag = np.array([3], np.int32), np.array([2], np.int32)
-    program.runner(x, y, inner_flag, outer_flag)
+    program.runner(x, y, inner_flag, outer_flag, np.zeros(RECORD_WORDS, np.int64))
     np.testing.assert_array_equal(x, np.full(5, 6.0))  # 2 outer passes x 3 inner passes
     np.testing.assert_array_equal(y, np.full(7, 2.0))
     assert outer_flag[0] == 0 and inner_flag[0] == 3

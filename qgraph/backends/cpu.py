@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import threading
 
+import numpy as np
+
 from ..args.kinds import arg_type
 from ..args.resolve import resolver_lines
 from ..compiler.numba_adapter import is_compile_error, is_typing_stage
@@ -11,6 +13,7 @@ from ..driver.device import stream_handle
 from ..errors import runaway_error
 from ..lang import generated
 from ..lang.cpu_codegen import counted_loops
+from ..lang.debug_checks import RECORD_WORDS, UNIT_WORD, DebugPlan
 from ..lang.flat_view import flat_source
 from ..lang.precision import param_type
 from ..lang.regions import loop_limit
@@ -34,6 +37,7 @@ from .checks import (
     max_iterations,
     written_params,
 )
+from .debug_report import check_failure, kernel_debug_mode, task_exception
 
 
 class CpuLauncher:
@@ -45,6 +49,11 @@ class CpuLauncher:
         self.stats = kernel.stats
         self._specs: dict[tuple, object] = {}
         self._programs: dict[frozenset, object] = {}  # by the set of 0-d array parameters
+        self._program_of: dict[tuple, object] = {}  # signature -> its CpuProgram (sites, units)
+        self._debug = kernel_debug_mode(kernel, state.settings)
+        # the runner's record: debug checks' first failure, and the unit of tasks running (lang.debug_checks)
+        self._record = np.zeros(RECORD_WORDS, np.int64)
+        self._debug_lock = threading.Lock()  # debug calls from several threads: one record, read after each
         self._bounds = None
         self._cache_dir = state.settings.cache_dir
         # numba's parallel loops split their range statically among its threads and combine the
@@ -71,7 +80,9 @@ class CpuLauncher:
         src = self.src
         n = len(src.param_names)
         ns: dict = {"_get": self._specs.get, "_first_call": self._first_call, "_flag_error": flag_shape_error,
-                    "_src": src, "_stream_handle": stream_handle}
+                    "_src": src, "_stream_handle": stream_handle, "_rec": self._record,
+                    "_task_error": self._task_error, "_check_failed": self._check_failed,
+                    "_debug_lock": self._debug_lock}
         comma = "," if n == 1 else ""
         values = ", ".join(f"v{k}" for k in range(n))
         args = ", ".join(f"a{k}" for k in range(n))
@@ -87,11 +98,15 @@ class CpuLauncher:
         for k in self._flags:
             lines += [f"    if v{k}.shape not in ((), (1,)):",
                       f"        raise _flag_error(_src, {k}, v{k}.shape)"]
+        run = ["    try:", f"        r = runner({values}{', ' if n else ''}_rec)", "    except Exception as e:",
+               "        raise _task_error(key, e) from None"]
+        if self._debug:  # a failed check: its record, read now (one call at a time, so records do not mix)
+            run = ["    with _debug_lock:"] + ["    " + line for line in run] + \
+                  ["        if _rec[0]:", "            _check_failed(key)"]
+        lines += run
         if self._loops:  # the runner's status: the guard stopped a loop, or Ctrl-C arrived
             ns.update({"_last": self._last, "_stopped": self._stopped})
-            lines += [f"    r = runner({values})", "    _last[0] = r", "    if r[0]:", "        _stopped(r)"]
-        else:
-            lines.append(f"    runner({values})")
+            lines += ["    _last[0] = r", "    if r[0]:", "        _stopped(r)"]
         source = f"def launch({args}{', ' if n else ''}stream):\n" + "\n".join(lines) + "\n"
         return generated.function(source, "launch", f"launch of kernel {src.qualname} (cpu)", ns)
 
@@ -101,11 +116,39 @@ class CpuLauncher:
             runner = self._specs.get(key)
             if runner is None:
                 return self._compile_and_run(key, values, args)
-        status = runner(*values)
+        self._finish(key, self._run(key, runner, values))
+
+    def _run(self, key: tuple, runner, values: tuple):
+        """The runner's status; an exception from a task names the task (see _task_error)."""
+        with self._debug_lock:
+            try:
+                status = runner(*values, self._record)
+            except Exception as e:
+                raise self._task_error(key, e) from None
+            if self._record[0]:
+                self._check_failed(key)
+        return status
+
+    def _finish(self, key: tuple, status) -> None:
         if self._loops:
             self._last[0] = status
             if status[0]:
                 self._stopped(status)
+
+    def _task_error(self, key: tuple, error: Exception) -> Exception:
+        """`error`, raised in a task of the signature `key`, as the same type naming the task."""
+        program = self._program_of.get(key)
+        if program is None or is_compile_error(error):
+            return error
+        unit = int(self._record[UNIT_WORD])
+        tasks = program.unit_tasks[unit] if 0 <= unit < len(program.unit_tasks) else self.src.tasks
+        return task_exception(self.src, tasks, error)
+
+    def _check_failed(self, key: tuple) -> None:
+        """Raise the exception of the debug check recorded by the last call (and clear the record)."""
+        words = self._record.tolist()
+        self._record[:] = 0
+        raise check_failure(self.src, self._program_of[key].sites, words)
 
     def _compile_and_run(self, key: tuple, values: tuple, args: tuple) -> None:
         for k in self._flags:
@@ -128,14 +171,16 @@ class CpuLauncher:
         if program is None:
             from ..compiler.cpu_program import CpuProgram
 
+            debug = DebugPlan.of(self._debug, src.param_names, flat.kinds) if self._debug else None
             program = self._programs[program_key] = CpuProgram(src, self._cache_dir, names, self._fast_math,
                                                                (types, self._default_float), flat.funcs.defs,
-                                                               self._max_iterations)
+                                                               self._max_iterations, debug)
+        self._program_of[key] = program
         runner = program.runner
         if flat.has_structs:  # the runner takes each struct's leaves: unpack them (values hold them in order)
             runner = _leaf_caller(runner, flat, len(key))
         try:
-            status = runner(*values)
+            status = self._run(key, runner, values)
         except Exception as e:
             if is_compile_error(e) and is_typing_stage(e):
                 raise compile_error(self.src, key, e) from e
@@ -143,14 +188,13 @@ class CpuLauncher:
         self._specs[key] = runner
         self.stats.specialisations += 1
         self.stats.num_tasks = len(self.src.tasks)
-        if self._loops:
-            self._last[0] = status
-            if status[0]:
-                self._stopped(status)
+        self._finish(key, status)
 
     def _stopped(self, status: tuple) -> None:
         """Raise for a runner that stopped early: QgraphError (the guard) or KeyboardInterrupt."""
         loop = self._loops[status[1]]
+        if status[0] == 3:  # a debug check failed (its record was read already): nothing more to say
+            return
         if status[0] == 1:
             raise runaway_error(self.src.name, loop, loop_limit(loop, self._max_iterations))
         what = f"flag '{loop.flag}'" if hasattr(loop, "flag") else f"qgraph.repeat({loop.count})"
@@ -166,5 +210,6 @@ def _leaf_caller(runner, flat, n: int):
     """`run(v0, ..., vn)` calling the runner with every struct argument's leaves in place."""
     values = ", ".join(f"v{k}" for k in range(n))
     leaves = ", ".join(flat.slot_expr(f).replace("p[", "_v[") for f in range(len(flat.slots)))
-    source = f"def run({values}):\n    _v = ({values}{',' if n == 1 else ''})\n    return _runner({leaves})\n"
+    source = (f"def run({values}, record):\n    _v = ({values}{',' if n == 1 else ''})\n"
+              f"    return _runner({leaves}{', ' if leaves else ''}record)\n")
     return generated.function(source, "run", f"struct unpacking of kernel {flat.src.qualname}", {"_runner": runner})

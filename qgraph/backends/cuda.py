@@ -48,6 +48,7 @@ from .checks import (
     is_fast_math,
     max_iterations,
 )
+from .debug_report import DeviceRecord, check_failure, kernel_debug_mode
 
 _BOUNDS_MEMO = 16  # eager calls remember the loop bounds of this many recent argument sets
 
@@ -99,7 +100,8 @@ class EagerRunner:
 class _Spec:
     """One compiled specialisation and how it runs now."""
 
-    __slots__ = ("key", "kernels", "run", "graph", "uses_graph", "host_loop", "nodes", "flags", "host_runner")
+    __slots__ = ("key", "kernels", "run", "graph", "uses_graph", "host_loop", "nodes", "flags", "host_runner",
+                 "sites")
 
     def __init__(self, key: tuple, kernels: list[TaskKernel], flags: dict) -> None:
         self.key = key
@@ -111,6 +113,7 @@ class _Spec:
         self.host_loop = False
         self.nodes = 0
         self.host_runner = None  # the conditional.HostLoop of the host fallback
+        self.sites = []  # debug mode: what each check's number means (lang.debug_checks)
 
 
 class CudaLauncher:
@@ -133,6 +136,8 @@ class CudaLauncher:
         self._fast_math = is_fast_math(kernel, state.settings)
         self._default_float = default_float(kernel, state.settings)
         self._max_iterations = max_iterations(kernel, state.settings)
+        self._debug = kernel_debug_mode(kernel, state.settings)
+        self._record = DeviceRecord(self.device) if self._debug else None
         loops = self._loops = counted_loops(src.body)  # stats.iterations, in this order
         regions = list(control_regions(src.body))
         # the flag of a loop around the whole body: it can run as the host do-while (the fallback)
@@ -185,8 +190,12 @@ class CudaLauncher:
                   f"            spec = _specialise(key, ({args}{comma}))",
                   "        if spec is not _last[0]:",
                   "            _switch(spec)",
-                  f"        spec.run(({args}{comma}), p, _stream if stream is None else _shandle(stream))",
-                  "    finally:",
+                  "        s = _stream if stream is None else _shandle(stream)",
+                  f"        spec.run(({args}{comma}), p, s)"]
+        if self._debug:  # every call waits for the device and reads the record of the checks
+            ns.update({"_read": self._record.read, "_failed": self._check_failed})
+            lines += ["        found = _read(s)", "        if found is not None:", "            _failed(spec, found)"]
+        lines += ["    finally:",
                   "        _release()"]
         source = f"def launch({args}{', ' if n else ''}stream):\n" + "\n".join(lines) + "\n"
         return generated.function(source, "launch", f"launch of kernel {src.qualname} (cuda)", ns)
@@ -211,6 +220,9 @@ class CudaLauncher:
     def _flag_error(self, index: int, flag_bytes: bytes) -> TypeError:
         return flag_shape_error(self.src, index, FlagKind.shape_of(flag_bytes))
 
+    def _check_failed(self, spec: _Spec, words: list[int]) -> None:
+        raise check_failure(self.src, spec.sites, words)
+
     def _switch(self, spec: _Spec) -> None:
         self._last[0] = spec
         stats = self.stats
@@ -233,8 +245,8 @@ class CudaLauncher:
         if self._deterministic:
             check_deterministic(flat.src, flat.key)
         try:
-            kernels = compile_tasks(src, key, self.device, self.code_cache, self._deterministic, self._fast_math,
-                                    self._default_float, flat)
+            kernels, debug = compile_tasks(src, key, self.device, self.code_cache, self._deterministic,
+                                           self._fast_math, self._default_float, flat, self._debug)
         except Exception as e:
             if is_compile_error(e):
                 raise compile_error(src, key, e, getattr(e, "qgraph_task", None)) from e
@@ -243,6 +255,10 @@ class CudaLauncher:
         names = [r.count if isinstance(r, RepeatLoop) else r.flag for r in control_regions(src.body)]
         flags = {name: flat.slots[flat.src.param_names.index(flat_name(name))] for name in names}
         spec = _Spec(key, kernels, flags)
+        if debug is not None:
+            spec.sites = debug.sites
+            for tk in kernels:
+                tk.record = self._record.abi
         self._assign_runner(spec)
         self._specs[key] = spec
         self.stats.specialisations += 1
@@ -276,7 +292,8 @@ class CudaLauncher:
         def build_and_run(args, packs, stream):
             graph = TaskGraph(self.target, spec.kernels, self.src.body, self._bounds, self.stats, self.src.name,
                               args, packs, stream, spec.flags, device_loops=self.while_mode == "device",
-                              programmatic=self.settings.programmatic_edges, max_iterations=self._max_iterations)
+                              programmatic=self.settings.programmatic_edges, max_iterations=self._max_iterations,
+                              stop_word=self._record.pointer if self._record is not None else 0)
             self.stats.builds += 1
             self.stats.build_seconds = graph.build_seconds
             spec.graph = graph
@@ -317,3 +334,5 @@ class CudaLauncher:
             self.device.synchronize()  # eager launches may still be queued
             for module in modules:
                 self.device.unload_module(module)
+        if self._record is not None:
+            self._record.close()

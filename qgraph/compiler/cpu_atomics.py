@@ -84,3 +84,29 @@ atomic_max = _jitted("max")
 
 BY_NAME = {"atomic_add": atomic_add, "atomic_sub": atomic_sub,
            "atomic_min": atomic_min, "atomic_max": atomic_max}
+
+
+@intrinsic
+def _cmpxchg(typingctx, arr, index, expected, value):
+    if not isinstance(arr, types.Array) or not isinstance(arr.dtype, types.Integer) or arr.ndim != 1:
+        return None
+    if not all(isinstance(t, types.Integer) for t in (index, expected, value)):
+        return None
+
+    def codegen(context, builder, signature, args):
+        aryty, idxty, expty, valty = signature.args
+        ary_value, idx_value, exp_value, val_value = args
+        ary = context.make_array(aryty)(context, builder, ary_value)
+        index = context.cast(builder, idx_value, idxty, types.intp)
+        ptr = cgutils.get_item_pointer(context, builder, aryty, ary, [index], wraparound=False)
+        old = builder.cmpxchg(ptr, context.cast(builder, exp_value, expty, aryty.dtype),
+                              context.cast(builder, val_value, valty, aryty.dtype), "monotonic", "monotonic")
+        return builder.extract_value(old, 0)
+
+    return arr.dtype(arr, index, expected, value), codegen
+
+
+@numba.njit
+def compare_and_swap(arr, index, expected, value):
+    """arr[index] = value if it equals `expected`, atomically; returns the old value (as CUDA's cas)."""
+    return _cmpxchg(arr, index, expected, value)

@@ -12,6 +12,7 @@ import os
 import sys
 
 from ..lang import cpu_codegen, generated
+from ..lang.debug_checks import DebugPlan
 from ..lang.frontend import KernelSource
 from ..lang.lowering import PREFIX
 from ..lang.math_calls import MAX, MIN, ROUNDING_FUNCTIONS
@@ -36,10 +37,12 @@ class CpuProgram:
 
     def __init__(self, src: KernelSource, cache_dir: str | None, zero_d: frozenset[str] = frozenset(),
                  fast_math: bool = False, precision: tuple[dict, str] | None = None, funcs: list | None = None,
-                 max_iterations: int | None = None) -> None:
+                 max_iterations: int | None = None, debug: DebugPlan | None = None) -> None:
         module = cpu_codegen.cpu_module(src, zero_d, "fast_math" if fast_math else "", precision, funcs,
-                                        max_iterations)
+                                        max_iterations, debug)
         self.fingerprint = module.fingerprint
+        self.unit_tasks = module.unit_tasks
+        self.sites = debug.sites if debug is not None else []
         cache = None
         # numba can reload cached code only for functions whose module it can import again
         if cache_dir is not None and _importable(src) and all(_importable(s) for _, _, s in module.func_codes):
@@ -55,6 +58,10 @@ class CpuProgram:
         injected.update(cpu_math())
         injected.update({MIN: min, MAX: max})  # numba's CPU min/max follow Python's rule (lang.math_calls)
         injected.update({name: cpu for name, (cpu, _) in ROUNDING_FUNCTIONS.items()})  # numba's are right
+        if debug is not None:
+            from .debug_functions import cpu_functions
+
+            injected.update(cpu_functions())
 
         namespaces = []
         raw: dict[str, object] = {}

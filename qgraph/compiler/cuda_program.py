@@ -22,6 +22,7 @@ from ..driver.device import CudaDevice, check, driver
 from ..errors import QgraphError
 from ..lang import cuda_codegen, generated
 from ..lang.cuda_reductions import dtype_name
+from ..lang.debug_checks import DebugPlan
 from ..lang.fingerprint import fingerprint_of
 from ..lang.flat_view import FlatSource, flat_source
 from ..lang.frontend import KernelSource, Task
@@ -61,10 +62,11 @@ class TaskKernel:
     wave: int = 0  # blocks that fit on the device at once: the trigger variant is for grids up to this
     grid_limit: int = 0  # a cap on the grid (tasks with reductions run grid-stride loops); 0: none
     scratch: Scratch | None = None  # deterministic reductions' partials and block counter
-    scratch_at: int = 0  # the scratch parameters follow this many array arguments
     module: object = None  # the CUmodule holding this specialisation's kernels (unloaded on close)
     tiled: bool = False  # a multi-dimensional loop on 2-D blocks: its grid is a shape (launch_code.tile_shape)
     arg_exprs: tuple[str, ...] = ()  # each argument slot's value from the call's `p` (a struct leaf: p[k][j])
+    record: bytes = b""  # debug mode: the record array's parameter bytes, after the scratch arrays
+    arrays: int = 0  # array arguments (the scratch arrays and the record follow them)
 
     def function_for(self, grid, programmatic: bool):
         """The variant for a graph node of `grid` blocks (a count or a tile shape):
@@ -104,17 +106,20 @@ class TaskCodes:
     suffixes: list[dict[int, bytes]]  # argument index -> bytes appended to its block
     symbols: Symbols
     flat: FlatSource  # the flattened kernel the codes were generated from (its leaf parameters)
+    debug: DebugPlan | None = None  # debug mode's checks, and what each site number means
 
 
 def task_codes(src: KernelSource, key: tuple[str, ...], deterministic: bool = False,
-               default_float: str = "f64", flat: FlatSource | None = None) -> TaskCodes:
+               default_float: str = "f64", flat: FlatSource | None = None, debug: str | None = None) -> TaskCodes:
     """Generate every node task's kernel function for one argument signature.
 
     `default_float` ("f32"/"f64") is the precision of floats nothing else decides (lang.precision).
     Struct arguments are flattened into their leaves and vector code into components first
-    (lang.flat_view): argument indices below are leaf indices."""
+    (lang.flat_view): argument indices below are leaf indices. `debug` ("bounds"/"nan") adds
+    debug mode's checks (lang.debug_checks)."""
     flat = flat or flat_source(src, [arg_type(s) for s in key], default_float)
     src, types = flat.src, flat.kinds
+    plan = DebugPlan.of(debug, src.param_names, types) if debug else None
     precision = ({name: param_type(t) for name, t in zip(src.param_names, types)}, default_float)
     addressed = {name: t.ndim for name, t in zip(src.param_names, types)
                  if t.is_array and t.ndim in (2, 3) and t.contiguous and not t.large}
@@ -128,7 +133,7 @@ def task_codes(src: KernelSource, key: tuple[str, ...], deterministic: bool = Fa
         orders.append(order)
         n_arrays = sum(1 for k in order if types[k].is_array)
         code = cuda_codegen.cuda_task(src, task, [src.param_names[k] for k in order], symbols, zero_d, dtypes,
-                                      deterministic, n_arrays, precision, addressed)
+                                      deterministic, n_arrays, precision, addressed, plan)
         codes.append(code)
         these, suffix = list(types), {}
         for k, name in enumerate(src.param_names):
@@ -136,16 +141,18 @@ def task_codes(src: KernelSource, key: tuple[str, ...], deterministic: bool = Fa
                 these[k], suffix[k] = types[k].one_element()
         task_types.append(these)
         suffixes.append(suffix)
-    return TaskCodes(node_tasks, codes, orders, task_types, suffixes, symbols, flat)
+    return TaskCodes(node_tasks, codes, orders, task_types, suffixes, symbols, flat, plan)
 
 
 def compile_tasks(src: KernelSource, key: tuple[str, ...], device: CudaDevice,
                   cache: CodeCache, deterministic: bool = False, fast_math: bool = False,
-                  default_float: str = "f64", flat: FlatSource | None = None) -> list[TaskKernel]:
-    """Compile (or load from the disk cache) every task of one specialisation.
+                  default_float: str = "f64", flat: FlatSource | None = None,
+                  debug: str | None = None) -> tuple[list[TaskKernel], DebugPlan | None]:
+    """Compile (or load from the disk cache) every task of one specialisation; with `debug`,
+    also the plan of its checks (what each site number means).
 
     `deterministic`: reductions combine through per-task scratch arrays in a fixed order."""
-    generated_codes = task_codes(src, key, deterministic, default_float, flat)
+    generated_codes = task_codes(src, key, deterministic, default_float, flat, debug)
     flat = generated_codes.flat
     src, types = flat.src, flat.kinds
     dtypes = {name: t.dtype for name, t in zip(src.param_names, types) if t.is_array}
@@ -157,7 +164,7 @@ def compile_tasks(src: KernelSource, key: tuple[str, ...], device: CudaDevice,
     cc = device.info.compute_capability
     waits = tuple(cc) >= PDL_COMPUTE_CAPABILITY
     ckey = entry_key("tasks", fingerprint, ",".join(key), f"sm_{cc[0]}{cc[1]}", f"pdl={waits}",
-                     f"deterministic={deterministic}", f"fast_math={fast_math}", toolchain())
+                     f"deterministic={deterministic}", f"fast_math={fast_math}", f"debug={debug}", toolchain())
 
     # with QGRAPH_DUMP set, compile even on a cache hit: the task source and PTX are only
     # produced by a compile, and the dump must hold every generated source
@@ -166,7 +173,8 @@ def compile_tasks(src: KernelSource, key: tuple[str, ...], device: CudaDevice,
         manifest, cubin = cached
         entries, sizes = manifest["entries"], manifest["param_sizes"]
     else:
-        ptx_list, entries, sizes = _compile_ptx(src, codes, orders, task_types, func_defs, cc, types, fast_math)
+        ptx_list, entries, sizes = _compile_ptx(src, codes, orders, task_types, func_defs, cc, types, fast_math,
+                                                debug is not None)
         if waits:
             variants = []
             for (name, ptx), entry in zip(ptx_list, entries):
@@ -183,7 +191,7 @@ def compile_tasks(src: KernelSource, key: tuple[str, ...], device: CudaDevice,
 
     kernels: list[TaskKernel] = []
     if not node_tasks:
-        return kernels
+        return kernels, generated_codes.debug
     module = device.load_module(cubin)
     slot = 0
     for task, code, order, entry, size, suffix in zip(node_tasks, codes, orders, entries, sizes, suffixes):
@@ -201,6 +209,7 @@ def compile_tasks(src: KernelSource, key: tuple[str, ...], device: CudaDevice,
         kernel.arg_exprs = tuple(flat.slot_expr(k) for k in order)
         kernel.module = module
         kernel.tiled = code.tiled
+        kernel.arrays = sum(1 for k in order if types[k].is_array)
         if task.parallel:
             per_sm = check(driver().cuOccupancyMaxActiveBlocksPerMultiprocessor(function, block, 0),
                            "cuOccupancyMaxActiveBlocksPerMultiprocessor")
@@ -209,11 +218,10 @@ def compile_tasks(src: KernelSource, key: tuple[str, ...], device: CudaDevice,
                 kernel.grid_limit = kernel.wave
             if code.scratch:
                 kernel.scratch = Scratch(device, _scratch_specs(code, dtypes, kernel.wave))
-                kernel.scratch_at = sum(1 for k in order if types[k].is_array)
         if waits:
             kernel.trigger_function = device.function(module, entry + TRIGGER)
         kernels.append(kernel)
-    return kernels
+    return kernels, generated_codes.debug
 
 
 def _scratch_specs(code, dtypes: dict, slots: int) -> list[tuple[np.dtype, int]]:
@@ -253,10 +261,15 @@ class Scratch:
             pass
 
 
-def _compile_ptx(src, codes, orders, task_types, func_defs, cc, types, fast_math: bool = False):
+def _compile_ptx(src, codes, orders, task_types, func_defs, cc, types, fast_math: bool = False,
+                 debug: bool = False):
     """numba-cuda: every task to PTX. Raises numba's errors for the launcher to translate."""
     ns_base = adapter.cuda_namespace()
     ns_base.update(random_functions("cuda"))
+    if debug:
+        from .debug_functions import cuda_functions
+
+        ns_base.update(cuda_functions())
     for name, kind in zip(src.param_names, types):  # element types, for typed reduction partials
         if kind.is_array:
             ns_base[dtype_name(name)] = adapter.scalar_numba_type(kind.dtype)
@@ -280,6 +293,9 @@ def _compile_ptx(src, codes, orders, task_types, func_defs, cc, types, fast_math
             split = len(code.bound_params) + sum(1 for k in order if types[k].is_array)
             dtypes = {name: t.dtype for name, t in zip(src.param_names, types) if t.is_array}
             argtypes[split:split] = [array_kind(dtype, 1, True) for dtype, _ in _scratch_specs(code, dtypes, 1)]
+        if debug:  # the record, after the array arguments and the scratch arrays
+            split = len(code.bound_params) + sum(1 for k in order if types[k].is_array) + len(code.scratch)
+            argtypes.insert(split, array_kind(np.dtype(np.int64), 1, True))
         try:
             ptx = adapter.cuda_compile_ptx(kernel_ns[code.function.name], argtypes, cc, fast_math)
         except Exception as e:

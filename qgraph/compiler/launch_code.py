@@ -18,8 +18,10 @@ def block_expr(tk: TaskKernel) -> str:
     suffixes = tk.suffixes or {}
     exprs = tk.arg_exprs or tuple(f"p[{k}]" for k in tk.arg_slots)
     args = [e + (f" + {suffixes[k]!r}" if k in suffixes else "") for k, e in zip(tk.arg_slots, exprs)]
-    if tk.scratch is not None:  # deterministic reductions' scratch arrays follow the array arguments
-        args.insert(tk.scratch_at, repr(tk.scratch.abi))
+    # deterministic reductions' scratch arrays, then debug mode's record, follow the array arguments
+    extra = (tk.scratch.abi if tk.scratch is not None else b"") + tk.record
+    if extra:
+        args.insert(tk.arrays, repr(extra))
     parts += args
     return " + ".join(parts) if parts else "b''"
 

@@ -12,6 +12,7 @@ import ast
 import copy
 from dataclasses import dataclass
 
+from .debug_checks import RECORD, UNIT_WORD, DebugPlan
 from .fingerprint import fingerprint_of
 from .frontend import KernelSource
 from .lowering import (
@@ -43,6 +44,7 @@ class CpuModule:
     atomics: set[str]
     fingerprint: str  # what the generated code depends on, for the disk cache
     runner: str  # the runner's (unique) function name
+    unit_tasks: list[tuple[Task, ...]]  # each unit's tasks, by unit number (the runner records the one running)
 
     @property
     def funcs(self) -> list[str]:
@@ -159,7 +161,7 @@ def _reduction_frame(src: KernelSource, task: Task, found: list[Reduction],
 
 def cpu_module(src: KernelSource, zero_d: frozenset[str] = frozenset(), options: str = "",
                precision: tuple[dict, str] | None = None, funcs: list | None = None,
-               max_iterations: int | None = None) -> CpuModule:
+               max_iterations: int | None = None, debug: DebugPlan | None = None) -> CpuModule:
     """One function per unit of tasks, and a runner that walks the region tree calling them.
 
     Within a sequence, runs of parallel tasks that numba can analyse share a function, so
@@ -170,14 +172,18 @@ def cpu_module(src: KernelSource, zero_d: frozenset[str] = frozenset(), options:
     float) types Python numbers weakly (lang.precision). `src` is flattened (lang.flat_view),
     `funcs` its @qgraph.func specialisations. With device loops the runner returns
     (status, loop, passes of each loop): status 1 when a loop ran `max_iterations` passes with
-    its flag still set (the guard), 2 when Ctrl-C arrived (compiler.cpu_interrupts), else 0.
+    its flag still set (the guard), 2 when Ctrl-C arrived (compiler.cpu_interrupts), 3 when a
+    debug check failed (`debug`: lang.debug_checks), else 0. The runner takes the record array
+    `_qg_record` after the parameters and writes the number of the unit it runs into it, so an
+    exception from a task can name the task.
     """
     symbols = Symbols(specialised=list(funcs or []))
     defs: list[ast.stmt] = []
     units: list[tuple[str, bool]] = []
+    unit_tasks: list[tuple[Task, ...]] = []
     at = src.fn_def
 
-    def unit_call(unit: list[Task]) -> ast.stmt:
+    def unit_call(unit: list[Task]) -> list[ast.stmt]:
         body: list[ast.stmt] = []
         used: set[str] = set()
         for task in unit:
@@ -195,20 +201,24 @@ def cpu_module(src: KernelSource, zero_d: frozenset[str] = frozenset(), options:
                 dims = [Dim(*lower_bounds(src, d, symbols)) for d in task.dims]
                 stmts = _cpu_parallel_loop(_with_dims(task, dims), stmts, zero_d,
                                            _reduction_frame(src, task, list(updates.reductions.values()), symbols))
+            if debug is not None:
+                stmts = debug.apply(stmts, symbols.atomic_paths.values())
             body += stmts
             used |= set(task.loaded) | set(task.bound_names)
-        params = [p for p in src.param_names if p in used]
+        params = [p for p in src.param_names if p in used] + ([RECORD] if debug is not None else [])
         name = f"_qg_unit_{len(units)}"
         defs.append(function_def(name, params, body, unit[0].lineno))
         units.append((name, any(t.parallel for t in unit)))
-        return ast.copy_location(ast.Expr(call(name, [name_node(p, at) for p in params], at)), at)
+        unit_tasks.append(tuple(unit))
+        running = _parse(f"{RECORD}[{UNIT_WORD}] = {len(units) - 1}", at)
+        return [running, ast.copy_location(ast.Expr(call(name, [name_node(p, at) for p in params], at)), at)]
 
     def walk(region: Region) -> list[ast.stmt]:
         if isinstance(region, Task):
-            return [unit_call([region])]
+            return unit_call([region])
         if isinstance(region, (DeviceLoop, RepeatLoop)):
             return _counted_loop(region, loops.index(region), len(loops), walk(region.body), zero_d,
-                                 max_iterations, at)
+                                 max_iterations, at, debug is not None)
         if isinstance(region, IfRegion):
             test = _parse(f"{_flag(region.flag, zero_d)} != 0", at).value
             branch = ast.If(test, walk(region.then) or [ast.Pass()], walk(region.orelse))
@@ -220,12 +230,12 @@ def cpu_module(src: KernelSource, zero_d: frozenset[str] = frozenset(), options:
                 run.append(child)
                 continue
             if run:
-                stmts.append(unit_call(run))
+                stmts += unit_call(run)
             run = [child] if isinstance(child, Task) else []
             if not isinstance(child, Task):
                 stmts += walk(child)
         if run:
-            stmts.append(unit_call(run))
+            stmts += unit_call(run)
         return stmts
 
     loops = counted_loops(src.body)  # numbered as walk meets them: outermost first
@@ -233,7 +243,7 @@ def cpu_module(src: KernelSource, zero_d: frozenset[str] = frozenset(), options:
     if loops:
         runner_body = [_parse(f"_qg_n{k} = 0", at) for k in range(len(loops))] + runner_body + \
             [_parse(f"return {_status(0, -1, len(loops))}", at)]
-    defs.append(function_def(RUNNER, list(src.param_names), runner_body, src.lineno))
+    defs.append(function_def(RUNNER, list(src.param_names) + [RECORD], runner_body, src.lineno))
     func_defs = lower_funcs(symbols)
     # `options` (compile flags such as fast math) are part of the fingerprint: numba's cache
     # index does not key on them, so each setting gets symbols and cache entries of its own
@@ -251,7 +261,7 @@ def cpu_module(src: KernelSource, zero_d: frozenset[str] = frozenset(), options:
     func_codes = [(fdef.name, module_of([fdef]), fsrc) for fdef, _, fsrc in func_defs]
     units = [(renames[name], parallel) for name, parallel in units]
     return CpuModule(module_of(defs), func_codes, units, symbols.atomics, fingerprint,
-                     renames[RUNNER])
+                     renames[RUNNER], unit_tasks)
 
 
 def _parse(code: str, at: ast.AST) -> ast.stmt:
@@ -275,11 +285,13 @@ def counted_loops(body: Region) -> list:
 
 
 def _counted_loop(region, k: int, n_loops: int, body: list[ast.stmt], zero_d: frozenset[str],
-                  kernel_limit: int | None, at: ast.AST) -> list[ast.stmt]:
+                  kernel_limit: int | None, at: ast.AST, debug: bool = False) -> list[ast.stmt]:
     """A loop that counts its passes (`_qg_n<k>`, of its last entry), stops at the runaway guard
-    and checks for Ctrl-C after each pass: do-while or while on a flag, or `count` passes."""
+    and checks for Ctrl-C (and in debug mode for a failed check) after each pass: do-while or
+    while on a flag, or `count` passes."""
+    stop = [f"if {RECORD}[0] != 0:\n    return {_status(3, k, n_loops)}"] if debug else []
     if isinstance(region, RepeatLoop):
-        tail = [f"_qg_n{k} += 1", f"if _qg_interrupted():\n    return {_status(2, k, n_loops)}"]
+        tail = [f"_qg_n{k} += 1", f"if _qg_interrupted():\n    return {_status(2, k, n_loops)}"] + stop
         loop = ast.For(_parse("_qg_pass = 0", at).targets[0], _parse(f"range({region.count})", at).value,
                        body + [_parse(line, at) for line in tail], [])
         return [_parse(f"_qg_n{k} = 0", at), ast.fix_missing_locations(ast.copy_location(loop, at))]
@@ -289,6 +301,7 @@ def _counted_loop(region, k: int, n_loops: int, body: list[ast.stmt], zero_d: fr
     if limit is not None:
         tail.append(f"if _qg_n{k} >= {int(limit)}:\n    return {_status(1, k, n_loops)}")
     tail.append(f"if _qg_interrupted():\n    return {_status(2, k, n_loops)}")
+    tail += stop
     test = _parse(f"{flag} != 0", at).value if region.test_first else ast.Constant(True)
     loop = ast.While(test, body + [_parse(line, at) for line in tail], [])
     return [_parse(f"_qg_n{k} = 0", at), ast.fix_missing_locations(ast.copy_location(loop, at))]

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from . import cuda_reductions as reductions
 from .cuda_addressing import Addressing32
 from .cuda_loops import ContinueToReturn, CountedLoops, as_list, flat_indices, thread_index, tiled_loops
+from .debug_checks import RECORD, DebugPlan
 from .frontend import KernelSource, Task
 from .lowering import (
     CUDA_ATOMICS,
@@ -87,7 +88,8 @@ def _reduction_kinds(src: KernelSource, found: list[Reduction], dtypes: dict) ->
 def cuda_task(src: KernelSource, task: Task, param_order: list[str], symbols: Symbols,
               zero_d: frozenset[str] = frozenset(), dtypes: dict | None = None,
               deterministic: bool = False, n_arrays: int | None = None,
-              precision: tuple[dict, str] | None = None, addressed: dict[str, int] | None = None) -> CudaTaskCode:
+              precision: tuple[dict, str] | None = None, addressed: dict[str, int] | None = None,
+              debug: DebugPlan | None = None) -> CudaTaskCode:
     """The kernel function of one task, taking `param_order` after the bound parameters.
 
     A parallel task runs one iteration per thread; one with reductions (see lang.updates)
@@ -100,6 +102,8 @@ def cuda_task(src: KernelSource, task: Task, param_order: list[str], symbols: Sy
     `atomic.<op>(x, (), v)` become `x[0]` and `atomic.<op>(x, 0, v)`. `precision`
     (parameter types, default float) types Python numbers weakly (lang.precision);
     `addressed` (array parameter -> ndim) are indexed with 32-bit offsets (lang.cuda_addressing).
+    `debug` adds debug mode's checks (lang.debug_checks) and the record parameter after the
+    scratch arrays.
     """
     at = task.body[0]
     local_names = task_locals(src, task)
@@ -142,13 +146,16 @@ def cuda_task(src: KernelSource, task: Task, param_order: list[str], symbols: Sy
     counted = CountedLoops(lambda func: src.resolve(func) is range if isinstance(func, ast.Name)
                             and func.id not in local_names else False)
     body = [s for stmt in body for s in as_list(counted.visit(stmt))]
+    if debug is not None:
+        body = debug.apply(body, CUDA_ATOMICS.values())
     one_element = _one_element_targets(body, zero_d)
     body = [ZeroDIndex(one_element, frozenset(CUDA_ATOMICS.values()), rename=False).visit(s) for s in body]
     if addressed:
         rewriter = Addressing32({n: d for n, d in addressed.items() if n not in task.stored})
         body = [rewriter.visit(s) for s in body]
     split = len(param_order) if n_arrays is None else n_arrays
-    params = list(bounds) + list(param_order[:split]) + list(scratch) + list(param_order[split:])
+    record = [RECORD] if debug is not None else []
+    params = list(bounds) + list(param_order[:split]) + list(scratch) + record + list(param_order[split:])
     fdef = function_def(task_name(task), params, body, task.lineno)
     return CudaTaskCode(task, fdef, bounds, tuple(param_order), one_element, tuple(found), scratch, tiled)
 

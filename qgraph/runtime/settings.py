@@ -66,6 +66,7 @@ class Settings:
     fast_math: bool = False  # QGRAPH_FAST_MATH=1: fast-math code generation by default
     default_float: str = "f64"  # QGRAPH_DEFAULT_FLOAT=float32: literals' precision where nothing decides
     max_iterations: int | None = 10_000_000  # QGRAPH_MAX_ITERATIONS: the runaway guard of device loops (0: none)
+    debug: str | None = None  # QGRAPH_DEBUG=1 ("bounds") or =nan: bounds-checked (and finiteness-checked) code
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] = os.environ) -> Settings:
@@ -91,7 +92,16 @@ class Settings:
                    arch=arch_name(environ.get("QGRAPH_ARCH"), "QGRAPH_ARCH"),
                    deterministic=switch(environ, "QGRAPH_DETERMINISTIC", default=False),
                    fast_math=switch(environ, "QGRAPH_FAST_MATH", default=False),
-                   default_float="f32" if precision in ("float32", "f32") else "f64")
+                   default_float="f32" if precision in ("float32", "f32") else "f64",
+                   debug=_debug_setting(environ.get("QGRAPH_DEBUG", "")))
+
+
+def _debug_setting(text: str) -> str | None:
+    try:
+        return debug_mode(text)
+    except ValueError:
+        raise QgraphError(f"QGRAPH_DEBUG={text!r}: expected 1 (bounds checks), nan (bounds and finiteness "
+                          "checks) or 0") from None
 
 
 def _max_iterations(text: str) -> int | None:
@@ -114,3 +124,20 @@ def cache_directory(environ: Mapping[str, str] = os.environ) -> str | None:
         return os.path.abspath(os.path.expanduser(explicit))
     base = environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(base, "qgraph")
+
+
+def debug_mode(value) -> str | None:
+    """The canonical debug mode of a `debug=` option or QGRAPH_DEBUG text: None (off),
+    "bounds" (index checks) or "nan" (index checks and finiteness checks)."""
+    if value is None or value is False:
+        return None
+    if value is True:
+        return "bounds"
+    text = str(value).strip().lower()
+    if text in ("", "0", "false", "off", "no"):
+        return None
+    if text in ("1", "true", "on", "yes", "bounds"):
+        return "bounds"
+    if text in ("nan", "finite"):
+        return "nan"
+    raise ValueError(f"expected True, False, 'nan' (index and finiteness checks) or 0/1, got {value!r}")

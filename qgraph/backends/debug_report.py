@@ -1,0 +1,121 @@
+"""What a task reports, as the Python exception a user expects.
+
+Debug mode's failed checks (lang.debug_checks) arrive in an int64 record array, written on
+the device or in a CPU loop and read by the launcher when the call completes: an index out
+of bounds becomes IndexError and a non-finite store FloatingPointError, naming the kernel,
+the source line, the array, the index and the shape. An exception raised inside a CPU task
+(numba reports one from a parallel loop as a SystemError) becomes an exception of its
+original type naming the kernel and the task's line.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import linecache
+
+from ..lang.debug_checks import RECORD_WORDS, Site
+from ..lang.frontend import KernelSource
+
+
+def kernel_debug_mode(kernel, settings) -> str | None:
+    """The kernel's `debug=` option, else QGRAPH_DEBUG: None, "bounds" or "nan"."""
+    return settings.debug if kernel.debug is None else (kernel.debug or None)
+
+
+def _where(src: KernelSource, lineno: int) -> str:
+    return f"kernel {src.name}, line {lineno} ({src.filename}:{lineno})"
+
+
+def _source_line(src: KernelSource, lineno: int) -> str:
+    line = linecache.getline(src.filename, lineno).strip()
+    return f"\n    {line}" if line else ""
+
+
+def _display(name: str) -> str:
+    """A flattened parameter's name as the user wrote it (`s__x` is the struct field `s.x`)."""
+    return name.replace("__", ".")
+
+
+def check_failure(src: KernelSource, sites: list[Site], words) -> Exception:
+    """The exception for a failed debug check recorded as `words` (the record's values)."""
+    site = sites[int(words[0]) - 1]
+    n = int(words[2])
+    values = tuple(int(v) for v in words[3:3 + n])
+    lead = _where(src, site.lineno)
+    if site.axis < 0:
+        what = ("NaN", "+inf", "-inf")[int(words[1])]
+        at = f" at index {values[0] if n == 1 else values}" if n else ""
+        return FloatingPointError(f"{lead}: {what} was stored into '{_display(site.array)}'{at} "
+                                  f"(debug mode: QGRAPH_DEBUG=nan){_source_line(src, site.lineno)}")
+    shape = values[0:1] if n == 1 else values
+    return IndexError(f"{lead}: index {int(words[1])} is out of bounds for axis {site.axis} of "
+                      f"'{_display(site.array)}' with shape {shape} (debug mode){_source_line(src, site.lineno)}")
+
+
+def task_exception(src: KernelSource, tasks, error: BaseException) -> Exception:
+    """An exception raised in one of `tasks`, re-raised with the kernel and the task's line:
+    of its original type (numba wraps one from a parallel loop in a SystemError)."""
+    original = error.__cause__ if isinstance(error, SystemError) and error.__cause__ is not None else error
+    lines = sorted({t.lineno for t in tasks})
+    if len(lines) == 1:
+        lead = f"{_where(src, lines[0])}, in a task"
+    else:
+        lead = f"kernel {src.name}, in one of the tasks at lines {', '.join(map(str, lines))} ({src.filename})"
+    message = f"{lead}: {original}{_source_line(src, lines[0]) if len(lines) == 1 else ''}"
+    try:
+        found = type(original)(message)
+    except Exception:  # an exception type that takes other arguments: keep it, add the place
+        found = original
+        if hasattr(found, "add_note"):
+            found.add_note(lead)
+    return found
+
+
+class DeviceRecord:
+    """A launcher's record on the device (the array the task kernels take as `_qg_record`) and
+    its pinned host copy, read when a debug call completes."""
+
+    def __init__(self, device) -> None:
+        from ..args.kinds import numba_abi
+        from ..driver.device import check, driver
+
+        self._device = device
+        nbytes = RECORD_WORDS * 8
+        self.pointer = device.alloc(nbytes)
+        device.memset(self.pointer, b"\0", nbytes)
+        device.sync_stream()
+        self.abi = numba_abi(self.pointer, (RECORD_WORDS,), (8,), 8)
+        d = driver()
+        self._host = check(d.cuMemHostAlloc(nbytes, 0), "cuMemHostAlloc (debug record)")
+        self.words = (ctypes.c_int64 * RECORD_WORDS).from_address(int(self._host))
+        self._event = device.event()
+        self._copy, self._record, self._check = d.cuMemcpyDtoHAsync, d.cuEventRecord, check
+
+    def read(self, stream) -> list[int] | None:
+        """After the stream's work so far: the record's values if a check failed (and the
+        record cleared for the next call), else None."""
+        check, nbytes = self._check, RECORD_WORDS * 8
+        check(self._copy(self._host, self.pointer, nbytes, stream), "reading the debug record")
+        check(self._record(self._event, stream), "cuEventRecord")
+        self._device.wait_event(self._event)
+        if not self.words[0]:
+            return None
+        found = list(self.words)
+        self._device.memset(self.pointer, b"\0", nbytes)
+        self._device.sync_stream()
+        return found
+
+    def close(self) -> None:
+        from ..driver.device import driver
+
+        if self.pointer:
+            self._device.free(self.pointer)
+            self._device.release_event(self._event)
+            driver().cuMemFreeHost(self._host)
+            self.pointer = 0
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown
+            pass
