@@ -464,3 +464,25 @@ def test_a_math_function_numba_lacks_names_the_line(arch):
     with pytest.raises(qgraph.QgraphSyntaxError, match="isclose") as info:
         uses_isclose(qgraph.from_numpy(np.ones(3)), qgraph.ndarray(np.float64, (3,)))
     assert info.value.filename == __file__
+
+
+@qgraph.kernel
+def numpy_ufuncs(x, out):
+    for i in range(x.shape[0]):
+        out[i, 0] = np.sqrt(x[i])
+        out[i, 1] = np.exp(-x[i])
+        out[i, 2] = np.log1p(x[i])
+        out[i, 3] = np.arctan2(x[i], 2.0)
+        out[i, 4] = np.abs(-x[i])
+        out[i, 5] = np.hypot(x[i], 1.5)
+        out[i, 6] = np.tanh(x[i])
+        out[i, 7] = 1.0 if np.isfinite(x[i]) else 0.0
+
+
+def test_numpy_ufuncs_of_numbers(arch):
+    x_np = np.random.default_rng(5).random(64) * 3
+    out = qgraph.ndarray(qgraph.f64, (64, 8))
+    numpy_ufuncs(qgraph.from_numpy(x_np), out)
+    expected = np.stack([np.sqrt(x_np), np.exp(-x_np), np.log1p(x_np), np.arctan2(x_np, 2.0), np.abs(x_np),
+                         np.hypot(x_np, 1.5), np.tanh(x_np), np.ones(64)], axis=1)
+    np.testing.assert_allclose(out.to_numpy(), expected, rtol=1e-13)

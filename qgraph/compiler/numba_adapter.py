@@ -12,6 +12,7 @@ Private APIs used here (checked against numba 0.68 and numba-cuda 0.30):
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import re
 import warnings
@@ -216,7 +217,7 @@ def cuda_namespace() -> dict:
     from .numba_addressing import addressing
 
     return {**addressing(), "_qg_cuda": cuda, "_qg_f32": float32, "_qg_i32": int32, "_qg_i64": int64,
-            "_qg_u32": uint32, "_qg_u64": uint64, **_python_min_max(),
+            "_qg_u32": uint32, "_qg_u64": uint64, **_python_min_max(), "_qg_math": math,
             "_qg_libdevice": libdevice, "_qg_np_i32": np.int32, "_qg_np_i64": np.int64, "_qg_np_u32": np.uint32,
             "_qg_np_u64": np.uint64}
 

@@ -15,7 +15,7 @@ import numpy as np
 
 from . import builtins as lang
 from .frontend import UNRESOLVED, KernelSource, Task, collect_names
-from .math_calls import ROUNDING, lower_min_max
+from .math_calls import NUMPY_AS_MATH, ROUNDING, lower_min_max
 
 PREFIX = "_qg_"
 RUNNER = "_qg_run"
@@ -31,7 +31,7 @@ def task_name(task: Task) -> str:
 CPU_ATOMICS = {name: PREFIX + name for name in lang.ATOMICS}
 # math functions numba compiles for CUDA but not for the CPU (compiler.cpu_math provides them)
 CPU_MATH = {math.fmod: "_qg_fmod", math.remainder: "_qg_remainder", **ROUNDING}
-CUDA_MATH = dict(ROUNDING)
+CUDA_MATH = {**ROUNDING, **NUMPY_AS_MATH}
 CUDA_ATOMICS = {name: f"_qg_cuda.atomic.{name[len('atomic_'):]}" for name in lang.ATOMICS}
 
 

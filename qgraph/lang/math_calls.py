@@ -39,6 +39,18 @@ PYTHON_RULE = {MIN: python_min, MAX: python_max}  # generated name -> its defini
 # vector keeps its type. lang.lowering renames the calls; each backend binds the names.
 ROUNDING = {math.floor: "_qg_floor", math.ceil: "_qg_ceil", math.trunc: "_qg_trunc",
             np.floor: "_qg_ffloor", np.ceil: "_qg_fceil", np.trunc: "_qg_ftrunc"}
+# NumPy ufuncs of numbers that numba-cuda cannot lower (its ufunc table raised KeyError for
+# np.sqrt on the GPU host), spelled as the math function with the same result; the CPU keeps
+# numba's own. Bound on CUDA as `_qg_math` (the math module) and the builtin abs.
+_SAME_AS_MATH = {"sqrt": "sqrt", "exp": "exp", "exp2": "exp2", "expm1": "expm1", "log": "log", "log2": "log2",
+                 "log10": "log10", "log1p": "log1p", "sin": "sin", "cos": "cos", "tan": "tan", "arcsin": "asin",
+                 "arccos": "acos", "arctan": "atan", "arctan2": "atan2", "sinh": "sinh", "cosh": "cosh",
+                 "tanh": "tanh", "arcsinh": "asinh", "arccosh": "acosh", "arctanh": "atanh", "hypot": "hypot",
+                 "fabs": "fabs", "copysign": "copysign", "isnan": "isnan", "isinf": "isinf",
+                 "isfinite": "isfinite", "degrees": "degrees", "radians": "radians", "rad2deg": "degrees",
+                 "deg2rad": "radians"}
+NUMPY_AS_MATH = {getattr(np, name): f"_qg_math.{fn}" for name, fn in _SAME_AS_MATH.items()}
+NUMPY_AS_MATH.update({np.abs: "abs", np.absolute: "abs"})
 TO_FLOAT = {math.floor: "_qg_ffloor", math.ceil: "_qg_fceil", math.trunc: "_qg_ftrunc"}  # for vectors
 
 
