@@ -107,8 +107,10 @@ def flag_shape_error(src: KernelSource, index: int, shape) -> TypeError:
 def compile_error(src: KernelSource, key: tuple[str, ...], error: Exception, task=None) -> QgraphSyntaxError:
     """A numba compile failure as a QgraphSyntaxError naming the user's source line."""
     from ..compiler.numba_adapter import error_locations, error_summary
+    from .numba_errors import explain
 
     summary, text = error_summary(error)
+    summary = explain(summary) or summary
     found = error_locations(error)
     target = os.path.abspath(src.filename)
     last = max((getattr(n, "end_lineno", 0) or 0) for n in ast.walk(src.fn_def))
