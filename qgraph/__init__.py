@@ -11,7 +11,7 @@ See docs/ for the guide; the public names below are the contract (SPEC.md).
 
 from .args.structs import struct
 from .bench.measure import BenchmarkResult, benchmark
-from .decorator import Func, Kernel, KernelStats, func, kernel
+from .decorator import Func, Kernel, KernelStats, compile, func, kernel
 from .dtypes import f32, f64, i8, i16, i32, i64, u8, u16, u32, u64
 from .errors import FallbackWarning, QgraphError, QgraphSyntaxError
 from .lang.builtins import (
@@ -58,7 +58,8 @@ __version__ = "0.1.0"
 __all__ = [
     "BenchmarkResult", "FallbackWarning", "Func", "Kernel", "KernelStats", "Ndarray", "QgraphError",
     "QgraphSyntaxError",
-    "atomic_add", "atomic_max", "atomic_min", "atomic_sub", "benchmark", "clamp", "current_arch", "device_info",
+    "atomic_add", "atomic_max", "atomic_min", "atomic_sub", "benchmark", "clamp", "compile", "current_arch",
+    "device_info",
     "f32", "f64",
     "from_numpy", "func", "i8", "i16", "i32", "i64", "init", "kernel", "ndarray", "ndrange", "reset", "serial",
     "sync", "u8", "u16", "u32", "u64",

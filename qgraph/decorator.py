@@ -33,6 +33,7 @@ class KernelStats:
     num_tasks: int = 0  # offloaded tasks of the last compiled specialisation
     host_loop: bool = False  # the last call ran the host do-while fallback
     specialisations: int = 0  # argument type signatures compiled, total
+    cache_loads: int = 0  # of those, loaded from the disk compile cache instead of compiled
     node_updates: int = 0  # in-place kernel-node parameter updates, total
     build_seconds: float = 0.0  # wall time of the last graph build (compile excluded)
     _iterations: object = field(default=None, repr=False, compare=False)  # set by the launcher
@@ -110,6 +111,11 @@ class Kernel:
             self._launch = found.launch
             self._generation = state.generation
 
+    def _compile(self, *args) -> tuple[str, ...]:
+        """compile(): the current target's launcher compiles the signature of `args`."""
+        self._attach()
+        return self._launchers[runtime.STATE.target.key].compile(args)
+
     def _close_launchers(self) -> None:
         for found in self._launchers.values():
             found.close()
@@ -163,7 +169,13 @@ def _bind_class(kernel_cls: type, src: frontend.KernelSource, fn: Callable) -> t
             f"        _qg_self._attach()\n"
             f"    return _qg_self._launch({', '.join(names)}{', ' if names else ''}stream)\n")
     call = generated.function(code, "__call__", f"binder of kernel {src.qualname}", ns)
-    return type(f"Kernel_{src.name}", (kernel_cls,), {"__call__": call, "__slots__": ()})
+    # compile(...) binds like a call and compiles that signature without running it
+    code = (f"def compile(_qg_self, {', '.join(params)}):\n"
+            f"    return _qg_self._compile({', '.join(names)})\n")
+    compile_ = generated.function(code, "compile", f"compile binder of kernel {src.qualname}", ns)
+    compile_.__doc__ = ("Compile (or load from the compile cache) the signature of these example arguments "
+                        "without running the kernel; returns the signature's type texts.")
+    return type(f"Kernel_{src.name}", (kernel_cls,), {"__call__": call, "compile": compile_, "__slots__": ()})
 
 
 _NO_DEFAULT = object()
@@ -225,6 +237,15 @@ def kernel(fn: Callable | None = None, *, cuda_graph: bool = False, graph_while:
                    deterministic, fast_math, precision, max_iterations, debug_setting)
 
     return wrap if fn is None else wrap(fn)
+
+
+def compile(kernel: Kernel, *example_args, **example_kwargs) -> tuple[str, ...]:
+    """Compile and cache `kernel` for the types of the example arguments (bound as in a call)
+    without running it, so that a later process's first call loads it from the compile
+    cache; returns the signature's type texts (as error messages print them)."""
+    if not isinstance(kernel, Kernel):
+        raise TypeError(f"qgraph.compile takes a @qgraph.kernel, got {kernel!r}")
+    return kernel.compile(*example_args, **example_kwargs)
 
 
 def func(fn: Callable) -> Func:

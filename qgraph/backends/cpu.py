@@ -74,6 +74,39 @@ class CpuLauncher:
         stats._iterations = (lambda: tuple(self._last[0][2:]) if self._last[0] is not None else ()) \
             if self._loops else None
         self.launch = self._generate_launch()
+        self._resolve = None  # resolve(a0, ..., an) -> (key, values), generated for compile()
+
+    def compile(self, args: tuple) -> tuple[str, ...]:
+        """Compile (or load from the disk cache) the signature of `args` without running it."""
+        if self._resolve is None:
+            self._resolve = self._generate_resolve()
+        key, values = self._resolve(*args)
+        with self._lock:
+            if key not in self._specs:
+                runner, program, flat = self._prepare(key, values, args)
+                leaves = tuple(values[k] if j is None else values[k][j] for k, j in flat.slots)
+                hits = program.cache_hits
+                try:
+                    program.compile_for(leaves + (self._record,))
+                except Exception as e:
+                    if is_compile_error(e) and is_typing_stage(e):
+                        raise compile_error(self.src, key, e) from e
+                    raise
+                self._register(key, runner, program.cache_hits > hits)
+        return key
+
+    def _generate_resolve(self):
+        src = self.src
+        n = len(src.param_names)
+        ns: dict = {}
+        comma = "," if n == 1 else ""
+        lines = frozen_number_lines(src, ns)
+        lines += resolver_lines(display_names(src), fixed_scalar_types(src), "cpu", ns, Ndarray,
+                                elements=element_annotations(src), written=written_params(src))
+        lines.append(f"    return ({', '.join(f's{k}' for k in range(n))}{comma}), "
+                     f"({', '.join(f'v{k}' for k in range(n))}{comma})")
+        source = f"def resolve({', '.join(f'a{k}' for k in range(n))}):\n" + "\n".join(lines) + "\n"
+        return generated.function(source, "resolve", f"argument resolution of kernel {src.qualname} (cpu)", ns)
 
     def _generate_launch(self):
         """launch(a0, ..., stream): resolve inline, look the runner up, call it."""
@@ -151,6 +184,25 @@ class CpuLauncher:
         raise check_failure(self.src, self._program_of[key].sites, words)
 
     def _compile_and_run(self, key: tuple, values: tuple, args: tuple) -> None:
+        runner, program, _ = self._prepare(key, values, args)
+        hits = program.cache_hits
+        try:
+            status = self._run(key, runner, values)
+        except Exception as e:
+            if is_compile_error(e) and is_typing_stage(e):
+                raise compile_error(self.src, key, e) from e
+            raise
+        self._register(key, runner, program.cache_hits > hits)
+        self._finish(key, status)
+
+    def _register(self, key: tuple, runner, from_cache: bool) -> None:
+        self._specs[key] = runner
+        self.stats.specialisations += 1
+        self.stats.cache_loads += from_cache
+        self.stats.num_tasks = len(self.src.tasks)
+
+    def _prepare(self, key: tuple, values: tuple, args: tuple):
+        """Check a new signature and find or generate its program: (runner, program, flat)."""
         for k in self._flags:
             if values[k].shape not in ((), (1,)):
                 raise flag_shape_error(self.src, k, values[k].shape)
@@ -179,16 +231,7 @@ class CpuLauncher:
         runner = program.runner
         if flat.has_structs:  # the runner takes each struct's leaves: unpack them (values hold them in order)
             runner = _leaf_caller(runner, flat, len(key))
-        try:
-            status = self._run(key, runner, values)
-        except Exception as e:
-            if is_compile_error(e) and is_typing_stage(e):
-                raise compile_error(self.src, key, e) from e
-            raise
-        self._specs[key] = runner
-        self.stats.specialisations += 1
-        self.stats.num_tasks = len(self.src.tasks)
-        self._finish(key, status)
+        return runner, program, flat
 
     def _stopped(self, status: tuple) -> None:
         """Raise for a runner that stopped early: QgraphError (the guard) or KeyboardInterrupt."""

@@ -157,6 +157,30 @@ class CudaLauncher:
         self.stats.cache_size = 0
         self.stats._iterations = self._iterations if loops else None
         self.launch = self._generate_launch()
+        self._resolve = None  # resolve(a0, ..., an) -> key, generated for compile()
+
+    def compile(self, args: tuple) -> tuple[str, ...]:
+        """Compile (or load from the disk cache) the signature of `args` and load its module, without
+        running it; its graph is built by its first call."""
+        if self._resolve is None:
+            self._resolve = self._generate_resolve()
+        key = self._resolve(*args)
+        with self.target.lock:
+            if key not in self._specs:
+                self._specialise(key, args)
+        return key
+
+    def _generate_resolve(self):
+        src = self.src
+        n = len(src.param_names)
+        ns: dict = {"_ident": threading.get_ident, "_dev": self.device}
+        lines = ["    if _ident() != _dev._thread:", "        _dev.make_current()"]
+        lines += frozen_number_lines(src, ns)
+        lines += resolver_lines(display_names(src), fixed_scalar_types(src), "cuda", ns, Ndarray,
+                                elements=element_annotations(src))
+        lines.append(f"    return ({', '.join(f's{k}' for k in range(n))}{',' if n == 1 else ''})")
+        source = f"def resolve({', '.join(f'a{k}' for k in range(n))}):\n" + "\n".join(lines) + "\n"
+        return generated.function(source, "resolve", f"argument resolution of kernel {src.qualname} (cuda)", ns)
 
     # ------------------------------------------------------------------ the call path
 
@@ -245,7 +269,7 @@ class CudaLauncher:
         if self._deterministic:
             check_deterministic(flat.src, flat.key)
         try:
-            kernels, debug = compile_tasks(src, key, self.device, self.code_cache, self._deterministic,
+            kernels, debug, from_cache = compile_tasks(src, key, self.device, self.code_cache, self._deterministic,
                                            self._fast_math, self._default_float, flat, self._debug)
         except Exception as e:
             if is_compile_error(e):
@@ -262,6 +286,7 @@ class CudaLauncher:
         self._assign_runner(spec)
         self._specs[key] = spec
         self.stats.specialisations += 1
+        self.stats.cache_loads += from_cache
         return spec
 
     def _assign_runner(self, spec: _Spec) -> None:

@@ -82,6 +82,18 @@ class CpuProgram:
         self.runner = adapter.njit(kernel_ns[module.runner], parallel=False, cache=cache)
 
 
+    def compile_for(self, values: tuple) -> None:
+        """Compile the runner for the types of `values` (as a call with them would) without running it."""
+        import numba
+
+        self.runner.compile(tuple(numba.typeof(v) for v in values))
+
+    @property
+    def cache_hits(self) -> int:
+        """Signatures of the runner loaded from numba's disk cache so far."""
+        return sum(self.runner.stats.cache_hits.values())
+
+
 def _importable(src: KernelSource) -> bool:
     return sys.modules.get(src.globals.get("__name__", "")) is not None
 

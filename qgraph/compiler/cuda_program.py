@@ -147,9 +147,10 @@ def task_codes(src: KernelSource, key: tuple[str, ...], deterministic: bool = Fa
 def compile_tasks(src: KernelSource, key: tuple[str, ...], device: CudaDevice,
                   cache: CodeCache, deterministic: bool = False, fast_math: bool = False,
                   default_float: str = "f64", flat: FlatSource | None = None,
-                  debug: str | None = None) -> tuple[list[TaskKernel], DebugPlan | None]:
-    """Compile (or load from the disk cache) every task of one specialisation; with `debug`,
-    also the plan of its checks (what each site number means).
+                  debug: str | None = None) -> tuple[list[TaskKernel], DebugPlan | None, bool]:
+    """Compile (or load from the disk cache) every task of one specialisation: the task kernels,
+    with `debug` the plan of its checks (what each site number means), and whether the code
+    came from the disk cache.
 
     `deterministic`: reductions combine through per-task scratch arrays in a fixed order."""
     generated_codes = task_codes(src, key, deterministic, default_float, flat, debug)
@@ -191,7 +192,7 @@ def compile_tasks(src: KernelSource, key: tuple[str, ...], device: CudaDevice,
 
     kernels: list[TaskKernel] = []
     if not node_tasks:
-        return kernels, generated_codes.debug
+        return kernels, generated_codes.debug, cached is not None
     module = device.load_module(cubin)
     slot = 0
     for task, code, order, entry, size, suffix in zip(node_tasks, codes, orders, entries, sizes, suffixes):
@@ -221,7 +222,7 @@ def compile_tasks(src: KernelSource, key: tuple[str, ...], device: CudaDevice,
         if waits:
             kernel.trigger_function = device.function(module, entry + TRIGGER)
         kernels.append(kernel)
-    return kernels, generated_codes.debug
+    return kernels, generated_codes.debug, cached is not None
 
 
 def _scratch_specs(code, dtypes: dict, slots: int) -> list[tuple[np.dtype, int]]:
