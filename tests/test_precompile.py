@@ -39,12 +39,13 @@ def test_compile_does_not_run_and_the_first_call_reuses_it(arch):
 
 
 def test_compile_reports_what_a_call_would(arch):
+    ones = qgraph.from_numpy(np.ones(2))
     with pytest.raises(TypeError, match="argument 'a': expected a float scalar, got an array"):
-        qgraph.compile(axpy, np.ones(2), np.ones(2), np.ones(2))
+        qgraph.compile(axpy, ones, ones, ones)
     with pytest.raises(TypeError, match=r"compile\(\) missing 2 required positional arguments: 'y' and 'a'"):
-        axpy.compile(np.ones(2))
+        axpy.compile(ones)
     with pytest.raises(qgraph.QgraphSyntaxError, match="cannot store the str 'a' into an element of a float64"):
-        qgraph.compile(broken, np.ones(2))
+        qgraph.compile(broken, ones)
     with pytest.raises(TypeError, match="qgraph.compile takes a @qgraph.kernel"):
         qgraph.compile(print, 1)
 

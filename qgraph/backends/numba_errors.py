@@ -60,6 +60,8 @@ def _index_count(index_type: str) -> int:
 
 def _item_access(op: str, args: list[str]) -> str | None:
     array = _ARRAY.match(args[0]) if args else None
+    if array is None and op == "getitem" and args and not args[0].startswith(("UniTuple", "Tuple")):
+        return f"{_type_words(args[0])} is indexed, but only arrays (and tuples) can be; check the value's type"
     if array is None or len(args) < 2:
         return None
     dtype, ndim = array.group(1), int(array.group(2))
