@@ -241,3 +241,19 @@ def test_an_exception_inside_a_parallel_cpu_task_keeps_its_type_and_names_the_ta
         allocating(x, np.array([-1]))
     allocating(x, np.array([3]))
     np.testing.assert_array_equal(x, 3.0)
+
+
+@qgraph.kernel(debug=True, deterministic=True)
+def checked_sum(x, idx, total, scalar_total):
+    for i in range(idx.shape[0]):
+        total[0] += x[idx[i]]
+        scalar_total[()] += 1.0
+
+
+def test_reductions_scratch_arrays_and_zero_d_arrays_in_debug_mode(arch):
+    x = qgraph.from_numpy(np.arange(6.0))
+    total, count = qgraph.from_numpy(np.zeros(1)), qgraph.from_numpy(np.zeros(()))
+    checked_sum(x, qgraph.from_numpy(np.array([0, 2, 5])), total, count)
+    assert total.to_numpy()[0] == 7.0 and count.to_numpy()[()] == 3.0
+    with pytest.raises(IndexError, match=r"index 6 is out of bounds for axis 0 of 'x' with shape \(6,\)"):
+        checked_sum(x, qgraph.from_numpy(np.array([0, 6, 5])), total, count)
