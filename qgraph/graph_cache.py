@@ -102,13 +102,15 @@ class TaskGraph:
     Tasks become kernel nodes chained in order; a DeviceLoop region becomes a slot writer
     and a WHILE node whose body graph is built from the loop's body region (so loops nest
     structurally). With `device_loops=False` a loop region is built as its plain body (the
-    host do-while fallback repeats the whole graph instead).
+    host do-while fallback repeats the whole graph instead). With `into=(graph, deps)` the nodes
+    are added to another graph after `deps` (a stream capture of another library's) and
+    nothing is instantiated: `ends` are the nodes later work there depends on.
     """
 
     def __init__(self, target, kernels: list[TaskKernel], body: Region, bounds, stats, name: str,
                  args: tuple, packs: tuple, stream: int, flag_slots: dict[str, tuple],
                  device_loops: bool, programmatic: bool = False, max_iterations: int | None = None,
-                 stop_word: int = 0) -> None:
+                 stop_word: int = 0, into: tuple | None = None) -> None:
         d = driver()
         started = time.perf_counter()
         self.state = GraphState.BUILDING
@@ -130,12 +132,15 @@ class TaskGraph:
             self._max_instances = 1 if self._loops or self._branches else INSTANCES
             self._blocks = self._generate_blocks(plan, kernels, bounds)
             blocks, grids = self._blocks(args, packs)
-            self.graph = check(d.cuGraphCreate(0), "cuGraphCreate")
+            if into is None:
+                self.graph = check(d.cuGraphCreate(0), "cuGraphCreate")
+            graph, deps = into if into is not None else (self.graph, [])
             self._pending = list(zip(plan, blocks, grids))
-            self._add(body, self.graph, [], by_task, device_loops)
+            self.ends = self._add(body, graph, list(deps), by_task, device_loops)
             self.kernel_nodes = len(kernels) + sum(item.kernel_nodes for item in self._loops + self._branches)
             self._template_blocks = list(blocks)  # what every fresh instance starts with
-            self._instances[packs] = self._instantiate(stream)
+            if into is None:
+                self._instances[packs] = self._instantiate(stream)
         except BaseException as e:
             self.close()
             if isinstance(e, QgraphError):

@@ -20,7 +20,7 @@ from ..args.resolve import resolver_lines
 from ..compiler.cuda_program import TaskKernel, compile_tasks
 from ..compiler.launch_code import block_expr, generate, grid_expr, signature_with_constants, tile_shape
 from ..compiler.numba_adapter import is_compile_error
-from ..driver.device import driver, kernel_failure, stream_handle
+from ..driver.device import capturing, driver, kernel_failure, stream_handle
 from ..driver.params import ParamBuffer
 from ..errors import FallbackWarning
 from ..graph_cache import GraphCache, TaskGraph
@@ -30,6 +30,7 @@ from ..lang.flat_view import flat_name, flat_source
 from ..lang.regions import RepeatLoop, control_regions, is_root_loop
 from ..runtime import DeviceState
 from ..runtime.arrays import Ndarray
+from . import outer_capture
 from .checks import (
     check_bounds,
     check_deterministic,
@@ -101,7 +102,7 @@ class _Spec:
     """One compiled specialisation and how it runs now."""
 
     __slots__ = ("key", "kernels", "run", "graph", "uses_graph", "host_loop", "nodes", "flags", "host_runner",
-                 "sites")
+                 "sites", "captured_run")
 
     def __init__(self, key: tuple, kernels: list[TaskKernel], flags: dict) -> None:
         self.key = key
@@ -114,6 +115,7 @@ class _Spec:
         self.nodes = 0
         self.host_runner = None  # the conditional.HostLoop of the host fallback
         self.sites = []  # debug mode: what each check's number means (lang.debug_checks)
+        self.captured_run = None  # eager launches into another library's stream capture (outer_capture)
 
 
 class CudaLauncher:
@@ -138,6 +140,7 @@ class CudaLauncher:
         self._max_iterations = max_iterations(kernel, state.settings)
         self._debug = kernel_debug_mode(kernel, state.settings)
         self._record = DeviceRecord(self.device) if self._debug else None
+        self._capture = outer_capture.CaptureRecorder(self, EagerRunner)  # calls on streams other libraries capture
         loops = self._loops = counted_loops(src.body)  # stats.iterations, in this order
         regions = list(control_regions(src.body))
         # the flag of a loop around the whole body: it can run as the host do-while (the fallback)
@@ -207,14 +210,21 @@ class CudaLauncher:
                       f"        raise _flag_error({k}, p[{k}])"]
         # the device's lock: calls from several threads must not interleave their parameter
         # writes, node updates and launches (the GIL serialises Python anyway: no parallelism lost)
+        # a stream given with stream= may be capturing into another library's graph: record into it
+        ns["_capturing"], ns["_record"] = capturing, self._capture.record
         lines += ["    _acquire()",
                   "    try:",
+                  "        if stream is None:",
+                  "            s = _stream",
+                  "        else:",
+                  "            s = _shandle(stream)",
+                  "            if _capturing(s):",
+                  f"                return _record(key, ({args}{comma}), p, s)",
                   "        spec = _get(key)",
                   "        if spec is None:",
                   f"            spec = _specialise(key, ({args}{comma}))",
                   "        if spec is not _last[0]:",
                   "            _switch(spec)",
-                  "        s = _stream if stream is None else _shandle(stream)",
                   f"        spec.run(({args}{comma}), p, s)"]
         if self._debug:  # every call waits for the device and reads the record of the checks
             ns.update({"_read": self._record.read, "_failed": self._check_failed})
@@ -359,5 +369,6 @@ class CudaLauncher:
             self.device.synchronize()  # eager launches may still be queued
             for module in modules:
                 self.device.unload_module(module)
+        self._capture.close()
         if self._record is not None:
             self._record.close()

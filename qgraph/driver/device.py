@@ -251,6 +251,15 @@ class CudaDevice:
 FOREIGN_STREAMS = [False]  # a call ran on a stream given with stream=: sync() then waits for the context
 
 
+def capturing(handle: int) -> bool:
+    """Whether the stream is capturing into a graph (another library's torch.cuda.graph, CuPy or
+    cuda.core capture); cuStreamIsCapturing is itself safe to call during a capture."""
+    err, status = driver().cuStreamIsCapturing(handle)
+    if err:
+        raise fail(err, "cuStreamIsCapturing")
+    return status != driver().CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE
+
+
 def stream_handle(stream: object) -> int:
     """The CUstream handle (as an int) of any stream spelling the SPEC accepts."""
     FOREIGN_STREAMS[0] = True

@@ -5,6 +5,8 @@ Shared by the task graphs (graph_cache) and the device control flow (conditional
 
 from __future__ import annotations
 
+import contextlib
+
 from .device import check, driver
 from .params import ParamBuffer
 
@@ -88,3 +90,37 @@ def add_conditional_node(graph, context, deps: list, kind: str, handle=None, siz
     node = check(d.cuGraphAddNode(graph, deps, None, len(deps), params), f"adding the {kind} node")
     out = params.conditional.phGraph_out
     return handle, node, out[0] if size == 1 else (out[0], out[1])
+
+
+def capture_graph(stream: int) -> tuple:
+    """(graph, dependency nodes) of the capture in progress on `stream`: the graph another library
+    is capturing, which accepts nodes added directly while the capture runs."""
+    d = driver()
+    info = check(d.cuStreamGetCaptureInfo(stream), "cuStreamGetCaptureInfo")  # (status, id, graph, deps, ...)
+    return info[2], list(info[3])
+
+
+def set_capture_dependencies(stream: int, nodes: list) -> None:
+    """Make `nodes` what the next work captured on `stream` depends on."""
+    d = driver()
+    flag = d.CUstreamUpdateCaptureDependencies_flags.CU_STREAM_SET_CAPTURE_DEPENDENCIES
+    try:
+        result = d.cuStreamUpdateCaptureDependencies(stream, nodes, len(nodes), flag)
+    except TypeError:  # bindings whose signature takes edge data
+        result = d.cuStreamUpdateCaptureDependencies(stream, nodes, None, len(nodes), flag)
+    check(result, "cuStreamUpdateCaptureDependencies")
+
+
+@contextlib.contextmanager
+def relaxed_capture_mode():
+    """Let this thread make calls a capture in global mode forbids (allocating, copying on qgraph's
+    own stream) while another library captures: the driver's documented way
+    (cuThreadExchangeStreamCaptureMode), restored afterwards."""
+    d = driver()
+    previous = check(d.cuThreadExchangeStreamCaptureMode(d.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED),
+                     "cuThreadExchangeStreamCaptureMode")
+    try:
+        yield
+    finally:
+        check(d.cuThreadExchangeStreamCaptureMode(previous), "cuThreadExchangeStreamCaptureMode")
+
