@@ -52,11 +52,13 @@ from .lang.vector_types import (
 from .runtime import current_arch, device_info, init, reset, sync
 from .runtime.arrays import Ndarray, from_numpy, ndarray
 from .runtime.random_state import seed
+from .step import GraphFunction, StepStats, graph
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "BenchmarkResult", "FallbackWarning", "Func", "Kernel", "KernelStats", "Ndarray", "QgraphError",
+    "BenchmarkResult", "FallbackWarning", "Func", "GraphFunction", "Kernel", "KernelStats", "Ndarray",
+    "QgraphError", "StepStats", "graph",
     "QgraphSyntaxError",
     "atomic_add", "atomic_max", "atomic_min", "atomic_sub", "benchmark", "clamp", "compile", "current_arch",
     "device_info",

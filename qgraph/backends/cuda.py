@@ -30,7 +30,7 @@ from ..lang.flat_view import flat_name, flat_source
 from ..lang.regions import RepeatLoop, control_regions, is_root_loop
 from ..runtime import DeviceState
 from ..runtime.arrays import Ndarray
-from . import outer_capture
+from . import outer_capture, step_capture
 from .checks import (
     check_bounds,
     check_deterministic,
@@ -212,6 +212,10 @@ class CudaLauncher:
         # writes, node updates and launches (the GIL serialises Python anyway: no parallelism lost)
         # a stream given with stream= may be capturing into another library's graph: record into it
         ns["_capturing"], ns["_record"] = capturing, self._capture.record
+        # inside a @qgraph.graph function (any thread recording one), the call is recorded, not launched
+        ns.update({"_steps": step_capture.ACTIVE, "_step": step_capture.intercept, "_launcher": self})
+        lines += [f"    if _steps[0] and _step(_launcher, key, ({args}{comma}), p, stream):",
+                  "        return"]
         lines += ["    _acquire()",
                   "    try:",
                   "        if stream is None:",

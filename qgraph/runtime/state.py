@@ -130,7 +130,8 @@ def _drop_compiled() -> None:
         with target.lock:
             target.release_all()
         target.check_guards()
-    for kernel in list(STATE.kernels):
+    # step graphs first: their graphs hold nodes of the kernels' modules, which kernels unload
+    for kernel in sorted(STATE.kernels, key=lambda k: not getattr(k, "_drops_first", False)):
         kernel._drop()
     STATE.generation += 1
 

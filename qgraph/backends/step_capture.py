@@ -1,0 +1,243 @@
+"""Whole-step capture on CUDA: every kernel call of a @qgraph.graph function as one CUDA graph.
+
+A call runs the Python function with this thread recording: each kernel call inside resolves
+its arguments, compiles its signature if new, and is recorded instead of launched (the hook
+in the kernels' generated launch costs them one list read otherwise). The recorded calls key
+a built step graph: each call's nodes are added to one graph by the same builder a kernel
+uses (graph_cache.TaskGraph, `into=`), after the earlier calls whose arrays overlap its own
+where either writes (so independent calls run concurrently; aliasing views stay ordered).
+Later calls with the same kernels and signatures replay that graph; changed arrays, shapes
+and numbers update the nodes of the calls that changed, in place (as a kernel's graph
+does); a different overlap between the calls' arrays builds another graph. Python code in
+the function runs on every call, so values it computes are never stale.
+"""
+
+from __future__ import annotations
+
+import struct
+import threading
+from collections import OrderedDict
+
+from ..args.kinds import arg_type
+from ..driver.device import check, driver, kernel_failure
+from ..errors import QgraphError
+from ..graph_cache import TaskGraph, _Instance
+from .checks import written_params
+
+ACTIVE = [0]  # threads recording a step now: the kernels' launch hook reads this first
+_RECORDERS: dict[int, list] = {}  # thread ident -> the calls recorded so far
+_LOCK = threading.Lock()
+_WRITTEN: dict[int, frozenset] = {}  # id(kernel source) -> positions of the array parameters it writes
+
+
+class StepCall:
+    """One kernel call inside a step: its launcher, signature, arguments and parameter bytes."""
+
+    __slots__ = ("launcher", "key", "args", "packs")
+
+    def __init__(self, launcher, key: tuple, args: tuple, packs: tuple) -> None:
+        self.launcher, self.key, self.args, self.packs = launcher, key, args, packs
+
+
+def intercept(launcher, key: tuple, args: tuple, packs: tuple, stream) -> bool:
+    """The kernels' launch hook: record the call if this thread is recording a step."""
+    calls = _RECORDERS.get(threading.get_ident())
+    if calls is None:
+        return False
+    if stream is not None:
+        raise QgraphError(f"kernel {launcher.src.name} was given stream= inside a @qgraph.graph function: its "
+                          "calls run in the step's graph, on the stream the step is called with; drop stream=")
+    if launcher._specs.get(key) is None:  # compile now: the graph is built from compiled tasks
+        with launcher.target.lock:
+            if launcher._specs.get(key) is None:
+                launcher._specialise(key, args)
+    calls.append(StepCall(launcher, key, args, packs))
+    return True
+
+
+def record(fn, args: tuple, kwargs: dict) -> tuple[list[StepCall], object]:
+    """Run `fn` with this thread's kernel calls recorded, not launched: (the calls, in order,
+    what `fn` returned)."""
+    ident = threading.get_ident()
+    calls: list[StepCall] = []
+    with _LOCK:
+        _RECORDERS[ident] = calls
+        ACTIVE[0] += 1
+    try:
+        result = fn(*args, **kwargs)
+    finally:
+        with _LOCK:
+            del _RECORDERS[ident]
+            ACTIVE[0] -= 1
+    return calls, result
+
+
+def is_recording() -> bool:
+    return threading.get_ident() in _RECORDERS
+
+
+# ---------------------------------------------------------------------- dependencies between calls
+
+def _spans(call: StepCall) -> list[tuple[int, int, bool]]:
+    """(start, end, written) of every array a call passes: the device bytes it may touch."""
+    src = call.launcher.src
+    written = _WRITTEN.get(id(src))
+    if written is None:
+        written = _WRITTEN[id(src)] = frozenset(written_params(src))
+    spans = []
+    for k, (sig, pack) in enumerate(zip(call.key, call.packs)):
+        if isinstance(pack, tuple):  # a struct: its leaves, all counted as written
+            spans += [s for leaf in pack if isinstance(leaf, bytes) and len(leaf) >= 40
+                      for s in [_span(leaf, True)] if s is not None]
+            continue
+        if getattr(arg_type(sig), "is_array", False):
+            found = _span(pack, k in written)
+            if found is not None:
+                spans.append(found)
+    return spans
+
+
+def _span(pack: bytes, written: bool):
+    """numba's array parameters: meminfo, parent, nitems, itemsize, data, shape..., strides..."""
+    if len(pack) < 40 or (len(pack) - 40) % 16:
+        return None
+    nitems, itemsize, data = struct.unpack_from("<3q", pack, 16)
+    ndim = (len(pack) - 40) // 16
+    shape = struct.unpack_from(f"<{ndim}q", pack, 40)
+    strides = struct.unpack_from(f"<{ndim}q", pack, 40 + 8 * ndim)
+    if nitems == 0:
+        return None
+    low = data + sum((n - 1) * s for n, s in zip(shape, strides) if s < 0)
+    high = data + sum((n - 1) * s for n, s in zip(shape, strides) if s > 0) + itemsize
+    return (low, high, written)
+
+
+def dependencies(calls: list[StepCall]) -> tuple[tuple[int, ...], ...]:
+    """For each call, the earlier calls it must wait for: those whose arrays overlap its own
+    where either writes (conservative: any overlap of the bytes spanned)."""
+    spans = [_spans(c) for c in calls]
+    found = []
+    for j, mine in enumerate(spans):
+        found.append(tuple(i for i in range(j) if any(a0 < b1 and b0 < a1 and (wa or wb)
+                                                      for a0, a1, wa in spans[i] for b0, b1, wb in mine)))
+    return tuple(found)
+
+
+# ---------------------------------------------------------------------- the built graph
+
+class BuiltStep:
+    """One step graph: each call's nodes, its executable instance and the blocks it holds."""
+
+    def __init__(self, target, calls: list[StepCall], deps: tuple, stream: int, name: str, stats) -> None:
+        d = driver()
+        self._target = target
+        self.graph = check(d.cuGraphCreate(0), "cuGraphCreate")
+        self.parts: list[TaskGraph] = []
+        self.exec = None
+        try:
+            ends: list[list] = []
+            for call, waits in zip(calls, deps):
+                launcher = call.launcher
+                if launcher.while_mode == "host":
+                    raise QgraphError(f"kernel {launcher.src.name} has device control flow that runs on the host "
+                                      f"here ({launcher.while_reason}), so it cannot be part of a @qgraph.graph "
+                                      "step; call it outside the step")
+                spec = launcher._specs[call.key]
+                record = launcher._record
+                part = TaskGraph(target, spec.kernels, launcher.src.body, launcher._bounds, stats,
+                                 launcher.src.name, call.args, call.packs, stream, spec.flags,
+                                 device_loops=launcher.while_mode == "device",
+                                 programmatic=launcher.settings.programmatic_edges,
+                                 max_iterations=launcher._max_iterations,
+                                 stop_word=record.pointer if record is not None else 0,
+                                 into=(self.graph, [n for i in waits for n in ends[i]]))
+                self.parts.append(part)
+                ends.append(part.ends)
+            self.kernel_nodes = sum(p.kernel_nodes for p in self.parts)
+            self.exec = check(d.cuGraphInstantiate(self.graph, 0), f"cuGraphInstantiate (step {name})")
+            check(d.cuGraphUpload(self.exec, stream), "cuGraphUpload")
+        except BaseException:
+            self.close()
+            raise
+        self.held = [c.packs for c in calls]
+        self._instances = [_Instance(self.exec, list(p._template_blocks)) for p in self.parts]
+
+    def update(self, calls: list[StepCall]) -> None:
+        """Set the nodes of the calls whose arguments changed since this graph last ran."""
+        held = self.held
+        for k, call in enumerate(calls):
+            if call.packs is held[k] or call.packs == held[k]:
+                continue
+            part = self.parts[k]
+            blocks, grids = part._blocks(call.args, call.packs)
+            part._update(self._instances[k], blocks, grids)
+            held[k] = call.packs
+
+    def close(self) -> None:
+        d = driver()
+        if self.exec is not None:
+            d.cuGraphExecDestroy(self.exec)
+            self.exec = None
+        for part in self.parts:
+            part.close()  # its loop state; the nodes belong to this graph
+        self.parts = []
+        if self.graph is not None:
+            d.cuGraphDestroy(self.graph)
+            self.graph = None
+
+
+class StepRunner:
+    """The CUDA side of one @qgraph.graph function on one device: its built graphs and replays."""
+
+    def __init__(self, target, name: str, stats, capacity: int) -> None:
+        self._target = target
+        self._name = name
+        self._stats = stats
+        self._capacity = capacity
+        self._built: OrderedDict = OrderedDict()  # (signature, dependencies) -> BuiltStep, LRU
+        self._last: dict = {}  # (signature, packs) -> (dependencies, BuiltStep) seen recently
+        self._launch = driver().cuGraphLaunch
+        self._fail = kernel_failure(name)
+
+    def run(self, calls: list[StepCall], stream: int) -> None:
+        signature = tuple((id(c.launcher), c.key) for c in calls)
+        packs = tuple(c.packs for c in calls)
+        with self._target.lock:
+            found = self._last.get((signature, packs))
+            if found is None or found not in self._built.values():
+                deps = dependencies(calls)
+                found = self._built.get((signature, deps))
+                if found is None:
+                    found = self._build(signature, deps, calls, stream)
+                if len(self._last) >= 4 * self._capacity:
+                    self._last.clear()
+                self._last[(signature, packs)] = found
+            found.update(calls)
+            self._target.lifetimes.hold(stream, [c.args for c in calls])
+            err = self._launch(found.exec, stream)[0]
+            if err:
+                raise self._fail(err, "cuGraphLaunch")
+            stats = self._stats
+            stats.replays += 1
+            stats.graph_nodes = found.kernel_nodes
+            stats.kernel_calls = len(calls)
+
+    def _build(self, signature: tuple, deps: tuple, calls: list[StepCall], stream: int) -> BuiltStep:
+        built = BuiltStep(self._target, calls, deps, stream, self._name, self._stats)
+        self._built[(signature, deps)] = built
+        if len(self._built) > self._capacity:
+            _, old = self._built.popitem(last=False)
+            self._target.device.synchronize()
+            old.close()
+        self._stats.builds += 1
+        self._stats.cache_size = len(self._built)
+        self._stats.waits = deps
+        return built
+
+    def close(self) -> None:
+        if self._built:
+            self._target.device.synchronize()
+        for built in self._built.values():
+            built.close()
+        self._built.clear()
+        self._last.clear()

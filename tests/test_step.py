@@ -1,0 +1,150 @@
+"""@qgraph.graph (issue 14): a Python function calling kernels runs as one CUDA graph per call,
+with results equal to the calls made one by one, in-place updates for new arrays, shapes and
+numbers, concurrent branches for independent calls, ordered calls where arrays alias; on the
+CPU the function simply runs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import qgraph
+
+
+@qgraph.kernel
+def axpy(x, y, a: float):
+    for i in range(x.shape[0]):
+        y[i] += a * x[i]
+
+
+@qgraph.kernel
+def scale(x, a: float):
+    for i in range(x.shape[0]):
+        x[i] *= a
+
+
+@qgraph.kernel(graph_while="flag")
+def halve_until(x, flag, tol: float):
+    for i in range(x.shape[0]):
+        x[i] *= 0.5
+    flag[0] = 1 if x[0] > tol else 0
+
+
+@qgraph.graph
+def step(x, y, z, dt: float):
+    scale(x, 1.0 + dt)          # x
+    scale(z, 2.0)               # z: independent of the first
+    axpy(x, y, dt * 10)         # reads x, writes y: after the first
+    axpy(z, y, 1.0)             # after the second and the third (y)
+
+
+def _reference(x, y, z, dt):
+    x = x * (1.0 + dt)
+    z = z * 2.0
+    y = y + dt * 10 * x
+    return x, y + z, z
+
+
+def _arrays(n, seed):
+    rng = np.random.default_rng(seed)
+    return [rng.random(n) for _ in range(3)]
+
+
+def test_a_step_equals_its_calls_made_one_by_one(arch):
+    host = _arrays(100, 1)
+    dev = [qgraph.from_numpy(a) for a in host]
+    for dt in (0.1, 0.2, 0.3):  # a new number each step: the same graph, nodes updated
+        step(*dev, dt)
+        host = list(_reference(host[0], host[1], host[2], dt))
+    for d, h in zip(dev, host):
+        np.testing.assert_allclose(d.to_numpy(), h, rtol=1e-12)
+    if arch == "cuda":
+        assert step.stats.builds == 1 and step.stats.replays == 3
+        assert step.stats.kernel_calls == 4 and step.stats.graph_nodes == 4
+
+
+def test_independent_calls_are_concurrent_and_shared_arrays_ordered(cuda):
+    step(*[qgraph.from_numpy(a) for a in _arrays(50, 2)], 0.1)
+    assert step.stats.waits == ((), (), (0,), (1, 2))
+    x = qgraph.from_numpy(np.ones(50))
+    before = step.stats.builds
+    step(x, qgraph.from_numpy(np.zeros(50)), x, 0.1)  # x passed twice: the calls on it stay ordered
+    assert step.stats.builds == before + 1
+    assert step.stats.waits == ((), (0,), (0, 1), (0, 1, 2))
+
+
+def test_new_arrays_and_shapes_need_no_rebuild(cuda):
+    step(*[qgraph.from_numpy(a) for a in _arrays(64, 3)], 0.1)
+    builds, updates = step.stats.builds, step.stats.node_updates
+    for n, seed in ((64, 4), (200, 5), (7, 6)):
+        host = _arrays(n, seed)
+        dev = [qgraph.from_numpy(a) for a in host]
+        step(*dev, 0.25)
+        for d, h in zip(dev, _reference(*host, 0.25)):
+            np.testing.assert_allclose(d.to_numpy(), h, rtol=1e-12)
+    assert step.stats.builds == builds
+    assert step.stats.node_updates > updates
+
+
+def test_views_of_one_buffer(cuda):
+    @qgraph.graph
+    def halves(buf, lo, hi):
+        scale(lo, 2.0)
+        scale(hi, 3.0)
+        axpy(lo, buf, 1.0)
+
+    cp = pytest.importorskip("cupy")  # views share one allocation
+
+    buf = cp.ones(8)
+    halves(buf[4:], buf[:4], buf[4:])  # lo and hi do not overlap; buf[4:] is hi
+    assert halves.stats.waits == ((), (), (0, 1))
+    np.testing.assert_array_equal(cp.asnumpy(buf), [2, 2, 2, 2, 5, 5, 5, 5])
+
+
+def test_python_values_are_computed_on_every_call(arch):
+    @qgraph.graph
+    def ramp(x, k: int):
+        scale(x, float(k + 1))  # a number computed in Python, new on each call
+
+    x = qgraph.from_numpy(np.ones(4))
+    for k in range(3):
+        ramp(x, k)
+    np.testing.assert_array_equal(x.to_numpy(), 6.0)
+
+
+def test_steps_calling_steps_and_device_loops(loop_arch):
+    @qgraph.graph
+    def inner(x, a):
+        scale(x, a)
+
+    @qgraph.graph
+    def outer(x, flag):
+        inner(x, 8.0)
+        halve_until(x, flag, 1.5)
+        inner(x, 3.0)
+
+    x = qgraph.from_numpy(np.ones(5))
+    flag = qgraph.from_numpy(np.ones(1, np.int32))
+    if loop_arch == "cuda-host":  # a host loop cannot be part of a graph
+        with pytest.raises(qgraph.QgraphError, match="runs on the host here .* cannot be part of a @qgraph.graph"):
+            outer(x, flag)
+        return
+    outer(x, flag)  # 8 -> 4, 2, 1 -> 3
+    np.testing.assert_array_equal(x.to_numpy(), 3.0)
+
+
+def test_stream_inside_a_step_is_an_error(cuda):
+    @qgraph.graph
+    def bad(x):
+        scale(x, 2.0, stream=0)
+
+    with pytest.raises(qgraph.QgraphError, match="was given stream= inside a @qgraph.graph function"):
+        bad(qgraph.from_numpy(np.ones(3)))
+    scale(qgraph.from_numpy(np.ones(3)), 2.0)  # the recording ended: calls launch again
+
+
+def test_the_decorator_rejects_what_it_cannot_run():
+    with pytest.raises(TypeError, match="is a kernel: @qgraph.graph decorates a plain function"):
+        qgraph.graph(scale)
+    with pytest.raises(ValueError, match="graph_cache_size must be a positive int"):
+        qgraph.graph(graph_cache_size=0)
