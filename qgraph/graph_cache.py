@@ -110,7 +110,7 @@ class TaskGraph:
     def __init__(self, target, kernels: list[TaskKernel], body: Region, bounds, stats, name: str,
                  args: tuple, packs: tuple, stream: int, flag_slots: dict[str, tuple],
                  device_loops: bool, programmatic: bool = False, max_iterations: int | None = None,
-                 stop_word: int = 0, into: tuple | None = None) -> None:
+                 stop_word: int = 0, into: tuple | None = None, kernel_deps: frozenset = frozenset()) -> None:
         d = driver()
         started = time.perf_counter()
         self.state = GraphState.BUILDING
@@ -124,6 +124,7 @@ class TaskGraph:
         self.programmatic = programmatic
         self._max_iterations = max_iterations
         self._stop_word = stop_word  # debug mode: device loops end once this word is non-zero (a failed check)
+        self._kernel_deps = kernel_deps  # int handles of kernel nodes among `into`'s deps (programmatic edges)
         self._nodes: list[GraphNode] = []
         by_task = {tk.task.index: tk for tk in kernels}
         try:
@@ -220,7 +221,7 @@ class TaskGraph:
         return tuple(loop.passes() for loop in self._loops)
 
     def _is_kernel_node(self, node) -> bool:
-        return any(n.handle is node for n in self._nodes)
+        return any(n.handle is node for n in self._nodes) or int(node) in self._kernel_deps
 
     # ------------------------------------------------------------------ instances
 

@@ -70,7 +70,7 @@ def test_independent_calls_are_concurrent_and_shared_arrays_ordered(cuda):
     before = step.stats.builds
     step(x, qgraph.from_numpy(np.zeros(50)), x, 0.1)  # x passed twice: the calls on it stay ordered
     assert step.stats.builds == before + 1
-    assert step.stats.waits == ((), (0,), (0, 1), (0, 1, 2))
+    assert step.stats.waits == ((), (0,), (1,), (2,))  # a chain (each waits for all before it)
 
 
 def test_new_arrays_and_shapes_need_no_rebuild(cuda):
@@ -148,3 +148,42 @@ def test_the_decorator_rejects_what_it_cannot_run():
         qgraph.graph(scale)
     with pytest.raises(ValueError, match="graph_cache_size must be a positive int"):
         qgraph.graph(graph_cache_size=0)
+
+
+def test_the_same_arguments_replay_without_running_the_body(arch):
+    runs = []
+
+    @qgraph.graph
+    def counted(x, a: float):
+        runs.append(1)
+        scale(x, a)
+
+    x = qgraph.from_numpy(np.ones(4))
+    for _ in range(3):
+        counted(x, 2.0)
+    np.testing.assert_array_equal(x.to_numpy(), 8.0)
+    if arch == "cuda":  # the body ran once; the graph was replayed with the same arrays and numbers
+        assert len(runs) == 1 and counted.stats.replays == 3
+        counted(x, 3.0)  # a new number: the body runs again
+        counted(qgraph.from_numpy(np.ones(4)), 3.0)  # a new array too
+        assert len(runs) == 3
+    else:
+        assert len(runs) == 3
+
+
+@qgraph.kernel
+def noise(x):
+    for i in range(x.shape[0]):
+        x[i] += qgraph.random()
+
+
+def test_random_draws_advance_on_every_call(arch):
+    @qgraph.graph
+    def noisy(x):
+        noise(x)
+
+    x = qgraph.from_numpy(np.zeros(256))
+    noisy(x)
+    first = x.to_numpy().copy()
+    noisy(x)
+    assert not np.allclose(x.to_numpy() - first, first)  # another draw, not the same numbers again

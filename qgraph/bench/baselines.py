@@ -44,10 +44,12 @@ def _node_params(function, grid: int, block: int, args: _Args):
 class RawGraphs:
     """The floor: T task kernels as a raw graph, as a WHILE node, and as a host loop."""
 
-    def __init__(self, device, arrays, n: int, a: float, counter=None, flag=None, programmatic: bool = False) -> None:
+    def __init__(self, device, arrays, n: int, a: float, counter=None, flag=None, programmatic: bool = False,
+                 independent: bool = False) -> None:
         d = driver()
         self.device = device
         self.programmatic = programmatic  # the same graph with programmatic (PDL) edges
+        self.independent = independent  # the tasks as parallel branches (no edges) in `exec`
         self.functions = _nvrtc_module(device)
         self.stream = device.stream_handle
         grid = (n + 255) // 256
@@ -70,7 +72,7 @@ class RawGraphs:
                          ctypes.c_float(task_constant(k)))
             self._keep.append(args)
             node = check(d.cuGraphAddKernelNode(graph, [], 0, _node_params(function, grid, 256, args)), "add node")
-            if deps:
+            if deps and not self.independent:
                 add_edge(graph, deps[0], node, self.programmatic)
             deps = [node]
         return deps
