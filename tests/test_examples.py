@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from qgraph.examples import heat_diffusion, jacobi, particles
 
@@ -66,6 +67,18 @@ def test_particles_match_numpy(cpu):
     assert r.pos.shape == (64, 2) and (np.abs(r.pos) <= particles.BOX).all()
     pos0, vel0 = particles.initial_state(64)
     assert np.abs(r.pos - pos0).max() > 1e-3  # they moved
+
+
+@pytest.mark.parametrize("pairwise", [False, True])
+def test_particles_as_three_kernels_in_one_step_graph(arch, pairwise):
+    fused = particles.run(n=48, steps=30, dt=1e-3, pairwise=pairwise)
+    r = particles.run(n=48, steps=30, dt=1e-3, pairwise=pairwise, variant="kernels")
+    assert r.max_error < 1e-9
+    np.testing.assert_allclose(r.pos, fused.pos, rtol=0, atol=1e-12)  # the same step, written as 3 kernels
+    if arch == "cuda":  # one graph per step signature: the warm-up's and the run's share it
+        stats = particles.step_kernels.stats
+        assert stats.kernel_calls == 3 and stats.waits == ((), (0,), (1,))
+        assert stats.builds <= 2 * (1 + pairwise)
 
 
 def test_particles_walls_reflect(cpu):

@@ -2,10 +2,13 @@
 
 Shows why `cuda_graph=True` pays: the step is three dependent tasks (forces, integration,
 walls), i.e. three GPU kernels; after the first call each step is a single graph replay
-instead of three launches.
+instead of three launches. `--variant kernels` writes the same step as three kernels called
+by a @qgraph.graph function (the style of Warp and Taichi code): step capture makes it one
+graph replay too.
 
     python examples/particles.py --n 4096 --steps 500
     python examples/particles.py --n 256 --pairwise     # adds O(N^2) short-range repulsion
+    python examples/particles.py --variant kernels      # three kernels, one step graph
 """
 
 from __future__ import annotations
@@ -62,6 +65,57 @@ def step(pos, vel, force, dt: float, k: float, drag: float, g: float, box: float
                 vel[i, d] = -vel[i, d]
 
 
+# the same step as three kernels, captured together by @qgraph.graph
+@qgraph.kernel
+def forces(pos, vel, force, k: float, drag: float, g: float, repulsion: float, cutoff: float):
+    for i in range(pos.shape[0]):
+        fx = -k * pos[i, 0] - drag * vel[i, 0]
+        fy = -k * pos[i, 1] - drag * vel[i, 1] - g
+        if repulsion > 0.0:
+            for j in range(pos.shape[0]):
+                dx = pos[i, 0] - pos[j, 0]
+                dy = pos[i, 1] - pos[j, 1]
+                r2 = dx * dx + dy * dy
+                if j != i and r2 < cutoff * cutoff:
+                    s = repulsion / (r2 * math.sqrt(r2) + 1e-9)
+                    fx += s * dx
+                    fy += s * dy
+        force[i, 0] = fx
+        force[i, 1] = fy
+
+
+@qgraph.kernel
+def integrate(pos, vel, force, dt: float):
+    for i in range(pos.shape[0]):
+        vel[i, 0] += dt * force[i, 0]
+        vel[i, 1] += dt * force[i, 1]
+        pos[i, 0] += dt * vel[i, 0]
+        pos[i, 1] += dt * vel[i, 1]
+
+
+@qgraph.kernel
+def walls(pos, vel, box: float):
+    for i in range(pos.shape[0]):
+        for d in range(2):
+            if pos[i, d] < -box:
+                pos[i, d] = -2.0 * box - pos[i, d]
+                vel[i, d] = -vel[i, d]
+            elif pos[i, d] > box:
+                pos[i, d] = 2.0 * box - pos[i, d]
+                vel[i, d] = -vel[i, d]
+
+
+@qgraph.graph
+def step_kernels(pos, vel, force, dt: float, k: float, drag: float, g: float, box: float, repulsion: float,
+                 cutoff: float):
+    forces(pos, vel, force, k, drag, g, repulsion, cutoff)
+    integrate(pos, vel, force, dt)
+    walls(pos, vel, box)
+
+
+VARIANTS = {"fused": step, "kernels": step_kernels}
+
+
 @dataclass
 class ParticlesResult:
     n: int
@@ -106,29 +160,33 @@ def numpy_reference(pos: np.ndarray, vel: np.ndarray, steps: int, dt: float,
 
 
 def simulate(pos0: np.ndarray, vel0: np.ndarray, steps: int, dt: float,
-             repulsion: float) -> tuple[np.ndarray, np.ndarray, float]:
-    """Run `steps` kernel calls: (final positions, final velocities, seconds)."""
+             repulsion: float, variant: str = "fused") -> tuple[np.ndarray, np.ndarray, float]:
+    """Run `steps` step calls: (final positions, final velocities, seconds)."""
     pos, vel = qgraph.from_numpy(pos0), qgraph.from_numpy(vel0)
     force = qgraph.ndarray(qgraph.f64, pos0.shape)
+    one_step = VARIANTS[variant]
     qgraph.sync()
     start = time.perf_counter()
     for _ in range(steps):
-        step(pos, vel, force, dt, STIFFNESS, DRAG, GRAVITY, BOX, repulsion, CUTOFF)
+        one_step(pos, vel, force, dt, STIFFNESS, DRAG, GRAVITY, BOX, repulsion, CUTOFF)
     qgraph.sync()
     seconds = time.perf_counter() - start
     return pos.to_numpy(), vel.to_numpy(), seconds
 
 
 def run(n: int = 1000, steps: int = 200, dt: float = 1e-3, pairwise: bool = False,
-        check: bool = True, seed: int = 0) -> ParticlesResult:
-    """Step n particles `steps` times; with pairwise, add an O(n^2) short-range repulsion."""
+        check: bool = True, seed: int = 0, variant: str = "fused") -> ParticlesResult:
+    """Step n particles `steps` times; with pairwise, add an O(n^2) short-range repulsion.
+    `variant`: "fused" (one three-task kernel) or "kernels" (three kernels, one step graph)."""
+    if variant not in VARIANTS:
+        raise ValueError(f"variant must be one of {sorted(VARIANTS)}, got {variant!r}")
     repulsion = REPULSION if pairwise else 0.0
     start = time.perf_counter()
-    simulate(*initial_state(4, seed), 2, dt, repulsion)  # compile (and capture) on 4 particles
+    simulate(*initial_state(4, seed), 2, dt, repulsion, variant)  # compile (and capture) on 4 particles
     compile_seconds = time.perf_counter() - start
 
     pos0, vel0 = initial_state(n, seed)
-    pos, vel, seconds = simulate(pos0, vel0, steps, dt, repulsion)
+    pos, vel, seconds = simulate(pos0, vel0, steps, dt, repulsion, variant)
     pos_err = vel_err = max_err = None
     if check:
         ref_pos, ref_vel = numpy_reference(pos0, vel0, steps, dt, repulsion)
@@ -148,11 +206,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dt", type=float, default=1e-3, help="time step")
     parser.add_argument("--pairwise", action="store_true", help="add O(n^2) short-range repulsion")
     parser.add_argument("--no-check", action="store_true", help="skip the NumPy reference run")
+    parser.add_argument("--variant", choices=sorted(VARIANTS), default="fused",
+                        help="fused: one three-task kernel; kernels: three kernels in a @qgraph.graph step")
     args = parser.parse_args(argv)
 
-    r = run(n=args.n, steps=args.steps, dt=args.dt, pairwise=args.pairwise, check=not args.no_check)
+    r = run(n=args.n, steps=args.steps, dt=args.dt, pairwise=args.pairwise, check=not args.no_check,
+            variant=args.variant)
     kind = "with pairwise repulsion" if r.pairwise else "independent"
-    print(f"particles: {r.n} {kind} on {r.arch}, {r.steps} steps of dt={args.dt:g}")
+    print(f"particles: {r.n} {kind} on {r.arch}, {r.steps} steps of dt={args.dt:g} ({args.variant})")
     print(f"  {r.seconds:.4f} s, {r.steps_per_second:,.0f} steps/s (compile/warm-up {r.compile_seconds:.2f} s)")
     if r.max_error is None:
         return 0
