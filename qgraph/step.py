@@ -9,11 +9,14 @@ runs.
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from . import runtime
+from .errors import QgraphError
 from .runtime import DeviceState
+from .runtime.settings import USE_ENVIRONMENT
 
 
 @dataclass
@@ -34,9 +37,18 @@ class GraphFunction:
 
     _drops_first = True  # runtime reset: its graphs hold nodes of the kernels' modules
 
-    def __init__(self, fn: Callable, graph_cache_size: int | None) -> None:
+    def __init__(self, fn: Callable, graph_cache_size: int | None, graph_while: str | None = None,
+                 max_iterations=USE_ENVIRONMENT) -> None:
         self._fn = fn
         self.graph_cache_size = graph_cache_size
+        self.graph_while = graph_while
+        self.max_iterations = max_iterations
+        self._flag_at = None
+        if graph_while is not None:  # where the flag is among the arguments
+            names = list(inspect.signature(fn).parameters)
+            if graph_while not in names:
+                raise TypeError(f"graph_while={graph_while!r} names no parameter of {fn.__name__}({', '.join(names)})")
+            self._flag_at = names.index(graph_while)
         self.stats = StepStats()
         self._runners: dict[str, object] = {}
         functools.update_wrapper(self, fn)
@@ -48,11 +60,18 @@ class GraphFunction:
         state = runtime.ensure_init()
         target = state.target
         if not isinstance(target, DeviceState) or step_capture.is_recording():
-            return self._fn(*args, **kwargs)  # the CPU; or a step called by a step: its calls join the outer one
+            if self.graph_while is None or step_capture.is_recording():
+                return self._fn(*args, **kwargs)  # the CPU; or a step called by a step: its calls join the outer one
+            return self._cpu_loop(args, kwargs, state.settings)
         runner = self._runners.get(target.key)
         if runner is None:
             capacity = self.graph_cache_size or state.settings.graph_cache_size
-            runner = self._runners[target.key] = step_capture.StepRunner(target, self.__name__, self.stats, capacity)
+            loop = None
+            if self.graph_while is not None:
+                limit = state.settings.max_iterations if self.max_iterations is USE_ENVIRONMENT else self.max_iterations
+                loop = (self.graph_while, limit, self._fn.__code__.co_firstlineno)
+            runner = self._runners[target.key] = step_capture.StepRunner(target, self.__name__, self.stats, capacity,
+                                                                         loop)
         if stream is None:
             handle = target.device.stream_handle
         else:
@@ -64,9 +83,31 @@ class GraphFunction:
             return result
         calls, result = step_capture.record(self._fn, args, kwargs)
         if calls:
-            runner.run(calls, handle)
+            runner.run(calls, handle, self._flag(args, kwargs))
             runner.remember(args, kwargs, handle, result)
         return result
+
+    def _flag(self, args: tuple, kwargs: dict):
+        if self._flag_at is None:
+            return None
+        return args[self._flag_at] if self._flag_at < len(args) else kwargs.get(self.graph_while)
+
+    def _cpu_loop(self, args: tuple, kwargs: dict, settings):
+        """graph_while on the CPU: run the body until the flag reads 0 (do-while), with the guard."""
+        import numpy as np
+
+        flag = self._flag(args, kwargs)
+        limit = settings.max_iterations if self.max_iterations is USE_ENVIRONMENT else self.max_iterations
+        passes = 0
+        while True:
+            result = self._fn(*args, **kwargs)
+            passes += 1
+            if np.asarray(flag).reshape(-1)[0] == 0:
+                return result
+            if limit is not None and passes >= limit:
+                raise QgraphError(f"step {self.__name__}: its loop ran {limit:,} passes with the flag "
+                                  f"'{self.graph_while}' still non-zero and was stopped by the runaway guard "
+                                  "(max_iterations); raise it or make a kernel set the flag to 0")
 
     def _drop(self) -> None:
         for runner in self._runners.values():
@@ -78,14 +119,18 @@ class GraphFunction:
         return f"<qgraph.graph {self.__qualname__}>"
 
 
-def graph(fn: Callable | None = None, *, graph_cache_size: int | None = None):
+def graph(fn: Callable | None = None, *, graph_cache_size: int | None = None, graph_while: str | None = None,
+          max_iterations=USE_ENVIRONMENT):
     """Run a Python function that calls kernels as one CUDA graph per call.
 
     The first call with a given sequence of kernel signatures builds a graph holding every task
     of every kernel call; later calls replay it, updating in place the nodes of calls whose
     arrays, shapes or numbers changed. Calls whose arrays do not overlap (or only read the
     same arrays) run concurrently. `graph_cache_size` bounds the graphs kept (default
-    QGRAPH_GRAPH_CACHE_SIZE). On the CPU the function runs as written.
+    QGRAPH_GRAPH_CACHE_SIZE). `graph_while="flag"` repeats the whole step on the device while
+    the int32 flag argument is non-zero (do-while, as a kernel's graph_while; a kernel called in
+    the step must set it), with the runaway guard `max_iterations` (default
+    QGRAPH_MAX_ITERATIONS). On the CPU the function runs as written (in a loop on the flag).
     """
     if graph_cache_size is not None and (not isinstance(graph_cache_size, int) or graph_cache_size < 1):
         raise ValueError(f"graph_cache_size must be a positive int, got {graph_cache_size!r}")
@@ -95,6 +140,26 @@ def graph(fn: Callable | None = None, *, graph_cache_size: int | None = None):
             raise TypeError(f"{f!r} is a kernel: @qgraph.graph decorates a plain function that calls kernels")
         if not callable(f) or not hasattr(f, "__code__"):
             raise TypeError(f"@qgraph.graph decorates a Python function, got {f!r}")
-        return GraphFunction(f, graph_cache_size)
+        return GraphFunction(f, graph_cache_size, graph_while, max_iterations)
 
     return wrap if fn is None else wrap(fn)
+
+
+_LOOPS: dict = {}  # step function -> its graph_while wrapper (qgraph.while_loop)
+
+
+def while_loop(flag, step: Callable, *args, **kwargs):
+    """Run `step(*args, **kwargs)` (a function calling kernels) again and again on the device
+    while the int32 array `flag` is non-zero, as one graph with a WHILE node (do-while: the
+    body runs at least once); a kernel called in the step must be passed `flag` and set it.
+    On the CPU the same loop runs on the host."""
+    fn = getattr(step, "_fn", step)  # a @qgraph.graph function or a plain one
+    wrapper = _LOOPS.get(fn)
+    if wrapper is None:
+        def body(_qg_flag, *inner, **inner_kw):
+            return fn(*inner, **inner_kw)
+
+        body.__name__, body.__qualname__ = fn.__name__, fn.__qualname__
+        wrapper = _LOOPS[fn] = GraphFunction(body, None, "_qg_flag")
+    return wrapper(flag, *args, **kwargs)
+

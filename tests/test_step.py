@@ -187,3 +187,81 @@ def test_random_draws_advance_on_every_call(arch):
     first = x.to_numpy().copy()
     noisy(x)
     assert not np.allclose(x.to_numpy() - first, first)  # another draw, not the same numbers again
+
+
+@qgraph.kernel
+def relax_once(u, un, change):
+    change[0] = 0.0
+    for i in range(1, u.shape[0] - 1):
+        un[i] = 0.5 * (u[i - 1] + u[i + 1])
+        qgraph.atomic_max(change, 0, abs(un[i] - u[i]))
+
+
+@qgraph.kernel
+def copy_back(u, un, change, flag, tol: float, count):
+    for i in range(1, u.shape[0] - 1):
+        u[i] = un[i]
+    count[0] += 1
+    flag[0] = 1 if change[0] > tol else 0
+
+
+def _relax_reference(u, tol):
+    u, count = u.copy(), 0
+    while True:
+        un = u.copy()
+        un[1:-1] = 0.5 * (u[:-2] + u[2:])
+        change = np.abs(un[1:-1] - u[1:-1]).max()
+        u[1:-1] = un[1:-1]
+        count += 1
+        if not change > tol:
+            return u, count
+
+
+@qgraph.graph(graph_while="flag")
+def relax(u, un, change, flag, tol: float, count):
+    relax_once(u, un, change)
+    copy_back(u, un, change, flag, tol, count)
+
+
+def test_a_step_repeated_on_the_device_while_its_flag_is_set(loop_arch):
+    if loop_arch == "cuda-host":
+        pytest.skip("a step's loop is a WHILE node; the host fallback of kernels does not apply")
+    u0 = np.zeros(32)
+    u0[0], u0[-1] = 1.0, -1.0
+    ref, passes = _relax_reference(u0, 1e-3)
+    for _ in range(2):  # the second call (new arrays, a new flag) updates the same graph
+        u, un = qgraph.from_numpy(u0), qgraph.from_numpy(u0)
+        change, count = qgraph.from_numpy(np.zeros(1)), qgraph.from_numpy(np.zeros(1, np.int64))
+        flag = qgraph.from_numpy(np.ones(1, np.int32))
+        relax(u, un, change, flag, 1e-3, count)
+        np.testing.assert_allclose(u.to_numpy(), ref, rtol=1e-12)
+        assert count.to_numpy()[0] == passes > 10
+    if loop_arch == "cuda":
+        assert relax.stats.builds == 1 and relax.stats.graph_nodes == 4 + 2  # 4 tasks, slot writer, condition
+
+
+def test_while_loop_runs_a_plain_function(arch):
+    def one_pass(u, un, change, flag, count):
+        relax_once(u, un, change)
+        copy_back(u, un, change, flag, 1e-3, count)
+
+    u0 = np.zeros(16)
+    u0[0] = 1.0
+    ref, passes = _relax_reference(u0, 1e-3)
+    u, un = qgraph.from_numpy(u0), qgraph.from_numpy(u0)
+    change, count = qgraph.from_numpy(np.zeros(1)), qgraph.from_numpy(np.zeros(1, np.int64))
+    flag = qgraph.from_numpy(np.ones(1, np.int32))
+    qgraph.while_loop(flag, one_pass, u, un, change, flag, count)
+    np.testing.assert_allclose(u.to_numpy(), ref, rtol=1e-12)
+    assert count.to_numpy()[0] == passes
+
+
+def test_a_step_loop_needs_a_kernel_that_takes_the_flag(cuda):
+    @qgraph.graph(graph_while="flag")
+    def forgetful(x, flag):
+        scale(x, 2.0)
+
+    with pytest.raises(qgraph.QgraphError, match="no kernel call in step forgetful takes the flag"):
+        forgetful(qgraph.from_numpy(np.ones(2)), qgraph.from_numpy(np.ones(1, np.int32)))
+    with pytest.raises(TypeError, match="graph_while='flg' names no parameter"):
+        qgraph.graph(graph_while="flg")(lambda x, flag: None)

@@ -20,8 +20,9 @@ from collections import OrderedDict
 
 import numpy as np
 
-from ..args.kinds import arg_type
+from ..args.kinds import FLAG_SIGS, FlagKind, arg_type
 from ..args.structs import RESOLVED_ATTR, STRUCT_EPOCH
+from ..conditional import WhileLoop
 from ..driver.device import check, driver, kernel_failure
 from ..errors import QgraphError
 from ..graph_cache import TaskGraph, _Instance
@@ -133,6 +134,13 @@ def dependencies(calls: list[StepCall]) -> tuple[tuple[int, ...], ...]:
     return tuple(found)
 
 
+class _LoopPlace:
+    """What the runaway guard's message names: the flag and the step's line."""
+
+    def __init__(self, flag: str, lineno: int) -> None:
+        self.flag, self.lineno = flag, lineno
+
+
 # ---------------------------------------------------------------------- replaying without the body
 
 _NUMBERS = (int, float, bool, np.number, np.bool_)
@@ -161,14 +169,25 @@ def _same_values(now: tuple, then: tuple) -> bool:
 class BuiltStep:
     """One step graph: each call's nodes, its executable instance and the blocks it holds."""
 
-    def __init__(self, target, calls: list[StepCall], deps: tuple, stream: int, name: str, stats) -> None:
+    def __init__(self, target, calls: list[StepCall], deps: tuple, stream: int, name: str, stats,
+                 loop: tuple | None = None) -> None:
         d = driver()
         self._target = target
         self.graph = check(d.cuGraphCreate(0), "cuGraphCreate")
         self.parts: list[TaskGraph] = []
+        self.loop = None
         self.exec = None
         kernel_handles: frozenset = frozenset()  # kernel nodes so far: a call after one waits on a programmatic edge
         try:
+            into = self.graph
+            if loop is not None:  # (the flag's element pointer, guard): the whole step inside a WHILE node
+                flag_address, guard, programmatic = loop
+                self.loop = WhileLoop(target, (0, None), 0, guard, 0)
+                constants = self.loop.constants()
+                self._slot_block = (constants["_slot0"], constants["_limit0"])
+                self.flag_address = flag_address
+                into, _, self._slot_node = self.loop.add_loop(self.graph, [], self._slot_block[0] + flag_address +
+                                                              self._slot_block[1])
             ends: list[list] = []
             for call, waits in zip(calls, deps):
                 launcher = call.launcher
@@ -184,11 +203,13 @@ class BuiltStep:
                                  programmatic=launcher.settings.programmatic_edges,
                                  max_iterations=launcher._max_iterations,
                                  stop_word=record.pointer if record is not None else 0,
-                                 into=(self.graph, [n for i in waits for n in ends[i]]), kernel_deps=kernel_handles)
+                                 into=(into, [n for i in waits for n in ends[i]]), kernel_deps=kernel_handles)
                 self.parts.append(part)
                 ends.append(part.ends)
                 kernel_handles = kernel_handles | {int(n.handle) for n in part._nodes if n.kernel is not None}
-            self.kernel_nodes = sum(p.kernel_nodes for p in self.parts)
+            if self.loop is not None:  # the condition kernel after every call
+                self.loop.add_condition(into, [n for e in ends for n in e], programmatic)
+            self.kernel_nodes = sum(p.kernel_nodes for p in self.parts) + (2 if self.loop is not None else 0)
             self.exec = check(d.cuGraphInstantiate(self.graph, 0), f"cuGraphInstantiate (step {name})")
             check(d.cuGraphUpload(self.exec, stream), "cuGraphUpload")
         except BaseException:
@@ -196,6 +217,16 @@ class BuiltStep:
             raise
         self.held = [c.packs for c in calls]
         self._instances = [_Instance(self.exec, list(p._template_blocks)) for p in self.parts]
+
+    def set_flag(self, address: bytes) -> None:
+        """Point the loop's slot writer at another flag array (an in-place node update)."""
+        if address == self.flag_address:
+            return
+        node = self._slot_node
+        node.buffer.data[:] = self._slot_block[0] + address + self._slot_block[1]
+        check(driver().cuGraphExecKernelNodeSetParams(self.exec, node.handle, node.params),
+              "updating the step loop's flag")
+        self.flag_address = address
 
     def update(self, calls: list[StepCall]) -> None:
         """Set the nodes of the calls whose arguments changed since this graph last ran."""
@@ -216,6 +247,9 @@ class BuiltStep:
         for part in self.parts:
             part.close()  # its loop state; the nodes belong to this graph
         self.parts = []
+        if self.loop is not None:
+            self.loop.close()
+            self.loop = None
         if self.graph is not None:
             d.cuGraphDestroy(self.graph)
             self.graph = None
@@ -224,7 +258,8 @@ class BuiltStep:
 class StepRunner:
     """The CUDA side of one @qgraph.graph function on one device: its built graphs and replays."""
 
-    def __init__(self, target, name: str, stats, capacity: int) -> None:
+    def __init__(self, target, name: str, stats, capacity: int, loop: tuple | None = None) -> None:
+        self._loop = loop  # (flag name, guard limit or None, first line) for graph_while steps
         self._target = target
         self._name = name
         self._stats = stats
@@ -269,8 +304,9 @@ class StepRunner:
             return
         self._same = (args, tuple(kwargs.values()), stream, built, STRUCT_EPOCH[0], tuple(kwargs), result)
 
-    def run(self, calls: list[StepCall], stream: int) -> None:
+    def run(self, calls: list[StepCall], stream: int, flag=None) -> None:
         signature = tuple((id(c.launcher), c.key) for c in calls)
+        address = self._flag_address(calls, flag) if self._loop is not None else None
         packs = tuple(c.packs for c in calls)
         with self._target.lock:
             found = self._last.get((signature, packs))
@@ -278,11 +314,13 @@ class StepRunner:
                 deps = dependencies(calls)
                 found = self._built.get((signature, deps))
                 if found is None:
-                    found = self._build(signature, deps, calls, stream)
+                    found = self._build(signature, deps, calls, stream, address)
                 if len(self._last) >= 4 * self._capacity:
                     self._last.clear()
                 self._last[(signature, packs)] = found
             found.update(calls)
+            if address is not None:
+                found.set_flag(address)
             self._current, self._current_calls = found, calls
             self._target.lifetimes.hold(stream, [c.args for c in calls])
             err = self._launch(found.exec, stream)[0]
@@ -293,8 +331,27 @@ class StepRunner:
             stats.graph_nodes = found.kernel_nodes
             stats.kernel_calls = len(calls)
 
-    def _build(self, signature: tuple, deps: tuple, calls: list[StepCall], stream: int) -> BuiltStep:
-        built = BuiltStep(self._target, calls, deps, stream, self._name, self._stats)
+    def _flag_address(self, calls: list[StepCall], flag) -> bytes:
+        """The flag's element pointer, from a kernel call the flag is passed to (one must set it)."""
+        name = self._loop[0]
+        for call in calls:
+            for arg, sig, pack in zip(call.args, call.key, call.packs):
+                if arg is flag:
+                    if sig not in FLAG_SIGS:
+                        raise TypeError(f"graph_while={name!r}: the flag must be an int32 array of shape (1,) or (), "
+                                        f"got {sig}")
+                    return pack[FlagKind.address]
+        raise QgraphError(f"graph_while={name!r}: no kernel call in step {self._name} takes the flag, so nothing "
+                          "could set it to 0; pass the flag to the kernel that decides whether to go on")
+
+    def _build(self, signature: tuple, deps: tuple, calls: list[StepCall], stream: int,
+               address: bytes | None) -> BuiltStep:
+        loop = None
+        if self._loop is not None:
+            flag, limit, lineno = self._loop
+            guard = (limit, self._name, _LoopPlace(flag, lineno))
+            loop = (address, guard, calls[0].launcher.settings.programmatic_edges)
+        built = BuiltStep(self._target, calls, deps, stream, self._name, self._stats, loop)
         self._built[(signature, deps)] = built
         if len(self._built) > self._capacity:
             _, old = self._built.popitem(last=False)
