@@ -265,3 +265,31 @@ def test_a_step_loop_needs_a_kernel_that_takes_the_flag(cuda):
         forgetful(qgraph.from_numpy(np.ones(2)), qgraph.from_numpy(np.ones(1, np.int32)))
     with pytest.raises(TypeError, match="graph_while='flg' names no parameter"):
         qgraph.graph(graph_while="flg")(lambda x, flag: None)
+
+
+def test_threads_share_a_step(arch):
+    import threading
+
+    @qgraph.graph
+    def bump(x, a: float):
+        scale(x, a)
+        axpy(x, x, 1.0)  # x += x: x *= 2
+
+    arrays = [qgraph.from_numpy(np.ones(64)) for _ in range(4)]
+    errors = []
+
+    def worker(x):
+        try:
+            for _ in range(50):
+                bump(x, 1.0)
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(x,)) for x in arrays]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    for x in arrays:
+        np.testing.assert_array_equal(x.to_numpy(), 2.0 ** 50)

@@ -216,6 +216,7 @@ class BuiltStep:
             self.close()
             raise
         self.held = [c.packs for c in calls]
+        self.version = 0  # bumped by every change of the nodes: a remembered call must see the same version
         self._instances = [_Instance(self.exec, list(p._template_blocks)) for p in self.parts]
 
     def set_flag(self, address: bytes) -> None:
@@ -227,6 +228,7 @@ class BuiltStep:
         check(driver().cuGraphExecKernelNodeSetParams(self.exec, node.handle, node.params),
               "updating the step loop's flag")
         self.flag_address = address
+        self.version += 1
 
     def update(self, calls: list[StepCall]) -> None:
         """Set the nodes of the calls whose arguments changed since this graph last ran."""
@@ -238,6 +240,7 @@ class BuiltStep:
             blocks, grids = part._blocks(call.args, call.packs)
             part._update(self._instances[k], blocks, grids)
             held[k] = call.packs
+            self.version += 1
 
     def close(self) -> None:
         d = driver()
@@ -270,7 +273,8 @@ class StepRunner:
         self._fail = kernel_failure(name)
         self._current = None  # the graph the last body run replayed
         self._current_calls: list[StepCall] = []
-        self._same = None  # (args, kwargs values, stream, graph, struct epoch, kwargs names, result) of it
+        self._current_version = 0
+        self._same = None  # (args, kwargs values, stream, graph, struct epoch, kwargs names, result, version)
 
     def replay_same(self, args: tuple, kwargs: dict, stream: int):
         """Replay the last graph if this call's arguments are the last call's (the same qgraph
@@ -284,7 +288,7 @@ class StepRunner:
             return False, None
         built = last[3]
         with self._target.lock:
-            if built.exec is None:  # evicted or closed meanwhile
+            if built.exec is None or built.version != last[7]:  # evicted, or set for another call meanwhile
                 return False, None
             self._target.lifetimes.hold(stream, args)
             err = self._launch(built.exec, stream)[0]
@@ -302,7 +306,8 @@ class StepRunner:
         if built is None or draws or not all(_reusable(v) for v in args + tuple(kwargs.values())):
             self._same = None
             return
-        self._same = (args, tuple(kwargs.values()), stream, built, STRUCT_EPOCH[0], tuple(kwargs), result)
+        self._same = (args, tuple(kwargs.values()), stream, built, STRUCT_EPOCH[0], tuple(kwargs), result,
+                      self._current_version)
 
     def run(self, calls: list[StepCall], stream: int, flag=None) -> None:
         signature = tuple((id(c.launcher), c.key) for c in calls)
@@ -321,7 +326,7 @@ class StepRunner:
             found.update(calls)
             if address is not None:
                 found.set_flag(address)
-            self._current, self._current_calls = found, calls
+            self._current, self._current_calls, self._current_version = found, calls, found.version
             self._target.lifetimes.hold(stream, [c.args for c in calls])
             err = self._launch(found.exec, stream)[0]
             if err:
