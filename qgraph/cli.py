@@ -1,4 +1,4 @@
-"""`python -m qgraph <command>`: demo, bench, info."""
+"""`python -m qgraph <command>`: demo, bench, info, precompile."""
 
 from __future__ import annotations
 
@@ -79,6 +79,17 @@ def _info(args: argparse.Namespace) -> int:
     return 0
 
 
+def _precompile(args: argparse.Namespace) -> int:
+    import qgraph
+    from qgraph.precompile import precompile
+
+    qgraph.init(args.arch)
+    print(precompile(args.target, args.types))
+    cache = qgraph.runtime.STATE.settings.cache_dir
+    print(f"compile cache: {cache}" if cache else "compile cache: off (QGRAPH_CACHE=0): nothing was kept")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m qgraph", description=__doc__)
     parser.add_argument("--arch", choices=("cuda", "cpu"), default=None,
@@ -96,6 +107,12 @@ def main(argv: list[str] | None = None) -> int:
     bench.set_defaults(run=_bench)
     info = sub.add_parser("info", help="whether CUDA is usable (and why not), device, versions and cache directory")
     info.set_defaults(run=_info)
+    pre = sub.add_parser("precompile", help="compile and cache a kernel (or run a warm-up function) for deployment",
+                         description="Compile a kernel for the signature its type texts spell, or run a warm-up "
+                                     "function, filling the compile cache for later processes.")
+    pre.add_argument("target", help="module:name or path/to/file.py:name (a kernel, or a warm-up function)")
+    pre.add_argument("types", nargs="*", help="a kernel's argument types as signature texts: float32[2d] float int32")
+    pre.set_defaults(run=_precompile)
     parser.add_argument("--verbose", action="store_true", help="show the full traceback of an error")
     args = parser.parse_args(argv)
     import qgraph

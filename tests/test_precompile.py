@@ -101,3 +101,46 @@ def test_example_arguments_from_signature_texts_give_that_signature(arch):
         example_arguments(["complex64[1d]"], arch)
     with pytest.raises(ValueError, match="'floot32' is not a dtype"):
         example_arguments(["floot32[1d]"], arch)
+
+
+_CALLER = """
+import sys
+import numpy as np
+import qgraph
+qgraph.init(sys.argv[1])
+import aot_cli_module as m
+x, y = qgraph.from_numpy(np.arange(3.0)), qgraph.from_numpy(np.zeros(3))
+m.scale(x, y, 2.0)
+print(y.to_numpy().tolist(), m.scale.stats.specialisations, m.scale.stats.cache_loads)
+"""
+
+
+def test_precompile_from_the_shell_then_a_fresh_process_loads_it(arch, tmp_path):
+    (tmp_path / "aot_cli_module.py").write_text(
+        "import qgraph\n\n\n@qgraph.kernel\ndef scale(x, y, a: float):\n    for i in range(x.shape[0]):\n"
+        "        y[i] = a * x[i]\n\n\ndef warm():\n    raise RuntimeError('warm-up failed')\n")
+    (tmp_path / "caller.py").write_text(_CALLER)
+    env = dict(os.environ, QGRAPH_CACHE_DIR=str(tmp_path / "cache"),
+               PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+
+    def shell(*argv: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, *argv], env=env, text=True, capture_output=True, timeout=300,
+                              cwd=tmp_path)
+
+    done = shell("-m", "qgraph", "--arch", arch, "precompile", "aot_cli_module:scale", "float64[1d]", "float64[1d]",
+                 "float")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("scale(float64[1d], float64[1d], float) on " + arch + ": compiled in ")
+    again = shell("-m", "qgraph", "--arch", arch, "precompile", str(tmp_path / "aot_cli_module.py") + ":scale",
+                  "float64[1d]", "float64[1d]", "float")
+    assert "loaded from the compile cache" in again.stdout, again.stderr
+    call = shell(str(tmp_path / "caller.py"), arch)
+    assert call.returncode == 0, call.stderr
+    assert call.stdout.strip() == "[0.0, 2.0, 4.0] 1 1"  # its first call loaded, compiled nothing
+
+    missing = shell("-m", "qgraph", "--arch", arch, "precompile", "aot_cli_module:scale")
+    assert missing.returncode == 2 and "give the type of each argument (x, y, a)" in missing.stderr
+    bad_type = shell("-m", "qgraph", "--arch", arch, "precompile", "aot_cli_module:scale", "float64[1d]", "floot")
+    assert bad_type.returncode == 2 and "'floot' is not a dtype" in bad_type.stderr
+    failing = shell("-m", "qgraph", "--arch", arch, "precompile", "aot_cli_module:warm")
+    assert failing.returncode != 0 and "warm-up failed" in failing.stderr
