@@ -53,6 +53,7 @@ from .runtime import current_arch, device_info, init, reset, sync
 from .runtime.arrays import Ndarray, from_numpy, ndarray
 from .runtime.random_state import seed
 from .step import GraphFunction, StepStats, graph, while_loop
+from .torch_op import torch_op
 
 __version__ = "0.1.0"
 
@@ -67,5 +68,5 @@ __all__ = [
     "sync", "u8", "u16", "u32", "u64",
     "cross", "determinant", "dot", "inverse", "mat22", "mat33", "mat44", "matrix", "norm", "norm_sqr", "normalized",
     "outer", "randint", "randn", "random", "seed", "struct", "trace", "transpose", "vec2", "vec3", "vec4", "vector",
-    "cond", "loop", "repeat", "while_loop",
+    "cond", "loop", "repeat", "while_loop", "torch_op",
 ]
