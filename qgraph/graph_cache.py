@@ -149,7 +149,7 @@ class TaskGraph:
             raise
         self.state = GraphState.BUILT
         self.build_seconds = time.perf_counter() - started
-        self.replay = self._generate_replay(target.lifetimes, stats)
+        self.replay = self._generate_replay(stats)
 
     # ------------------------------------------------------------------ building
 
@@ -253,14 +253,13 @@ class TaskGraph:
         source = f"def blocks({signature_with_constants('args, p', constants)}):\n" + "\n".join(lines) + "\n"
         return generate(source, "blocks", constants, f"graph blocks of kernel {self.name}")
 
-    def _generate_replay(self, lifetimes, stats):
+    def _generate_replay(self, stats):
         d = driver()
-        constants = {"_get": self._instances.get, "_miss": self._miss, "_hold": lifetimes.hold,
+        constants = {"_get": self._instances.get, "_miss": self._miss,
                      "_glaunch": d.cuGraphLaunch, "_stats": stats, "_fail": kernel_failure(self.name), "_keep": self}
         lines = ["    inst = _get(p)",
                  "    if inst is None:",
                  "        inst = _miss(args, p, stream)",
-                 "    _hold(stream, args)",
                  "    r = _glaunch(inst.exec, stream)[0]",
                  "    if r:",
                  "        raise _fail(r, 'cuGraphLaunch')",

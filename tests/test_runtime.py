@@ -97,3 +97,26 @@ def test_cache_directory_defaults_and_off_switch():
 
 def test_sync_is_safe_on_every_arch(arch):
     qgraph.sync()
+
+
+@qgraph.kernel(cuda_graph=True)
+def _accumulate(x, out):
+    for i in range(x.shape[0]):
+        out[i] += x[i]
+
+
+def test_arrays_dropped_right_after_a_call_stay_valid_for_it(arch):
+    """qgraph arrays are freed in order on qgraph's stream (calls on it are not held); foreign
+    arrays and calls on other streams are held until the device is done."""
+    out = qgraph.from_numpy(np.zeros(4096))
+    for k in range(200):  # each temporary is dropped at once; its memory is soon reused
+        _accumulate(qgraph.from_numpy(np.full(4096, float(k))), out)
+    np.testing.assert_array_equal(out.to_numpy(), sum(range(200)))
+    if arch == "cuda":
+        torch = pytest.importorskip("torch")
+        out_t = torch.zeros(4096, dtype=torch.float64, device="cuda")
+        stream = torch.cuda.current_stream().cuda_stream
+        for k in range(200):
+            _accumulate(torch.full((4096,), float(k), dtype=torch.float64, device="cuda"), out_t, stream=stream)
+        torch.cuda.synchronize()
+        np.testing.assert_array_equal(out_t.cpu().numpy(), sum(range(200)))

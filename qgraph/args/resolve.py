@@ -192,13 +192,17 @@ def _fixed_scalar_fast_path(k: int, a: str, fix: str, arch: str, ns: dict) -> li
     ns[f"_fix{k}"] = fix
     ns[f"_conv{k}"] = kind.dtype.type if arch == "cpu" else kind.pack
     value = f"_conv{k}({a})"
+    # a NumPy scalar of the annotated type itself always fits (np.float32(1.0) for `a: qgraph.f32`)
+    ns[f"_own{k}"] = kind.dtype.type
+    own = f"elif t is _own{k}: s{k} = _fix{k}; v{k} = {value}"
     if kind.dtype.kind == "f":  # beyond the type's range (or inf, nan): the slow path checks it
         ns[f"_fmax{k}"] = float(np.finfo(kind.dtype).max)
-        return [f"if (t is float or t is int) and -_fmax{k} <= {a} <= _fmax{k}: s{k} = _fix{k}; v{k} = {value}"]
+        return [f"if (t is float or t is int) and -_fmax{k} <= {a} <= _fmax{k}: s{k} = _fix{k}; v{k} = {value}",
+                own]
     if kind.dtype.kind == "b":
-        return [f"if t is bool: s{k} = _fix{k}; v{k} = {value}"]
+        return [f"if t is bool: s{k} = _fix{k}; v{k} = {value}", own]
     lo, hi = kind.int_range
-    return [f"if t is int and {lo} <= {a} <= {hi}: s{k} = _fix{k}; v{k} = {value}"]
+    return [f"if t is int and {lo} <= {a} <= {hi}: s{k} = _fix{k}; v{k} = {value}", own]
 
 
 def resolver_lines(names: tuple[str, ...], fixed: tuple[str | None, ...], arch: str, ns: dict,

@@ -57,12 +57,12 @@ _BOUNDS_MEMO = 16  # eager calls remember the loop bounds of this many recent ar
 class EagerRunner:
     """Launches a specialisation's tasks one by one on the call's stream."""
 
-    def __init__(self, kernels: list[TaskKernel], bounds, lifetimes, name: str) -> None:
+    def __init__(self, kernels: list[TaskKernel], bounds, name: str) -> None:
         self.kernels = kernels
         self.buffers = [ParamBuffer(tk.param_size) for tk in kernels]
         d = driver()
         # _keep: the driver reads each buffer's `extra` array by address; it lives as long as `run`
-        constants = {"_bounds": bounds, "_memo": {}, "_tile": tile_shape, "_hold": lifetimes.hold,
+        constants = {"_bounds": bounds, "_memo": {}, "_tile": tile_shape,
                      "_launch": d.cuLaunchKernel, "_fail": kernel_failure(name), "_keep": self.buffers,
                      "_memo_size": _BOUNDS_MEMO}
         lines = []
@@ -75,7 +75,6 @@ class EagerRunner:
                       "        b, n, c = _bounds(*args)",
                       f"        bn = _memo[p] = (b, n, ({''.join(shape + ', ' for shape in shapes)}))",
                       "    b, n, t = bn"]
-        lines.append("    _hold(stream, args)")
         for k, (tk, buf) in enumerate(zip(kernels, self.buffers)):
             constants[f"f{k}"] = tk.function
             constants[f"buf{k}"] = buf.data
@@ -195,13 +194,15 @@ class CudaLauncher:
                     "_specialise": self._specialise, "_switch": self._switch, "_last": self._last,
                     "_stream": self.device.stream_handle, "_shandle": stream_handle, "_FLAG_OK": FlagKind.SHAPE_OK,
                     "_flag_error": self._flag_error, "_acquire": self.target.lock.acquire,
+                    "_hold": self.lifetimes.hold,
                     "_release": self.target.lock.release}
         comma = "," if n == 1 else ""
         args = ", ".join(f"a{k}" for k in range(n))
-        lines = ["    if _ident() != _dev._thread:", "        _dev.make_current()"]
+        lines = ["    if _ident() != _dev._thread:", "        _dev.make_current()", "    pure = True"]
         lines += frozen_number_lines(src, ns)
+        # `pure` stays True when every argument is a qgraph array, a number or a cached struct
         lines += resolver_lines(display_names(src), fixed_scalar_types(src), "cuda", ns, Ndarray,
-                                elements=element_annotations(src))
+                                elements=element_annotations(src), mutable_flag="pure")
         lines += [f"    key = ({', '.join(f's{k}' for k in range(n))}{comma})",
                   f"    p = ({', '.join(f'v{k}' for k in range(n))}{comma})"]
         shape = FlagKind.shape_field
@@ -229,6 +230,10 @@ class CudaLauncher:
                   f"            spec = _specialise(key, ({args}{comma}))",
                   "        if spec is not _last[0]:",
                   "            _switch(spec)",
+                  # qgraph arrays are freed in order on qgraph's stream, after every launch queued there:
+                  # only foreign arrays (their allocators do not wait for it) and other streams need holding
+                  "        if not pure or stream is not None:",
+                  f"            _hold(s, ({args}{comma}))",
                   f"        spec.run(({args}{comma}), p, s)"]
         if self._debug:  # every call waits for the device and reads the record of the checks
             ns.update({"_read": self._record.read, "_failed": self._check_failed})
@@ -310,14 +315,14 @@ class CudaLauncher:
             self._warn_fallback()
             spec.host_loop = True
             if self._root_flag is None:  # regions: walked on the host, tasks launched one by one
-                runs = {tk.task.index: EagerRunner([tk], self._bounds, self.lifetimes, name).run
+                runs = {tk.task.index: EagerRunner([tk], self._bounds, name).run
                         for tk in spec.kernels}
                 spec.host_runner = conditional.HostTree(self.target, self.src.body, runs, spec.flags, self._loops,
                                                         self._max_iterations, name)
                 spec.run = spec.host_runner.run
                 return
         if not self.use_graphs:
-            eager = EagerRunner(spec.kernels, self._bounds, self.lifetimes, name)
+            eager = EagerRunner(spec.kernels, self._bounds, name)
             spec.run = eager.run
             if self.while_mode == "host":
                 spec.host_runner = conditional.HostLoop(self.target, eager.run, None, spec.flags[self._root_flag],

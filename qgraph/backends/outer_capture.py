@@ -22,17 +22,6 @@ from ..graph_cache import TaskGraph
 from ..lang.regions import control_regions
 
 
-class _NotHeld:
-    """Lifetimes for launches into a capture: nothing is queued to run now, so nothing to hold."""
-
-    @staticmethod
-    def hold(stream: int, owners: object) -> None:
-        return None
-
-
-NOT_HELD = _NotHeld()
-
-
 def first_call_error(src, key: tuple) -> QgraphError:
     signature = ", ".join(f"{n}: {t}" for n, t in zip(src.param_names, key))
     return QgraphError(f"kernel {src.name}: the first call for ({signature}) is on a stream that is capturing a "
@@ -70,7 +59,7 @@ class CaptureRecorder:
             self._record_graph(spec, args, packs, stream)
             return
         if spec.captured_run is None:
-            spec.captured_run = self._eager_runner(spec.kernels, launcher._bounds, NOT_HELD, launcher.src.name).run
+            spec.captured_run = self._eager_runner(spec.kernels, launcher._bounds, launcher.src.name).run
         spec.captured_run(args, packs, stream)
 
     def _record_graph(self, spec, args: tuple, packs: tuple, stream: int) -> None:

@@ -1,9 +1,11 @@
 """Keep a queued call's arguments alive until the device has finished with them.
 
-A caller may drop its last reference to an array right after an asynchronous call. The
-call's owners are parked per stream; every `BATCH` parked calls one event is recorded on
-that stream, and a batch is released once its event has completed (or at `sync()`). So the
-common step loop pays one list append per call, and an event only every BATCH calls.
+A caller may drop its last reference to an array right after an asynchronous call. qgraph's
+own arrays are freed in order on qgraph's stream, so only calls with foreign arrays or on
+other streams are held (backends/cuda.py). The call's owners are parked per stream; every
+`BATCH` parked calls one event is recorded on that stream, and a batch is released once its
+event has completed (or at `sync()`). So such a loop pays one list append per call, and an
+event only every BATCH calls.
 """
 
 from __future__ import annotations
