@@ -13,13 +13,22 @@ def _demo(args: argparse.Namespace) -> int:
 
     import qgraph
     from qgraph.bench.kernels import kernels_for
+    from qgraph.bench.timing import StageBar
     from qgraph.examples import heat_diffusion
 
     qgraph.init(args.arch)
     info = qgraph.device_info()
     where = f"cuda: {info.name}" if info is not None else "cpu (no usable CUDA GPU; pass --arch to choose)"
-    print(f"qgraph {qgraph.__version__} on {where}\n")
-    result = heat_diffusion.run(n=args.n, tol=args.tol, max_steps=args.max_steps, check=True)
+    print(f"qgraph {qgraph.__version__} on {where}\n", flush=True)
+    with StageBar("demo", ["compiling and solving the heat diffusion", "measuring launch overhead"]) as stages:
+        result = heat_diffusion.run(n=args.n, tol=args.tol, max_steps=args.max_steps, check=True)
+        stages.next()
+        module = kernels_for(8)
+        arrays = [qgraph.ndarray(qgraph.f32, (256,)) for _ in range(8)]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", qgraph.FallbackWarning)
+            report = qgraph.benchmark(module.graph, *arrays, 256, 1.0, repeat=7)
+        stages.next()
     print(f"2D heat diffusion, {result.n}x{result.n} grid, run to convergence with graph_while:")
     print(f"  {result.steps} steps in {result.seconds:.3f} s = {result.steps_per_second:,.0f} steps/s "
           f"(compile {result.compile_seconds:.2f} s, excluded)")
@@ -29,11 +38,6 @@ def _demo(args: argparse.Namespace) -> int:
     ok = result.converged and result.reference_error is not None and result.reference_error < 1e-9
 
     print("\nlaunch overhead: one call of a kernel with 8 small tasks (256 elements each)")
-    module = kernels_for(8)
-    arrays = [qgraph.ndarray(qgraph.f32, (256,)) for _ in range(8)]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", qgraph.FallbackWarning)
-        report = qgraph.benchmark(module.graph, *arrays, 256, 1.0, repeat=7)
     print(report)
     if qgraph.current_arch() == "cuda":
         print(f"  CUDA graphs make a call {report.speedup():.1f}x faster than launching its 8 tasks one by one")

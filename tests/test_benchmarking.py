@@ -72,3 +72,36 @@ def test_table_json_and_plot(tmp_path):
     path = tmp_path / "plot.png"
     suite.plot(report, str(path))
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_busy_machine_is_told_by_the_spread_of_the_rounds():
+    from qgraph.bench.timing import BUSY_SPREAD, busy_warning, is_busy, spread_of
+
+    assert spread_of([3.0, 1.0, 2.0]) == (1.0, 2.0, 3.0)
+    assert not is_busy(spread_of([4.5, 4.6, 4.4, 4.7]))  # an idle machine: a few percent
+    assert is_busy(spread_of([4.5, 4.6, 7971.0]))  # one round stalled
+    assert is_busy((1.0, 1.2, BUSY_SPREAD * 1.01)) and not is_busy((1.0, 1.2, BUSY_SPREAD * 0.99))
+    assert "the machine was busy" in busy_warning(["graph (8 tasks)"])
+
+
+def test_benchmark_results_carry_their_spread(arch):
+    from qgraph.bench.kernels import kernels_for
+
+    module = kernels_for(2)
+    arrays = [qgraph.ndarray(qgraph.f32, (256,)) for _ in range(2)]
+    result = qgraph.benchmark(module.graph, *arrays, 256, 1.0, repeat=3)
+    for mode, (low, median, high) in result.spread.items():
+        assert low <= median <= high and median == result.us_per_call[mode]
+    assert "rounds" in str(result)
+
+
+def test_stage_lines_are_plain_when_not_on_a_terminal():
+    import io
+
+    from qgraph.bench.timing import StageBar
+
+    out = io.StringIO()
+    with StageBar("demo", ["compiling", "measuring"], stream=out) as stages:
+        stages.next()
+        stages.next()
+    assert out.getvalue() == "demo: compiling ...\ndemo: measuring ...\n"  # no carriage returns or bar redraws

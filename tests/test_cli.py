@@ -33,6 +33,10 @@ def test_bench_on_cpu_writes_json_and_says_gpu_rows_need_a_gpu(cpu, tmp_path, ca
     data = json.loads(path.read_text())
     assert data["arch"] == "cpu" and data["cpu"] and data["environment"]["versions"]["numba"]
     assert {"workload", "size", "qgraph_us", "numba_us", "ratio"} <= set(data["cpu"][0])
+    row = data["cpu"][0]  # the spread of the rounds, and first calls split into cold and warm
+    assert row["qgraph_us"] <= row["qgraph_us_max"] and row["numba_us"] <= row["numba_us_max"]
+    assert row["qgraph_cold_s"] > 0 and row["qgraph_warm_s"] > 0 and row["numba_cold_s"] > 0
+    assert "qgraph cold" in out.out and "qgraph warm" in out.out and "numba cold" in out.out
 
 
 def test_info(cpu, capsys):

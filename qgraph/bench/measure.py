@@ -10,28 +10,40 @@ from dataclasses import dataclass, field
 from .. import runtime
 from ..decorator import Kernel
 from ..errors import FallbackWarning
+from .timing import busy_warning, is_busy, spread_of
 
 MODES = ("eager", "graph")
 
 
 @dataclass
 class BenchmarkResult:
-    """Median time per call of one kernel in each mode (microseconds)."""
+    """Median time per call of one kernel in each mode (microseconds), with the spread of the
+    rounds: `spread[mode] = (min, median, max)`."""
 
     kernel: str
     arch: str
     us_per_call: dict[str, float] = field(default_factory=dict)
     calls_per_round: int = 0
     rounds: int = 0
+    spread: dict[str, tuple[float, float, float]] = field(default_factory=dict)
 
     def speedup(self, slower: str = "eager", faster: str = "graph") -> float:
         return self.us_per_call[slower] / self.us_per_call[faster]
+
+    @property
+    def busy(self) -> list[str]:
+        """The modes whose rounds spread so far that the machine was busy (see timing.is_busy)."""
+        return [mode for mode, s in self.spread.items() if is_busy(s)]
 
     def __str__(self) -> str:
         lines = [f"{self.kernel} on {self.arch}: median of {self.rounds} rounds x {self.calls_per_round} calls"]
         best = min(self.us_per_call.values())
         for mode, us in self.us_per_call.items():
-            lines.append(f"  {mode:<6} {us:10.2f} us/call  ({us / best:4.2f}x the fastest)")
+            low, _, high = self.spread.get(mode, (us, us, us))
+            lines.append(f"  {mode:<6} {us:10.2f} us/call  ({us / best:4.2f}x the fastest; rounds "
+                         f"{low:.2f} to {high:.2f})")
+        if self.busy:
+            lines.append(f"  warning: {busy_warning(self.busy)}")
         return "\n".join(lines)
 
 
@@ -77,4 +89,5 @@ def benchmark(kernel: Kernel, *args, repeat: int = 20, modes: tuple[str, ...] = 
                 samples[name].append((time.perf_counter() - started) / per_round * 1e6)
     result = BenchmarkResult(kernel.__name__, state.arch, calls_per_round=per_round, rounds=repeat)
     result.us_per_call = {name: statistics.median(ts) for name, ts in samples.items()}
+    result.spread = {name: spread_of(ts) for name, ts in samples.items()}
     return result

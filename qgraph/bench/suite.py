@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 
 import qgraph
 
-from .timing import Progress, interleaved_seconds, warm_up_gpu
+from .timing import Progress, busy_warning, interleaved_seconds, is_busy, warm_up_gpu
 
 FULL_TASKS = (1, 2, 4, 8, 16, 32)
 FULL_SIZES = (256, 1 << 20, 1 << 24)
@@ -39,6 +39,12 @@ class Row:
     size: int
     us: float
     floor_us: float | None = None
+    us_min: float | None = None  # the fastest and slowest of the interleaved rounds
+    us_max: float | None = None
+
+    @property
+    def busy(self) -> bool:
+        return self.us_min is not None and is_busy((self.us_min, self.us, self.us_max))
 
     @property
     def ratio(self) -> float | None:
@@ -111,9 +117,11 @@ def gpu_launch_rows(tasks: int, size: int, budget: float, repeat: int, numba_bas
              "graph, 2 sets swapped": swapped, "eager": lambda: module.eager(*graph_args)}
     if numba_baseline:
         calls["numba dispatcher"] = NumbaDispatch(sets[0], size, a).run
-    times = interleaved_seconds(calls, budget, repeat, qgraph.sync)
+    spreads: dict = {}
+    times = interleaved_seconds(calls, budget, repeat, qgraph.sync, spreads)
     floor = times["floor"] * 1e6
-    return [Row("launch", mode, tasks, size, t * 1e6, floor) for mode, t in times.items()]
+    return [Row("launch", mode, tasks, size, t * 1e6, floor, spreads[mode][0] * 1e6, spreads[mode][2] * 1e6)
+            for mode, t in times.items()]
 
 
 def gpu_loop_rows(tasks: int, iterations: int, budget: float, repeat: int) -> list[Row]:
@@ -143,13 +151,14 @@ def gpu_loop_rows(tasks: int, iterations: int, budget: float, repeat: int) -> li
              "raw host loop": run(raw.host_loop), "host fallback": run(lambda: fallback(*args))}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", qgraph.FallbackWarning)
-        times = interleaved_seconds(calls, budget, repeat, qgraph.sync)
+        spreads: dict = {}
+        times = interleaved_seconds(calls, budget, repeat, qgraph.sync, spreads)
     us = {mode: t / iterations * 1e6 for mode, t in times.items()}
-    return [Row("loop", "raw WHILE node", tasks, size, us["raw WHILE node"], us["raw WHILE node"]),
-            Row("loop", "device loop", tasks, size, us["device loop"], us["raw WHILE node"]),
-            Row("loop", "device loop, no guard", tasks, size, us["device loop, no guard"], us["raw WHILE node"]),
-            Row("loop", "raw host loop", tasks, size, us["raw host loop"], us["raw host loop"]),
-            Row("loop", "host fallback", tasks, size, us["host fallback"], us["raw host loop"])]
+    floors = {"raw WHILE node": "raw WHILE node", "device loop": "raw WHILE node",
+              "device loop, no guard": "raw WHILE node", "raw host loop": "raw host loop",
+              "host fallback": "raw host loop"}
+    return [Row("loop", mode, tasks, size, us[mode], us[floor], spreads[mode][0] / iterations * 1e6,
+                spreads[mode][2] / iterations * 1e6) for mode, floor in floors.items()]
 
 
 def gpu_headline(budget: float, repeat: int) -> dict:
@@ -335,6 +344,9 @@ def table(report: Report) -> str:
     from .examples_bench import table as examples_table
 
     lines.append(examples_table(report.examples))
+    busy = [f"{r.mode} ({r.tasks} tasks, {r.size})" for r in report.rows if r.busy]
+    if busy:
+        lines.append(f"\nwarning: {busy_warning(busy[:6] + (['...'] if len(busy) > 6 else []))}")
     return "\n".join(lines)
 
 
