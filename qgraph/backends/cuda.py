@@ -204,19 +204,20 @@ class CudaLauncher:
         lines += resolver_lines(display_names(src), fixed_scalar_types(src), "cuda", ns, Ndarray,
                                 elements=element_annotations(src), mutable_flag="pure")
         lines += [f"    key = ({', '.join(f's{k}' for k in range(n))}{comma})",
-                  f"    p = ({', '.join(f'v{k}' for k in range(n))}{comma})"]
+                  f"    p = ({', '.join(f'v{k}' for k in range(n))}{comma})",
+                  f"    call_args = ({args}{comma})"]
         shape = FlagKind.shape_field
         for k in self._flags:
             lines += [f"    if p[{k}][{shape.start}:{shape.stop}] not in _FLAG_OK:",
                       f"        raise _flag_error({k}, p[{k}])"]
-        # the device's lock: calls from several threads must not interleave their parameter
-        # writes, node updates and launches (the GIL serialises Python anyway: no parallelism lost)
-        # a stream given with stream= may be capturing into another library's graph: record into it
-        ns["_capturing"], ns["_record"] = capturing, self._capture.record
         # inside a @qgraph.graph function (any thread recording one), the call is recorded, not launched
         ns.update({"_steps": step_capture.ACTIVE, "_step": step_capture.intercept, "_launcher": self})
-        lines += [f"    if _steps[0] and _step(_launcher, key, ({args}{comma}), p, stream):",
+        lines += ["    if _steps[0] and _step(_launcher, key, call_args, p, stream):",
                   "        return"]
+        # a stream given with stream= may be capturing into another library's graph: record into it
+        ns["_capturing"], ns["_record"] = capturing, self._capture.record
+        # the device's lock: calls from several threads must not interleave their parameter
+        # writes, node updates and launches (the GIL serialises Python anyway: no parallelism lost)
         lines += ["    _acquire()",
                   "    try:",
                   "        if stream is None:",
@@ -224,17 +225,17 @@ class CudaLauncher:
                   "        else:",
                   "            s = _shandle(stream)",
                   "            if _capturing(s):",
-                  f"                return _record(key, ({args}{comma}), p, s)",
+                  "                return _record(key, call_args, p, s)",
                   "        spec = _get(key)",
                   "        if spec is None:",
-                  f"            spec = _specialise(key, ({args}{comma}))",
+                  "            spec = _specialise(key, call_args)",
                   "        if spec is not _last[0]:",
                   "            _switch(spec)",
                   # qgraph arrays are freed in order on qgraph's stream, after every launch queued there:
                   # only foreign arrays (their allocators do not wait for it) and other streams need holding
                   "        if not pure or stream is not None:",
-                  f"            _hold(s, ({args}{comma}))",
-                  f"        spec.run(({args}{comma}), p, s)"]
+                  "            _hold(s, call_args)",
+                  "        spec.run(call_args, p, s)"]
         if self._debug:  # every call waits for the device and reads the record of the checks
             ns.update({"_read": self._record.read, "_failed": self._check_failed})
             lines += ["        found = _read(s)", "        if found is not None:", "            _failed(spec, found)"]
