@@ -13,22 +13,23 @@ def _demo(args: argparse.Namespace) -> int:
 
     import qgraph
     from qgraph.bench.kernels import kernels_for
-    from qgraph.bench.timing import StageBar
+    from qgraph.bench.progress import StepBar, bars_wanted
     from qgraph.examples import heat_diffusion
 
     qgraph.init(args.arch)
     info = qgraph.device_info()
     where = f"cuda: {info.name}" if info is not None else "cpu (no usable CUDA GPU; pass --arch to choose)"
-    print(f"qgraph {qgraph.__version__} on {where}\n", flush=True)
-    with StageBar("demo", ["compiling and solving the heat diffusion", "measuring launch overhead"]) as stages:
-        result = heat_diffusion.run(n=args.n, tol=args.tol, max_steps=args.max_steps, check=True)
-        stages.next()
+    print(f"qgraph {qgraph.__version__} on {where}\n", flush=True)  # before the bar, which is erased after
+    with StepBar("demo", 5, bars_wanted(args.quiet)) as bar:
+        result = heat_diffusion.run(n=args.n, tol=args.tol, max_steps=args.max_steps, check=True, on_step=bar.step)
+        bar.step("compiling the 8-task kernel")
         module = kernels_for(8)
         arrays = [qgraph.ndarray(qgraph.f32, (256,)) for _ in range(8)]
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", qgraph.FallbackWarning)
+            module.graph(*arrays, 256, 1.0)
+            bar.step("timing launch overhead")
             report = qgraph.benchmark(module.graph, *arrays, 256, 1.0, repeat=7)
-        stages.next()
     print(f"2D heat diffusion, {result.n}x{result.n} grid, run to convergence with graph_while:")
     print(f"  {result.steps} steps in {result.seconds:.3f} s = {result.steps_per_second:,.0f} steps/s "
           f"(compile {result.compile_seconds:.2f} s, excluded)")
@@ -49,8 +50,10 @@ def _demo(args: argparse.Namespace) -> int:
 
 def _bench(args: argparse.Namespace) -> int:
     from qgraph.bench import suite
+    from qgraph.bench.progress import bars_wanted
 
-    return suite.main(quick=args.quick, json_path=args.json, plot_path=args.plot, arch=args.arch)
+    return suite.main(quick=args.quick, json_path=args.json, plot_path=args.plot, arch=args.arch,
+                      show_progress=bars_wanted(args.quiet))
 
 
 # what to do about the usual reasons CUDA is not usable (matched in the reason's text)
@@ -94,17 +97,23 @@ def _precompile(args: argparse.Namespace) -> int:
     return 0
 
 
+_QUIET_HELP = "no progress bars (they are drawn only when stderr is a terminal and CI is unset)"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m qgraph", description=__doc__)
     parser.add_argument("--arch", choices=("cuda", "cpu"), default=None,
                         help="backend (default: QGRAPH_ARCH, else cuda when usable, else cpu)")
+    parser.add_argument("--quiet", "-q", action="store_true", help=_QUIET_HELP)
+    quiet = argparse.ArgumentParser(add_help=False)  # --quiet after demo / bench too, without resetting it
+    quiet.add_argument("--quiet", "-q", action="store_true", default=argparse.SUPPRESS, help=_QUIET_HELP)
     sub = parser.add_subparsers(dest="command", required=True)
-    demo = sub.add_parser("demo", help="heat diffusion to convergence and a launch-overhead report")
+    demo = sub.add_parser("demo", parents=[quiet], help="heat diffusion to convergence and a launch-overhead report")
     demo.add_argument("--n", type=int, default=128, help="grid size (default 128)")
     demo.add_argument("--tol", type=float, default=1e-4, help="stop when the max change is below this")
     demo.add_argument("--max-steps", type=int, default=50_000)
     demo.set_defaults(run=_demo)
-    bench = sub.add_parser("bench", help="the launch-overhead benchmark suite")
+    bench = sub.add_parser("bench", parents=[quiet], help="the benchmark suite (launch overhead, compile time, ...)")
     bench.add_argument("--quick", action="store_true", help="a reduced suite (under a minute)")
     bench.add_argument("--json", metavar="PATH", help="write every figure, with device and versions, to PATH")
     bench.add_argument("--plot", metavar="PATH", help="write a PNG plot (per-call time vs task count)")

@@ -18,8 +18,11 @@ def test_cpu_rows_agree_with_numba(cpu, tmp_path):
     assert [r["workload"] for r in rows] == WORKLOADS
     assert [r["size"] for r in rows] == ["34^2", "10^3", "N=64", "N=64"]
     for r in rows:
-        assert set(r) == {"workload", "size", "qgraph_ms", "numba_ms", "speed_vs_numba", "max_abs_error", "agree"}
+        figures = {f"{side}_ms{part}" for side in ("qgraph", "numba") for part in ("", "_min", "_median", "_max")}
+        assert set(r) == {"workload", "size", "speed_vs_numba", "max_abs_error", "agree"} | figures
         assert r["qgraph_ms"] > 0 and r["numba_ms"] > 0 and r["speed_vs_numba"] > 0
+        for side in ("qgraph", "numba"):  # the best round is the figure, with the spread of the rounds beside it
+            assert r[f"{side}_ms"] == r[f"{side}_ms_min"] <= r[f"{side}_ms_median"] <= r[f"{side}_ms_max"]
         assert r["agree"] and r["max_abs_error"] <= (1e-5 if "fast" in r["workload"] else 1e-6), r
     assert compute_suite.mismatches([], rows) == []
     text = compute_suite.table([], rows)

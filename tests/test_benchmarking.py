@@ -75,13 +75,48 @@ def test_table_json_and_plot(tmp_path):
 
 
 def test_a_busy_machine_is_told_by_the_spread_of_the_rounds():
-    from qgraph.bench.timing import BUSY_SPREAD, busy_warning, is_busy, spread_of
+    from qgraph.bench.timing import BUSY_MEDIAN_OVER_MIN, busy_warning, is_busy, spread_of
 
     assert spread_of([3.0, 1.0, 2.0]) == (1.0, 2.0, 3.0)
-    assert not is_busy(spread_of([4.5, 4.6, 4.4, 4.7]))  # an idle machine: a few percent
-    assert is_busy(spread_of([4.5, 4.6, 7971.0]))  # one round stalled
-    assert is_busy((1.0, 1.2, BUSY_SPREAD * 1.01)) and not is_busy((1.0, 1.2, BUSY_SPREAD * 0.99))
+    assert not is_busy(spread_of([4.5, 4.6, 4.4, 4.7, 4.5]))  # an idle machine: a few percent
+    assert is_busy(spread_of([4.5, 7971.0, 7960.0, 4.6, 7990.0]))  # the demo's 7,971 us for a 4.5 us call
+    assert not is_busy(spread_of([4.5, 4.6, 4.5, 4.4, 9.0]))  # one round hit: the median stands
+    assert is_busy((1.0, BUSY_MEDIAN_OVER_MIN * 1.01, 2.0)) and not is_busy((1.0, BUSY_MEDIAN_OVER_MIN * 0.99, 9.0))
     assert "the machine was busy" in busy_warning(["graph (8 tasks)"])
+    assert "and 2 more" in busy_warning([f"figure {k}" for k in range(8)])
+
+
+def test_busy_figures_are_found_in_a_report_at_any_depth():
+    from qgraph.bench.timing import busy_figures
+
+    tight = {"us": 4.5, "us_min": 4.4, "us_max": 4.7}
+    loaded = {"us": 7971.0, "us_min": 4.5, "us_max": 7990.0}
+    data = {"cpu": [dict(workload="saxpy", **tight), dict(workload="stencil", **loaded)],
+            "reductions": [{"op": "sum", "qgraph": loaded, "CUDA C++": tight}],
+            "headline": {"graph_us": 4.5, "graph_us_min": 4.4, "graph_us_max": 60.0}}  # one slow round
+    found = [label for section, rows in data.items() for label in busy_figures(rows, section)]
+    assert found == ["cpu stencil us", "reductions sum qgraph us"]
+
+
+def test_the_report_json_carries_spreads_and_names_busy_figures():
+    report = suite.Report("cpu", {})
+    report.structs = [{"mode": "struct", "us": 40.0, "us_min": 2.6, "us_max": 45.0, "ratio": 1.0}]
+    data = report.to_json()
+    assert data["busy"] == ["structs struct us"]
+    assert "structs struct us: the median round took over" in suite.table(report)
+    report.structs[0]["us"] = 2.7
+    assert report.to_json()["busy"] == [] and "warning" not in suite.table(report)
+
+
+def test_benchmark_result_warns_when_its_own_spread_says_the_figure_is_unreliable():
+    from qgraph.bench.timing import Spread
+
+    loaded = qgraph.BenchmarkResult("graph", "cpu", {"cpu": 7971.0}, calls_per_round=10, rounds=7,
+                                    spread={"cpu": Spread(4.5, 7971.0, 8100.0)})
+    assert loaded.busy == ["cpu"] and "warning: cpu: the median round took over" in str(loaded)
+    quiet = qgraph.BenchmarkResult("graph", "cpu", {"cpu": 4.5}, calls_per_round=10, rounds=7,
+                                   spread={"cpu": Spread(4.4, 4.5, 4.7)})
+    assert quiet.busy == [] and "warning" not in str(quiet) and "rounds 4.40 to 4.70 us" in str(quiet)
 
 
 def test_benchmark_results_carry_their_spread(arch):
@@ -93,15 +128,3 @@ def test_benchmark_results_carry_their_spread(arch):
     for mode, (low, median, high) in result.spread.items():
         assert low <= median <= high and median == result.us_per_call[mode]
     assert "rounds" in str(result)
-
-
-def test_stage_lines_are_plain_when_not_on_a_terminal():
-    import io
-
-    from qgraph.bench.timing import StageBar
-
-    out = io.StringIO()
-    with StageBar("demo", ["compiling", "measuring"], stream=out) as stages:
-        stages.next()
-        stages.next()
-    assert out.getvalue() == "demo: compiling ...\ndemo: measuring ...\n"  # no carriage returns or bar redraws

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -21,22 +22,53 @@ def test_demo_runs_and_checks_its_result(cpu, capsys):
     assert "us/call" in out
 
 
+def _timed_figures(data, where=""):
+    """(label, figure, its min, its max) of every timed figure (a key naming a unit of time) in a
+    report's JSON; min and max are None where they are missing."""
+    found = []
+    if isinstance(data, list):
+        for k, item in enumerate(data):
+            found += _timed_figures(item, f"{where}[{k}]")
+    elif isinstance(data, dict):
+        for key, value in data.items():
+            if isinstance(value, (dict, list)):
+                found += _timed_figures(value, f"{where}.{key}")
+            elif (isinstance(value, float) and re.search(r"(^|_)(us|ms|s)(_|$)", key)
+                  and not re.search(r"_(min|max|median)$", key)):
+                found.append((f"{where}.{key}", value, data.get(f"{key}_min"), data.get(f"{key}_max")))
+    return found
+
+
 def test_bench_on_cpu_writes_json_and_says_gpu_rows_need_a_gpu(cpu, tmp_path, capsys, monkeypatch):
-    from qgraph.bench import suite
+    from qgraph.bench import compile_time, suite
 
     real_run = suite.run
-    monkeypatch.setattr(suite, "run", lambda quick, arch: real_run(quick=True, arch="cpu", cpu_sizes=(20_000,)))
+    monkeypatch.setattr(suite, "run", lambda quick, arch, show_progress: real_run(
+        quick=True, arch="cpu", cpu_sizes=(20_000,), show_progress=show_progress))
+    monkeypatch.setattr(compile_time, "QUICK_MANY_LOOPS", 3)  # the many-loop kernel, small: the rows are tested
     path = tmp_path / "bench.json"
     assert cli.main(["--arch", "cpu", "bench", "--quick", "--json", str(path), "--plot", str(tmp_path / "p.png")]) == 0
     out = capsys.readouterr()
     assert "GPU rows need a CUDA GPU" in out.out
+    assert "\r" not in out.out + out.err  # not a terminal: no progress bar, no redraws
     data = json.loads(path.read_text())
     assert data["arch"] == "cpu" and data["cpu"] and data["environment"]["versions"]["numba"]
     assert {"workload", "size", "qgraph_us", "numba_us", "ratio"} <= set(data["cpu"][0])
-    row = data["cpu"][0]  # the spread of the rounds, and first calls split into cold and warm
-    assert row["qgraph_us"] <= row["qgraph_us_max"] and row["numba_us"] <= row["numba_us_max"]
-    assert row["qgraph_cold_s"] > 0 and row["qgraph_warm_s"] > 0 and row["numba_cold_s"] > 0
-    assert "qgraph cold" in out.out and "qgraph warm" in out.out and "numba cold" in out.out
+    # every timed figure carries the spread of its rounds
+    figures = _timed_figures({k: v for k, v in data.items() if k not in ("environment", "seconds")})
+    assert len(figures) > 30 and {label.split("[")[0] for label, *_ in figures} >= {
+        ".cpu", ".cpu_sums", ".cpu_compute", ".structs", ".examples", ".first_calls", ".compile_time"}
+    for label, value, low, high in figures:
+        assert low is not None and high is not None and low <= value <= high, label
+    assert isinstance(data["busy"], list)
+    # first calls: cold and warm, for qgraph and numba alike, labelled in the table
+    first = data["first_calls"][0]
+    assert {"qgraph_cold_s", "qgraph_warm_s", "numba_cold_s", "numba_warm_s"} <= set(first)
+    assert "qgraph cold" in out.out and "qgraph warm" in out.out and "numba cold" in out.out and "numba warm" in out.out
+    rows = {(r["arch"], r["tasks"]): r for r in data["compile_time"]}
+    assert set(rows) == {("cpu", 8), ("cpu", 3)}
+    assert all(r["cold_peak_mb"] > 0 and r["warm_loaded_from_cache"] for r in rows.values())
+    assert "compile time: first call in a fresh process" in out.out and "peak MB cold" in out.out
 
 
 def test_info(cpu, capsys):
@@ -73,6 +105,76 @@ def test_info_says_whether_cuda_is_usable_and_why_not(capsys):
     else:
         assert out.startswith("cuda: not usable: ") and "to fix: " in out
     assert "arch: cpu" in out
+
+
+def _demo_in_a_process(stderr, env: dict) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "qgraph", "--arch", "cpu", "demo", "--n", "24", "--tol", "1e-3"],
+                          stdout=subprocess.PIPE, stderr=stderr, env=env, timeout=300)
+
+
+def _demo_lines_parse(stdout: bytes) -> None:
+    text = stdout.decode()
+    assert "\r" not in text and "\x1b" not in text  # no bar, no cursor movement
+    assert re.search(r"^  \d+ steps in [\d.]+ s = [\d,]+ steps/s", text, re.M)
+    assert re.search(r"^  cpu +[\d.]+ us/call", text, re.M) and "result check: PASSED" in text
+
+
+def test_demo_output_stays_plain_when_piped():
+    env = {k: v for k, v in os.environ.items() if k != "CI"}
+    done = _demo_in_a_process(subprocess.PIPE, env)
+    assert done.returncode == 0, done.stderr.decode()
+    _demo_lines_parse(done.stdout)
+    assert b"\r" not in done.stderr and b"compiling" not in done.stderr  # stderr is a pipe too: no bar
+
+
+@pytest.mark.skipif(not hasattr(os, "openpty"), reason="needs a pseudo-terminal")
+@pytest.mark.parametrize("ci", [None, "true"])
+def test_demo_draws_its_bar_on_a_terminal_only_outside_ci(ci):
+    import fcntl
+    import struct
+    import termios
+    import threading
+
+    master, terminal = os.openpty()
+    fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))  # tqdm needs a width
+    drawn = []
+
+    def read() -> None:
+        while True:
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:  # the terminal closed
+                return
+            if not chunk:
+                return
+            drawn.append(chunk)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    env = {k: v for k, v in os.environ.items() if k != "CI"}
+    if ci is not None:
+        env["CI"] = ci
+    try:
+        done = _demo_in_a_process(terminal, env)
+    finally:
+        os.close(terminal)
+        reader.join(10)
+        os.close(master)
+    assert done.returncode == 0
+    _demo_lines_parse(done.stdout)  # standard output, a pipe, stays plain either way
+    bar = b"".join(drawn)
+    if ci is None:
+        assert b"\r" in bar and b"compiling the heat kernel" in bar and b"timing launch overhead" in bar
+    else:
+        assert b"compiling" not in bar
+
+
+def test_quiet_is_accepted_before_and_after_the_command(monkeypatch):
+    seen = []
+    monkeypatch.setattr(cli, "_demo", lambda args: seen.append(args.quiet) or 0)
+    for argv in (["--quiet", "demo"], ["demo", "--quiet"], ["demo", "-q"], ["demo"]):
+        assert cli.main(argv) == 0
+    assert seen == [True, True, True, False]
 
 
 def test_module_entry_point():

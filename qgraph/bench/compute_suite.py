@@ -18,7 +18,7 @@ import qgraph
 
 from .compute_sources import CUDA_SOURCE, KERNELS_SOURCE, NUMBA_SOURCE
 from .kernels import module_from_source
-from .timing import interleaved_seconds
+from .timing import Spread, interleaved_spreads, put_figure, spread_of
 
 
 class _HandGraphs:
@@ -71,10 +71,12 @@ def agree(row: dict) -> bool:
     return bool(row["max_abs_error"] <= TOLERANCE[row["workload"]])
 
 
-def _row(name: str, size: str, times: dict, error: float, work: float | None = None, unit: str = "") -> dict:
-    q, h = times["qgraph"], times["CUDA C++"]
-    row = {"workload": name, "size": size, "qgraph_us": q * 1e6, "hand_us": h * 1e6, "speed_vs_hand": h / q,
-           "max_abs_error": error}
+def _row(name: str, size: str, spreads: dict, error: float, work: float | None = None, unit: str = "") -> dict:
+    q, h = spreads["qgraph"].median, spreads["CUDA C++"].median
+    row = {"workload": name, "size": size}
+    put_figure(row, "qgraph_us", spreads["qgraph"], 1e6)
+    put_figure(row, "hand_us", spreads["CUDA C++"], 1e6)
+    row.update(speed_vs_hand=h / q, max_abs_error=error)
     row["agree"] = agree(row)
     if work is not None:
         row["rate"], row["unit"] = work / q, unit
@@ -92,18 +94,18 @@ def gpu_rows(quick: bool, budget: float, repeat: int) -> list[dict]:
         calls = {"qgraph": lambda u=u, o=outs[0]: mod.stencil2d(u, o),
                  "CUDA C++": hand.graph("stencil2d", ((n - 2 + 31) // 32, (n - 2 + 7) // 8, 1), (32, 8),
                                         [_ptr(u), _ptr(outs[1]), ctypes.c_int32(n), ctypes.c_int32(n)])}
-        times = interleaved_seconds(calls, budget, repeat, qgraph.sync)
+        spreads = interleaved_spreads(calls, budget, repeat, qgraph.sync)
         error = float(np.abs(outs[0].to_numpy() - outs[1].to_numpy()).max())
-        rows.append(_row("stencil 2-D 5-point", f"{n}^2", times, error, 8.0 * n * n / 1e9, "GB/s"))
+        rows.append(_row("stencil 2-D 5-point", f"{n}^2", spreads, error, 8.0 * n * n / 1e9, "GB/s"))
     n = 128 if quick else 256
     u = qgraph.from_numpy(rng.random((n, n, n), dtype=np.float32))
     outs = [qgraph.ndarray(qgraph.f32, (n, n, n)) for _ in range(2)]
     calls = {"qgraph": lambda: mod.stencil3d(u, outs[0]),
              "CUDA C++": hand.graph("stencil3d", ((n - 2 + 31) // 32, (n - 2 + 7) // 8, n - 2), (32, 8),
                                     [_ptr(u), _ptr(outs[1])] + [ctypes.c_int32(n)] * 3)}
-    times = interleaved_seconds(calls, budget, repeat, qgraph.sync)
+    spreads = interleaved_spreads(calls, budget, repeat, qgraph.sync)
     error = float(np.abs(outs[0].to_numpy() - outs[1].to_numpy()).max())
-    rows.append(_row("stencil 3-D 7-point", f"{n}^3", times, error, 8.0 * n ** 3 / 1e9, "GB/s"))
+    rows.append(_row("stencil 3-D 7-point", f"{n}^3", spreads, error, 8.0 * n ** 3 / 1e9, "GB/s"))
     for n in ((2048,) if quick else (2048, 16384)):
         for fast in (False, True):
             host = [rng.random(n, dtype=np.float32) for _ in range(7)]
@@ -115,11 +117,11 @@ def gpu_rows(quick: bool, budget: float, repeat: int) -> list[dict]:
             calls = {"qgraph": lambda q=q, k=kernel: k(*q, 1e-6, 0.01),
                      "CUDA C++": hand.graph("nbody", grid, (256, 1), values, fast),
                      "plain loads": hand.graph("nbody_plain", grid, (256, 1), values, fast)}
-            times = interleaved_seconds(calls, budget * 4, max(3, repeat // 2), qgraph.sync)
+            spreads = interleaved_spreads(calls, budget * 4, max(3, repeat // 2), qgraph.sync)
             error = _one_step_error(q, h, host, calls)
             name = "N-body all pairs" + (" (fast math)" if fast else "")
-            rows.append(_row(name, f"N={n}", times, error, float(n) * n / 1e9, "G pairs/s"))
-            rows[-1]["hand_plain_loads_us"] = times["plain loads"] * 1e6
+            rows.append(_row(name, f"N={n}", spreads, error, float(n) * n / 1e9, "G pairs/s"))
+            put_figure(rows[-1], "hand_plain_loads_us", spreads["plain loads"], 1e6)
     n = 1 << (24 if quick else 26)
     xh, yh = rng.random(n, dtype=np.float32), rng.random(n, dtype=np.float32)
     x, yq, yc = qgraph.from_numpy(xh), qgraph.from_numpy(yh), qgraph.from_numpy(yh)
@@ -127,12 +129,12 @@ def gpu_rows(quick: bool, budget: float, repeat: int) -> list[dict]:
              "CUDA C++": hand.graph("saxpy", ((n + 255) // 256, 1, 1), (256, 1),
                                     [_ptr(x), _ptr(yc), ctypes.c_float(0.5), ctypes.c_int64(n)]),
              "copy": _copy_launcher(4 * n)}
-    times = interleaved_seconds(calls, budget, repeat, qgraph.sync)
+    spreads = interleaved_spreads(calls, budget, repeat, qgraph.sync)
     yq.from_numpy(yh), yc.from_numpy(yh)
     calls["qgraph"](), calls["CUDA C++"]()
     error = float(np.abs(yq.to_numpy() - yc.to_numpy()).max())
-    row = _row("saxpy", f"2^{n.bit_length() - 1}", times, error, 12.0 * n / 1e9, "GB/s")
-    row["of_copy"] = (12.0 * n / times["qgraph"]) / (8.0 * n / times["copy"])
+    row = _row("saxpy", f"2^{n.bit_length() - 1}", spreads, error, 12.0 * n / 1e9, "GB/s")
+    row["of_copy"] = (12.0 * n / spreads["qgraph"].median) / (8.0 * n / spreads["copy"].median)
     rows.append(row)
     return rows
 
@@ -156,7 +158,8 @@ def _copy_launcher(nbytes: int):
 
 
 def cpu_rows(quick: bool, repeat: int = 5, sizes: tuple[int, int, int] | None = None) -> list[dict]:
-    """Best-of-`repeat` seconds of the qgraph CPU kernels and their numba twins (on the CPU backend).
+    """Milliseconds per call of the qgraph CPU kernels and their numba twins (on the CPU backend),
+    the best of `repeat` rounds, each with `_min`, `_median` and `_max` of the rounds.
 
     `sizes`: the 2-D grid's side, the 3-D grid's side and the body count, instead of the
     quick or full ones (a test runs them tiny)."""
@@ -171,31 +174,54 @@ def cpu_rows(quick: bool, repeat: int = 5, sizes: tuple[int, int, int] | None = 
     rows = []
     for name, size, q, h, inputs, out in cases:
         outs = [out.copy(), out.copy()]
-        tq = _best(lambda q=q, a=inputs, o=outs[0]: q(*a, o), repeat)
-        th = _best(lambda h=h, a=inputs, o=outs[1]: h(*a, o), repeat)
-        rows.append({"workload": name, "size": size, "qgraph_ms": tq * 1e3, "numba_ms": th * 1e3,
-                     "speed_vs_numba": th / tq, "max_abs_error": float(np.abs(outs[0] - outs[1]).max())})
-        rows[-1]["agree"] = agree(rows[-1])
+        tq, th = _paired_calls(lambda q=q, a=inputs, o=outs[0]: q(*a, o), lambda h=h, a=inputs, o=outs[1]: h(*a, o),
+                               repeat)
+        rows.append(_cpu_row(name, size, tq, th, float(np.abs(outs[0] - outs[1]).max())))
     for fast in (False, True):
         q, h = [a.copy() for a in bodies], [a.copy() for a in bodies]
         kernel = mod.nbody_fast if fast else mod.nbody
-        tq = _best(lambda k=kernel, a=q: k(*a, 1e-6, 0.01), repeat)
-        th = _best(lambda k=twins[fast]["nbody"], a=h: k(*a, np.float32(1e-6), np.float32(0.01)), repeat)
+        tq, th = _paired_calls(lambda k=kernel, a=q: k(*a, 1e-6, 0.01),
+                               lambda k=twins[fast]["nbody"], a=h: k(*a, np.float32(1e-6), np.float32(0.01)), repeat)
         error = max(float(np.abs(q[k] - h[k]).max() / np.abs(h[k]).max()) for k in (3, 4, 5))
-        rows.append({"workload": "N-body all pairs" + (" (fast math)" if fast else ""), "size": f"N={nb}",
-                     "qgraph_ms": tq * 1e3, "numba_ms": th * 1e3, "speed_vs_numba": th / tq, "max_abs_error": error})
-        rows[-1]["agree"] = agree(rows[-1])
+        rows.append(_cpu_row("N-body all pairs" + (" (fast math)" if fast else ""), f"N={nb}", tq, th, error))
     return rows
 
 
-def _best(fn, repeat: int) -> float:
-    fn()  # compile
-    best = float("inf")
-    for _ in range(repeat):
+def _cpu_row(name: str, size: str, qgraph_s: Spread, numba_s: Spread, error: float) -> dict:
+    """The best round of each side (the figure: CPU calls are at the mercy of thread scheduling),
+    with `_min`, `_median` and `_max` of the rounds."""
+    row = {"workload": name, "size": size}
+    for key, spread in (("qgraph_ms", qgraph_s), ("numba_ms", numba_s)):
+        put_figure(row, key, spread, 1e3)
+        row[f"{key}_median"], row[key] = row[key], row[f"{key}_min"]
+    row.update(speed_vs_numba=numba_s.min / qgraph_s.min, max_abs_error=error)
+    row["agree"] = agree(row)
+    return row
+
+
+CPU_ROUND_SECONDS = 0.01  # a round of back-to-back calls lasts at least this (a lone 20 us call is noise)
+
+
+def _paired_calls(qgraph_fn, numba_fn, repeat: int) -> tuple[Spread, Spread]:
+    """Seconds per call of each over `repeat` interleaved rounds of back-to-back calls, after one
+    call that compiles. Both make the same number of calls, so a kernel that steps its state
+    (N-body) leaves both sides after the same steps, and their results can be compared."""
+    sides = (qgraph_fn, numba_fn)
+    slowest = 0.0
+    for fn in sides:
+        fn()
         started = time.perf_counter()
         fn()
-        best = min(best, time.perf_counter() - started)
-    return best
+        slowest = max(slowest, time.perf_counter() - started)
+    calls = max(1, int(CPU_ROUND_SECONDS / max(slowest, 1e-7)))
+    samples: tuple[list, list] = ([], [])
+    for _ in range(repeat):
+        for fn, found in zip(sides, samples):
+            started = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            found.append((time.perf_counter() - started) / calls)
+    return spread_of(samples[0]), spread_of(samples[1])
 
 
 def table(gpu: list[dict], cpu: list[dict]) -> str:

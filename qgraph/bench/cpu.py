@@ -1,12 +1,13 @@
 """CPU benchmark: qgraph kernels vs the same loops hand-written with numba.njit(parallel=True).
 
-Both sides run in one process on the same arrays; the table gives the per-call median of
-each and their ratio, plus each side's first-call (compile) time.
+Per call: both sides in one process on the same arrays, in interleaved rounds; the table gives
+the median of each (with the spread of the rounds in the JSON) and their ratio. First call:
+each side's first call of each workload in a fresh process, cold (empty cache directories, a
+compile) and warm (the same directories again, a load), numba's twins with `cache=True`.
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 import numba
@@ -14,7 +15,8 @@ import numpy as np
 
 import qgraph
 
-from .timing import busy_warning, is_busy, median_call_seconds
+from .first_calls import cold_and_warm
+from .timing import interleaved_spreads, put_figure, spread_of
 
 
 @qgraph.kernel
@@ -62,22 +64,24 @@ def n_step(x, v, f, dt):
 
 @dataclass
 class CpuRow:
+    """Per-call microseconds of one workload and size: medians of the rounds, with their spread."""
+
     workload: str
     size: int
     qgraph_us: float
     numba_us: float
-    qgraph_cold_s: float  # first call with an empty compile cache (a compile)
-    qgraph_warm_s: float  # first call of a fresh init with the cache filled (a load)
-    numba_cold_s: float  # numba.njit's first call: it compiles in every process (no cache=True)
-    qgraph_us_max: float = 0.0  # the slowest of the rounds (qgraph_us is the fastest)
-    numba_us_max: float = 0.0
+    qgraph_us_min: float
+    qgraph_us_max: float
+    numba_us_min: float
+    numba_us_max: float
 
     @property
     def ratio(self) -> float:
         return self.qgraph_us / self.numba_us
 
 
-def _workloads(size: int):
+def workloads(size: int):
+    """[(name, (qgraph kernel, its arguments), (numba twin, its arguments))] on arrays of `size`."""
     rng = np.random.default_rng(0)
     side = int(round(size ** 0.5))
     x, y = rng.random(size), rng.random(size)
@@ -90,72 +94,52 @@ def _workloads(size: int):
     ]
 
 
-def _first_call(fn, args) -> float:
-    started = time.perf_counter()
-    fn(*args)
-    return time.perf_counter() - started
-
-
-def _cold_and_warm(workloads) -> dict[str, tuple[float, float]]:
-    """qgraph's first call of each workload with an empty compile cache, then with it filled
-    (a fresh init loads from it), in a temporary cache directory."""
-    import os
-    import tempfile
-
-    found = {}
-    saved = os.environ.get("QGRAPH_CACHE_DIR")
-    with tempfile.TemporaryDirectory(prefix="qgraph-bench-cache-") as cache:
-        os.environ["QGRAPH_CACHE_DIR"] = cache
-        try:
-            for name, (qk, qargs), _ in workloads:
-                qgraph.init("cpu")
-                cold = _first_call(qk, qargs)
-                qgraph.init("cpu")
-                found[name] = (cold, _first_call(qk, qargs))
-        finally:
-            if saved is None:
-                os.environ.pop("QGRAPH_CACHE_DIR", None)
-            else:
-                os.environ["QGRAPH_CACHE_DIR"] = saved
-    qgraph.init("cpu")
-    return found
-
-
-def run_cpu_suite(sizes=(10**6, 10**7), repeat: int = 20, progress=None) -> list[CpuRow]:
-    first_calls = _cold_and_warm(_workloads(1000))
+def run_cpu_suite(sizes=(10**6, 10**7), repeat: int = 20, budget: float = 0.02, on_step=None) -> list[CpuRow]:
+    """Per-call rows; `on_step(name)` (a progress bar's step) is called as each workload starts."""
     qgraph.init("cpu")
     rows = []
     for size in sizes:
-        for name, (qk, qargs), (nk, nargs) in _workloads(size):
-            _first_call(qk, qargs)
-            n_first = _first_call(nk, nargs) if size == sizes[0] else 0.0
-            # interleave the two sides so drift in machine load affects both equally
-            q_times, n_times = [], []
-            q_call = lambda k=qk, a=qargs: k(*a)
-            n_call = lambda k=nk, a=nargs: k(*a)
-            for _ in range(3):
-                q_times.append(median_call_seconds(q_call, calls=1, repeat=repeat))
-                n_times.append(median_call_seconds(n_call, calls=1, repeat=repeat))
-            cold, warm = first_calls[name]
-            rows.append(CpuRow(name, size, min(q_times) * 1e6, min(n_times) * 1e6, cold, warm, n_first,
-                               max(q_times) * 1e6, max(n_times) * 1e6))
-            if progress is not None:
-                progress()
+        for name, (qk, qargs), (nk, nargs) in workloads(size):
+            if on_step is not None:
+                on_step(f"cpu: {name}, {size:.0e}")
+            # interleaved rounds, so drift in machine load affects both sides equally
+            calls = {"qgraph": lambda k=qk, a=qargs: k(*a), "numba": lambda k=nk, a=nargs: k(*a)}
+            us = {side: s.scaled(1e6) for side, s in interleaved_spreads(calls, budget, repeat, lambda: None).items()}
+            rows.append(CpuRow(name, size, us["qgraph"].median, us["numba"].median, us["qgraph"].min,
+                               us["qgraph"].max, us["numba"].min, us["numba"].max))
+    return rows
+
+
+def first_call_rows(runs: int = 1) -> list[dict]:
+    """First call of each workload in a fresh process, seconds, for qgraph and numba alike:
+    `<side>_cold_s` with empty cache directories, `<side>_warm_s` with them filled (over `runs`
+    pairs of processes). The first workload of a process also pays numba's one-time set-up."""
+    measured = {side: cold_and_warm(["cpu-workloads", side], runs) for side in ("qgraph", "numba")}
+    rows = []
+    for name, _, _ in workloads(4):
+        row = {"workload": name, "runs": runs}
+        for side, (cold, warm) in measured.items():
+            put_figure(row, f"{side}_cold_s", spread_of([r["seconds"][name] for r in cold]))
+            put_figure(row, f"{side}_warm_s", spread_of([r["seconds"][name] for r in warm]))
+        rows.append(row)
     return rows
 
 
 def cpu_table(rows: list[CpuRow]) -> str:
-    """Per-call times, and first calls: qgraph cold (empty cache) and warm (cache filled), numba
-    cold (it has no cache here, so it compiles in every process)."""
-    lines = [f"{'workload':<14}{'size':>10}{'qgraph us':>12}{'numba us':>12}{'ratio':>8}"
-             f"{'1st call, s: qgraph cold':>26}{'qgraph warm':>13}{'numba cold':>12}"]
+    lines = [f"{'workload':<14}{'size':>10}{'qgraph us':>12}{'numba us':>12}{'ratio':>8}"]
     for r in rows:
-        numba_first = f"{r.numba_cold_s:>12.2f}" if r.numba_cold_s else f"{'-':>12}"
-        lines.append(f"{r.workload:<14}{r.size:>10.0e}{r.qgraph_us:>12.1f}{r.numba_us:>12.1f}{r.ratio:>8.2f}"
-                     f"{r.qgraph_cold_s:>26.2f}{r.qgraph_warm_s:>13.2f}{numba_first}")
-    busy = [f"{r.workload} ({r.size:.0e})" for r in rows
-            if is_busy((r.qgraph_us, r.qgraph_us, r.qgraph_us_max)) or is_busy((r.numba_us, r.numba_us,
-                                                                                 r.numba_us_max))]
-    if busy:
-        lines.append(f"warning: {busy_warning(busy)}")
+        lines.append(f"{r.workload:<14}{r.size:>10.0e}{r.qgraph_us:>12.1f}{r.numba_us:>12.1f}{r.ratio:>8.2f}")
+    return "\n".join(lines)
+
+
+def first_call_table(rows: list[dict]) -> str:
+    """Cold (empty cache directories: a compile) and warm (filled: a load) first calls, labelled."""
+    if not rows:
+        return ""
+    lines = [f"\nfirst call in a fresh process, s (cold: empty cache directories, a compile; warm: the same "
+             f"directories again, a load; median of {rows[0]['runs']})",
+             f"{'workload':<14}{'qgraph cold':>13}{'qgraph warm':>13}{'numba cold':>12}{'numba warm':>12}"]
+    for r in rows:
+        lines.append(f"{r['workload']:<14}{r['qgraph_cold_s']:>13.2f}{r['qgraph_warm_s']:>13.2f}"
+                     f"{r['numba_cold_s']:>12.2f}{r['numba_warm_s']:>12.2f}")
     return "\n".join(lines)

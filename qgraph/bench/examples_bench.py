@@ -13,7 +13,7 @@ import importlib
 
 import qgraph
 
-from .timing import interleaved_seconds
+from .timing import interleaved_spreads, put_figure
 
 # example module -> (GPU size, CPU size, what the size counts)
 EXAMPLES = {"mpm88": (8192, 8192, "particles"), "nbody": (4096, 1024, "bodies"),
@@ -34,9 +34,12 @@ def arch_rows(quick: bool, budget: float, repeat: int) -> list[dict]:
             size = max(16, size // QUICK_DIVISOR)
         state = module.bench_state(size)  # one state for both: an 8% gap on an H100 followed which
         calls = {v: module.bench_step(v, state) for v in ("scalar", "vector")}  # copy was allocated first
-        times = interleaved_seconds(calls, budget, repeat, qgraph.sync)
-        out.append({"example": name, "arch": arch, "size": size, "unit": unit, "scalar_us": times["scalar"] * 1e6,
-                    "vector_us": times["vector"] * 1e6, "ratio": times["vector"] / times["scalar"]})
+        spreads = interleaved_spreads(calls, budget, repeat, qgraph.sync)
+        row = {"example": name, "arch": arch, "size": size, "unit": unit}
+        put_figure(row, "scalar_us", spreads["scalar"], 1e6)
+        put_figure(row, "vector_us", spreads["vector"], 1e6)
+        row["ratio"] = spreads["vector"].median / spreads["scalar"].median
+        out.append(row)
     return out
 
 

@@ -31,6 +31,15 @@ def kernel_module_source(tasks: int) -> str:
     return "\n".join(lines)
 
 
+def numba_loops_source(tasks: int) -> str:
+    """The same T loops hand-written for numba: one `njit(parallel=True, cache=True)` function
+    of T `prange` loops (numba's own cold compile and cache load, beside qgraph's)."""
+    params = ", ".join(f"x{k}" for k in range(tasks))
+    body = "".join(f"    for i in numba.prange(n):\n        x{k}[i] = x{k}[i] * a + {task_constant(k)!r}\n"
+                   for k in range(tasks))
+    return f"import numba\n\n\n@numba.njit(parallel=True, cache=True)\ndef loops({params}, n, a):\n{body}"
+
+
 _MODULES: dict[str, object] = {}
 
 

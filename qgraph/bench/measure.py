@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from .. import runtime
 from ..decorator import Kernel
 from ..errors import FallbackWarning
-from .timing import busy_warning, is_busy, spread_of
+from .timing import Spread, busy_warning, is_busy, spread_of
 
 MODES = ("eager", "graph")
 
@@ -18,21 +18,22 @@ MODES = ("eager", "graph")
 @dataclass
 class BenchmarkResult:
     """Median time per call of one kernel in each mode (microseconds), with the spread of the
-    rounds: `spread[mode] = (min, median, max)`."""
+    rounds: `spread[mode] = (min, median, max)`, which says whether the figure can be trusted."""
 
     kernel: str
     arch: str
     us_per_call: dict[str, float] = field(default_factory=dict)
     calls_per_round: int = 0
     rounds: int = 0
-    spread: dict[str, tuple[float, float, float]] = field(default_factory=dict)
+    spread: dict[str, Spread] = field(default_factory=dict)
 
     def speedup(self, slower: str = "eager", faster: str = "graph") -> float:
         return self.us_per_call[slower] / self.us_per_call[faster]
 
     @property
     def busy(self) -> list[str]:
-        """The modes whose rounds spread so far that the machine was busy (see timing.is_busy)."""
+        """The modes whose median round took over timing.BUSY_MEDIAN_OVER_MIN times their fastest:
+        the machine was busy while they were timed (see timing.is_busy)."""
         return [mode for mode, s in self.spread.items() if is_busy(s)]
 
     def __str__(self) -> str:
@@ -41,7 +42,7 @@ class BenchmarkResult:
         for mode, us in self.us_per_call.items():
             low, _, high = self.spread.get(mode, (us, us, us))
             lines.append(f"  {mode:<6} {us:10.2f} us/call  ({us / best:4.2f}x the fastest; rounds "
-                         f"{low:.2f} to {high:.2f})")
+                         f"{low:.2f} to {high:.2f} us)")
         if self.busy:
             lines.append(f"  warning: {busy_warning(self.busy)}")
         return "\n".join(lines)

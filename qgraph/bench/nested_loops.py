@@ -18,7 +18,7 @@ import qgraph
 from ..driver.device import check, driver
 from ..driver.nodes import add_conditional_node, add_edge, conditional_handle
 from .baselines import _Args, _node_params
-from .timing import interleaved_seconds
+from .timing import interleaved_spreads, put_figure
 
 SIZE, OUTER, INNER = 256, 20, 50
 
@@ -134,7 +134,7 @@ class RawNested:
 
 
 def rows(budget: float, repeat: int) -> list[dict]:
-    """[{mode, us per inner iteration, ratio to the raw graph}] on CUDA."""
+    """[{mode, us per inner iteration (with us_min, us_max), ratio to the raw graph}] on CUDA."""
     device = qgraph.runtime.STATE.cuda
     q_arrays = [qgraph.ndarray(qgraph.f32, (SIZE,)) for _ in range(4)]
     counts, outer, inner = qgraph.ndarray(qgraph.i32, (2,)), qgraph.ndarray(qgraph.i32, (1,)), qgraph.ndarray(
@@ -146,10 +146,15 @@ def rows(budget: float, repeat: int) -> list[dict]:
                     0.5)
     calls = {"raw nested WHILE": raw.launch,
              "qgraph nested loops": lambda: two_level(*q_arrays, counts, outer, inner, OUTER, INNER, 0.5)}
-    times = interleaved_seconds(calls, budget, repeat, qgraph.sync)
-    per = {mode: t / (OUTER * INNER) * 1e6 for mode, t in times.items()}
-    base = per["raw nested WHILE"]
-    return [{"mode": mode, "us": us, "ratio": us / base} for mode, us in per.items()]
+    spreads = interleaved_spreads(calls, budget, repeat, qgraph.sync)
+    base = spreads["raw nested WHILE"].median
+    out = []
+    for mode, spread in spreads.items():
+        row = {"mode": mode}
+        put_figure(row, "us", spread, 1e6 / (OUTER * INNER))
+        row["ratio"] = spread.median / base
+        out.append(row)
+    return out
 
 
 def table(found: list[dict]) -> str:

@@ -20,7 +20,7 @@ import qgraph
 
 from .kernels import module_from_source
 from .reduction_kernels import CUDA_SOURCE, KERNELS_SOURCE
-from .timing import interleaved_seconds, median_call_seconds
+from .timing import call_spread, interleaved_spreads, put_figure
 
 
 def _qgraph_module():
@@ -133,14 +133,17 @@ def gpu_reduction_rows(log2n: int, budget: float, repeat: int) -> list[dict]:
             fn = _library_call(cupy, name, cupy.asarray(x), cupy.asarray(y))
             calls["cupy"] = fn
             results["cupy"] = fn
-        times = interleaved_seconds(calls, budget, repeat, qgraph.sync)
-        copy_bw = 2 * 4 * n / times["copy"] / 1e9  # the copy moves 4n bytes: read + write
+        spreads = interleaved_spreads(calls, budget, repeat, qgraph.sync)
+        copy_bw = 2 * 4 * n / spreads["copy"].median / 1e9  # the copy moves 4n bytes: read + write
         row = {"op": name, "n": n, "copy_GBps": copy_bw}
-        for who, t in times.items():
+        put_figure(row, "copy_us", spreads["copy"], 1e6)
+        for who, spread in spreads.items():
             if who == "copy":
                 continue
-            gbps = nbytes / t / 1e9
-            row[who] = {"us": t * 1e6, "GBps": gbps, "of_copy": gbps / copy_bw}
+            gbps = nbytes / spread.median / 1e9
+            row[who] = {}
+            put_figure(row[who], "us", spread, 1e6)
+            row[who].update(GBps=gbps, of_copy=gbps / copy_bw)
         row["qgraph"]["rel_error"] = abs(float(outs["q"].to_numpy()[0]) - reference[name]) / abs(reference[name])
         row["CUDA C++"]["rel_error"] = abs(float(outs["h"].to_numpy()[0]) - reference[name]) / abs(reference[name])
         for who, fn in results.items():
@@ -257,8 +260,9 @@ def relax_rows(sizes, iterations: int, repeat: int) -> list[dict]:
             qgraph.sync()
             results[who] = result()
         for who, (solve, _) in solvers.items():
-            seconds = median_call_seconds(solve, calls=1, repeat=repeat, sync=qgraph.sync, warmup=1)
-            row[who] = {"us_per_iteration": seconds / iterations * 1e6}
+            row[who] = {}
+            put_figure(row[who], "us_per_iteration", call_spread(solve, calls=1, repeat=repeat, sync=qgraph.sync,
+                                                                 warmup=1), 1e6 / iterations)
         reference = results["CUDA C++"]
         for who, value in results.items():
             row[who]["max_abs_diff"] = float(np.abs(value - reference).max())
@@ -278,15 +282,19 @@ def cpu_sum_rows(n: int = 10**7, repeat: int = 7) -> list[dict]:
     try:
         for count in sorted({1, min(2, numba.config.NUMBA_NUM_THREADS)}):
             numba.set_num_threads(count)
-            rows[f"qgraph, {count} thread{'s' if count > 1 else ''}"] = median_call_seconds(
+            rows[f"qgraph, {count} thread{'s' if count > 1 else ''}"] = call_spread(
                 lambda: mod.rsum_cpu(x, out), calls=5, repeat=repeat)
     finally:
         numba.set_num_threads(threads)
-    rows["np.sum"] = median_call_seconds(lambda: np.sum(x), calls=5, repeat=repeat)
+    rows["np.sum"] = call_spread(lambda: np.sum(x), calls=5, repeat=repeat)
     out[0] = 0.0
     mod.rsum_cpu(x, out)
-    return [{"what": who, "n": n, "ms": t * 1e3, "rel_error": abs(out[0] - x.sum()) / x.sum()}
-            for who, t in rows.items()]
+    found = []
+    for who, spread in rows.items():
+        found.append({"what": who, "n": n})
+        put_figure(found[-1], "ms", spread, 1e3)
+        found[-1]["rel_error"] = abs(out[0] - x.sum()) / x.sum()
+    return found
 
 
 def table(reductions: list[dict], relax: list[dict], cpu: list[dict]) -> str:

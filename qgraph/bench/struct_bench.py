@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import qgraph
 
-from .timing import interleaved_seconds
+from .timing import interleaved_spreads, put_figure
 
 SIZE = 256
 BASELINE = {"struct, 2 sets swapped": "separate arrays, 2 sets swapped",
@@ -43,7 +43,7 @@ def grouped(s: Six):
 
 
 def rows(budget: float, repeat: int) -> list[dict]:
-    """[{mode, us, ratio}] with ratio = us / the separate-arrays time of the same kind."""
+    """[{mode, us (with us_min, us_max), ratio}], ratio = us / the separate-arrays time of the same kind."""
     sets = [[qgraph.ndarray(qgraph.f32, (SIZE,)) for _ in range(6)] for _ in range(2)]
     structs = [Six(*arrays) for arrays in sets]
     state = [0]
@@ -72,11 +72,13 @@ def rows(budget: float, repeat: int) -> list[dict]:
              "separate arrays, 2 sets swapped": separate_swapped, "struct, 2 sets swapped": grouped_swapped,
              "separate arrays, 1 array swapped": separate_one_swapped,
              "struct, 1 field reassigned": grouped_field_reassigned}
-    times = interleaved_seconds(calls, budget, repeat, qgraph.sync)
+    spreads = interleaved_spreads(calls, budget, repeat, qgraph.sync)
     out = []
-    for mode, t in times.items():
-        base = times[BASELINE.get(mode, "separate arrays")]
-        out.append({"mode": mode, "us": t * 1e6, "ratio": t / base})
+    for mode, spread in spreads.items():
+        row = {"mode": mode}
+        put_figure(row, "us", spread, 1e6)
+        row["ratio"] = spread.median / spreads[BASELINE.get(mode, "separate arrays")].median
+        out.append(row)
     return out
 
 

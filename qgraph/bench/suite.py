@@ -1,13 +1,11 @@
-"""`python -m qgraph bench`: launch overhead, measured side by side in one process.
+"""`python -m qgraph bench`: every section, its table, its JSON and its plot.
 
-GPU: for each task count and array size, per-call time of the same T-task kernel run as
-- floor: a raw CUDA graph of equivalent hand-written NVRTC kernels (cuGraphAddKernelNode),
-- graph: qgraph, cuda_graph=True (same arrays every call) and with two array sets swapped,
-- eager: qgraph, tasks launched one by one,
-- numba: the same kernels launched through numba-cuda's dispatcher;
-and per iteration of a 1000-iteration loop: raw WHILE node vs qgraph's device loop, raw
-host loop (replay + flag read-back) vs qgraph's host fallback.
-CPU: qgraph vs hand-written numba.njit(parallel=True) loops.
+GPU: launch overhead (bench.gpu_launch: qgraph's graphs and eager launches against a raw CUDA
+graph of hand-written kernels and numba-cuda's dispatcher), device loops, reductions, compute,
+struct arguments and the vector examples. CPU: qgraph against the same loops hand-written with
+numba.njit(parallel=True), and the same other sections. On both: first calls in fresh
+processes, cold and warm (bench.compile_time). Every figure is the median of its rounds with
+their spread; a warning names the figures whose spread says the machine was busy.
 """
 
 from __future__ import annotations
@@ -17,38 +15,19 @@ import os
 import platform
 import sys
 import time
-import warnings
 from dataclasses import asdict, dataclass, field
 
 import qgraph
 
-from .timing import Progress, busy_warning, interleaved_seconds, is_busy, warm_up_gpu
+from .gpu_launch import Row, gpu_headline, gpu_launch_rows, gpu_loop_rows
+from .progress import StepBar
+from .timing import busy_figures, busy_warning, warm_up_gpu
 
 FULL_TASKS = (1, 2, 4, 8, 16, 32)
 FULL_SIZES = (256, 1 << 20, 1 << 24)
 QUICK_TASKS = (1, 8, 32)
 QUICK_SIZES = (256, 1 << 20)
 LOOP_ITERATIONS = 1000
-
-
-@dataclass
-class Row:
-    group: str  # "launch" (per call) or "loop" (per iteration)
-    mode: str
-    tasks: int
-    size: int
-    us: float
-    floor_us: float | None = None
-    us_min: float | None = None  # the fastest and slowest of the interleaved rounds
-    us_max: float | None = None
-
-    @property
-    def busy(self) -> bool:
-        return self.us_min is not None and is_busy((self.us_min, self.us, self.us_max))
-
-    @property
-    def ratio(self) -> float | None:
-        return None if not self.floor_us else self.us / self.floor_us
 
 
 @dataclass
@@ -66,15 +45,25 @@ class Report:
     structs: list = field(default_factory=list)  # see bench.struct_bench
     examples: list = field(default_factory=list)  # see bench.examples_bench
     nested: list = field(default_factory=list)  # see bench.nested_loops
+    first_calls: list = field(default_factory=list)  # see bench.cpu.first_call_rows
+    compile_time: list = field(default_factory=list)  # see bench.compile_time
     seconds: float = 0.0
 
-    def to_json(self) -> dict:
+    def figures(self) -> dict:
+        """Every section's figures, as in the JSON (each timed figure `K` with `K_min` and `K_max`)."""
         rows = [dict(asdict(r), ratio=r.ratio) for r in self.rows]
         cpu = [dict(asdict(r), ratio=r.ratio) for r in self.cpu_rows]
-        return {"arch": self.arch, "environment": self.environment, "rows": rows, "headline": self.headline,
-                "cpu": cpu, "reductions": self.reductions, "relax": self.relax, "cpu_sums": self.cpu_sums,
-                "compute": self.compute, "cpu_compute": self.cpu_compute, "structs": self.structs,
-                "examples": self.examples, "nested": self.nested,
+        return {"rows": rows, "headline": self.headline, "cpu": cpu, "reductions": self.reductions,
+                "relax": self.relax, "cpu_sums": self.cpu_sums, "compute": self.compute,
+                "cpu_compute": self.cpu_compute, "structs": self.structs, "examples": self.examples,
+                "nested": self.nested, "first_calls": self.first_calls, "compile_time": self.compile_time}
+
+    def busy(self) -> list[str]:
+        """The figures whose rounds say the machine was busy while they were timed (timing.is_busy)."""
+        return [label for section, rows in self.figures().items() for label in busy_figures(rows, section)]
+
+    def to_json(self) -> dict:
+        return {"arch": self.arch, "environment": self.environment, **self.figures(), "busy": self.busy(),
                 "seconds": self.seconds}
 
 
@@ -96,139 +85,19 @@ def environment() -> dict:
     return env
 
 
-def gpu_launch_rows(tasks: int, size: int, budget: float, repeat: int, numba_baseline: bool = True) -> list[Row]:
-    from .baselines import NumbaDispatch, RawGraphs
-    from .kernels import kernels_for
+def run(quick: bool = False, arch: str | None = None, cpu_sizes=None, show_progress: bool = False) -> Report:
+    """Every section on the backend `arch` picks; with `show_progress`, a bar over the sections."""
+    from . import compile_time
 
-    device = qgraph.runtime.STATE.cuda
-    module = kernels_for(tasks)
-    a = 1.0
-    sets = [[qgraph.ndarray(qgraph.f32, (size,)) for _ in range(tasks)] for _ in range(2)]
-    raw = RawGraphs(device, sets[0], size, a)
-    graph_args = sets[0] + [size, a]
-    swap_args = [sets[0] + [size, a], sets[1] + [size, a]]
-    state = [0]
-
-    def swapped() -> None:
-        state[0] ^= 1
-        module.graph(*swap_args[state[0]])
-
-    calls = {"floor": raw.launch, "graph": lambda: module.graph(*graph_args),
-             "graph, 2 sets swapped": swapped, "eager": lambda: module.eager(*graph_args)}
-    if numba_baseline:
-        calls["numba dispatcher"] = NumbaDispatch(sets[0], size, a).run
-    spreads: dict = {}
-    times = interleaved_seconds(calls, budget, repeat, qgraph.sync, spreads)
-    floor = times["floor"] * 1e6
-    return [Row("launch", mode, tasks, size, t * 1e6, floor, spreads[mode][0] * 1e6, spreads[mode][2] * 1e6)
-            for mode, t in times.items()]
-
-
-def gpu_loop_rows(tasks: int, iterations: int, budget: float, repeat: int) -> list[Row]:
-    from .baselines import RawGraphs
-    from .kernels import kernels_for
-
-    device = qgraph.runtime.STATE.cuda
-    module = kernels_for(tasks)
-    size, a = 256, 1.0
-    arrays = [qgraph.ndarray(qgraph.f32, (size,)) for _ in range(tasks)]
-    counter, flag = qgraph.ndarray(qgraph.i32, (1,)), qgraph.ndarray(qgraph.i32, (1,))
-    raw = RawGraphs(device, arrays, size, a, counter, flag)
-    args = arrays + [counter, flag, size, a]
-    fallback = module.loop._variant(cuda_graph=True)
-    fallback._force_host_loop = True  # the same kernel on the host do-while path, side by side
-    unguarded = module.loop._variant(cuda_graph=True)
-    unguarded.max_iterations = None  # the runaway guard's cost: the same loop without it
-
-    def run(fn):
-        def call() -> None:
-            counter.fill(iterations)
-            fn()
-        return call
-
-    calls = {"raw WHILE node": run(raw.while_launch), "device loop": run(lambda: module.loop(*args)),
-             "device loop, no guard": run(lambda: unguarded(*args)),
-             "raw host loop": run(raw.host_loop), "host fallback": run(lambda: fallback(*args))}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", qgraph.FallbackWarning)
-        spreads: dict = {}
-        times = interleaved_seconds(calls, budget, repeat, qgraph.sync, spreads)
-    us = {mode: t / iterations * 1e6 for mode, t in times.items()}
-    floors = {"raw WHILE node": "raw WHILE node", "device loop": "raw WHILE node",
-              "device loop, no guard": "raw WHILE node", "raw host loop": "raw host loop",
-              "host fallback": "raw host loop"}
-    return [Row("loop", mode, tasks, size, us[mode], us[floor], spreads[mode][0] / iterations * 1e6,
-                spreads[mode][2] / iterations * 1e6) for mode, floor in floors.items()]
-
-
-def gpu_headline(budget: float, repeat: int) -> dict:
-    """The figures the issues track, for 8 one-block tasks, measured side by side."""
-    from .baselines import CudaCoreLaunch, RawGraphs
-    from .kernels import kernels_for
-
-    device = qgraph.runtime.STATE.cuda
-    module = kernels_for(8)
-    size, a = 256, 1.0
-    arrays = [qgraph.ndarray(qgraph.f32, (size,)) for _ in range(8)]
-    args = arrays + [size, a]
-    raw = RawGraphs(device, arrays, size, a)
-    raw_pdl = RawGraphs(device, arrays, size, a, programmatic=True)
-    sync = qgraph.sync
-
-    def graph_sync() -> None:
-        module.graph(*args)
-        sync()
-
-    core = CudaCoreLaunch(arrays[0], size, a)
-    per_call = interleaved_seconds({
-        "floor": raw.launch, "graph": lambda: module.graph(*args), "raw_pdl": raw_pdl.launch,
-        "eager": lambda: module.eager(*args)}, budget, repeat, sync)
-    with_sync = interleaved_seconds({"floor": raw.launch_sync, "graph": graph_sync}, budget, repeat, lambda: None)
-    core_launch = interleaved_seconds({"core": core.launch}, budget, repeat, core.sync)["core"]
-    # graph build time, compile excluded: a fresh graph of an already compiled specialisation
-    qgraph.reset()
-    module.graph(*args)  # compiles (from the disk cache) and builds
-    build_ms = module.graph.stats.build_seconds * 1e3
-    # host time of one graph call (the GPU is kept busy, so this is the Python + driver cost)
-    sync()
-    started = time.perf_counter()
-    for _ in range(200):
-        module.graph(*args)
-    host_us = (time.perf_counter() - started) / 200 * 1e6
-    sync()
-    return {"floor_us": per_call["floor"] * 1e6, "graph_us": per_call["graph"] * 1e6,
-            "raw_pdl_graph_us": per_call["raw_pdl"] * 1e6, "graph_vs_floor": per_call["graph"] / per_call["floor"],
-            "graph_vs_raw_pdl": per_call["graph"] / per_call["raw_pdl"],
-            "floor_launch_sync_us": with_sync["floor"] * 1e6, "graph_launch_sync_us": with_sync["graph"] * 1e6,
-            "launch_sync_ratio": with_sync["graph"] / with_sync["floor"], "cuda_core_launch_us": core_launch * 1e6,
-            "eager_per_task_us": per_call["eager"] * 1e6 / 8,
-            "eager_per_task_ratio": per_call["eager"] / 8 / core_launch,
-            "graph_build_ms": build_ms, "graph_call_host_us": host_us}
-
-
-def run(quick: bool = False, arch: str | None = None, progress_stream=None, cpu_sizes=None) -> Report:
     started = time.perf_counter()
     qgraph.init(arch)
     report = Report(qgraph.current_arch(), environment())
+    runs = 1 if quick else 3  # pairs of fresh processes per first-call figure
+    many_loops = compile_time.QUICK_MANY_LOOPS if quick else compile_time.MANY_LOOPS
     if report.arch != "cuda":
-        from .cpu import run_cpu_suite
-
         sizes = cpu_sizes or ((10**5, 10**6) if quick else (10**6, 10**7))
-        progress = Progress(3 * len(sizes), "cpu suite", stream=progress_stream)
-        report.cpu_rows = run_cpu_suite(sizes=sizes, repeat=5 if quick else 20, progress=progress)
-        progress.close()
-        from . import reductions
-
-        _, _, report.cpu_sums = reductions.run(quick, 0.0, 0)
-        from . import compute_suite
-
-        report.cpu_compute = compute_suite.cpu_rows(quick)
-        from . import struct_bench
-
-        report.structs = struct_bench.rows(0.02 if quick else 0.1, 3 if quick else 5)
-        from . import examples_bench
-
-        report.examples = examples_bench.run(quick, 0.05 if quick else 0.2, 3 if quick else 5)
+        with StepBar("qgraph bench", 3 * len(sizes) + 7, show_progress) as bar:
+            _cpu_sections(report, quick, sizes, runs, many_loops, bar)
         report.seconds = time.perf_counter() - started
         return report
     tasks = QUICK_TASKS if quick else FULL_TASKS
@@ -236,61 +105,95 @@ def run(quick: bool = False, arch: str | None = None, progress_stream=None, cpu_
     budget, repeat = (0.02, 3) if quick else (0.1, 5)
     iterations = 200 if quick else LOOP_ITERATIONS
     loop_tasks = (1, 8) if quick else (1, 8, 32)
-    progress = Progress(len(tasks) * len(sizes) + len(loop_tasks) + 4, "gpu suite", stream=progress_stream)
-    warm_up_gpu(0.5 if quick else 2.0)
-    for t in tasks:
-        for size in sizes:
-            report.rows += gpu_launch_rows(t, size, budget, repeat, numba_baseline=not (quick and t == 32))
-            progress(f"{t} tasks, {size} elements")
-    for t in loop_tasks:
-        report.rows += gpu_loop_rows(t, iterations, budget, repeat)
-        progress(f"loop, {t} tasks")
-    from . import nested_loops
+    arches = compile_time.usable_arches()
+    steps = 1 + len(tasks) * len(sizes) + len(loop_tasks) + 6 + 2 * len(arches)
+    with StepBar("qgraph bench", steps, show_progress) as bar:
+        bar.step("warming up the GPU")
+        warm_up_gpu(0.5 if quick else 2.0)
+        for t in tasks:
+            for size in sizes:
+                bar.step(f"launch: {t} tasks, {size} elements")
+                report.rows += gpu_launch_rows(t, size, budget, repeat, numba_baseline=not (quick and t == 32))
+        for t in loop_tasks:
+            bar.step(f"graph_while loop: {t} tasks")
+            report.rows += gpu_loop_rows(t, iterations, budget, repeat)
+        from . import nested_loops
 
-    report.nested = nested_loops.rows(budget, repeat)
-    report.headline = gpu_headline(budget, repeat)
-    progress("headline")
-    from . import reductions
+        bar.step("nested loops")
+        report.nested = nested_loops.rows(budget, repeat)
+        bar.step("headline")
+        report.headline = gpu_headline(budget, repeat)
+        from . import reductions
 
-    report.reductions, report.relax, _ = reductions.run(quick, budget, repeat)
-    progress("reductions")
-    from . import struct_bench
+        bar.step("reductions")
+        report.reductions, report.relax, _ = reductions.run(quick, budget, repeat)
+        from . import struct_bench
 
-    report.structs = struct_bench.rows(budget, repeat)
-    from . import examples_bench
+        bar.step("struct arguments")
+        report.structs = struct_bench.rows(budget, repeat)
+        from . import examples_bench
 
-    report.examples = examples_bench.run(quick, budget, repeat)  # on CUDA, then on the CPU
-    progress("vector examples")
-    from . import compute_suite
+        bar.step("vector examples")
+        report.examples = examples_bench.run(quick, budget, repeat)  # on CUDA, then on the CPU
+        from . import compute_suite
 
-    # last: its CPU rows re-initialise qgraph for cpu (and back), dropping compiled kernels
-    report.compute, report.cpu_compute = compute_suite.run(quick, budget, repeat)
-    progress("compute")
-    progress.close()
+        bar.step("compute")
+        # last in this process: its CPU rows re-initialise qgraph for cpu (and back), dropping compiled kernels
+        report.compute, report.cpu_compute = compute_suite.run(quick, budget, repeat)
+        report.compile_time = compile_time.rows(many_loops, arches, runs, on_step=bar.step)
     report.seconds = time.perf_counter() - started
     return report
 
 
+def _cpu_sections(report: Report, quick: bool, sizes, runs: int, many_loops: int, bar: StepBar) -> None:
+    """The CPU backend's sections: against numba, reductions, compute, structs, examples, first calls."""
+    from . import compile_time, compute_suite, examples_bench, reductions, struct_bench
+    from .cpu import first_call_rows, run_cpu_suite
+
+    report.cpu_rows = run_cpu_suite(sizes=sizes, repeat=5 if quick else 20, budget=0.01 if quick else 0.02,
+                                    on_step=bar.step)
+    bar.step("reductions")
+    _, _, report.cpu_sums = reductions.run(quick, 0.0, 0)
+    bar.step("compute")
+    report.cpu_compute = compute_suite.cpu_rows(quick)
+    bar.step("struct arguments")
+    report.structs = struct_bench.rows(0.02 if quick else 0.1, 3 if quick else 5)
+    bar.step("vector examples")
+    report.examples = examples_bench.run(quick, 0.05 if quick else 0.2, 3 if quick else 5)
+    bar.step("first calls in fresh processes")
+    report.first_calls = first_call_rows(runs)
+    report.compile_time = compile_time.rows(many_loops, ["cpu"], runs, on_step=bar.step)
+
+
 def table(report: Report) -> str:
+    """The report as text: each figure the median of its rounds (--json adds their min and max),
+    then a warning naming the figures whose rounds say the machine was busy."""
+    from .compile_time import table as compile_time_table
+
+    lines = [_cpu_table(report) if report.cpu_rows else _gpu_table(report), compile_time_table(report.compile_time)]
+    if report.arch != "cuda":
+        lines.append("\n(GPU rows need a CUDA GPU: run `python -m qgraph bench` on one.)")
+    busy = report.busy()
+    if busy:
+        lines.append(f"\nwarning: {busy_warning(busy)}")
+    return "\n".join(lines)
+
+
+def _cpu_table(report: Report) -> str:
+    from .compute_suite import table as compute_table
+    from .cpu import cpu_table, first_call_table
+    from .examples_bench import table as examples_table
+    from .reductions import table as reduction_table
+    from .struct_bench import table as struct_table
+
+    return "\n".join(["CPU: qgraph vs hand-written numba.njit(parallel=True), per call", cpu_table(report.cpu_rows),
+                      first_call_table(report.first_calls), reduction_table([], [], report.cpu_sums),
+                      compute_table([], report.cpu_compute), struct_table(report.structs, report.arch),
+                      examples_table(report.examples)])
+
+
+def _gpu_table(report: Report) -> str:
     lines = []
-    if report.cpu_rows:
-        from .cpu import cpu_table
-        from .reductions import table as reduction_table
-
-        lines += ["CPU: qgraph vs hand-written numba.njit(parallel=True), per call", cpu_table(report.cpu_rows)]
-        lines.append(reduction_table([], [], report.cpu_sums))
-        from .compute_suite import table as compute_table
-
-        lines.append(compute_table([], report.cpu_compute))
-        from .struct_bench import table as struct_table
-
-        lines.append(struct_table(report.structs, report.arch))
-        from .examples_bench import table as examples_table
-
-        lines.append(examples_table(report.examples))
-        if report.arch != "cuda":
-            lines.append("(GPU rows need a CUDA GPU: run `python -m qgraph bench` on one.)")
-        return "\n".join(lines)
     env = report.environment
     lines.append(f"{env.get('device')} (cc {env.get('compute_capability')}, driver {env.get('driver_version')}), "
                  f"{report.seconds:.0f} s")
@@ -344,9 +247,6 @@ def table(report: Report) -> str:
     from .examples_bench import table as examples_table
 
     lines.append(examples_table(report.examples))
-    busy = [f"{r.mode} ({r.tasks} tasks, {r.size})" for r in report.rows if r.busy]
-    if busy:
-        lines.append(f"\nwarning: {busy_warning(busy[:6] + (['...'] if len(busy) > 6 else []))}")
     return "\n".join(lines)
 
 
@@ -380,8 +280,9 @@ def plot(report: Report, path: str) -> None:
     plt.close(fig)
 
 
-def main(quick: bool, json_path: str | None, plot_path: str | None, arch: str | None) -> int:
-    report = run(quick=quick, arch=arch)
+def main(quick: bool, json_path: str | None, plot_path: str | None, arch: str | None,
+         show_progress: bool = False) -> int:
+    report = run(quick=quick, arch=arch, show_progress=show_progress)
     print(table(report))
     if json_path:
         with open(json_path, "w") as f:
@@ -396,4 +297,4 @@ def main(quick: bool, json_path: str | None, plot_path: str | None, arch: str | 
     return 0
 
 
-__all__ = ["Report", "Row", "main", "plot", "run", "table"]
+__all__ = ["Report", "Row", "environment", "main", "plot", "run", "table"]

@@ -1,13 +1,88 @@
-"""Timing helpers shared by the suites: medians of many calls, synchronised at the end."""
+"""Timing helpers shared by the suites: rounds of back-to-back calls, synchronised at the end.
+
+Every figure is the median of its rounds and travels with their spread (the fastest and the
+slowest round): the spread is what says whether the machine was quiet while it was measured.
+In the JSON of a report a figure `K` has `K_min` and `K_max` beside it, in the same unit.
+"""
 
 from __future__ import annotations
 
 import statistics
 import time
+from typing import NamedTuple
+
+BUSY_MEDIAN_OVER_MIN = 1.5  # a figure's median round over its fastest beyond which the machine was busy
 
 
-def median_call_seconds(fn, calls: int, repeat: int = 7, sync=None, warmup: int = 3) -> float:
-    """Median over `repeat` rounds of (time for `calls` back-to-back calls, then `sync()`) / calls."""
+class Spread(NamedTuple):
+    """The fastest, median and slowest round of one figure (seconds unless scaled)."""
+
+    min: float
+    median: float
+    max: float
+
+    def scaled(self, factor: float) -> Spread:
+        return Spread(self.min * factor, self.median * factor, self.max * factor)
+
+
+def spread_of(samples: list[float]) -> Spread:
+    """(min, median, max) of a figure's rounds."""
+    return Spread(min(samples), statistics.median(samples), max(samples))
+
+
+def is_busy(spread: tuple[float, float, float]) -> bool:
+    """Whether a figure's median round took more than BUSY_MEDIAN_OVER_MIN times its fastest.
+
+    The rounds of one figure repeat the same work back to back, so on an idle machine they
+    agree: median/min was at most 1.24 over three quick CPU benches on a 2-core machine (in a
+    figure of 3 rounds), and the GPU host's launch rows spread 1-8% from fastest to slowest.
+    A median 50% above the fastest round means at least half the rounds lost a third of their
+    time to something else on the CPU or GPU: the figure reported, the median, is then the
+    machine's load as much as the code's speed. median/min rather than max/min: one round
+    caught by an interrupt does not move the median, yet max/min reached 1.45 in those benches
+    and 1.55 in another, for a figure whose median was 4% above its fastest round. A machine
+    loaded evenly throughout slows every round alike, and no spread can show that. (The demo
+    once printed 7,971 us per call for a 4.5 us call, without a warning.)
+    """
+    low, median, _ = spread
+    return low > 0 and median / low > BUSY_MEDIAN_OVER_MIN
+
+
+def busy_warning(labels: list[str], shown: int = 6) -> str:
+    """One sentence naming the busy figures (the first `shown` of them): see is_busy."""
+    named = ", ".join(labels[:shown]) + (f" and {len(labels) - shown} more" if len(labels) > shown else "")
+    return (f"{named}: the median round took over {BUSY_MEDIAN_OVER_MIN:g}x the fastest, so the machine was busy "
+            "meanwhile and these figures are unreliable; run again on an idle machine")
+
+
+def put_figure(row: dict, key: str, spread: Spread, scale: float = 1.0) -> None:
+    """Store a figure as `row[key]` (its median) with `row[key + '_min']` and `row[key + '_max']`."""
+    low, median, high = spread.scaled(scale)
+    row[key], row[f"{key}_min"], row[f"{key}_max"] = median, low, high
+
+
+def busy_figures(data, where: str = "") -> list[str]:
+    """Labels of the figures in a report's JSON (dicts and lists, any depth) that is_busy calls
+    busy, from `K`, `K_min` and `K_max`; a label names the section, the row's text fields and K."""
+    found = []
+    if isinstance(data, list):
+        for item in data:
+            found += busy_figures(item, where)
+    elif isinstance(data, dict):
+        names = " ".join(str(v) for k, v in data.items() if isinstance(v, str) and k != "unit")
+        here = f"{where} {names}".strip()
+        for key, value in data.items():
+            low, high = data.get(f"{key}_min"), data.get(f"{key}_max")
+            if isinstance(value, (int, float)) and low is not None and high is not None:
+                if is_busy((low, value, high)):
+                    found.append(f"{here} {key}".strip())
+            elif isinstance(value, (dict, list)):
+                found += busy_figures(value, f"{here} {key}" if isinstance(value, dict) else where)
+    return found
+
+
+def call_spread(fn, calls: int, repeat: int = 7, sync=None, warmup: int = 3) -> Spread:
+    """Seconds per call over `repeat` rounds of (`calls` back-to-back calls, then `sync()`)."""
     for _ in range(warmup):
         fn()
     if sync is not None:
@@ -20,36 +95,16 @@ def median_call_seconds(fn, calls: int, repeat: int = 7, sync=None, warmup: int 
         if sync is not None:
             sync()
         rounds.append((time.perf_counter() - started) / calls)
-    return statistics.median(rounds)
+    return spread_of(rounds)
 
 
-# The rounds of one figure are taken back to back on the same work: on an idle machine their
-# slowest is within a few percent of their fastest (the GPU host's launch rows: 1-8%). A
-# slowest round 50% above the fastest means something else took the CPU or the GPU meanwhile,
-# and the median may be off too: the figure is reported with a warning (a 7,971 us/call row
-# for a 4.5 us call was once printed on a loaded machine without one).
-BUSY_SPREAD = 1.5
+def median_call_seconds(fn, calls: int, repeat: int = 7, sync=None, warmup: int = 3) -> float:
+    """The median of call_spread (for scripts that report one figure)."""
+    return call_spread(fn, calls, repeat, sync, warmup).median
 
 
-def spread_of(samples: list[float]) -> tuple[float, float, float]:
-    """(min, median, max) of a figure's rounds."""
-    return min(samples), statistics.median(samples), max(samples)
-
-
-def is_busy(spread: tuple[float, float, float]) -> bool:
-    """Whether a figure's rounds spread so far that the machine was busy (BUSY_SPREAD)."""
-    low, _, high = spread
-    return low > 0 and high / low > BUSY_SPREAD
-
-
-def busy_warning(labels: list[str]) -> str:
-    return (f"the rounds of {', '.join(labels)} differ by more than {BUSY_SPREAD:g}x: the machine was busy "
-            "meanwhile, so these figures are unreliable; run again on an idle machine")
-
-
-def interleaved_seconds(calls: dict, budget: float, repeat: int, sync, spreads: dict | None = None) -> dict:
-    """Median seconds per call of each callable, timed in interleaved rounds; with `spreads`,
-    also each one's (min, median, max) there.
+def interleaved_spreads(calls: dict, budget: float, repeat: int, sync) -> dict[str, Spread]:
+    """Seconds per call of each callable over `repeat` interleaved rounds.
 
     Every round times each mode once (calls sized to `budget` seconds), so clock ramps and
     drifting machine load affect all modes alike: the ratios are side by side.
@@ -71,9 +126,12 @@ def interleaved_seconds(calls: dict, budget: float, repeat: int, sync, spreads: 
                 fn()
             sync()
             rounds[name].append((time.perf_counter() - started) / count)
-    if spreads is not None:
-        spreads.update({name: spread_of(r) for name, r in rounds.items()})
-    return {name: statistics.median(r) for name, r in rounds.items()}
+    return {name: spread_of(r) for name, r in rounds.items()}
+
+
+def interleaved_seconds(calls: dict, budget: float, repeat: int, sync) -> dict[str, float]:
+    """The medians of interleaved_spreads (for scripts that report one figure per mode)."""
+    return {name: s.median for name, s in interleaved_spreads(calls, budget, repeat, sync).items()}
 
 
 def warm_up_gpu(seconds: float = 1.0) -> None:
@@ -91,89 +149,3 @@ def warm_up_gpu(seconds: float = 1.0) -> None:
         for _ in range(50):
             module.eager(x, x.shape[0], 1.0)
         qgraph.sync()
-
-
-class Progress:
-    """A progress bar on stderr (tqdm) for a step that takes seconds; on a stream that is not a
-    terminal (a log, CI) a plain line every tenth of the way instead of bar redraws."""
-
-    def __init__(self, total: int, label: str, stream=None, enabled: bool = True) -> None:
-        import sys
-
-        from tqdm import tqdm
-
-        self.total = max(total, 1)
-        self.done = 0
-        self.label = label
-        self.stream = stream or sys.stderr
-        self.enabled = enabled and hasattr(self.stream, "isatty") and self.stream.isatty()
-        self.started = time.perf_counter()
-        self._bar = tqdm(total=self.total, desc=label, file=self.stream, disable=not self.enabled, leave=False,
-                         dynamic_ncols=True)
-
-    def __call__(self, note: str = "") -> None:
-        self.done += 1
-        if self.enabled:
-            self._bar.set_postfix_str(note, refresh=False)
-            self._bar.update(1)
-        elif self.done == self.total or self.done % max(1, self.total // 10) == 0:
-            elapsed = time.perf_counter() - self.started
-            self.stream.write(f"{self.label}: {self.done}/{self.total} ({elapsed:.1f}s) {note}\n")
-            self.stream.flush()
-
-    def close(self) -> None:
-        self._bar.close()
-
-
-class StageBar:
-    """A tqdm bar over a command's stages that keeps its clock moving while a stage runs (a
-    background refresh), so a long compile or solve is not silence; on a stream that is not a
-    terminal each stage is one plain line."""
-
-    def __init__(self, label: str, stages: list[str], stream=None) -> None:
-        import sys
-
-        self._stages = stages
-        self._stream = stream or sys.stderr
-        self._label = label
-        self._tty = hasattr(self._stream, "isatty") and self._stream.isatty()
-        self._bar = None
-        self._stop = None
-        self._done = 0  # stages finished (a disabled tqdm does not count)
-
-    def __enter__(self) -> StageBar:
-        import threading
-
-        from tqdm import tqdm
-
-        self._bar = tqdm(total=len(self._stages), desc=self._label, file=self._stream, disable=not self._tty,
-                         leave=False, dynamic_ncols=True, bar_format="{desc}: {n}/{total} [{elapsed}] {postfix}")
-        self._stop = threading.Event()
-        self._show(0)
-        if self._tty:
-            threading.Thread(target=self._refresh, daemon=True).start()
-        return self
-
-    def _refresh(self) -> None:
-        while not self._stop.wait(0.25):
-            self._bar.refresh()
-
-    def _show(self, k: int) -> None:
-        if k >= len(self._stages):
-            return
-        if self._tty:
-            self._bar.set_postfix_str(self._stages[k])
-        else:
-            self._stream.write(f"{self._label}: {self._stages[k]} ...\n")
-            self._stream.flush()
-
-    def next(self) -> None:
-        """The current stage is done; show the next one."""
-        self._bar.update(1)
-        self._done += 1
-        self._show(self._done)
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._bar.close()
-

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -80,16 +81,25 @@ def solve(u0: np.ndarray, tol: float, max_steps: int) -> tuple[np.ndarray, int, 
     return u.to_numpy(), int(steps.to_numpy()[0]), float(change.to_numpy()[0]), seconds
 
 
-def run(n: int = 64, tol: float = 1e-4, max_steps: int = 20000, check: bool = True) -> HeatResult:
-    """Diffuse on an n x n grid until the max change per step is below tol (or max_steps)."""
+def run(n: int = 64, tol: float = 1e-4, max_steps: int = 20000, check: bool = True,
+        on_step: Callable[[str], None] | None = None) -> HeatResult:
+    """Diffuse on an n x n grid until the max change per step is below tol (or max_steps).
+
+    `on_step(name)` is called as each stage starts (compiling, solving, checking against NumPy):
+    the command line's progress bar follows them."""
     if n < 3:
         raise ValueError("n must be at least 3 (an interior is needed)")
+    on_step = on_step or (lambda name: None)
+    on_step("compiling the heat kernel")
     start = time.perf_counter()
     solve(initial_field(4), tol, 2)  # compile (and cache) the kernel on a tiny grid
     compile_seconds = time.perf_counter() - start
 
     u0 = initial_field(n)
+    on_step(f"solving {n}x{n} to convergence")
     u, steps, max_change, seconds = solve(u0, tol, max_steps)
+    if check:
+        on_step(f"checking against NumPy ({steps} steps)")
     error = float(np.abs(u - numpy_reference(u0, steps)).max()) if check else None
     return HeatResult(n=n, steps=steps, seconds=seconds, steps_per_second=steps / seconds if seconds > 0 else 0.0,
                       max_change=max_change, converged=max_change < tol, reference_error=error,
