@@ -9,6 +9,7 @@ import argparse
 import os
 
 from qgraph.bench import suite
+from qgraph.bench.progress import bars_wanted
 
 
 def main() -> None:
@@ -18,7 +19,7 @@ def main() -> None:
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
     suite.main(quick=args.quick, json_path=os.path.join(args.out, "launch_overhead.json"),
-               plot_path=os.path.join(args.out, "launch_overhead.png"), arch=None)
+               plot_path=os.path.join(args.out, "launch_overhead.png"), arch=None, show_progress=bars_wanted())
 
 
 if __name__ == "__main__":
