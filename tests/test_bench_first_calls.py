@@ -1,4 +1,4 @@
-"""First calls in fresh processes (bench.first_calls) and the tables of cold and warm ones
+"""First calls in fresh processes (bench.fresh_process, bench.first_calls) and the tables of cold and warm ones
 (bench.compile_time, bench.cpu): cold is really cold, warm really loads, both are labelled."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 import qgraph
-from qgraph.bench import compile_time, cpu, first_calls
+from qgraph.bench import compile_time, cpu, fresh_process
 from qgraph.bench.kernels import kernels_for
 
 
@@ -18,7 +18,7 @@ def cpu_arch_cache_filled(cpu):
 
 
 def test_a_cold_process_compiles_and_the_warm_one_after_it_loads(cpu_arch_cache_filled):
-    cold, warm = first_calls.cold_and_warm(["kernel", "cpu", "2"], runs=1)
+    cold, warm = fresh_process.cold_and_warm(["kernel", "cpu", "2"], runs=1)
     # the caller's cache already holds this kernel: a cold process that used it would have loaded
     assert cold[0]["loaded_from_cache"] is False and warm[0]["loaded_from_cache"] is True
     assert cold[0]["seconds"] > 0 and warm[0]["seconds"] > 0

@@ -10,7 +10,7 @@ hand-written in one function.
 
 from __future__ import annotations
 
-from .first_calls import cold_and_warm
+from .fresh_process import cold_and_warm
 from .timing import put_figure, spread_of
 
 EIGHT_TASKS = 8

@@ -15,7 +15,7 @@ import numpy as np
 
 import qgraph
 
-from .first_calls import cold_and_warm
+from .fresh_process import cold_and_warm
 from .timing import interleaved_spreads, put_figure, spread_of
 
 

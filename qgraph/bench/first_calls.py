@@ -1,10 +1,5 @@
-"""First calls measured in a fresh Python process: what a user's new process pays.
-
-The parent side runs `python -m qgraph.bench.first_calls MODE ...` with its own cache
-directories (qgraph's and numba's, under one temporary directory): cold, the directories
-empty, so everything compiles; then warm, a second process on the same directories, so
-everything loads. The child side times the first call(s) and prints one JSON line, with the
-process's peak memory (its maximum resident set size).
+"""The child of bench.fresh_process: times first calls in this fresh process and prints one
+JSON line, with the process's peak memory (its maximum resident set size).
 
 Modes: `kernel ARCH TASKS` (the bench's T-task kernel, kernels_for(T).graph), `cpu-workloads
 qgraph|numba` (the CPU suite's workloads, qgraph's kernels or their numba twins, cached), and
@@ -15,47 +10,8 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
-import tempfile
 import time
-
-# variables of the caller's environment that would make a cold process warm or a warm one cold
-_DROPPED = ("QGRAPH_CACHE", "QGRAPH_DUMP", "QGRAPH_ARCH", "NUMBA_DISABLE_JIT", "NUMBA_CACHE_DIR")
-
-
-def fresh_process(args: list[str], cache_dir: str, timeout: float = 1800) -> dict:
-    """Run one child with `cache_dir` for its caches; its JSON result."""
-    import qgraph
-
-    env = {k: v for k, v in os.environ.items() if k not in _DROPPED}
-    env["QGRAPH_CACHE_DIR"] = os.path.join(cache_dir, "qgraph")
-    env["NUMBA_CACHE_DIR"] = os.path.join(cache_dir, "numba")
-    package_root = os.path.dirname(os.path.dirname(os.path.abspath(qgraph.__file__)))
-    env["PYTHONPATH"] = os.pathsep.join([package_root] + [p for p in [os.environ.get("PYTHONPATH")] if p])
-    done = subprocess.run(
-        [sys.executable, "-m", "qgraph.bench.first_calls", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-    if done.returncode != 0:
-        raise RuntimeError(
-            f"first call in a fresh process ({' '.join(args)}) failed with exit code "
-            f"{done.returncode}:\n{done.stderr[-3000:]}"
-        )
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
-def cold_and_warm(args: list[str], runs: int = 1) -> tuple[list[dict], list[dict]]:
-    """`runs` pairs of a cold process (empty cache directories) and a warm one (the same again)."""
-    cold, warm = [], []
-    for _ in range(runs):
-        with tempfile.TemporaryDirectory(prefix="qgraph-first-call-") as cache_dir:
-            cold.append(fresh_process(args, cache_dir))
-            warm.append(fresh_process(args, cache_dir))
-    return cold, warm
 
 
 def _peak_mb() -> float:

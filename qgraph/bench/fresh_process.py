@@ -1,0 +1,52 @@
+"""Fresh Python processes for first-call measurements: what a user's new process pays.
+
+One child (`python -m qgraph.bench.first_calls MODE ...`, which times and prints one JSON
+line) runs with its own cache directories, qgraph's and numba's, under one temporary
+directory: cold, the directories empty, so everything compiles; then warm, a second process
+on the same directories, so everything loads.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+# variables of the caller's environment that would make a cold process warm or a warm one cold
+_DROPPED = ("QGRAPH_CACHE", "QGRAPH_DUMP", "QGRAPH_ARCH", "NUMBA_DISABLE_JIT", "NUMBA_CACHE_DIR")
+
+
+def fresh_process(args: list[str], cache_dir: str, timeout: float = 1800) -> dict:
+    """Run one child with `cache_dir` for its caches; its JSON result."""
+    import qgraph
+
+    env = {k: v for k, v in os.environ.items() if k not in _DROPPED}
+    env["QGRAPH_CACHE_DIR"] = os.path.join(cache_dir, "qgraph")
+    env["NUMBA_CACHE_DIR"] = os.path.join(cache_dir, "numba")
+    package_root = os.path.dirname(os.path.dirname(os.path.abspath(qgraph.__file__)))
+    env["PYTHONPATH"] = os.pathsep.join([package_root] + [p for p in [os.environ.get("PYTHONPATH")] if p])
+    done = subprocess.run(
+        [sys.executable, "-m", "qgraph.bench.first_calls", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(
+            f"first call in a fresh process ({' '.join(args)}) failed with exit code "
+            f"{done.returncode}:\n{done.stderr[-3000:]}"
+        )
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def cold_and_warm(args: list[str], runs: int = 1) -> tuple[list[dict], list[dict]]:
+    """`runs` pairs of a cold process (empty cache directories) and a warm one (the same again)."""
+    cold, warm = [], []
+    for _ in range(runs):
+        with tempfile.TemporaryDirectory(prefix="qgraph-first-call-") as cache_dir:
+            cold.append(fresh_process(args, cache_dir))
+            warm.append(fresh_process(args, cache_dir))
+    return cold, warm
