@@ -49,7 +49,7 @@ from .lang.vector_types import (
     vec4,
     vector,
 )
-from .runtime import current_arch, device_info, init, reset, sync
+from .runtime import current_arch, device, device_count, device_info, init, reset, sync
 from .runtime.arrays import Ndarray, from_numpy, ndarray
 from .runtime.random_state import seed
 from .step import GraphFunction, StepStats, graph, while_loop
@@ -62,7 +62,7 @@ __all__ = [
     "QgraphError", "StepStats", "graph",
     "QgraphSyntaxError",
     "atomic_add", "atomic_max", "atomic_min", "atomic_sub", "benchmark", "clamp", "compile", "current_arch",
-    "device_info",
+    "device", "device_count", "device_info",
     "f32", "f64",
     "from_numpy", "func", "i8", "i16", "i32", "i64", "init", "kernel", "ndarray", "ndrange", "reset", "serial",
     "sync", "u8", "u16", "u32", "u64",

@@ -83,6 +83,8 @@ class Kernel:
         self.debug = debug  # "bounds", "nan", False (off) or None: QGRAPH_DEBUG decides
         self.stats = KernelStats(num_tasks=len(self._source.tasks))
         self._launchers: dict[str, object] = {}  # per target ("cpu", "cuda:0", ...)
+        names = [p.name for p in source.params]
+        self._rng_at = names.index(globals_used.RNG_STATE) if globals_used.RNG_STATE in names else None
         self._launch = None
         self._generation = -1
         functools.update_wrapper(self, fn)
@@ -94,27 +96,57 @@ class Kernel:
         return self._source.tasks
 
     def _attach(self) -> None:
-        """Bind to the current runtime generation: the launcher of the current target (once,
-        whichever thread calls first)."""
+        """Bind to the current runtime generation: the launcher of this thread's current target
+        (once, whichever thread calls first; calls with arrays elsewhere are routed, see _route)."""
         with _ATTACH_LOCK:
             state = runtime.ensure_init()
             if self._generation == state.generation and self._launch is not None:
                 return
             if self._generation != state.generation:
                 self._close_launchers()
-            from . import launcher
-
-            key = state.target.key
-            found = self._launchers.get(key)
-            if found is None:
-                found = self._launchers[key] = launcher.for_kernel(self, state)
-            self._launch = found.launch
+            self._launch = self._launcher_on(state.current()).launch
             self._generation = state.generation
 
+    def _launcher_on(self, target):
+        """The launcher of `target` (a runtime DeviceState or CpuState), made on first use."""
+        found = self._launchers.get(target.key)
+        if found is None:
+            with _ATTACH_LOCK:
+                found = self._launchers.get(target.key)
+                if found is None:
+                    from . import launcher
+
+                    found = self._launchers[target.key] = launcher.for_kernel(self, runtime.STATE, target)
+        return found
+
+    def _call_target(self, args: tuple):
+        """(target, args) of a call: the device all its arrays live on (ValueError naming them
+        when they disagree), else this thread's current one; the implicit random-number state
+        is that device's."""
+        from .args.devices import call_devices
+        from .backends.checks import display_names
+
+        state = runtime.STATE
+        src = self._source
+        rng = self._rng_at
+        ordinal = call_devices(display_names(src), args, rng, f"kernel {src.qualname}")
+        target = state.current() if ordinal is None else state.target_for(ordinal)
+        if rng is not None and args[rng] is not rng_state(target):
+            args = args[:rng] + (rng_state(target),) + args[rng + 1:]
+        return target, args
+
+    def _route(self, args: tuple, stream):
+        """A call whose arrays live on another device than the bound launcher's: run it there."""
+        target, args = self._call_target(args)
+        return self._launcher_on(target).launch(*args, stream)
+
     def _compile(self, *args) -> tuple[str, ...]:
-        """compile(): the current target's launcher compiles the signature of `args`."""
+        """compile(): the launcher of the arguments' device compiles the signature of `args`."""
         self._attach()
-        return self._launchers[runtime.STATE.target.key].compile(args)
+        if runtime.STATE.arch != "cuda":
+            return self._launcher_on(runtime.STATE.target).compile(args)
+        target, args = self._call_target(args)
+        return self._launcher_on(target).compile(args)
 
     def _close_launchers(self) -> None:
         for found in self._launchers.values():

@@ -50,7 +50,8 @@ class GraphFunction:
                 raise TypeError(f"graph_while={graph_while!r} names no parameter of {fn.__name__}({', '.join(names)})")
             self._flag_at = names.index(graph_while)
         self.stats = StepStats()
-        self._runners: dict[str, object] = {}
+        self._runners: dict[str, object] = {}  # per device ("cuda:0", ...)
+        self._last = None  # the runner of the last call: its replay of the same arguments comes first
         functools.update_wrapper(self, fn)
         runtime.STATE.kernels.add(self)
 
@@ -58,11 +59,38 @@ class GraphFunction:
         from .backends import step_capture
 
         state = runtime.ensure_init()
-        target = state.target
+        target = state.current()
         if not isinstance(target, DeviceState) or step_capture.is_recording():
             if self.graph_while is None or step_capture.is_recording():
                 return self._fn(*args, **kwargs)  # the CPU; or a step called by a step: its calls join the outer one
             return self._cpu_loop(args, kwargs, state.settings)
+        runner = self._last or self._runner(target, state)
+        if stream is not None:
+            from .driver.device import stream_handle
+
+            stream = stream_handle(stream)
+        replayed, result = runner.replay_same(args, kwargs, runner.own_stream if stream is None else stream)
+        if replayed:
+            return result
+        calls, result = step_capture.record(self._fn, args, kwargs)
+        if calls:
+            # the graph lives on the device its kernels ran on (their arrays' device)
+            targets = {call.launcher.target for call in calls}
+            if len(targets) > 1:
+                where = ", ".join(sorted(t.key for t in targets))
+                raise QgraphError(f"step {self.__name__}: its kernel calls ran on different devices ({where}); a "
+                                  "step's graph lives on one device: give all its calls arrays of one device")
+            runner = self._runner(targets.pop(), state)
+            handle = runner.own_stream if stream is None else stream
+            runner.run(calls, handle, self._flag(args, kwargs))
+            runner.remember(args, kwargs, handle, result)
+            self._last = runner
+        return result
+
+    def _runner(self, target: DeviceState, state):
+        """The step runner of one device (its graphs and their cache), made on first use."""
+        from .backends import step_capture
+
         runner = self._runners.get(target.key)
         if runner is None:
             capacity = self.graph_cache_size or state.settings.graph_cache_size
@@ -72,20 +100,7 @@ class GraphFunction:
                 loop = (self.graph_while, limit, self._fn.__code__.co_firstlineno)
             runner = self._runners[target.key] = step_capture.StepRunner(target, self.__name__, self.stats, capacity,
                                                                          loop)
-        if stream is None:
-            handle = target.device.stream_handle
-        else:
-            from .driver.device import stream_handle
-
-            handle = stream_handle(stream)
-        replayed, result = runner.replay_same(args, kwargs, handle)
-        if replayed:
-            return result
-        calls, result = step_capture.record(self._fn, args, kwargs)
-        if calls:
-            runner.run(calls, handle, self._flag(args, kwargs))
-            runner.remember(args, kwargs, handle, result)
-        return result
+        return runner
 
     def _flag(self, args: tuple, kwargs: dict):
         if self._flag_at is None:
@@ -113,6 +128,7 @@ class GraphFunction:
         for runner in self._runners.values():
             runner.close()
         self._runners.clear()
+        self._last = None
         self.stats = StepStats()
 
     def __repr__(self) -> str:

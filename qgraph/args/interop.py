@@ -22,12 +22,14 @@ class DeviceView:
     sig: str
     abi: bytes
     owner: object
+    device: int | None = None  # the CUDA device ordinal, where the producer says (None: unknown)
 
 
 _TYPESTR_CACHE: dict[str, np.dtype] = {}
 
 
-def _view_from_parts(name: str, ptr: int, shape, strides_bytes, dtype: np.dtype, owner: object) -> DeviceView:
+def _view_from_parts(name: str, ptr: int, shape, strides_bytes, dtype: np.dtype, owner: object,
+                     device: int | None = None) -> DeviceView:
     dtype = as_dtype(dtype, f"argument '{name}'")
     shape = tuple(int(n) for n in shape)
     itemsize = dtype.itemsize
@@ -44,7 +46,7 @@ def _view_from_parts(name: str, ptr: int, shape, strides_bytes, dtype: np.dtype,
     for n in shape:
         size *= n
     abi = numba_abi(int(ptr), shape, strides_t, itemsize)
-    return DeviceView(array_sig(dtype, len(shape), contiguous, size), abi, owner)
+    return DeviceView(array_sig(dtype, len(shape), contiguous, size), abi, owner, device)
 
 
 def _from_torch(value, name: str) -> DeviceView:
@@ -54,11 +56,11 @@ def _from_torch(value, name: str) -> DeviceView:
     dtype = np.dtype(str(value.dtype).replace("torch.", ""))
     itemsize = dtype.itemsize
     strides = tuple(s * itemsize for s in value.stride())
-    return _view_from_parts(name, value.data_ptr(), tuple(value.shape), strides, dtype, value)
+    return _view_from_parts(name, value.data_ptr(), tuple(value.shape), strides, dtype, value, value.get_device())
 
 
 def _from_cupy(value, name: str) -> DeviceView:
-    return _view_from_parts(name, value.data.ptr, value.shape, value.strides, value.dtype, value)
+    return _view_from_parts(name, value.data.ptr, value.shape, value.strides, value.dtype, value, value.device.id)
 
 
 def _from_cai(value, name: str) -> DeviceView:
@@ -69,7 +71,8 @@ def _from_cai(value, name: str) -> DeviceView:
         dtype = _TYPESTR_CACHE.setdefault(typestr, np.dtype(typestr))
     if cai.get("mask") is not None:
         raise TypeError(f"argument '{name}': masked device arrays are not supported")
-    return _view_from_parts(name, cai["data"][0], cai["shape"], cai.get("strides"), dtype, value)
+    ptr = cai["data"][0]
+    return _view_from_parts(name, ptr, cai["shape"], cai.get("strides"), dtype, value, _cai_device(ptr))
 
 
 class _DLTensor(ctypes.Structure):
@@ -98,10 +101,22 @@ def _from_dlpack(value, name: str) -> DeviceView:
     strides = None if not tensor.strides else tuple(tensor.strides[k] * dtype.itemsize for k in range(tensor.ndim))
     ptr = (tensor.data or 0) + tensor.byte_offset
     # the capsule owns the producer's reference: keeping it alive keeps the memory alive
-    return _view_from_parts(name, ptr, shape, strides, dtype, (value, capsule))
+    device = tensor.device_id if tensor.device_type == 2 else None  # kDLCUDA
+    return _view_from_parts(name, ptr, shape, strides, dtype, (value, capsule), device)
 
 
 _DEVICE_READERS: dict[type, object] = {}
+_MULTI_DEVICE: list = []  # [whether the machine has more than one CUDA device], once known
+
+
+def _cai_device(ptr: int) -> int | None:
+    """The device owning a __cuda_array_interface__ pointer, which the interface does not say:
+    asked of the driver on machines with more than one device (one device: it is that one)."""
+    from ..driver import device
+
+    if not _MULTI_DEVICE:
+        _MULTI_DEVICE.append(device.device_count() > 1)
+    return device.pointer_device(ptr) if ptr and _MULTI_DEVICE[0] else None
 
 
 def device_reader(tp: type):

@@ -162,10 +162,12 @@ def _cuda_slow_value(value: object, name: str, fixed: str | None) -> tuple[str, 
 # --------------------------------------------------------------------------- fast paths
 
 
-def _array_fast_path(k: int, a: str, arch: str) -> list[str]:
-    """A qgraph array (key text and values precomputed on the array), or a NumPy array on cpu."""
+def _array_fast_path(k: int, a: str, arch: str, on_device: bool = False) -> list[str]:
+    """A qgraph array (key text and values precomputed on the array), or a NumPy array on cpu.
+    `on_device`: only a cuda array on the launcher's device `_dev` (others: the slow path)."""
     field = "_host" if arch == "cpu" else "_abi"
-    lines = [f"if t is _Ndarray and {a}.{field} is not None:", f"    s{k} = {a}._sig; v{k} = {a}.{field}"]
+    test = f"{a}._device is _dev" if on_device else f"{a}.{field} is not None"
+    lines = [f"if t is _Ndarray and {test}:", f"    s{k} = {a}._sig; v{k} = {a}.{field}"]
     if arch == "cpu":
         lines += ["elif t is _np_ndarray:", f"    s{k} = _numpy_sig({a}, _names[{k}]); v{k} = {a}"]
     return lines
@@ -207,7 +209,8 @@ def _fixed_scalar_fast_path(k: int, a: str, fix: str, arch: str, ns: dict) -> li
 
 def resolver_lines(names: tuple[str, ...], fixed: tuple[str | None, ...], arch: str, ns: dict,
                    array_type: type, indent: str = "    ", elements: tuple | None = None,
-                   mutable_flag: str = "", written: dict | None = None) -> list[str]:
+                   mutable_flag: str = "", written: dict | None = None, device_checks: dict | None = None
+                   ) -> list[str]:
     """Straight-line code assigning s<k> (key text) and v<k> (value) from argument a<k>.
 
     `array_type` is qgraph's Ndarray (its key text and values precomputed); `ns` receives
@@ -217,18 +220,21 @@ def resolver_lines(names: tuple[str, ...], fixed: tuple[str | None, ...], arch: 
     when given, names a local set to False when an argument's key text or value may change
     without an assignment (a NumPy or foreign array, an uncached struct): see args.structs.
     `written` (cpu: parameter position -> line) are the arrays the kernel writes: a read-only
-    NumPy array passed for one is a TypeError naming the line.
+    NumPy array passed for one is a TypeError naming the line. `device_checks` (cuda:
+    args.devices.device_checks) makes the lines raise OtherDevice for arrays on another device.
     """
     unstable = f"; {mutable_flag} = False" if mutable_flag else ""
     ns.update({"_Ndarray": array_type, "_WF": WEAK_FLOAT, "_WI": WEAK_INT, "_fixed": fixed, "_names": names,
                "_np_ndarray": np.ndarray, "_numpy_sig": numpy_sig,
                "_slow": cpu_slow if arch == "cpu" else _cuda_slow_value})
+    if device_checks:
+        ns.update(device_checks)
     lines = []
     for k, fix in enumerate(fixed):
         a = f"a{k}"
         lines.append(f"t = type({a})")
         if fix is None:
-            array_lines = _array_fast_path(k, a, arch)
+            array_lines = _array_fast_path(k, a, arch, bool(device_checks))
             if len(array_lines) > 2:  # the NumPy array on cpu
                 array_lines[3] += unstable
                 if written and k in written:
@@ -240,8 +246,12 @@ def resolver_lines(names: tuple[str, ...], fixed: tuple[str | None, ...], arch: 
             ns["_epoch"] = STRUCT_EPOCH
             attr = RESOLVED_ATTR[arch]
             lines += ["elif t in _structs:",  # its resolution cached on it (args.structs), else resolve
-                      f"    c = {a}.{attr}",
-                      f"    s{k}, v{k} = c[1] if c is not None and c[0] == _epoch[0] else _structs[t]({a})"]
+                      f"    c = {a}.{attr}"]
+            if device_checks:  # the cache also says which device its arrays were checked for
+                lines.append(f"    s{k}, v{k} = c[1] if c is not None and c[0] == _epoch[0] and c[2] is _dev "
+                             f"else _struct_on({a})")
+            else:
+                lines.append(f"    s{k}, v{k} = c[1] if c is not None and c[0] == _epoch[0] else _structs[t]({a})")
             if mutable_flag:  # a nested struct: stable if it cached its own resolution
                 ns["_cached"] = _cached_resolution
                 lines.append(f"    if not _cached({a}, '{attr}', _epoch[0]){unstable}")
@@ -356,7 +366,7 @@ def _generate_struct_resolver(cls: type, arch: str):
               f"        e = _sigs[{key}] = _new(_cls, {key})",
               f"    r = (e[0], _flat({values})) if e[1] else (e[0], {values})"]
     if cacheable:  # every leaf immutable (nested structs: cached) -> remember it until any assignment
-        lines += ["    if stable:", f"        obj.__dict__['{attr}'] = (_epoch[0], r)"]
+        lines += ["    if stable:", f"        obj.__dict__['{attr}'] = (_epoch[0], r, None)"]
     lines.append("    return r")
     source = "def resolve(obj):\n" + "\n".join(lines) + "\n"
     return generated.function(source, "resolve", f"resolver of struct {cls.__qualname__} ({arch})", ns)

@@ -85,7 +85,8 @@ def struct(cls: type | None = None, **dataclass_options):
 
 
 # Resolving a struct (its leaves' key texts and values) is cached on the object, as
-# RESOLVED_ATTR[arch] = (epoch, (key text, values)), when every leaf is immutable (qgraph arrays,
+# RESOLVED_ATTR[arch] = (epoch, (key text, values), the CudaDevice whose launcher checked that its
+# arrays live there or None), when every leaf is immutable (qgraph arrays,
 # numbers, cached structs). Any assignment to any struct's attribute bumps STRUCT_EPOCH, which
 # invalidates every cache at once: nested structs need no parent links, and a swapped field
 # costs one full resolution, as it did before caching.

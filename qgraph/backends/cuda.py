@@ -15,6 +15,7 @@ import threading
 import warnings
 
 from .. import conditional
+from ..args.devices import OtherDevice, device_checks
 from ..args.kinds import FlagKind, arg_type
 from ..args.resolve import resolver_lines
 from ..compiler.cuda_program import TaskKernel, compile_tasks
@@ -178,8 +179,7 @@ class CudaLauncher:
         ns: dict = {"_ident": threading.get_ident, "_dev": self.device}
         lines = ["    if _ident() != _dev._thread:", "        _dev.make_current()"]
         lines += frozen_number_lines(src, ns)
-        lines += resolver_lines(display_names(src), fixed_scalar_types(src), "cuda", ns, Ndarray,
-                                elements=element_annotations(src))
+        lines += self._resolution_lines(ns, "raise")  # Kernel._compile chose this device from the arguments
         lines.append(f"    return ({', '.join(f's{k}' for k in range(n))}{',' if n == 1 else ''})")
         source = f"def resolve({', '.join(f'a{k}' for k in range(n))}):\n" + "\n".join(lines) + "\n"
         return generated.function(source, "resolve", f"argument resolution of kernel {src.qualname} (cuda)", ns)
@@ -200,9 +200,10 @@ class CudaLauncher:
         args = ", ".join(f"a{k}" for k in range(n))
         lines = ["    if _ident() != _dev._thread:", "        _dev.make_current()", "    pure = True"]
         lines += frozen_number_lines(src, ns)
-        # `pure` stays True when every argument is a qgraph array, a number or a cached struct
-        lines += resolver_lines(display_names(src), fixed_scalar_types(src), "cuda", ns, Ndarray,
-                                elements=element_annotations(src), mutable_flag="pure")
+        # `pure` stays True when every argument is a qgraph array, a number or a cached struct;
+        # an array on another device sends the call to that device's launcher (Kernel._route)
+        ns["_route"] = self.kernel._route
+        lines += self._resolution_lines(ns, f"return _route(({args}{comma}), stream)", mutable_flag="pure")
         lines += [f"    key = ({', '.join(f's{k}' for k in range(n))}{comma})",
                   f"    p = ({', '.join(f'v{k}' for k in range(n))}{comma})",
                   f"    call_args = ({args}{comma})"]
@@ -243,6 +244,16 @@ class CudaLauncher:
                   "        _release()"]
         source = f"def launch({args}{', ' if n else ''}stream):\n" + "\n".join(lines) + "\n"
         return generated.function(source, "launch", f"launch of kernel {src.qualname} (cuda)", ns)
+
+    def _resolution_lines(self, ns: dict, elsewhere: str, mutable_flag: str = "") -> list[str]:
+        """Argument resolution for this device; an argument living on another one runs `elsewhere`."""
+        src = self.src
+        lines = ["    try:"]
+        lines += resolver_lines(display_names(src), fixed_scalar_types(src), "cuda", ns, Ndarray, indent="        ",
+                                elements=element_annotations(src), mutable_flag=mutable_flag,
+                                device_checks=device_checks(self.device))
+        ns["_OtherDevice"] = OtherDevice
+        return lines + ["    except _OtherDevice:", f"        {elsewhere}"]
 
     def _iterations(self) -> tuple[int, ...]:
         """stats.iterations: passes of each device loop in the last call (waits for it)."""

@@ -270,7 +270,7 @@ class StepRunner:
         self._built: OrderedDict = OrderedDict()  # (signature, dependencies) -> BuiltStep, LRU
         self._last: dict = {}  # (signature, packs) -> (dependencies, BuiltStep) seen recently
         self._launch = driver().cuGraphLaunch
-        self._own_stream = target.device.stream_handle
+        self.own_stream = target.device.stream_handle
         self._fail = kernel_failure(name)
         self._current = None  # the graph the last body run replayed
         self._current_calls: list[StepCall] = []
@@ -291,7 +291,7 @@ class StepRunner:
         with self._target.lock:
             if built.exec is None or built.version != last[7]:  # evicted, or set for another call meanwhile
                 return False, None
-            if stream != self._own_stream:  # qgraph arrays are freed in order on its own stream
+            if stream != self.own_stream:  # qgraph arrays are freed in order on its own stream
                 self._target.lifetimes.hold(stream, args)
             err = self._launch(built.exec, stream)[0]
             if err:

@@ -97,8 +97,14 @@ class CudaDevice:
         # The primary context is shared with PyTorch, CuPy and numba; it is retained for the
         # life of the process so that device arrays outlive re-initialisation.
         self.context = check(d.cuDevicePrimaryCtxRetain(self.handle), "cuDevicePrimaryCtxRetain")
-        check(d.cuCtxSetCurrent(self.context), "cuCtxSetCurrent")
-        self._thread = threading.get_ident()
+        self._set_current = d.cuCtxSetCurrent
+        check(self._set_current(self.context), "cuCtxSetCurrent")
+        # the thread this device's context is known to be current on (see make_current)
+        self._thread = None if OPENED else threading.get_ident()
+        OPENED.append(self)
+        if len(OPENED) == 2:  # from now on every device sets its context on every call
+            for device in OPENED:
+                device._thread = None
         # A blocking stream: ordered with the legacy default stream that other libraries use.
         self.stream = check(d.cuStreamCreate(0), "cuStreamCreate")
         self.stream_handle = int(self.stream)
@@ -111,15 +117,21 @@ class CudaDevice:
     # ------------------------------------------------------------------ context
 
     def make_current(self) -> None:
-        """Make the context current on this thread (calls from a new thread need it once)."""
+        """Make the context current on this thread. With one device in the process, once per
+        thread (`_thread` remembers it); once a second device is open, on every call, since
+        this thread may have switched to the other one (through qgraph, PyTorch or CuPy)."""
         ident = threading.get_ident()
         if ident != self._thread:
-            check(driver().cuCtxSetCurrent(self.context), "cuCtxSetCurrent")
-            self._thread = ident
+            err = self._set_current(self.context)[0]
+            if err:
+                raise fail(err, "cuCtxSetCurrent")
+            if len(OPENED) == 1:
+                self._thread = ident
 
     def synchronize(self) -> None:
         """Wait for qgraph's work: its own stream, polled so that Ctrl-C gets through, then
         (only after calls given another stream) the whole context."""
+        self.make_current()
         self.sync_stream()
         if FOREIGN_STREAMS[0]:
             FOREIGN_STREAMS[0] = False
@@ -129,6 +141,7 @@ class CudaDevice:
 
     def sync_stream(self) -> None:
         """Wait for qgraph's stream, interruptibly (see wait_event)."""
+        self.make_current()
         self._wait(self._stream_query, self.stream, "cuStreamQuery")
 
     def wait_event(self, event) -> None:
@@ -162,20 +175,23 @@ class CudaDevice:
         """Device memory from the stream-ordered pool, ready for use on any stream."""
         if nbytes == 0:
             return 0
+        self.make_current()
         d = driver()
         ptr = check(d.cuMemAllocAsync(nbytes, self.stream), "cuMemAllocAsync")
         return int(ptr)
 
     def free(self, ptr: int) -> None:
         if ptr:
+            self.make_current()
             driver().cuMemFreeAsync(ptr, self.stream)
 
     def memset(self, ptr: int, value: bytes, count: int) -> None:
         """Fill `count` elements of len(value) bytes with `value`, ordered on qgraph's stream."""
-        d = driver()
         size = len(value)
         if count == 0:
             return
+        self.make_current()
+        d = driver()
         if value == bytes(size) or size == 1:
             check(d.cuMemsetD8Async(ptr, value[0], count * size, self.stream), "cuMemsetD8Async")
         elif size == 2:
@@ -192,12 +208,14 @@ class CudaDevice:
 
     def copy_to_device(self, ptr: int, host_ptr: int, nbytes: int) -> None:
         if nbytes:
+            self.make_current()
             d = driver()
             check(d.cuMemcpyHtoDAsync(ptr, host_ptr, nbytes, self.stream), "cuMemcpyHtoDAsync")
             check(d.cuStreamSynchronize(self.stream), "cuStreamSynchronize")
 
     def copy_to_host(self, host_ptr: int, ptr: int, nbytes: int) -> None:
         if nbytes:
+            self.make_current()
             d = driver()
             check(d.cuMemcpyDtoHAsync(host_ptr, ptr, nbytes, self.stream), "cuMemcpyDtoHAsync")
             check(d.cuStreamSynchronize(self.stream), "cuStreamSynchronize")
@@ -205,6 +223,7 @@ class CudaDevice:
     # ------------------------------------------------------------------ modules
 
     def load_module(self, image: bytes):
+        self.make_current()
         d = driver()
         module = check(d.cuModuleLoadData(image), "cuModuleLoadData")
         self._modules.add(module)
@@ -213,6 +232,7 @@ class CudaDevice:
     def unload_module(self, module) -> None:
         """Unload a module; its owner makes sure no queued work or graph still uses it."""
         if module in self._modules:
+            self.make_current()
             self._modules.discard(module)
             check(driver().cuModuleUnload(module), "cuModuleUnload")
 
@@ -225,6 +245,7 @@ class CudaDevice:
         """A timing-disabled event from the pool (give it back with `release_event`)."""
         if self._events:
             return self._events.pop()
+        self.make_current()
         d = driver()
         return check(d.cuEventCreate(d.CUevent_flags.CU_EVENT_DISABLE_TIMING), "cuEventCreate")
 
@@ -248,7 +269,27 @@ class CudaDevice:
             d.cuLinkDestroy(state)
 
 
+OPENED: list[CudaDevice] = []  # every device opened in this process, in order
 FOREIGN_STREAMS = [False]  # a call ran on a stream given with stream=: sync() then waits for the context
+
+
+def device_count() -> int:
+    """How many CUDA devices the driver sees (0 where CUDA is not usable)."""
+    try:
+        d = driver()
+        if d.cuInit(0)[0]:
+            return 0
+        return check(d.cuDeviceGetCount(), "cuDeviceGetCount")
+    except Exception:
+        return 0
+
+
+def pointer_device(ptr: int) -> int | None:
+    """The ordinal of the device that owns device pointer `ptr` (None when the driver does not
+    know it: host or unregistered memory)."""
+    d = driver()
+    err, ordinal = d.cuPointerGetAttribute(d.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, ptr)
+    return None if err else int(ordinal)
 
 
 def capturing(handle: int) -> bool:

@@ -14,14 +14,23 @@ from .arrays import Ndarray
 from .state import STATE
 
 
-def rng_state() -> Ndarray:
-    """The [seed, epoch] array of the current target, made on first use."""
-    rng = STATE._rng
-    if rng is None or rng[0] is not STATE.target:
-        array = Ndarray(np.uint64, (2,))
+def rng_state(target=None) -> Ndarray:
+    """The [seed, epoch] array of `target` (default: this thread's current one), made on first use.
+    Every device starts from the seed."""
+    if target is None:
+        target = STATE.current()
+    array = STATE._rng.get(target)
+    if array is None:
+        from .state import device
+
+        if target is STATE.current():
+            array = Ndarray(np.uint64, (2,))
+        else:
+            with device(target.device.info.ordinal):
+                array = Ndarray(np.uint64, (2,))
         array.from_numpy(np.array([STATE.seed, 0], np.uint64))
-        rng = STATE._rng = (STATE.target, array)
-    return rng[1]
+        STATE._rng[target] = array
+    return array
 
 
 def seed(value: int) -> None:
@@ -34,7 +43,5 @@ def seed(value: int) -> None:
     if not 0 <= value < 1 << 64:
         raise ValueError(f"qgraph.seed({value}): the seed must be in [0, 2**64)")
     STATE.seed = value
-    if STATE._rng is not None and STATE._rng[0] is STATE.target:
-        STATE._rng[1].from_numpy(np.array([value, 0], np.uint64))
-    else:
-        STATE._rng = None
+    for array in STATE._rng.values():
+        array.from_numpy(np.array([value, 0], np.uint64))

@@ -5,10 +5,15 @@ state's on each call (one integer compare) and drops its compiled code and graph
 they differ. Everything qgraph keeps for a CUDA device (the device and its stream,
 argument lifetimes, the code cache, helper kernels) lives in that device's `DeviceState`;
 kernels keep one launcher per device state, so compiled modules and graphs are per device.
+
+`init(device=i)` names the default device; `with qgraph.device(j):` makes another the
+current one of this thread (where new arrays live); a kernel call runs on its arrays' device.
 """
 
 from __future__ import annotations
 
+import contextlib
+import operator
 import threading
 import weakref
 
@@ -36,6 +41,13 @@ class DeviceState:
     def release_all(self) -> None:
         self.lifetimes.release_all()
 
+    def sync(self) -> None:
+        """Wait for this device's queued work, then release what it held and check the guards."""
+        self.device.synchronize()
+        with self.lock:
+            self.release_all()
+        self.check_guards()
+
     def check_guards(self) -> None:
         """After a sync: raise QgraphError for a device loop its runaway guard stopped."""
         for loop in list(self.guards):
@@ -52,21 +64,39 @@ class State:
     def __init__(self) -> None:
         self.arch: str | None = None
         self.generation = 0
-        self.target: DeviceState | CpuState | None = None  # where kernels run now
+        self.target: DeviceState | CpuState | None = None  # the default target (init's device)
+        self.targets: dict[int, DeviceState] = {}  # every CUDA device in use, by ordinal
         self.settings = Settings()
         self.kernels: weakref.WeakSet = weakref.WeakSet()
         self._devices: dict[int, object] = {}  # CudaDevices stay initialised across init() calls
+        self._local = threading.local()  # .ordinal: this thread's current device (qgraph.device)
         self.seed = 0  # qgraph.seed(): the key of in-kernel random numbers
-        self._rng = None  # (target, uint64 array [seed, epoch]) of kernels that draw random numbers
+        self._rng: dict = {}  # target -> uint64 array [seed, epoch] of kernels that draw random numbers
 
     @property
     def cuda(self):
-        """The current CudaDevice (None on cpu)."""
+        """The default CudaDevice (None on cpu)."""
         target = self.target
         return target.device if isinstance(target, DeviceState) else None
 
+    def current(self) -> DeviceState | CpuState:
+        """This thread's current target: the device of an enclosing `qgraph.device(i)`, else the default."""
+        ordinal = getattr(self._local, "ordinal", None)
+        return self.target if ordinal is None else self.target_for(ordinal)
+
+    def target_for(self, ordinal: int) -> DeviceState:
+        """The state of CUDA device `ordinal`, opening the device on first use."""
+        target = self.targets.get(ordinal)
+        if target is None:
+            with _OPEN_LOCK:
+                target = self.targets.get(ordinal)
+                if target is None:
+                    target = self.targets[ordinal] = DeviceState(_open_device(ordinal), self.settings)
+        return target
+
 
 STATE = State()
+_OPEN_LOCK = threading.Lock()
 
 
 def _open_device(ordinal: int):
@@ -114,7 +144,12 @@ def init(arch: str | None = None, *, device: int = 0) -> None:
     generated.configure(settings.dump_dir)
     STATE.arch = arch
     STATE.settings = settings
-    STATE.target = DeviceState(cuda_device, settings) if cuda_device is not None else CpuState()
+    STATE.targets = {}
+    STATE._rng = {}
+    if cuda_device is not None:
+        STATE.target = STATE.targets[device] = DeviceState(cuda_device, settings)
+    else:
+        STATE.target = CpuState()
 
 
 def ensure_init() -> State:
@@ -124,12 +159,8 @@ def ensure_init() -> State:
 
 
 def _drop_compiled() -> None:
-    target = STATE.target
-    if isinstance(target, DeviceState):
-        target.device.synchronize()
-        with target.lock:
-            target.release_all()
-        target.check_guards()
+    for target in list(STATE.targets.values()):
+        target.sync()
     # step graphs first: their graphs hold nodes of the kernels' modules, which kernels unload
     for kernel in sorted(STATE.kernels, key=lambda k: not getattr(k, "_drops_first", False)):
         kernel._drop()
@@ -149,21 +180,55 @@ def current_arch() -> str:
 
 
 def sync() -> None:
-    """Wait for all work qgraph has queued (on every stream)."""
-    target = STATE.target
-    if isinstance(target, DeviceState):
-        target.device.synchronize()
-        with target.lock:
-            target.release_all()
-        target.check_guards()
+    """Wait for all work qgraph has queued (on every stream of every device)."""
+    for target in list(STATE.targets.values()):
+        target.sync()
+
+
+def sync_device(device) -> None:
+    """Wait for the work queued on one CudaDevice (what reading one of its arrays needs)."""
+    target = STATE.targets.get(device.info.ordinal)
+    if target is not None and target.device is device:
+        target.sync()
+    else:  # its arrays outlived an init() that dropped its state
+        device.synchronize()
+
+
+@contextlib.contextmanager
+def device(ordinal: int):
+    """`with qgraph.device(i):` makes CUDA device `i` this thread's current device: new arrays
+    are allocated there and `device_info()` describes it. Kernel calls run on the device of
+    their arrays wherever they are made; scopes nest and are per thread."""
+    try:
+        ordinal = operator.index(ordinal)
+    except TypeError:
+        raise TypeError(f"qgraph.device() takes a CUDA device ordinal (int), got {ordinal!r}") from None
+    state = ensure_init()
+    if state.arch != "cuda":
+        raise QgraphError(f"qgraph.device({ordinal}): qgraph runs on {state.arch}, which has no devices to choose; "
+                          "call qgraph.init('cuda') first")
+    state.target_for(ordinal)  # raises QgraphError for a device that does not exist
+    local = state._local
+    previous = getattr(local, "ordinal", None)
+    local.ordinal = ordinal
+    try:
+        yield state.targets[ordinal].device.info
+    finally:
+        local.ordinal = previous
 
 
 def device_info():
-    """The CUDA device's name, compute capability and driver version (None on cpu)."""
-    state = ensure_init()
-    return state.cuda.info if state.cuda is not None else None
+    """The current CUDA device's name, compute capability and driver version (None on cpu)."""
+    target = ensure_init().current()
+    return target.device.info if isinstance(target, DeviceState) else None
 
 
-__all__ = ["STATE", "CpuState", "DeviceState", "State", "arch_name", "cuda_status", "current_arch", "device_info",
-           "ensure_init",
-           "init", "reset", "sync"]
+def device_count() -> int:
+    """How many CUDA devices the driver sees (0 where CUDA is not usable)."""
+    from ..driver.device import device_count as count
+
+    return count()
+
+
+__all__ = ["STATE", "CpuState", "DeviceState", "State", "arch_name", "cuda_status", "current_arch", "device",
+           "device_count", "device_info", "ensure_init", "init", "reset", "sync", "sync_device"]
