@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from . import runtime
 from .dtypes import float_precision
+from .errors import QgraphError
 from .lang import builtins as lang
 from .lang import frontend, generated, globals_used
 from .lang.regions import control_regions
@@ -83,6 +84,7 @@ class Kernel:
         self.debug = debug  # "bounds", "nan", False (off) or None: QGRAPH_DEBUG decides
         self.stats = KernelStats(num_tasks=len(self._source.tasks))
         self._launchers: dict[str, object] = {}  # per target ("cpu", "cuda:0", ...)
+        self._strict: dict = {}  # CudaDevice -> its launcher's strict launch (_hop)
         names = [p.name for p in source.params]
         self._rng_at = names.index(globals_used.RNG_STATE) if globals_used.RNG_STATE in names else None
         self._launch = None
@@ -135,10 +137,25 @@ class Kernel:
             args = args[:rng] + (rng_state(target),) + args[rng + 1:]
         return target, args
 
-    def _route(self, args: tuple, stream):
-        """A call whose arrays live on another device than the bound launcher's: run it there."""
-        target, args = self._call_target(args)
-        return self._launcher_on(target).launch(*args, stream)
+    def _hop(self, device):
+        """The strict launch on CudaDevice `device`: where a call goes whose first array lives
+        there while the bound launcher is another device's (one dict lookup after the first)."""
+        launch = self._strict.get(device)
+        if launch is None:
+            target = runtime.STATE.target_for(device.info.ordinal)
+            launch = self._strict[device] = self._launcher_on(target).strict_launch()
+        return launch
+
+    def _route(self, args: tuple, stream, strict: bool = False):
+        """A call with an argument on another device than its launcher's (a foreign array, a
+        struct, the random-number state of another device): find the one device of all its
+        arrays and run it there. From a strict launch the arguments must have changed (the
+        random-number state): anything else would bounce, so it is a bug, said as one."""
+        target, routed = self._call_target(args)
+        if strict and routed is args:
+            raise QgraphError(f"kernel {self._source.qualname}: a call routed to {target.key} found an argument "
+                              "on another device that the checks did not see (a qgraph bug; please report it)")
+        return self._launcher_on(target).strict_launch()(*routed, stream)
 
     def _compile(self, *args) -> tuple[str, ...]:
         """compile(): the launcher of the arguments' device compiles the signature of `args`."""
@@ -152,6 +169,7 @@ class Kernel:
         for found in self._launchers.values():
             found.close()
         self._launchers.clear()
+        self._strict.clear()
 
     def _variant(self, cuda_graph: bool) -> Kernel:
         """The same kernel with graphs on or off (for side-by-side benchmarks)."""

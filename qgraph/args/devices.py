@@ -12,6 +12,7 @@ import dataclasses
 
 import numpy as np
 
+from ..driver.device import OPENED
 from .interop import device_reader
 from .resolve import cuda_slow, is_qgraph_array, struct_resolver
 from .structs import RESOLVED_ATTR, STRUCT_EPOCH, is_struct_class
@@ -70,8 +71,8 @@ def device_checks(device) -> dict:
     attr = RESOLVED_ATTR["cuda"]
 
     def slow(value: object, name: str, fixed: str | None) -> tuple[str, bytes]:
-        if is_qgraph_array(value) and value._device is not None:
-            raise OtherDevice(name)  # on this device it would have taken the fast path
+        if fixed is None and is_qgraph_array(value) and value._device is not None and value._device is not device:
+            raise OtherDevice(name)
         if is_struct_class(type(value)):
             return struct_on_device(value)
         if fixed is None and not is_qgraph_array(value) and not isinstance(value, np.ndarray):
@@ -86,9 +87,9 @@ def device_checks(device) -> dict:
 
     def struct_on_device(value: object) -> tuple:
         resolved = struct_resolver(type(value), "cuda")(value)
-        elsewhere = one_device(argument_devices(value, type(value).__name__), f"struct {type(value).__name__}")
-        if elsewhere is not None and elsewhere != ordinal:
-            raise OtherDevice(type(value).__name__)
+        # with one device open its arrays are there (a field reassigned each call pays no scan)
+        if len(OPENED) > 1 and any(found != ordinal for found, _ in argument_devices(value, type(value).__name__)):
+            raise OtherDevice(type(value).__name__)  # the kernel's route names the fields and their devices
         cached = getattr(value, attr, None)
         if cached is not None and cached[0] == STRUCT_EPOCH[0]:  # checked: the cache now says for which device
             value.__dict__[attr] = (cached[0], cached[1], device)

@@ -162,12 +162,15 @@ def _cuda_slow_value(value: object, name: str, fixed: str | None) -> tuple[str, 
 # --------------------------------------------------------------------------- fast paths
 
 
-def _array_fast_path(k: int, a: str, arch: str, on_device: bool = False) -> list[str]:
+def _array_fast_path(k: int, a: str, arch: str, on_device: bool = False, hop: str = "") -> list[str]:
     """A qgraph array (key text and values precomputed on the array), or a NumPy array on cpu.
-    `on_device`: only a cuda array on the launcher's device `_dev` (others: the slow path)."""
+    `on_device`: only a cuda array on the launcher's device `_dev`; one on another device runs
+    `hop` (a line with `{a}` for the argument) where given, else takes the slow path."""
     field = "_host" if arch == "cpu" else "_abi"
     test = f"{a}._device is _dev" if on_device else f"{a}.{field} is not None"
     lines = [f"if t is _Ndarray and {test}:", f"    s{k} = {a}._sig; v{k} = {a}.{field}"]
+    if on_device and hop:
+        lines += [f"elif t is _Ndarray and {a}._device is not None:", "    " + hop.format(a=a)]
     if arch == "cpu":
         lines += ["elif t is _np_ndarray:", f"    s{k} = _numpy_sig({a}, _names[{k}]); v{k} = {a}"]
     return lines
@@ -209,8 +212,8 @@ def _fixed_scalar_fast_path(k: int, a: str, fix: str, arch: str, ns: dict) -> li
 
 def resolver_lines(names: tuple[str, ...], fixed: tuple[str | None, ...], arch: str, ns: dict,
                    array_type: type, indent: str = "    ", elements: tuple | None = None,
-                   mutable_flag: str = "", written: dict | None = None, device_checks: dict | None = None
-                   ) -> list[str]:
+                   mutable_flag: str = "", written: dict | None = None, device_checks: dict | None = None,
+                   hop: str = "") -> list[str]:
     """Straight-line code assigning s<k> (key text) and v<k> (value) from argument a<k>.
 
     `array_type` is qgraph's Ndarray (its key text and values precomputed); `ns` receives
@@ -221,7 +224,8 @@ def resolver_lines(names: tuple[str, ...], fixed: tuple[str | None, ...], arch: 
     without an assignment (a NumPy or foreign array, an uncached struct): see args.structs.
     `written` (cpu: parameter position -> line) are the arrays the kernel writes: a read-only
     NumPy array passed for one is a TypeError naming the line. `device_checks` (cuda:
-    args.devices.device_checks) makes the lines raise OtherDevice for arrays on another device.
+    args.devices.device_checks) makes the lines raise OtherDevice for arrays on another device,
+    except that a qgraph array there runs `hop` (a line; `{a}` names the argument) where given.
     """
     unstable = f"; {mutable_flag} = False" if mutable_flag else ""
     ns.update({"_Ndarray": array_type, "_WF": WEAK_FLOAT, "_WI": WEAK_INT, "_fixed": fixed, "_names": names,
@@ -234,8 +238,8 @@ def resolver_lines(names: tuple[str, ...], fixed: tuple[str | None, ...], arch: 
         a = f"a{k}"
         lines.append(f"t = type({a})")
         if fix is None:
-            array_lines = _array_fast_path(k, a, arch, bool(device_checks))
-            if len(array_lines) > 2:  # the NumPy array on cpu
+            array_lines = _array_fast_path(k, a, arch, bool(device_checks), hop)
+            if arch == "cpu":  # the NumPy array on cpu
                 array_lines[3] += unstable
                 if written and k in written:
                     ns["_read_only"] = read_only_error

@@ -160,6 +160,7 @@ class CudaLauncher:
         self.stats.cache_size = 0
         self.stats._iterations = self._iterations if loops else None
         self.launch = self._generate_launch()
+        self._strict = None  # strict_launch(), made when a call is first routed here
         self._resolve = None  # resolve(a0, ..., an) -> key, generated for compile()
 
     def compile(self, args: tuple) -> tuple[str, ...]:
@@ -186,7 +187,14 @@ class CudaLauncher:
 
     # ------------------------------------------------------------------ the call path
 
-    def _generate_launch(self):
+    def strict_launch(self):
+        """The launch of calls routed here from another device's launcher: it routes no further
+        (arguments of two devices raise in Kernel._route instead of bouncing)."""
+        if self._strict is None:
+            self._strict = self._generate_launch(strict=True)
+        return self._strict
+
+    def _generate_launch(self, strict: bool = False):
         """launch(a0, ..., stream): resolve inline, look up, run. Straight-line code."""
         src = self.src
         n = len(src.param_names)
@@ -200,10 +208,13 @@ class CudaLauncher:
         args = ", ".join(f"a{k}" for k in range(n))
         lines = ["    if _ident() != _dev._thread:", "        _dev.make_current()", "    pure = True"]
         lines += frozen_number_lines(src, ns)
-        # `pure` stays True when every argument is a qgraph array, a number or a cached struct;
-        # an array on another device sends the call to that device's launcher (Kernel._route)
-        ns["_route"] = self.kernel._route
-        lines += self._resolution_lines(ns, f"return _route(({args}{comma}), stream)", mutable_flag="pure")
+        # `pure` stays True when every argument is a qgraph array, a number or a cached struct.
+        # An argument on another device sends the call there: a qgraph array straight to that
+        # device's strict launch (which routes nothing further), anything else through Kernel._route
+        ns["_route"], ns["_hop"] = self.kernel._route, self.kernel._hop
+        hop = "" if strict else f"return _hop({{a}}._device)({args}{', ' if n else ''}stream)"
+        lines += self._resolution_lines(ns, f"return _route(({args}{comma}), stream, {strict})", mutable_flag="pure",
+                                        hop=hop)
         lines += [f"    key = ({', '.join(f's{k}' for k in range(n))}{comma})",
                   f"    p = ({', '.join(f'v{k}' for k in range(n))}{comma})",
                   f"    call_args = ({args}{comma})"]
@@ -245,13 +256,14 @@ class CudaLauncher:
         source = f"def launch({args}{', ' if n else ''}stream):\n" + "\n".join(lines) + "\n"
         return generated.function(source, "launch", f"launch of kernel {src.qualname} (cuda)", ns)
 
-    def _resolution_lines(self, ns: dict, elsewhere: str, mutable_flag: str = "") -> list[str]:
-        """Argument resolution for this device; an argument living on another one runs `elsewhere`."""
+    def _resolution_lines(self, ns: dict, elsewhere: str, mutable_flag: str = "", hop: str = "") -> list[str]:
+        """Argument resolution for this device; an argument living on another one runs `elsewhere`
+        (a qgraph array runs `hop` where given: args.resolve.resolver_lines)."""
         src = self.src
         lines = ["    try:"]
         lines += resolver_lines(display_names(src), fixed_scalar_types(src), "cuda", ns, Ndarray, indent="        ",
                                 elements=element_annotations(src), mutable_flag=mutable_flag,
-                                device_checks=device_checks(self.device))
+                                device_checks=device_checks(self.device), hop=hop)
         ns["_OtherDevice"] = OtherDevice
         return lines + ["    except _OtherDevice:", f"        {elsewhere}"]
 

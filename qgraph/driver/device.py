@@ -100,11 +100,11 @@ class CudaDevice:
         self._set_current = d.cuCtxSetCurrent
         check(self._set_current(self.context), "cuCtxSetCurrent")
         # the thread this device's context is known to be current on (see make_current)
-        self._thread = None if OPENED else threading.get_ident()
-        OPENED.append(self)
-        if len(OPENED) == 2:  # from now on every device sets its context on every call
-            for device in OPENED:
+        self._thread = threading.get_ident()
+        for device in OPENED:  # this thread's current context is this one's now
+            if device._thread == self._thread:
                 device._thread = None
+        OPENED.append(self)
         # A blocking stream: ordered with the legacy default stream that other libraries use.
         self.stream = check(d.cuStreamCreate(0), "cuStreamCreate")
         self.stream_handle = int(self.stream)
@@ -117,21 +117,33 @@ class CudaDevice:
     # ------------------------------------------------------------------ context
 
     def make_current(self) -> None:
-        """Make the context current on this thread. With one device in the process, once per
-        thread (`_thread` remembers it); once a second device is open, on every call, since
-        this thread may have switched to the other one (through qgraph, PyTorch or CuPy)."""
+        """Make the context current on this thread, for launches: `_thread` remembers the thread
+        it is current on, and is cleared when qgraph makes another device's context current
+        there. Launches, graph updates and events go to qgraph's streams and graphs, which carry
+        their own context, so a switch made behind qgraph's back (torch.cuda.set_device) does not
+        misdirect them; what does use the current context (memory, modules, synchronisation)
+        calls ensure_current."""
         ident = threading.get_ident()
         if ident != self._thread:
             err = self._set_current(self.context)[0]
             if err:
                 raise fail(err, "cuCtxSetCurrent")
-            if len(OPENED) == 1:
-                self._thread = ident
+            for device in OPENED:
+                if device._thread == ident:
+                    device._thread = None
+            self._thread = ident
+
+    def ensure_current(self) -> None:
+        """make_current, and with more than one device open set the context anyway (this thread
+        may have switched behind qgraph's back): memory, modules and synchronisation use it."""
+        if len(OPENED) > 1:
+            self._thread = None
+        self.make_current()
 
     def synchronize(self) -> None:
         """Wait for qgraph's work: its own stream, polled so that Ctrl-C gets through, then
         (only after calls given another stream) the whole context."""
-        self.make_current()
+        self.ensure_current()
         self.sync_stream()
         if FOREIGN_STREAMS[0]:
             FOREIGN_STREAMS[0] = False
@@ -141,7 +153,7 @@ class CudaDevice:
 
     def sync_stream(self) -> None:
         """Wait for qgraph's stream, interruptibly (see wait_event)."""
-        self.make_current()
+        self.ensure_current()
         self._wait(self._stream_query, self.stream, "cuStreamQuery")
 
     def wait_event(self, event) -> None:
@@ -175,14 +187,14 @@ class CudaDevice:
         """Device memory from the stream-ordered pool, ready for use on any stream."""
         if nbytes == 0:
             return 0
-        self.make_current()
+        self.ensure_current()
         d = driver()
         ptr = check(d.cuMemAllocAsync(nbytes, self.stream), "cuMemAllocAsync")
         return int(ptr)
 
     def free(self, ptr: int) -> None:
         if ptr:
-            self.make_current()
+            self.ensure_current()
             driver().cuMemFreeAsync(ptr, self.stream)
 
     def memset(self, ptr: int, value: bytes, count: int) -> None:
@@ -190,7 +202,7 @@ class CudaDevice:
         size = len(value)
         if count == 0:
             return
-        self.make_current()
+        self.ensure_current()
         d = driver()
         if value == bytes(size) or size == 1:
             check(d.cuMemsetD8Async(ptr, value[0], count * size, self.stream), "cuMemsetD8Async")
@@ -208,14 +220,14 @@ class CudaDevice:
 
     def copy_to_device(self, ptr: int, host_ptr: int, nbytes: int) -> None:
         if nbytes:
-            self.make_current()
+            self.ensure_current()
             d = driver()
             check(d.cuMemcpyHtoDAsync(ptr, host_ptr, nbytes, self.stream), "cuMemcpyHtoDAsync")
             check(d.cuStreamSynchronize(self.stream), "cuStreamSynchronize")
 
     def copy_to_host(self, host_ptr: int, ptr: int, nbytes: int) -> None:
         if nbytes:
-            self.make_current()
+            self.ensure_current()
             d = driver()
             check(d.cuMemcpyDtoHAsync(host_ptr, ptr, nbytes, self.stream), "cuMemcpyDtoHAsync")
             check(d.cuStreamSynchronize(self.stream), "cuStreamSynchronize")
@@ -223,7 +235,7 @@ class CudaDevice:
     # ------------------------------------------------------------------ modules
 
     def load_module(self, image: bytes):
-        self.make_current()
+        self.ensure_current()
         d = driver()
         module = check(d.cuModuleLoadData(image), "cuModuleLoadData")
         self._modules.add(module)
@@ -232,7 +244,7 @@ class CudaDevice:
     def unload_module(self, module) -> None:
         """Unload a module; its owner makes sure no queued work or graph still uses it."""
         if module in self._modules:
-            self.make_current()
+            self.ensure_current()
             self._modules.discard(module)
             check(driver().cuModuleUnload(module), "cuModuleUnload")
 
@@ -245,7 +257,7 @@ class CudaDevice:
         """A timing-disabled event from the pool (give it back with `release_event`)."""
         if self._events:
             return self._events.pop()
-        self.make_current()
+        self.ensure_current()
         d = driver()
         return check(d.cuEventCreate(d.CUevent_flags.CU_EVENT_DISABLE_TIMING), "cuEventCreate")
 
