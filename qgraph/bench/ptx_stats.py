@@ -74,7 +74,7 @@ def offline_qgraph_ptx(kernel, args: tuple, cc: tuple[int, int] = (9, 0)) -> lis
     from ..args.kinds import arg_type
     from ..args.resolve import as_elements
     from ..backends.checks import default_float, element_annotations, is_fast_math
-    from ..compiler import cuda_program
+    from ..compiler import cuda_program, ptx_text
     from ..compiler import numba_adapter as adapter
     from ..lang.lowering import lower_funcs
     from ..runtime.settings import Settings
@@ -92,7 +92,7 @@ def offline_qgraph_ptx(kernel, args: tuple, cc: tuple[int, int] = (9, 0)) -> lis
             codes.flat.src, codes.codes, codes.orders, codes.types, lower_funcs(codes.symbols), tuple(cc),
             codes.flat.kinds, is_fast_math(kernel, settings))
     if tuple(cc) >= cuda_program.PDL_COMPUTE_CAPABILITY:
-        return [adapter.add_grid_dependency_control(ptx) for _, ptx in ptx_list]
+        return [ptx_text.add_grid_dependency_control(ptx) for _, ptx in ptx_list]
     return [ptx for _, ptx in ptx_list]
 
 

@@ -29,6 +29,7 @@ from ..lang.frontend import KernelSource, Task
 from ..lang.lowering import CUDA_ATOMICS, CUDA_MATH, Symbols, lower_funcs, module_of
 from ..lang.precision import param_type
 from . import numba_adapter as adapter
+from . import ptx_text
 from .code_cache import CodeCache, entry_key
 from .random_code import random_functions
 
@@ -144,25 +145,31 @@ def task_codes(src: KernelSource, key: tuple[str, ...], deterministic: bool = Fa
     return TaskCodes(node_tasks, codes, orders, task_types, suffixes, symbols, flat, plan)
 
 
-def compile_tasks(src: KernelSource, key: tuple[str, ...], device: CudaDevice,
-                  cache: CodeCache, deterministic: bool = False, fast_math: bool = False,
-                  default_float: str = "f64", flat: FlatSource | None = None,
-                  debug: str | None = None) -> tuple[list[TaskKernel], DebugPlan | None, bool]:
-    """Compile (or load from the disk cache) every task of one specialisation: the task kernels,
-    with `debug` the plan of its checks (what each site number means), and whether the code
-    came from the disk cache.
+@dataclass
+class Program:
+    """A specialisation's compiled code, before it is loaded: one cubin with an entry per task."""
 
-    `deterministic`: reductions combine through per-task scratch arrays in a fixed order."""
+    codes: TaskCodes
+    entries: list[str]  # each task's kernel entry (its launch_dependents twin adds TRIGGER)
+    sizes: list[int]  # each task's parameter block, bytes
+    cubin: bytes
+    cached: bool  # loaded from the disk cache
+    waits: bool  # the entries start with griddepcontrol.wait (and have trigger twins)
+
+
+def build_program(src: KernelSource, key: tuple[str, ...], cc: tuple[int, int], link, cache: CodeCache,
+                  deterministic: bool = False, fast_math: bool = False, default_float: str = "f64",
+                  flat: FlatSource | None = None, debug: str | None = None) -> Program:
+    """Generate, compile and link (or load from the disk cache) every task of one specialisation
+    for compute capability `cc`; `link(ptx_list)` makes the cubin (the device's JIT linker, or
+    ptxas and nvlink offline). Needs no device: benchmarks/cuda_compile_offline.py profiles it."""
     generated_codes = task_codes(src, key, deterministic, default_float, flat, debug)
     flat = generated_codes.flat
     src, types = flat.src, flat.kinds
-    dtypes = {name: t.dtype for name, t in zip(src.param_names, types) if t.is_array}
-    node_tasks, codes, orders = generated_codes.tasks, generated_codes.codes, generated_codes.orders
-    task_types, suffixes, symbols = generated_codes.types, generated_codes.suffixes, generated_codes.symbols
-    func_defs = lower_funcs(symbols)
+    codes, orders, task_types = generated_codes.codes, generated_codes.orders, generated_codes.types
+    func_defs = lower_funcs(generated_codes.symbols)
     fingerprint = fingerprint_of(src, [c.function for c in codes] + [f for f, _, _ in func_defs],
                                  [s for _, _, s in func_defs])
-    cc = device.info.compute_capability
     waits = tuple(cc) >= PDL_COMPUTE_CAPABILITY
     ckey = entry_key("tasks", fingerprint, ",".join(key), f"sm_{cc[0]}{cc[1]}", f"pdl={waits}",
                      f"deterministic={deterministic}", f"fast_math={fast_math}", f"debug={debug}", toolchain())
@@ -172,27 +179,46 @@ def compile_tasks(src: KernelSource, key: tuple[str, ...], device: CudaDevice,
     cached = cache.load(ckey) if generated.dump_dir() is None else None
     if cached is not None:
         manifest, cubin = cached
-        entries, sizes = manifest["entries"], manifest["param_sizes"]
-    else:
-        ptx_list, entries, sizes = _compile_ptx(src, codes, orders, task_types, func_defs, cc, types, fast_math,
-                                                debug is not None)
-        if waits:
-            variants = []
-            for (name, ptx), entry in zip(ptx_list, entries):
-                variants.append((name, adapter.add_grid_dependency_control(ptx)))
-                trigger = adapter.add_grid_dependency_control(ptx, trigger=True)
-                variants.append((f"trigger_{name}", adapter.rename_entry(trigger, entry, entry + TRIGGER)))
-            ptx_list = variants
-        for name, ptx in ptx_list:
-            generated.dump(f"{src.qualname}.{name}", ptx, "ptx")
-        cubin = device.link_ptx(ptx_list) if ptx_list else b""
-        if ptx_list:
-            cache.store(ckey, {"kernel": src.qualname, "entries": entries, "param_sizes": sizes,
-                               "types": list(key)}, cubin)
+        return Program(generated_codes, manifest["entries"], manifest["param_sizes"], cubin, True, waits)
+    ptx_list, entries, sizes = _compile_ptx(src, codes, orders, task_types, func_defs, cc, types, fast_math,
+                                            debug is not None)
+    if waits:
+        variants = []
+        for (name, ptx), entry in zip(ptx_list, entries):
+            variants.append((name, ptx_text.add_grid_dependency_control(ptx)))
+            trigger = ptx_text.add_grid_dependency_control(ptx, trigger=True)
+            variants.append((f"trigger_{name}", ptx_text.rename_entry(trigger, entry, entry + TRIGGER)))
+        ptx_list = variants
+    for name, ptx in ptx_list:
+        generated.dump(f"{src.qualname}.{name}", ptx, "ptx")
+    cubin = link(ptx_list) if ptx_list else b""
+    if ptx_list:
+        cache.store(ckey, {"kernel": src.qualname, "entries": entries, "param_sizes": sizes, "types": list(key)},
+                    cubin)
+    return Program(generated_codes, entries, sizes, cubin, False, waits)
 
+
+def compile_tasks(src: KernelSource, key: tuple[str, ...], device: CudaDevice,
+                  cache: CodeCache, deterministic: bool = False, fast_math: bool = False,
+                  default_float: str = "f64", flat: FlatSource | None = None,
+                  debug: str | None = None) -> tuple[list[TaskKernel], DebugPlan | None, bool]:
+    """Compile (or load from the disk cache) every task of one specialisation and load it: the task
+    kernels, with `debug` the plan of its checks (what each site number means), and whether the
+    code came from the disk cache.
+
+    `deterministic`: reductions combine through per-task scratch arrays in a fixed order."""
+    program = build_program(src, key, device.info.compute_capability, device.link_ptx, cache, deterministic,
+                            fast_math, default_float, flat, debug)
+    generated_codes, entries, sizes, cubin, waits = (program.codes, program.entries, program.sizes,
+                                                     program.cubin, program.waits)
+    flat = generated_codes.flat
+    src, types = flat.src, flat.kinds
+    dtypes = {name: t.dtype for name, t in zip(src.param_names, types) if t.is_array}
+    node_tasks, codes, orders, suffixes = (generated_codes.tasks, generated_codes.codes, generated_codes.orders,
+                                           generated_codes.suffixes)
     kernels: list[TaskKernel] = []
     if not node_tasks:
-        return kernels, generated_codes.debug, cached is not None
+        return kernels, generated_codes.debug, program.cached
     module = device.load_module(cubin)
     slot = 0
     for task, code, order, entry, size, suffix in zip(node_tasks, codes, orders, entries, sizes, suffixes):
@@ -222,7 +248,7 @@ def compile_tasks(src: KernelSource, key: tuple[str, ...], device: CudaDevice,
         if waits:
             kernel.trigger_function = device.function(module, entry + TRIGGER)
         kernels.append(kernel)
-    return kernels, generated_codes.debug, cached is not None
+    return kernels, generated_codes.debug, program.cached
 
 
 def _scratch_specs(code, dtypes: dict, slots: int) -> list[tuple[np.dtype, int]]:
@@ -302,7 +328,7 @@ def _compile_ptx(src, codes, orders, task_types, func_defs, cc, types, fast_math
         except Exception as e:
             e.qgraph_task = code.task
             raise
-        entry, param_sizes = adapter.ptx_entry(ptx)
+        entry, param_sizes = ptx_text.ptx_entry(ptx)
         expected = adapter.expected_param_sizes(argtypes)
         if param_sizes != expected:
             raise QgraphError(f"numba-cuda produced an unexpected kernel parameter layout for task "

@@ -253,6 +253,32 @@ def assumed_compute_capability(cc: tuple[int, int]):
         dispatcher.get_current_device = saved
 
 
+def compile_phase_points() -> list[tuple[object, str, object]]:
+    """Where numba-cuda spends a compile, for the offline profile (bench.cuda_compile): (owner,
+    attribute, phase), the phase a name or, for the pass runner, a function of the call's arguments. numba-cuda
+    runs no LLVM optimisation of its own: NVVM optimises the IR it is given."""
+    from numba.cuda import codegen
+    from numba.cuda.core import base, compiler_machinery
+    from numba.cuda.cudadrv import nvvm
+    from numba.cuda.typing import context
+
+    lowering = {"cuda_native_lowering", "native_lowering", "cuda_backend"}
+
+    def pass_phase(manager, index, pss, state) -> str:
+        name = pss.name()
+        if name == "nopython_type_inference":
+            return "numba typing"
+        return "numba lowering" if name in lowering else "numba other passes"
+
+    return [(compiler_machinery.PassManager, "_runPass", pass_phase),
+            (context.BaseContext, "refresh", "numba-cuda registries (first use)"),
+            (base.BaseContext, "refresh", "numba-cuda registries (first use)"),
+            (codegen.CUDACodeLibrary, "get_asm_strs", "IR text for NVVM"),
+            (nvvm.CompilationUnit, "compile", "NVVM (libnvvm)"),
+            (nvvm.CompilationUnit, "verify", "NVVM (libnvvm)"),
+            (nvvm, "compile_ir", "IR text for NVVM")]
+
+
 def scalar_numba_type(dtype):
     """The numba scalar type of a NumPy dtype (callable in kernels as a cast)."""
     from numba.np.numpy_support import from_dtype
@@ -272,63 +298,6 @@ def cuda_compile_ptx(py_func, argtypes: list[ArgKind], cc: tuple[int, int], fast
 
     sig = tuple(t.numba_type() for t in argtypes)
     ptx, _ = cuda.compile(py_func, sig, device=False, abi="numba", cc=cc, output="ptx", fastmath=fastmath)
-    return ptx
-
-
-_ENTRY = re.compile(r"\.entry\s+([\w$]+)\s*\(([^)]*)\)", re.S)
-_PARAM = re.compile(r"\.param\s+(?:\.align\s+\d+\s+)?\.(\w+)\s+[\w$]+(?:\[(\d+)\])?")
-_PTX_SIZES = {"u8": 1, "s8": 1, "b8": 1, "u16": 2, "s16": 2, "b16": 2, "f16": 2, "u32": 4, "s32": 4,
-              "b32": 4, "f32": 4, "u64": 8, "s64": 8, "b64": 8, "f64": 8}
-
-
-def ptx_entry(ptx: str) -> tuple[str, list[int]]:
-    """The kernel's entry name and the byte size of each of its parameters."""
-    match = _ENTRY.search(ptx)
-    if match is None:
-        raise RuntimeError("no .entry in the PTX numba-cuda produced")
-    sizes = []
-    for ptype, count in _PARAM.findall(match.group(2)):
-        sizes.append(_PTX_SIZES[ptype] * (int(count) if count else 1))
-    return match.group(1), sizes
-
-
-_DECLARATION = re.compile(r"\s*(\.reg|\.local|\.shared|\.pragma|//|$)")
-
-
-def add_grid_dependency_control(ptx: str, trigger: bool = False) -> str:
-    """Start the kernel with `griddepcontrol.wait;` (sm_90+), after `launch_dependents` if `trigger`.
-
-    Behind a programmatic graph edge a kernel is launched before its predecessor has
-    finished and waits in this first instruction until that grid has completed and its
-    writes are visible; without such an edge it does nothing. `launch_dependents` lets
-    the successor launch as soon as every block has started, not as they exit: worth it
-    for a grid that fits in one wave, but on an H200 it cost a memory-bound kernel of many
-    waves a quarter of its bandwidth, so qgraph compiles both variants and picks per node.
-    numba-cuda cannot emit either, so they are inserted after the register declarations.
-    """
-    lines = ptx.splitlines()
-    entry = next(i for i, line in enumerate(lines) if ".entry" in line)
-    brace = next(i for i in range(entry, len(lines)) if lines[i].strip() == "{")
-    at = brace + 1
-    while at < len(lines) and _DECLARATION.match(lines[at]):
-        at += 1
-    control = ["\tgriddepcontrol.launch_dependents;"] if trigger else []
-    return "\n".join(lines[:at] + control + ["\tgriddepcontrol.wait;"] + lines[at:]) + "\n"
-
-
-_MODULE_SYMBOL = re.compile(r"^\.visible\s+\.(?:shared|global|const)\s+(?:\.align\s+\d+\s+)?\.\w+\s+([\w$]+)", re.M)
-
-
-def rename_entry(ptx: str, entry: str, new_name: str) -> str:
-    """The same kernel under another entry name, so two variants can share one cubin.
-
-    Module-scope symbols numba declares (shared arrays are `.visible .shared _cudapy_smem_N`)
-    are renamed too, or the linker would see them defined twice.
-    """
-    ptx = ptx.replace(entry, new_name)  # the mangled name, and its parameters' names
-    suffix = new_name[len(entry):] if new_name.startswith(entry) else "_variant"
-    for symbol in set(_MODULE_SYMBOL.findall(ptx)):
-        ptx = re.sub(rf"(?<![\w$]){re.escape(symbol)}(?![\w$])", symbol + suffix, ptx)
     return ptx
 
 
