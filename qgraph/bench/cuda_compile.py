@@ -98,12 +98,13 @@ def _qgraph_points(timer: PhaseTimer) -> None:
     timer.wrap(cuda_program, "toolchain", "cache key (toolchain versions)")
     timer.wrap(CodeCache, "load", "cache lookup")
     timer.wrap(CodeCache, "store", "cache write")
-    for name in ("ptx_entry", "add_grid_dependency_control", "rename_entry"):
+    for name in ("ptx_entries", "add_grid_dependency_control", "renamed"):
         timer.wrap(ptx_text, name, "PTX handling")
     adapter = cuda_program.adapter
     timer.wrap(adapter, "cuda_namespace", "numba-cuda setup (namespace, device functions)")
     timer.wrap(adapter, "cuda_device_function", "numba-cuda setup (namespace, device functions)")
-    timer.wrap(adapter, "cuda_compile_ptx", "numba-cuda compile driver (outside passes)")
+    timer.wrap(adapter, "cuda_kernel_library", "numba-cuda compile driver (outside passes)")
+    timer.wrap(adapter, "cuda_libraries_ptx", "IR text for NVVM")
 
 
 # the child's command line: times `import qgraph` before anything of qgraph is imported

@@ -1,7 +1,8 @@
 """Compile a kernel specialisation for CUDA: one numba-cuda kernel per task.
 
-Every task of a specialisation is compiled to PTX and the PTX files are linked into one
-cubin (one module load). The result is cached on disk, keyed by the generated code's
+Every task of a specialisation is typed and lowered by numba-cuda, then NVVM compiles all of
+them in one run into one PTX module (an entry per task), linked with its launch_dependents twin
+into one cubin (one module load). The result is cached on disk, keyed by the generated code's
 fingerprint, the argument types, the compute capability and the toolchain versions; a
 cache hit needs neither numba nor NVVM, only the driver.
 
@@ -184,10 +185,10 @@ def build_program(src: KernelSource, key: tuple[str, ...], cc: tuple[int, int], 
                                             debug is not None)
     if waits:
         variants = []
-        for (name, ptx), entry in zip(ptx_list, entries):
+        for name, ptx in ptx_list:
             variants.append((name, ptx_text.add_grid_dependency_control(ptx)))
             trigger = ptx_text.add_grid_dependency_control(ptx, trigger=True)
-            variants.append((f"trigger_{name}", ptx_text.rename_entry(trigger, entry, entry + TRIGGER)))
+            variants.append((f"trigger_{name}", ptx_text.renamed(trigger, list(ptx_text.ptx_entries(ptx)), TRIGGER)))
         ptx_list = variants
     for name, ptx in ptx_list:
         generated.dump(f"{src.qualname}.{name}", ptx, "ptx")
@@ -289,8 +290,11 @@ class Scratch:
 
 
 def _compile_ptx(src, codes, orders, task_types, func_defs, cc, types, fast_math: bool = False,
-                 debug: bool = False):
-    """numba-cuda: every task to PTX. Raises numba's errors for the launcher to translate."""
+                 debug: bool = False, together: bool = True):
+    """numba-cuda: every task typed and lowered, then NVVM: the PTX modules (name, text), each
+    task's entry name and parameter block size. `together`: one NVVM run and one module for all
+    tasks (the CUDA backend; else a module per task, as the offline PTX tables show them). Raises
+    numba's errors for the launcher to translate."""
     ns_base = adapter.cuda_namespace()
     ns_base.update(random_functions("cuda"))
     if debug:
@@ -313,7 +317,7 @@ def _compile_ptx(src, codes, orders, task_types, func_defs, cc, types, fast_math
         ns.update(device_funcs)
 
     i64 = adapter.int64_argtype()
-    ptx_list, entries, sizes = [], [], []
+    libraries, entries, expected = [], [], []
     for code, order, types in zip(codes, orders, task_types):
         argtypes = [i64] * len(code.bound_params) + [types[k] for k in order]
         if code.scratch:  # after the array arguments: partials typed as their targets, int32 counters
@@ -324,20 +328,29 @@ def _compile_ptx(src, codes, orders, task_types, func_defs, cc, types, fast_math
             split = len(code.bound_params) + sum(1 for k in order if types[k].is_array) + len(code.scratch)
             argtypes.insert(split, array_kind(np.dtype(np.int64), 1, True))
         try:
-            ptx = adapter.cuda_compile_ptx(kernel_ns[code.function.name], argtypes, cc, fast_math)
+            libraries.append(adapter.cuda_kernel_library(kernel_ns[code.function.name], argtypes, cc, fast_math))
         except Exception as e:
             e.qgraph_task = code.task
             raise
-        entry, param_sizes = ptx_text.ptx_entry(ptx)
-        expected = adapter.expected_param_sizes(argtypes)
-        if param_sizes != expected:
+        entries.append(adapter.library_entry(libraries[-1]))
+        expected.append(adapter.expected_param_sizes(argtypes))
+    if not libraries:
+        return [], [], []
+    if together:
+        modules = adapter.cuda_libraries_ptx(libraries, cc)
+    else:
+        modules = [ptx for library in libraries for ptx in adapter.cuda_libraries_ptx([library], cc)]
+    params = {name: sizes for ptx in modules for name, sizes in ptx_text.ptx_entries(ptx).items()}
+    for code, entry, sizes in zip(codes, entries, expected):
+        if params.get(entry) != sizes:
             raise QgraphError(f"numba-cuda produced an unexpected kernel parameter layout for task "
-                              f"{code.task.index} of {src.name} ({param_sizes} != {expected}); this "
+                              f"{code.task.index} of {src.name} ({params.get(entry)} != {sizes}); this "
                               f"qgraph release does not support the installed numba-cuda ({toolchain()})")
-        ptx_list.append((f"{src.name}_task{code.task.index}.ptx", ptx))
-        entries.append(entry)
-        sizes.append(sum(param_sizes))
-    return ptx_list, entries, sizes
+    if len(modules) == len(codes):
+        names = [f"{src.name}_task{code.task.index}.ptx" for code in codes]
+    else:
+        names = [f"{src.name}_tasks{k or ''}.ptx" for k in range(len(modules))]
+    return list(zip(names, modules)), entries, [sum(sizes) for sizes in expected]
 
 
 def _namespace(src: KernelSource, injected: dict) -> dict:

@@ -4,9 +4,11 @@ Private APIs used here (checked against numba 0.68 and numba-cuda 0.30):
 - `numba.core.caching.FunctionCache` / `CompileResultCacheImpl` / `_CacheLocator`, and the
   dispatcher's `_cache` attribute: CPU code is cached under qgraph's cache directory,
   keyed by qgraph's fingerprint of the generated code instead of a source file's mtime.
-- `numba.cuda.compile(..., abi="numba")` output: the kernel's PTX, whose `.entry`
-  parameter list is numba's flattened by-value argument layout (arrays as meminfo,
-  parent, nitems, itemsize, data, shape..., strides...).
+- `numba.cuda.compiler._compile_pyfunc_with_fixup` (what `cuda.compile(..., abi="numba")`
+  runs before NVVM), the code library's `_entry_name`, `_nvvm_options` and `llvm_strs`, and
+  `numba.cuda.cudadrv.nvvm.compile_ir`: a specialisation's kernels go to NVVM in one run. The
+  PTX `.entry` parameter lists are numba's flattened by-value argument layout (arrays as
+  meminfo, parent, nitems, itemsize, data, shape..., strides...).
 """
 
 from __future__ import annotations
@@ -292,13 +294,37 @@ def cuda_device_function(py_func, fastmath: bool = False):
     return cuda.jit(device=True, fastmath=fastmath)(py_func)
 
 
-def cuda_compile_ptx(py_func, argtypes: list[ArgKind], cc: tuple[int, int], fastmath: bool = False) -> str:
-    """PTX of one kernel (numba ABI) for compute capability `cc`."""
-    from numba import cuda
+def cuda_kernel_library(py_func, argtypes: list[ArgKind], cc: tuple[int, int], fastmath: bool = False):
+    """One kernel (numba ABI) typed and lowered by numba-cuda for compute capability `cc`, before
+    NVVM: its code library, as `cuda.compile` builds it (numba-cuda's private
+    `_compile_pyfunc_with_fixup`) before asking NVVM for PTX."""
+    from numba.cuda.compiler import _compile_pyfunc_with_fixup
 
     sig = tuple(t.numba_type() for t in argtypes)
-    ptx, _ = cuda.compile(py_func, sig, device=False, abi="numba", cc=cc, output="ptx", fastmath=fastmath)
-    return ptx
+    library, _ = _compile_pyfunc_with_fixup(py_func, sig, device=False, abi="numba", cc=cc, fastmath=fastmath)
+    return library
+
+
+def library_entry(library) -> str:
+    """The kernel entry name a code library of `cuda_kernel_library` defines."""
+    return library._entry_name
+
+
+def cuda_libraries_ptx(libraries: list, cc: tuple[int, int]) -> list[str]:
+    """PTX of several kernels' code libraries from one NVVM run: one module with an entry per
+    kernel. NVVM is handed every library's LLVM IR at once, a module that several share (a device
+    function's) once, as numba-cuda hands it one library's modules; libdevice is read and
+    optimised once instead of once per kernel, and the link gets one input instead of many.
+    Under numba's debug info NVVM takes one module at a time (as numba-cuda does), so then each
+    library is a module of its own."""
+    from numba.cuda.cudadrv import nvrtc, nvvm
+
+    options = dict(libraries[0]._nvvm_options)  # fastmath and opt: the same for a specialisation's kernels
+    if "g" in options:
+        return [library.get_asm_str(cc=cc) for library in libraries]
+    options["arch"] = nvrtc.get_arch_option(*cc)
+    modules = list(dict.fromkeys(ir for library in libraries for ir in library.llvm_strs))
+    return [nvvm.compile_ir(modules, **options).decode().strip("\x00").strip()]
 
 
 def expected_param_sizes(argtypes: list[ArgKind]) -> list[int]:

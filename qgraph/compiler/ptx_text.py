@@ -32,7 +32,8 @@ _DECLARATION = re.compile(r"\s*(\.reg|\.local|\.shared|\.pragma|//|$)")
 
 
 def add_grid_dependency_control(ptx: str, trigger: bool = False) -> str:
-    """Start the kernel with `griddepcontrol.wait;` (sm_90+), after `launch_dependents` if `trigger`.
+    """Start every kernel of the module with `griddepcontrol.wait;` (sm_90+), after
+    `launch_dependents` if `trigger`.
 
     Behind a programmatic graph edge a kernel is launched before its predecessor has
     finished and waits in this first instruction until that grid has completed and its
@@ -43,26 +44,34 @@ def add_grid_dependency_control(ptx: str, trigger: bool = False) -> str:
     numba-cuda cannot emit either, so they are inserted after the register declarations.
     """
     lines = ptx.splitlines()
-    entry = next(i for i, line in enumerate(lines) if ".entry" in line)
-    brace = next(i for i in range(entry, len(lines)) if lines[i].strip() == "{")
-    at = brace + 1
-    while at < len(lines) and _DECLARATION.match(lines[at]):
-        at += 1
-    control = ["\tgriddepcontrol.launch_dependents;"] if trigger else []
-    return "\n".join(lines[:at] + control + ["\tgriddepcontrol.wait;"] + lines[at:]) + "\n"
+    control = (["\tgriddepcontrol.launch_dependents;"] if trigger else []) + ["\tgriddepcontrol.wait;"]
+    out, at = [], 0
+    while at < len(lines):
+        if ".entry" not in lines[at]:
+            out.append(lines[at])
+            at += 1
+            continue
+        brace = next(i for i in range(at, len(lines)) if lines[i].strip() == "{")
+        body = brace + 1
+        while body < len(lines) and _DECLARATION.match(lines[body]):
+            body += 1
+        out += lines[at:body] + control
+        at = body
+    return "\n".join(out) + "\n"
 
 
 _MODULE_SYMBOL = re.compile(r"^\.visible\s+\.(?:shared|global|const)\s+(?:\.align\s+\d+\s+)?\.\w+\s+([\w$]+)", re.M)
 
 
-def rename_entry(ptx: str, entry: str, new_name: str) -> str:
-    """The same kernel under another entry name, so two variants can share one cubin.
+def renamed(ptx: str, entries: list[str], suffix: str) -> str:
+    """The same kernels with `suffix` appended to their entry names, so two variants of a module can
+    share one cubin.
 
     Module-scope symbols numba declares (shared arrays are `.visible .shared _cudapy_smem_N`)
     are renamed too, or the linker would see them defined twice.
     """
-    ptx = ptx.replace(entry, new_name)  # the mangled name, and its parameters' names
-    suffix = new_name[len(entry):] if new_name.startswith(entry) else "_variant"
+    for entry in entries:  # the mangled name, and its parameters' names (entry_param_N)
+        ptx = re.sub(rf"(?<![\w$]){re.escape(entry)}(?=_param_\d|[^\w$])", entry + suffix, ptx)
     for symbol in set(_MODULE_SYMBOL.findall(ptx)):
         ptx = re.sub(rf"(?<![\w$]){re.escape(symbol)}(?![\w$])", symbol + suffix, ptx)
     return ptx
