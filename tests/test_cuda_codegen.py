@@ -18,8 +18,7 @@ import test_reductions as tr
 
 import qgraph
 from qgraph.args.kinds import arg_type, array_sig, scalar_sig
-from qgraph.compiler import cuda_program
-from qgraph.compiler import numba_adapter as adapter
+from qgraph.compiler import cuda_program, ptx_text
 from qgraph.lang import cuda_codegen
 from qgraph.lang.lowering import CUDA_ATOMICS, Symbols, lower_funcs
 
@@ -87,8 +86,8 @@ def test_tasks_compile_with_the_packed_layout(sm90, kernel, key, tmp_path):
     assert len(entries) == len(cuda_program.task_codes(src, key).tasks) and all(size > 0 for size in sizes)
     ptxas = shutil.which("ptxas")
     for name, ptx in ptx_list:
-        patched = adapter.add_grid_dependency_control(ptx)
-        assert patched.count("griddepcontrol.wait;") == 1
+        patched = ptx_text.add_grid_dependency_control(ptx)
+        assert patched.count("griddepcontrol.wait;") == len(ptx_text.ptx_entries(ptx))
         if ptxas:
             path = tmp_path / name
             path.write_text(patched)
@@ -99,17 +98,16 @@ def test_tasks_compile_with_the_packed_layout(sm90, kernel, key, tmp_path):
 
 @pytest.mark.parametrize("kernel,key", CASES, ids=[k.__name__ for k, _ in CASES])
 def test_both_launch_variants_link_into_one_cubin(sm90, kernel, key, tmp_path):
-    """Each task is linked with its launch_dependents twin (see compile_tasks); module-scope
+    """The tasks' module is linked with its launch_dependents twin (see build_program); module-scope
     symbols such as numba's shared arrays must not be defined twice."""
     ptxas, nvlink = shutil.which("ptxas"), shutil.which("nvlink")
     if not (ptxas and nvlink):
         pytest.skip("ptxas and nvlink are needed")
     objects = []
     for name, ptx in _compile(kernel, key)[0]:
-        entry, _ = adapter.ptx_entry(ptx)
-        variants = {name: adapter.add_grid_dependency_control(ptx),
-                    f"trigger_{name}": adapter.rename_entry(adapter.add_grid_dependency_control(ptx, trigger=True),
-                                                            entry, entry + "_qg_trigger")}
+        trigger = ptx_text.add_grid_dependency_control(ptx, trigger=True)
+        variants = {name: ptx_text.add_grid_dependency_control(ptx),
+                    f"trigger_{name}": ptx_text.renamed(trigger, list(ptx_text.ptx_entries(ptx)), "_qg_trigger")}
         for variant, text in variants.items():
             (tmp_path / variant).write_text(text)
             obj = str(tmp_path / (variant + ".o"))

@@ -67,14 +67,16 @@ def _offline_struct_sig(value, struct_sig) -> str:
 def offline_qgraph_ptx(kernel, args: tuple, cc: tuple[int, int] = (9, 0)) -> list[str]:
     """PTX of each task of `kernel` for a call with `args`, compiled without a GPU.
 
-    Mirrors `compiler.cuda_program.compile_tasks` up to the link: `task_codes`, numba-cuda
-    to PTX, griddepcontrol.wait at the entry on sm_90+ (the kernel's `fast_math=` and
+    Mirrors `compiler.cuda_program.build_program` up to the link: `task_codes`, numba-cuda
+    to PTX (a module per task here, where the backend compiles all tasks in one module: the
+    entries' code is the same, tests/test_cuda_build.py checks it), griddepcontrol.wait at the
+    entry on sm_90+ (the kernel's `fast_math=` and
     `default_float=` options, else the environment's). Uses compiler internals: if they
     move, this raises with the name of what is missing."""
     from ..args.kinds import arg_type
     from ..args.resolve import as_elements
     from ..backends.checks import default_float, element_annotations, is_fast_math
-    from ..compiler import cuda_program
+    from ..compiler import cuda_program, ptx_text
     from ..compiler import numba_adapter as adapter
     from ..lang.lowering import lower_funcs
     from ..runtime.settings import Settings
@@ -90,9 +92,9 @@ def offline_qgraph_ptx(kernel, args: tuple, cc: tuple[int, int] = (9, 0)) -> lis
     with adapter.assumed_compute_capability(cc):
         ptx_list, _, _ = cuda_program._compile_ptx(
             codes.flat.src, codes.codes, codes.orders, codes.types, lower_funcs(codes.symbols), tuple(cc),
-            codes.flat.kinds, is_fast_math(kernel, settings))
+            codes.flat.kinds, is_fast_math(kernel, settings), together=False)
     if tuple(cc) >= cuda_program.PDL_COMPUTE_CAPABILITY:
-        return [adapter.add_grid_dependency_control(ptx) for _, ptx in ptx_list]
+        return [ptx_text.add_grid_dependency_control(ptx) for _, ptx in ptx_list]
     return [ptx for _, ptx in ptx_list]
 
 

@@ -1,7 +1,8 @@
 """Compile a kernel specialisation for CUDA: one numba-cuda kernel per task.
 
-Every task of a specialisation is compiled to PTX and the PTX files are linked into one
-cubin (one module load). The result is cached on disk, keyed by the generated code's
+Every task of a specialisation is typed and lowered by numba-cuda, then NVVM compiles all of
+them in one run into one PTX module (an entry per task), linked with its launch_dependents twin
+into one cubin (one module load). The result is cached on disk, keyed by the generated code's
 fingerprint, the argument types, the compute capability and the toolchain versions; a
 cache hit needs neither numba nor NVVM, only the driver.
 
@@ -29,6 +30,7 @@ from ..lang.frontend import KernelSource, Task
 from ..lang.lowering import CUDA_ATOMICS, CUDA_MATH, Symbols, lower_funcs, module_of
 from ..lang.precision import param_type
 from . import numba_adapter as adapter
+from . import ptx_text
 from .code_cache import CodeCache, entry_key
 from .random_code import random_functions
 
@@ -144,25 +146,31 @@ def task_codes(src: KernelSource, key: tuple[str, ...], deterministic: bool = Fa
     return TaskCodes(node_tasks, codes, orders, task_types, suffixes, symbols, flat, plan)
 
 
-def compile_tasks(src: KernelSource, key: tuple[str, ...], device: CudaDevice,
-                  cache: CodeCache, deterministic: bool = False, fast_math: bool = False,
-                  default_float: str = "f64", flat: FlatSource | None = None,
-                  debug: str | None = None) -> tuple[list[TaskKernel], DebugPlan | None, bool]:
-    """Compile (or load from the disk cache) every task of one specialisation: the task kernels,
-    with `debug` the plan of its checks (what each site number means), and whether the code
-    came from the disk cache.
+@dataclass
+class Program:
+    """A specialisation's compiled code, before it is loaded: one cubin with an entry per task."""
 
-    `deterministic`: reductions combine through per-task scratch arrays in a fixed order."""
+    codes: TaskCodes
+    entries: list[str]  # each task's kernel entry (its launch_dependents twin adds TRIGGER)
+    sizes: list[int]  # each task's parameter block, bytes
+    cubin: bytes
+    cached: bool  # loaded from the disk cache
+    waits: bool  # the entries start with griddepcontrol.wait (and have trigger twins)
+
+
+def build_program(src: KernelSource, key: tuple[str, ...], cc: tuple[int, int], link, cache: CodeCache,
+                  deterministic: bool = False, fast_math: bool = False, default_float: str = "f64",
+                  flat: FlatSource | None = None, debug: str | None = None) -> Program:
+    """Generate, compile and link (or load from the disk cache) every task of one specialisation
+    for compute capability `cc`; `link(ptx_list)` makes the cubin (the device's JIT linker, or
+    ptxas and nvlink offline). Needs no device: benchmarks/cuda_compile_offline.py profiles it."""
     generated_codes = task_codes(src, key, deterministic, default_float, flat, debug)
     flat = generated_codes.flat
     src, types = flat.src, flat.kinds
-    dtypes = {name: t.dtype for name, t in zip(src.param_names, types) if t.is_array}
-    node_tasks, codes, orders = generated_codes.tasks, generated_codes.codes, generated_codes.orders
-    task_types, suffixes, symbols = generated_codes.types, generated_codes.suffixes, generated_codes.symbols
-    func_defs = lower_funcs(symbols)
+    codes, orders, task_types = generated_codes.codes, generated_codes.orders, generated_codes.types
+    func_defs = lower_funcs(generated_codes.symbols)
     fingerprint = fingerprint_of(src, [c.function for c in codes] + [f for f, _, _ in func_defs],
                                  [s for _, _, s in func_defs])
-    cc = device.info.compute_capability
     waits = tuple(cc) >= PDL_COMPUTE_CAPABILITY
     ckey = entry_key("tasks", fingerprint, ",".join(key), f"sm_{cc[0]}{cc[1]}", f"pdl={waits}",
                      f"deterministic={deterministic}", f"fast_math={fast_math}", f"debug={debug}", toolchain())
@@ -172,27 +180,46 @@ def compile_tasks(src: KernelSource, key: tuple[str, ...], device: CudaDevice,
     cached = cache.load(ckey) if generated.dump_dir() is None else None
     if cached is not None:
         manifest, cubin = cached
-        entries, sizes = manifest["entries"], manifest["param_sizes"]
-    else:
-        ptx_list, entries, sizes = _compile_ptx(src, codes, orders, task_types, func_defs, cc, types, fast_math,
-                                                debug is not None)
-        if waits:
-            variants = []
-            for (name, ptx), entry in zip(ptx_list, entries):
-                variants.append((name, adapter.add_grid_dependency_control(ptx)))
-                trigger = adapter.add_grid_dependency_control(ptx, trigger=True)
-                variants.append((f"trigger_{name}", adapter.rename_entry(trigger, entry, entry + TRIGGER)))
-            ptx_list = variants
+        return Program(generated_codes, manifest["entries"], manifest["param_sizes"], cubin, True, waits)
+    ptx_list, entries, sizes = _compile_ptx(src, codes, orders, task_types, func_defs, cc, types, fast_math,
+                                            debug is not None)
+    if waits:
+        variants = []
         for name, ptx in ptx_list:
-            generated.dump(f"{src.qualname}.{name}", ptx, "ptx")
-        cubin = device.link_ptx(ptx_list) if ptx_list else b""
-        if ptx_list:
-            cache.store(ckey, {"kernel": src.qualname, "entries": entries, "param_sizes": sizes,
-                               "types": list(key)}, cubin)
+            variants.append((name, ptx_text.add_grid_dependency_control(ptx)))
+            trigger = ptx_text.add_grid_dependency_control(ptx, trigger=True)
+            variants.append((f"trigger_{name}", ptx_text.renamed(trigger, list(ptx_text.ptx_entries(ptx)), TRIGGER)))
+        ptx_list = variants
+    for name, ptx in ptx_list:
+        generated.dump(f"{src.qualname}.{name}", ptx, "ptx")
+    cubin = link(ptx_list) if ptx_list else b""
+    if ptx_list:
+        cache.store(ckey, {"kernel": src.qualname, "entries": entries, "param_sizes": sizes, "types": list(key)},
+                    cubin)
+    return Program(generated_codes, entries, sizes, cubin, False, waits)
 
+
+def compile_tasks(src: KernelSource, key: tuple[str, ...], device: CudaDevice,
+                  cache: CodeCache, deterministic: bool = False, fast_math: bool = False,
+                  default_float: str = "f64", flat: FlatSource | None = None,
+                  debug: str | None = None) -> tuple[list[TaskKernel], DebugPlan | None, bool]:
+    """Compile (or load from the disk cache) every task of one specialisation and load it: the task
+    kernels, with `debug` the plan of its checks (what each site number means), and whether the
+    code came from the disk cache.
+
+    `deterministic`: reductions combine through per-task scratch arrays in a fixed order."""
+    program = build_program(src, key, device.info.compute_capability, device.link_ptx, cache, deterministic,
+                            fast_math, default_float, flat, debug)
+    generated_codes, entries, sizes, cubin, waits = (program.codes, program.entries, program.sizes,
+                                                     program.cubin, program.waits)
+    flat = generated_codes.flat
+    src, types = flat.src, flat.kinds
+    dtypes = {name: t.dtype for name, t in zip(src.param_names, types) if t.is_array}
+    node_tasks, codes, orders, suffixes = (generated_codes.tasks, generated_codes.codes, generated_codes.orders,
+                                           generated_codes.suffixes)
     kernels: list[TaskKernel] = []
     if not node_tasks:
-        return kernels, generated_codes.debug, cached is not None
+        return kernels, generated_codes.debug, program.cached
     module = device.load_module(cubin)
     slot = 0
     for task, code, order, entry, size, suffix in zip(node_tasks, codes, orders, entries, sizes, suffixes):
@@ -222,7 +249,7 @@ def compile_tasks(src: KernelSource, key: tuple[str, ...], device: CudaDevice,
         if waits:
             kernel.trigger_function = device.function(module, entry + TRIGGER)
         kernels.append(kernel)
-    return kernels, generated_codes.debug, cached is not None
+    return kernels, generated_codes.debug, program.cached
 
 
 def _scratch_specs(code, dtypes: dict, slots: int) -> list[tuple[np.dtype, int]]:
@@ -263,8 +290,11 @@ class Scratch:
 
 
 def _compile_ptx(src, codes, orders, task_types, func_defs, cc, types, fast_math: bool = False,
-                 debug: bool = False):
-    """numba-cuda: every task to PTX. Raises numba's errors for the launcher to translate."""
+                 debug: bool = False, together: bool = True):
+    """numba-cuda: every task typed and lowered, then NVVM: the PTX modules (name, text), each
+    task's entry name and parameter block size. `together`: one NVVM run and one module for all
+    tasks (the CUDA backend; else a module per task, as the offline PTX tables show them). Raises
+    numba's errors for the launcher to translate."""
     ns_base = adapter.cuda_namespace()
     ns_base.update(random_functions("cuda"))
     if debug:
@@ -287,7 +317,7 @@ def _compile_ptx(src, codes, orders, task_types, func_defs, cc, types, fast_math
         ns.update(device_funcs)
 
     i64 = adapter.int64_argtype()
-    ptx_list, entries, sizes = [], [], []
+    libraries, entries, expected = [], [], []
     for code, order, types in zip(codes, orders, task_types):
         argtypes = [i64] * len(code.bound_params) + [types[k] for k in order]
         if code.scratch:  # after the array arguments: partials typed as their targets, int32 counters
@@ -298,20 +328,29 @@ def _compile_ptx(src, codes, orders, task_types, func_defs, cc, types, fast_math
             split = len(code.bound_params) + sum(1 for k in order if types[k].is_array) + len(code.scratch)
             argtypes.insert(split, array_kind(np.dtype(np.int64), 1, True))
         try:
-            ptx = adapter.cuda_compile_ptx(kernel_ns[code.function.name], argtypes, cc, fast_math)
+            libraries.append(adapter.cuda_kernel_library(kernel_ns[code.function.name], argtypes, cc, fast_math))
         except Exception as e:
             e.qgraph_task = code.task
             raise
-        entry, param_sizes = adapter.ptx_entry(ptx)
-        expected = adapter.expected_param_sizes(argtypes)
-        if param_sizes != expected:
+        entries.append(adapter.library_entry(libraries[-1]))
+        expected.append(adapter.expected_param_sizes(argtypes))
+    if not libraries:
+        return [], [], []
+    if together:
+        modules = adapter.cuda_libraries_ptx(libraries, cc)
+    else:
+        modules = [ptx for library in libraries for ptx in adapter.cuda_libraries_ptx([library], cc)]
+    params = {name: sizes for ptx in modules for name, sizes in ptx_text.ptx_entries(ptx).items()}
+    for code, entry, sizes in zip(codes, entries, expected):
+        if params.get(entry) != sizes:
             raise QgraphError(f"numba-cuda produced an unexpected kernel parameter layout for task "
-                              f"{code.task.index} of {src.name} ({param_sizes} != {expected}); this "
+                              f"{code.task.index} of {src.name} ({params.get(entry)} != {sizes}); this "
                               f"qgraph release does not support the installed numba-cuda ({toolchain()})")
-        ptx_list.append((f"{src.name}_task{code.task.index}.ptx", ptx))
-        entries.append(entry)
-        sizes.append(sum(param_sizes))
-    return ptx_list, entries, sizes
+    if len(modules) == len(codes):
+        names = [f"{src.name}_task{code.task.index}.ptx" for code in codes]
+    else:
+        names = [f"{src.name}_tasks{k or ''}.ptx" for k in range(len(modules))]
+    return list(zip(names, modules)), entries, [sum(sizes) for sizes in expected]
 
 
 def _namespace(src: KernelSource, injected: dict) -> dict:

@@ -4,9 +4,11 @@ Private APIs used here (checked against numba 0.68 and numba-cuda 0.30):
 - `numba.core.caching.FunctionCache` / `CompileResultCacheImpl` / `_CacheLocator`, and the
   dispatcher's `_cache` attribute: CPU code is cached under qgraph's cache directory,
   keyed by qgraph's fingerprint of the generated code instead of a source file's mtime.
-- `numba.cuda.compile(..., abi="numba")` output: the kernel's PTX, whose `.entry`
-  parameter list is numba's flattened by-value argument layout (arrays as meminfo,
-  parent, nitems, itemsize, data, shape..., strides...).
+- `numba.cuda.compiler._compile_pyfunc_with_fixup` (what `cuda.compile(..., abi="numba")`
+  runs before NVVM), the code library's `_entry_name`, `_nvvm_options` and `llvm_strs`, and
+  `numba.cuda.cudadrv.nvvm.compile_ir`: a specialisation's kernels go to NVVM in one run. The
+  PTX `.entry` parameter lists are numba's flattened by-value argument layout (arrays as
+  meminfo, parent, nitems, itemsize, data, shape..., strides...).
 """
 
 from __future__ import annotations
@@ -253,6 +255,32 @@ def assumed_compute_capability(cc: tuple[int, int]):
         dispatcher.get_current_device = saved
 
 
+def compile_phase_points() -> list[tuple[object, str, object]]:
+    """Where numba-cuda spends a compile, for the offline profile (bench.cuda_compile): (owner,
+    attribute, phase), the phase a name or, for the pass runner, a function of the call's arguments. numba-cuda
+    runs no LLVM optimisation of its own: NVVM optimises the IR it is given."""
+    from numba.cuda import codegen
+    from numba.cuda.core import base, compiler_machinery
+    from numba.cuda.cudadrv import nvvm
+    from numba.cuda.typing import context
+
+    lowering = {"cuda_native_lowering", "native_lowering", "cuda_backend"}
+
+    def pass_phase(manager, index, pss, state) -> str:
+        name = pss.name()
+        if name == "nopython_type_inference":
+            return "numba typing"
+        return "numba lowering" if name in lowering else "numba other passes"
+
+    return [(compiler_machinery.PassManager, "_runPass", pass_phase),
+            (context.BaseContext, "refresh", "numba-cuda registries (first use)"),
+            (base.BaseContext, "refresh", "numba-cuda registries (first use)"),
+            (codegen.CUDACodeLibrary, "get_asm_strs", "IR text for NVVM"),
+            (nvvm.CompilationUnit, "compile", "NVVM (libnvvm)"),
+            (nvvm.CompilationUnit, "verify", "NVVM (libnvvm)"),
+            (nvvm, "compile_ir", "IR text for NVVM")]
+
+
 def scalar_numba_type(dtype):
     """The numba scalar type of a NumPy dtype (callable in kernels as a cast)."""
     from numba.np.numpy_support import from_dtype
@@ -266,70 +294,37 @@ def cuda_device_function(py_func, fastmath: bool = False):
     return cuda.jit(device=True, fastmath=fastmath)(py_func)
 
 
-def cuda_compile_ptx(py_func, argtypes: list[ArgKind], cc: tuple[int, int], fastmath: bool = False) -> str:
-    """PTX of one kernel (numba ABI) for compute capability `cc`."""
-    from numba import cuda
+def cuda_kernel_library(py_func, argtypes: list[ArgKind], cc: tuple[int, int], fastmath: bool = False):
+    """One kernel (numba ABI) typed and lowered by numba-cuda for compute capability `cc`, before
+    NVVM: its code library, as `cuda.compile` builds it (numba-cuda's private
+    `_compile_pyfunc_with_fixup`) before asking NVVM for PTX."""
+    from numba.cuda.compiler import _compile_pyfunc_with_fixup
 
     sig = tuple(t.numba_type() for t in argtypes)
-    ptx, _ = cuda.compile(py_func, sig, device=False, abi="numba", cc=cc, output="ptx", fastmath=fastmath)
-    return ptx
+    library, _ = _compile_pyfunc_with_fixup(py_func, sig, device=False, abi="numba", cc=cc, fastmath=fastmath)
+    return library
 
 
-_ENTRY = re.compile(r"\.entry\s+([\w$]+)\s*\(([^)]*)\)", re.S)
-_PARAM = re.compile(r"\.param\s+(?:\.align\s+\d+\s+)?\.(\w+)\s+[\w$]+(?:\[(\d+)\])?")
-_PTX_SIZES = {"u8": 1, "s8": 1, "b8": 1, "u16": 2, "s16": 2, "b16": 2, "f16": 2, "u32": 4, "s32": 4,
-              "b32": 4, "f32": 4, "u64": 8, "s64": 8, "b64": 8, "f64": 8}
+def library_entry(library) -> str:
+    """The kernel entry name a code library of `cuda_kernel_library` defines."""
+    return library._entry_name
 
 
-def ptx_entry(ptx: str) -> tuple[str, list[int]]:
-    """The kernel's entry name and the byte size of each of its parameters."""
-    match = _ENTRY.search(ptx)
-    if match is None:
-        raise RuntimeError("no .entry in the PTX numba-cuda produced")
-    sizes = []
-    for ptype, count in _PARAM.findall(match.group(2)):
-        sizes.append(_PTX_SIZES[ptype] * (int(count) if count else 1))
-    return match.group(1), sizes
+def cuda_libraries_ptx(libraries: list, cc: tuple[int, int]) -> list[str]:
+    """PTX of several kernels' code libraries from one NVVM run: one module with an entry per
+    kernel. NVVM is handed every library's LLVM IR at once, a module that several share (a device
+    function's) once, as numba-cuda hands it one library's modules; libdevice is read and
+    optimised once instead of once per kernel, and the link gets one input instead of many.
+    Under numba's debug info NVVM takes one module at a time (as numba-cuda does), so then each
+    library is a module of its own."""
+    from numba.cuda.cudadrv import nvrtc, nvvm
 
-
-_DECLARATION = re.compile(r"\s*(\.reg|\.local|\.shared|\.pragma|//|$)")
-
-
-def add_grid_dependency_control(ptx: str, trigger: bool = False) -> str:
-    """Start the kernel with `griddepcontrol.wait;` (sm_90+), after `launch_dependents` if `trigger`.
-
-    Behind a programmatic graph edge a kernel is launched before its predecessor has
-    finished and waits in this first instruction until that grid has completed and its
-    writes are visible; without such an edge it does nothing. `launch_dependents` lets
-    the successor launch as soon as every block has started, not as they exit: worth it
-    for a grid that fits in one wave, but on an H200 it cost a memory-bound kernel of many
-    waves a quarter of its bandwidth, so qgraph compiles both variants and picks per node.
-    numba-cuda cannot emit either, so they are inserted after the register declarations.
-    """
-    lines = ptx.splitlines()
-    entry = next(i for i, line in enumerate(lines) if ".entry" in line)
-    brace = next(i for i in range(entry, len(lines)) if lines[i].strip() == "{")
-    at = brace + 1
-    while at < len(lines) and _DECLARATION.match(lines[at]):
-        at += 1
-    control = ["\tgriddepcontrol.launch_dependents;"] if trigger else []
-    return "\n".join(lines[:at] + control + ["\tgriddepcontrol.wait;"] + lines[at:]) + "\n"
-
-
-_MODULE_SYMBOL = re.compile(r"^\.visible\s+\.(?:shared|global|const)\s+(?:\.align\s+\d+\s+)?\.\w+\s+([\w$]+)", re.M)
-
-
-def rename_entry(ptx: str, entry: str, new_name: str) -> str:
-    """The same kernel under another entry name, so two variants can share one cubin.
-
-    Module-scope symbols numba declares (shared arrays are `.visible .shared _cudapy_smem_N`)
-    are renamed too, or the linker would see them defined twice.
-    """
-    ptx = ptx.replace(entry, new_name)  # the mangled name, and its parameters' names
-    suffix = new_name[len(entry):] if new_name.startswith(entry) else "_variant"
-    for symbol in set(_MODULE_SYMBOL.findall(ptx)):
-        ptx = re.sub(rf"(?<![\w$]){re.escape(symbol)}(?![\w$])", symbol + suffix, ptx)
-    return ptx
+    options = dict(libraries[0]._nvvm_options)  # fastmath and opt: the same for a specialisation's kernels
+    if "g" in options:
+        return [library.get_asm_str(cc=cc) for library in libraries]
+    options["arch"] = nvrtc.get_arch_option(*cc)
+    modules = list(dict.fromkeys(ir for library in libraries for ir in library.llvm_strs))
+    return [nvvm.compile_ir(modules, **options).decode().strip("\x00").strip()]
 
 
 def expected_param_sizes(argtypes: list[ArgKind]) -> list[int]:

@@ -1,0 +1,77 @@
+"""PTX text handling for CUDA programs: the entries numba-cuda's PTX defines, the parameter sizes
+of each, and the `griddepcontrol` instructions and renamed twins qgraph adds (no numba here)."""
+
+from __future__ import annotations
+
+import re
+
+_ENTRY = re.compile(r"\.entry\s+([\w$]+)\s*\(([^)]*)\)", re.S)
+_PARAM = re.compile(r"\.param\s+(?:\.align\s+\d+\s+)?\.(\w+)\s+[\w$]+(?:\[(\d+)\])?")
+_PTX_SIZES = {"u8": 1, "s8": 1, "b8": 1, "u16": 2, "s16": 2, "b16": 2, "f16": 2, "u32": 4, "s32": 4,
+              "b32": 4, "f32": 4, "u64": 8, "s64": 8, "b64": 8, "f64": 8}
+
+
+def ptx_entries(ptx: str) -> dict[str, list[int]]:
+    """Every kernel entry of a PTX module, in order: its name and the byte size of each parameter."""
+    found = {}
+    for match in _ENTRY.finditer(ptx):
+        found[match.group(1)] = [_PTX_SIZES[ptype] * (int(count) if count else 1)
+                                 for ptype, count in _PARAM.findall(match.group(2))]
+    return found
+
+
+def ptx_entry(ptx: str) -> tuple[str, list[int]]:
+    """The module's first kernel entry and the byte size of each of its parameters."""
+    entries = ptx_entries(ptx)
+    if not entries:
+        raise RuntimeError("no .entry in the PTX numba-cuda produced")
+    return next(iter(entries.items()))
+
+
+_DECLARATION = re.compile(r"\s*(\.reg|\.local|\.shared|\.pragma|//|$)")
+
+
+def add_grid_dependency_control(ptx: str, trigger: bool = False) -> str:
+    """Start every kernel of the module with `griddepcontrol.wait;` (sm_90+), after
+    `launch_dependents` if `trigger`.
+
+    Behind a programmatic graph edge a kernel is launched before its predecessor has
+    finished and waits in this first instruction until that grid has completed and its
+    writes are visible; without such an edge it does nothing. `launch_dependents` lets
+    the successor launch as soon as every block has started, not as they exit: worth it
+    for a grid that fits in one wave, but on an H200 it cost a memory-bound kernel of many
+    waves a quarter of its bandwidth, so qgraph compiles both variants and picks per node.
+    numba-cuda cannot emit either, so they are inserted after the register declarations.
+    """
+    lines = ptx.splitlines()
+    control = (["\tgriddepcontrol.launch_dependents;"] if trigger else []) + ["\tgriddepcontrol.wait;"]
+    out, at = [], 0
+    while at < len(lines):
+        if ".entry" not in lines[at]:
+            out.append(lines[at])
+            at += 1
+            continue
+        brace = next(i for i in range(at, len(lines)) if lines[i].strip() == "{")
+        body = brace + 1
+        while body < len(lines) and _DECLARATION.match(lines[body]):
+            body += 1
+        out += lines[at:body] + control
+        at = body
+    return "\n".join(out) + "\n"
+
+
+_MODULE_SYMBOL = re.compile(r"^\.visible\s+\.(?:shared|global|const)\s+(?:\.align\s+\d+\s+)?\.\w+\s+([\w$]+)", re.M)
+
+
+def renamed(ptx: str, entries: list[str], suffix: str) -> str:
+    """The same kernels with `suffix` appended to their entry names, so two variants of a module can
+    share one cubin.
+
+    Module-scope symbols numba declares (shared arrays are `.visible .shared _cudapy_smem_N`)
+    are renamed too, or the linker would see them defined twice.
+    """
+    for entry in entries:  # the mangled name, and its parameters' names (entry_param_N)
+        ptx = re.sub(rf"(?<![\w$]){re.escape(entry)}(?=_param_\d|[^\w$])", entry + suffix, ptx)
+    for symbol in set(_MODULE_SYMBOL.findall(ptx)):
+        ptx = re.sub(rf"(?<![\w$]){re.escape(symbol)}(?![\w$])", symbol + suffix, ptx)
+    return ptx
