@@ -263,7 +263,8 @@ class TaskGraph:
                  "    r = _glaunch(inst.exec, stream)[0]",
                  "    if r:",
                  "        raise _fail(r, 'cuGraphLaunch')",
-                 "    _stats.replays += 1"]
+                 "    _stats.replays += 1",
+                 "    return inst"]  # the launch's same-arguments fast path replays it next time
         source = f"def replay({signature_with_constants('args, p, stream', constants)}):\n" + "\n".join(lines) + "\n"
         return generate(source, "replay", constants, f"graph replay of kernel {self.name}")
 

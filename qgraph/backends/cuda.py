@@ -11,27 +11,22 @@ up, run it. Each specialisation gets one runner, chosen once:
 
 from __future__ import annotations
 
-import threading
 import warnings
 
 from .. import conditional
-from ..args.devices import OtherDevice, device_checks
 from ..args.kinds import FlagKind, arg_type
-from ..args.resolve import resolver_lines
 from ..compiler.cuda_program import TaskKernel, compile_tasks
 from ..compiler.launch_code import block_expr, generate, grid_expr, signature_with_constants, tile_shape
 from ..compiler.numba_adapter import is_compile_error
-from ..driver.device import capturing, driver, kernel_failure, stream_handle
+from ..driver.device import driver, kernel_failure
 from ..driver.params import ParamBuffer
 from ..errors import FallbackWarning
 from ..graph_cache import GraphCache, TaskGraph
-from ..lang import generated
 from ..lang.cpu_codegen import counted_loops
 from ..lang.flat_view import flat_name, flat_source
 from ..lang.regions import RepeatLoop, control_regions, is_root_loop
 from ..runtime import DeviceState
-from ..runtime.arrays import Ndarray
-from . import outer_capture, step_capture
+from . import cuda_call, outer_capture
 from .checks import (
     check_bounds,
     check_deterministic,
@@ -39,12 +34,8 @@ from .checks import (
     check_repeat_counts,
     compile_error,
     default_float,
-    display_names,
-    element_annotations,
-    fixed_scalar_types,
     flag_params,
     flag_shape_error,
-    frozen_number_lines,
     host_bounds,
     is_deterministic,
     is_fast_math,
@@ -102,7 +93,7 @@ class _Spec:
     """One compiled specialisation and how it runs now."""
 
     __slots__ = ("key", "kernels", "run", "graph", "uses_graph", "host_loop", "nodes", "flags", "host_runner",
-                 "sites", "captured_run")
+                 "sites", "captured_run", "again")
 
     def __init__(self, key: tuple, kernels: list[TaskKernel], flags: dict) -> None:
         self.key = key
@@ -116,6 +107,9 @@ class _Spec:
         self.host_runner = None  # the conditional.HostLoop of the host fallback
         self.sites = []  # debug mode: what each check's number means (lang.debug_checks)
         self.captured_run = None  # eager launches into another library's stream capture (outer_capture)
+        # the same-arguments fast path may replay it (cuda_call): not with struct arguments, which
+        # can change behind the same object
+        self.again = not any(getattr(arg_type(s), "is_struct", False) for s in key)
 
 
 class CudaLauncher:
@@ -159,7 +153,8 @@ class CudaLauncher:
         self.stats.host_loop = False
         self.stats.cache_size = 0
         self.stats._iterations = self._iterations if loops else None
-        self.launch = self._generate_launch()
+        self.again = [cuda_call.forgotten(len(src.param_names))]  # the same-arguments fast path's memory
+        self.launch = cuda_call.launch_function(self)
         self._strict = None  # strict_launch(), made when a call is first routed here
         self._resolve = None  # resolve(a0, ..., an) -> key, generated for compile()
 
@@ -167,23 +162,12 @@ class CudaLauncher:
         """Compile (or load from the disk cache) the signature of `args` and load its module, without
         running it; its graph is built by its first call."""
         if self._resolve is None:
-            self._resolve = self._generate_resolve()
+            self._resolve = cuda_call.resolve_function(self)
         key = self._resolve(*args)
         with self.target.lock:
             if key not in self._specs:
                 self._specialise(key, args)
         return key
-
-    def _generate_resolve(self):
-        src = self.src
-        n = len(src.param_names)
-        ns: dict = {"_ident": threading.get_ident, "_dev": self.device}
-        lines = ["    if _ident() != _dev._thread:", "        _dev.make_current()"]
-        lines += frozen_number_lines(src, ns)
-        lines += self._resolution_lines(ns, "raise")  # Kernel._compile chose this device from the arguments
-        lines.append(f"    return ({', '.join(f's{k}' for k in range(n))}{',' if n == 1 else ''})")
-        source = f"def resolve({', '.join(f'a{k}' for k in range(n))}):\n" + "\n".join(lines) + "\n"
-        return generated.function(source, "resolve", f"argument resolution of kernel {src.qualname} (cuda)", ns)
 
     # ------------------------------------------------------------------ the call path
 
@@ -191,81 +175,8 @@ class CudaLauncher:
         """The launch of calls routed here from another device's launcher: it routes no further
         (arguments of two devices raise in Kernel._route instead of bouncing)."""
         if self._strict is None:
-            self._strict = self._generate_launch(strict=True)
+            self._strict = cuda_call.launch_function(self, strict=True)
         return self._strict
-
-    def _generate_launch(self, strict: bool = False):
-        """launch(a0, ..., stream): resolve inline, look up, run. Straight-line code."""
-        src = self.src
-        n = len(src.param_names)
-        ns: dict = {"_ident": threading.get_ident, "_dev": self.device, "_get": self._specs.get,
-                    "_specialise": self._specialise, "_switch": self._switch, "_last": self._last,
-                    "_stream": self.device.stream_handle, "_shandle": stream_handle, "_FLAG_OK": FlagKind.SHAPE_OK,
-                    "_flag_error": self._flag_error, "_acquire": self.target.lock.acquire,
-                    "_hold": self.lifetimes.hold,
-                    "_release": self.target.lock.release}
-        comma = "," if n == 1 else ""
-        args = ", ".join(f"a{k}" for k in range(n))
-        lines = ["    if _ident() != _dev._thread:", "        _dev.make_current()", "    pure = True"]
-        lines += frozen_number_lines(src, ns)
-        # `pure` stays True when every argument is a qgraph array, a number or a cached struct.
-        # An argument on another device sends the call there: a qgraph array straight to that
-        # device's strict launch (which routes nothing further), anything else through Kernel._route
-        ns["_route"], ns["_hop"] = self.kernel._route, self.kernel._hop
-        hop = "" if strict else f"return _hop({{a}}._device)({args}{', ' if n else ''}stream)"
-        lines += self._resolution_lines(ns, f"return _route(({args}{comma}), stream, {strict})", mutable_flag="pure",
-                                        hop=hop)
-        lines += [f"    key = ({', '.join(f's{k}' for k in range(n))}{comma})",
-                  f"    p = ({', '.join(f'v{k}' for k in range(n))}{comma})",
-                  f"    call_args = ({args}{comma})"]
-        shape = FlagKind.shape_field
-        for k in self._flags:
-            lines += [f"    if p[{k}][{shape.start}:{shape.stop}] not in _FLAG_OK:",
-                      f"        raise _flag_error({k}, p[{k}])"]
-        # inside a @qgraph.graph function (any thread recording one), the call is recorded, not launched
-        ns.update({"_steps": step_capture.ACTIVE, "_step": step_capture.intercept, "_launcher": self})
-        lines += ["    if _steps[0] and _step(_launcher, key, call_args, p, stream):",
-                  "        return"]
-        # a stream given with stream= may be capturing into another library's graph: record into it
-        ns["_capturing"], ns["_record"] = capturing, self._capture.record
-        # the device's lock: calls from several threads must not interleave their parameter
-        # writes, node updates and launches (the GIL serialises Python anyway: no parallelism lost)
-        lines += ["    _acquire()",
-                  "    try:",
-                  "        if stream is None:",
-                  "            s = _stream",
-                  "        else:",
-                  "            s = _shandle(stream)",
-                  "            if _capturing(s):",
-                  "                return _record(key, call_args, p, s)",
-                  "        spec = _get(key)",
-                  "        if spec is None:",
-                  "            spec = _specialise(key, call_args)",
-                  "        if spec is not _last[0]:",
-                  "            _switch(spec)",
-                  # qgraph arrays are freed in order on qgraph's stream, after every launch queued there:
-                  # only foreign arrays (their allocators do not wait for it) and other streams need holding
-                  "        if not pure or stream is not None:",
-                  "            _hold(s, call_args)",
-                  "        spec.run(call_args, p, s)"]
-        if self._debug:  # every call waits for the device and reads the record of the checks
-            ns.update({"_read": self._record.read, "_failed": self._check_failed})
-            lines += ["        found = _read(s)", "        if found is not None:", "            _failed(spec, found)"]
-        lines += ["    finally:",
-                  "        _release()"]
-        source = f"def launch({args}{', ' if n else ''}stream):\n" + "\n".join(lines) + "\n"
-        return generated.function(source, "launch", f"launch of kernel {src.qualname} (cuda)", ns)
-
-    def _resolution_lines(self, ns: dict, elsewhere: str, mutable_flag: str = "", hop: str = "") -> list[str]:
-        """Argument resolution for this device; an argument living on another one runs `elsewhere`
-        (a qgraph array runs `hop` where given: args.resolve.resolver_lines)."""
-        src = self.src
-        lines = ["    try:"]
-        lines += resolver_lines(display_names(src), fixed_scalar_types(src), "cuda", ns, Ndarray, indent="        ",
-                                elements=element_annotations(src), mutable_flag=mutable_flag,
-                                device_checks=device_checks(self.device), hop=hop)
-        ns["_OtherDevice"] = OtherDevice
-        return lines + ["    except _OtherDevice:", f"        {elsewhere}"]
 
     def _iterations(self) -> tuple[int, ...]:
         """stats.iterations: passes of each device loop in the last call (waits for it)."""
@@ -398,6 +309,7 @@ class CudaLauncher:
         modules = {tk.module for spec in self._specs.values() for tk in spec.kernels if tk.module is not None}
         self._specs.clear()
         self._last[0] = None
+        self.again[0] = cuda_call.forgotten(len(self.src.param_names))
         if modules:
             self.device.synchronize()  # eager launches may still be queued
             for module in modules:
