@@ -9,7 +9,9 @@ overhead). Rows, each a median over interleaved rounds of back-to-back calls:
 - the raw graph of the same 8 chained tasks (hand-written CUDA C++, built with
   cuGraphAddKernelNode and launched with cuGraphLaunch): the floor;
 - @qgraph.graph with the 8 calls on 8 arrays (independent: concurrent branches), and the raw
-  graph of the same 8 tasks as branches (no edges).
+  graph of the same 8 tasks as branches (no edges);
+- then the same two steps with tasks that carry work (each element's update repeated --reps
+  times, still one block per task): chained against independent.
 Results are checked against NumPy.
 """
 
@@ -36,6 +38,16 @@ def _source() -> str:
     lines += ["@qgraph.graph", f"def independent({', '.join(f'x{k}' for k in range(TASKS))}, n, a: qgraph.f32):"]
     lines += [f"    k{k}(x{k}, n, a)" for k in range(TASKS)] + [""]
     lines += ["def separate(x, n, a):"] + [f"    k{k}(x, n, a)" for k in range(TASKS)] + [""]
+    # the same tasks with work: each element repeats its update `reps` times (still one block)
+    for k in range(TASKS):
+        lines += ["@qgraph.kernel(cuda_graph=True)", f"def w{k}(x, n, a: qgraph.f32, reps: int):",
+                  "    for i in range(n):", "        v = x[i]", "        for _ in range(reps):",
+                  f"            v = v * a + {task_constant(k)!r}", "        x[i] = v", ""]
+    lines += ["@qgraph.graph", "def work_chained(x, n, a: qgraph.f32, reps: int):"]
+    lines += [f"    w{k}(x, n, a, reps)" for k in range(TASKS)] + [""]
+    lines += ["@qgraph.graph",
+              f"def work_independent({', '.join(f'x{k}' for k in range(TASKS))}, n, a: qgraph.f32, reps: int):"]
+    lines += [f"    w{k}(x{k}, n, a, reps)" for k in range(TASKS)] + [""]
     return "\n".join(lines)
 
 
@@ -43,6 +55,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=256)
     parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--reps", type=int, default=4000, help="inner repetitions per element in the work rows")
     args = parser.parse_args()
     qgraph.init("cuda")
     warm_up_gpu()
@@ -79,6 +92,21 @@ def main() -> None:
         print(f"  {label:<30}{value * 1e6:8.2f} us   {value / floor:5.2f}x the raw chained graph")
     print(f"  stats: chained {module.chained.stats.builds} build(s), waits {module.chained.stats.waits}; "
           f"independent waits {module.independent.stats.waits}")
+    # one-block tasks that carry work: what concurrent branches are for
+    reps = args.reps
+    for x in many:
+        x.from_numpy(np.zeros(n, np.float32))
+    module.work_independent(*many, n, a, reps)
+    for k, x in enumerate(many):
+        np.testing.assert_allclose(x.to_numpy(), np.float32(task_constant(k)) * reps, rtol=1e-3)
+    work = {"@qgraph.graph, chained": lambda: module.work_chained(one, n, a, reps),
+            "@qgraph.graph, independent": lambda: module.work_independent(*many, n, a, reps)}
+    seconds = interleaved_seconds(work, budget=0.05, repeat=args.repeat, sync=qgraph.sync)
+    chained = seconds["@qgraph.graph, chained"]
+    print(f"the same step with work: each element's update repeated {reps} times (one block per task): us per step")
+    for label, value in seconds.items():
+        print(f"  {label:<30}{value * 1e6:8.2f} us   {value / chained:5.2f}x the chained step")
+    print(f"  stats: independent waits {module.work_independent.stats.waits}")
 
 
 if __name__ == "__main__":
