@@ -6,6 +6,8 @@
 - mpm88: Taichi's 88-line MLS-MPM fluid, one substep (with an atomic scatter) per call;
 - nbody: all-pairs gravitational N-body, leapfrog, with energy and momentum diagnostics;
 - stable_fluids: Stam's stable fluids on a MAC grid, the Jacobi pressure solve in one graph_while call.
+- heat_multi_gpu: a Jacobi heat solve decomposed by rows over torch.distributed ranks (NCCL halos, one
+  captured CUDA graph per step; gloo on the CPU).
 
 mpm88, nbody and stable_fluids come in two variants with the same results: "scalar" (component by
 component) and "vector" (qgraph.vec2/vec3/mat22 and @qgraph.struct, as a Taichi user writes them;

@@ -1,0 +1,95 @@
+"""The row-decomposed heat solve over torch.distributed: gloo on the CPU, NCCL on 2 GPUs.
+
+Every run is checked against a single-process NumPy solve of the whole grid (the sweeps are the
+same arithmetic in the same order, so the fields agree to the last bit on the CPU)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import qgraph
+from qgraph.examples import heat_multi_gpu as heat
+
+pytest.importorskip("torch.distributed")
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "heat_multi_gpu.py"
+
+
+def reference(rows: int, cols: int, steps: int) -> np.ndarray:
+    return heat.numpy_reference(heat.initial_field(rows, cols), steps)
+
+
+def test_bands_cover_the_rows_unevenly_and_refuse_thin_ones():
+    parts = heat.bands(37, 3)
+    assert [(b.start, b.stop) for b in parts] == [(0, 13), (13, 25), (25, 37)]
+    assert [(b.lo, b.hi) for b in parts] == [(2, 14), (1, 13), (1, 12)]  # the global edges stay fixed
+    assert heat.bands(10, 1)[0].lo == 2 and heat.bands(10, 1)[0].hi == 10
+    with pytest.raises(ValueError, match="leaves rank 2 2 rows, fewer than 2 to update; use at least 12 rows"):
+        heat.bands(8, 3)
+
+
+def test_two_gloo_ranks_match_numpy_on_the_cpu():
+    r = heat.launch(2, "cpu", rows=37, cols=23, steps=30)
+    assert (r.world, r.arch, r.mode, r.steps) == (2, "cpu", "eager", 30)
+    np.testing.assert_allclose(r.u, reference(37, 23, 30), rtol=0, atol=1e-13)
+    assert r.max_change > 0 and not r.converged
+
+
+def test_three_ranks_stop_at_the_tolerance_on_the_cpu():
+    r = heat.launch(3, "cpu", rows=30, cols=12, steps=400, tol=2e-4, check_every=10)
+    assert r.converged and r.max_change < 2e-4 and r.steps % 10 == 0 and r.steps < 400
+    np.testing.assert_allclose(r.u, reference(30, 12, r.steps), rtol=0, atol=1e-13)
+    early = heat.launch(3, "cpu", rows=30, cols=12, steps=r.steps - 10, gather=False)
+    assert early.u is None and early.max_change >= 2e-4  # the check before the last one had not converged
+
+
+def test_a_failing_rank_is_reported_not_hung():
+    with pytest.raises(RuntimeError, match="rank 1 2 rows, fewer than 2 to update"):
+        heat.launch(2, "cpu", rows=5, cols=8, steps=2, timeout=120)
+
+
+def test_command_line_under_torchrun_checks_against_numpy(tmp_path):
+    out = tmp_path / "r.json"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2", str(EXAMPLE), "--arch", "cpu",
+           "--size", "24", "--cols", "16", "--weak", "--steps", "15", "--check", "--json", str(out)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "heat 48x16 on 2 rank(s), cpu, eager: 15 steps" in done.stdout
+    assert "max |u - numpy| = 0.000e+00" in done.stdout
+    assert '"world": 2' in out.read_text()
+
+
+def _gpus() -> int:
+    return qgraph.device_count() if os.environ.get("CI") != "true" else 0
+
+
+@pytest.mark.cuda
+def test_one_gpu_captured_step_matches_numpy():
+    if _gpus() < 1:
+        pytest.skip("needs a CUDA device")
+    graph = heat.launch(1, "cuda", rows=130, cols=70, steps=40)
+    eager = heat.launch(1, "cuda", rows=130, cols=70, steps=40, graph=False)
+    assert (graph.mode, eager.mode) == ("graph", "eager")
+    np.testing.assert_allclose(graph.u, reference(130, 70, 40), rtol=0, atol=1e-12)
+    np.testing.assert_array_equal(graph.u, eager.u)
+
+
+@pytest.mark.cuda
+def test_two_gpus_match_one_gpu():
+    if _gpus() < 2:
+        pytest.skip("needs 2 CUDA devices")
+    one = heat.launch(1, "cuda", rows=301, cols=257, steps=60)
+    two = heat.launch(2, "cuda", rows=301, cols=257, steps=60)
+    eager = heat.launch(2, "cuda", rows=301, cols=257, steps=60, graph=False)
+    assert (two.world, two.mode, eager.mode) == (2, "graph", "eager")
+    np.testing.assert_array_equal(two.u, one.u)
+    np.testing.assert_array_equal(eager.u, one.u)
+    np.testing.assert_allclose(two.u, reference(301, 257, 60), rtol=0, atol=1e-12)
+    converged = heat.launch(2, "cuda", rows=64, cols=64, steps=5000, tol=1e-5, check_every=25)
+    assert converged.converged and converged.steps < 5000
+    np.testing.assert_allclose(converged.u, reference(64, 64, converged.steps), rtol=0, atol=1e-12)
