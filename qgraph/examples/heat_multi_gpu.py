@@ -235,8 +235,7 @@ def run(rows: int, cols: int | None = None, steps: int = 100, *, graph: bool = T
     start = time.perf_counter()
     solver = Solver(rows, cols, group, halo=halo)
     solver.step()  # warm-up: compiles the kernels, sets up the communicators (neither can be captured)
-    solver.barrier()
-    solver.reset()  # start from the initial field again: the warm-up moved it
+    solver.reset()  # after the warm-up has finished everywhere: start from the initial field again
     step = solver.capture() if graph else solver.step
     solver.barrier()
     setup = time.perf_counter() - start
