@@ -82,7 +82,10 @@ def _cpu_parallel_loop(task: Task, body: list[ast.stmt], zero_d: frozenset[str],
                                            ast.copy_location(ast.Constant(0x7FFFFFFFFFFFFFFF), at), at), at)
                 if k == 0 and not _assigns(inner, var):
                     inner = [_IndexByCounter(var, counter).visit(s) for s in inner]
-                inner = [ast.copy_location(ast.For(name_node(counter, at, True), iter_, [signed] + inner, []), at)]
+                if not _reads(inner, var):  # every use indexed by the counter: no copy to type and lower
+                    signed = None
+                inner = [ast.copy_location(ast.For(name_node(counter, at, True), iter_,
+                                                   [signed] * (signed is not None) + inner, []), at)]
             else:
                 inner = [ast.copy_location(ast.For(name_node(var, at, True), iter_, inner, []), at)]
         else:
@@ -119,6 +122,12 @@ class _IndexByCounter(ast.NodeTransformer):
         else:
             node.slice = self._swap(node.slice)
         return node
+
+
+def _reads(stmts: list[ast.stmt], name: str) -> bool:
+    """Whether `name` is read anywhere in `stmts`."""
+    return any(isinstance(n, ast.Name) and n.id == name and not isinstance(n.ctx, ast.Store)
+               for stmt in stmts for n in ast.walk(stmt))
 
 
 def _assigns(stmts: list[ast.stmt], name: str) -> bool:
