@@ -54,3 +54,32 @@ def test_qgraph_dump_writes_every_generated_source(arch, tmp_path, monkeypatch):
     if arch == "cuda":
         assert any(n.endswith(".ptx") and ".entry" in t for n, t in texts.items()), names
         assert any(n.startswith("graph_replay_of_kernel") for n in names), names
+
+
+def test_cpu_loops_copy_their_index_only_when_arithmetic_reads_it(arch, tmp_path, monkeypatch):
+    """A loop that uses its index only to index arrays carries no signed copy of it (a dead
+    statement numba would type and lower in every loop); one that computes with it keeps it."""
+    monkeypatch.setenv("QGRAPH_DUMP", str(tmp_path))
+    qgraph.init(arch)
+    try:
+        @qgraph.kernel
+        def two_loops(x, y, a: float):
+            for i in range(x.shape[0]):
+                x[i] = x[i] * a
+            for i in range(y.shape[0]):
+                y[i] = y[i] + i - 1
+
+        rng = np.random.default_rng(7)
+        x0, y0 = rng.random(37), rng.random(37)
+        x, y = qgraph.from_numpy(x0), qgraph.from_numpy(y0)
+        two_loops(x, y, 3.0)
+        np.testing.assert_allclose(x.to_numpy(), x0 * 3.0)
+        np.testing.assert_allclose(y.to_numpy(), y0 + np.arange(37) - 1)
+    finally:
+        monkeypatch.delenv("QGRAPH_DUMP")
+        qgraph.init(arch)
+    if arch == "cpu":
+        (text,) = [p.read_text() for p in tmp_path.iterdir()
+                   if p.name.startswith("cpu_tasks_of") and "two_loops" in p.name]
+        assert len(re.findall(r"\bi = _qg_i64\(", text)) == 1, text  # only the second loop's
+        assert re.search(r"x\[_qg_u0_\d+\] = x\[_qg_u0_\d+\] \* a", text), text
