@@ -79,7 +79,8 @@ class CpuProgram:
             compiled[name] = adapter.njit(kernel_ns[name], parallel=parallel, cache=cache, fastmath=fast_math)
         for ns in namespaces:  # numba reads globals at compile time: point them at the dispatchers
             ns.update(compiled)
-        self.runner = adapter.njit(kernel_ns[module.runner], parallel=False, cache=cache)
+        self.runner = adapter.njit(kernel_ns[module.runner], parallel=module.runner_parallel, cache=cache,
+                                   fastmath=fast_math and not module.units)  # (the runner is the unit)
 
 
     def compile_for(self, values: tuple) -> None:

@@ -46,6 +46,7 @@ class CpuModule:
     fingerprint: str  # what the generated code depends on, for the disk cache
     runner: str  # the runner's (unique) function name
     unit_tasks: list[tuple[Task, ...]]  # each unit's tasks, by unit number (the runner records the one running)
+    runner_parallel: bool = False  # the runner is the only unit itself, with parallel loops
 
     @property
     def funcs(self) -> list[str]:
@@ -292,6 +293,12 @@ def cpu_module(src: KernelSource, zero_d: frozenset[str] = frozenset(), options:
     if loops:
         runner_body = [_parse(f"_qg_n{k} = 0", at) for k in range(len(loops))] + runner_body + \
             [_parse(f"return {_status(0, -1, len(loops))}", at)]
+    runner_parallel = False
+    if not loops and len(units) == 1 and len(runner_body) == 2:
+        # One unit and nothing around it: the unit is the runner. A runner calling a unit makes
+        # numba compile and optimise the unit's code a second time, linked into the runner.
+        runner_parallel = units.pop()[1]
+        runner_body = runner_body[:1] + defs.pop().body
     defs.append(function_def(RUNNER, list(src.param_names) + [RECORD], runner_body, src.lineno))
     func_defs = lower_funcs(symbols)
     # `options` (compile flags such as fast math) are part of the fingerprint: numba's cache
@@ -310,7 +317,7 @@ def cpu_module(src: KernelSource, zero_d: frozenset[str] = frozenset(), options:
     func_codes = [(fdef.name, module_of([fdef]), fsrc) for fdef, _, fsrc in func_defs]
     units = [(renames[name], parallel) for name, parallel in units]
     return CpuModule(module_of(defs), func_codes, units, symbols.atomics, fingerprint,
-                     renames[RUNNER], unit_tasks)
+                     renames[RUNNER], unit_tasks, runner_parallel)
 
 
 def _parse(code: str, at: ast.AST) -> ast.stmt:
