@@ -222,3 +222,14 @@ def test_index_math_has_no_wraparound_and_no_division(sm90):
         assert not [i for i in code if ".f64" in i and not i.startswith("cvt.rn.f32.f64")]  # eps2: one cvt
     assert len(_instructions(stencil)) < 80  # 67 on numba-cuda 0.30.4 (the 1-D mapping took 234)
     assert "mad.lo.s32" in stencil  # 32-bit element offsets (lang.cuda_addressing)
+
+
+def test_the_thread_index_is_one_widening_multiply_masked_to_48_bits(sm90):
+    """blockIdx.x * blockDim.x + threadIdx.x (one intrinsic in the generated code, typed once):
+    a 32x32->64-bit multiply, no 64-bit one, and the mask that lets LLVM drop wraparound checks."""
+    (ptx,) = _ptx(tk.saxpy, CASES[0][1])
+    code = _instructions(ptx)
+    assert [i for i in code if re.match(r"mul\.wide\.u32\s", i)], code
+    assert [i for i in code if i.startswith("and.b64") and i.endswith(", 281474976710655;")], code
+    assert not [i for i in code if re.match(r"mul\.lo\.[su]64", i)], code
+    assert not [i for i in code if re.match(r"shr\.s64\s+%rd\d+, %rd\d+, 63", i)], code

@@ -74,12 +74,7 @@ def thread_index(at: ast.AST) -> ast.expr:
     """The global thread index, computed unsigned and masked to 48 bits (it is below 2**41):
     the compiler then knows it and small offsets from it are non-negative, and indexing
     with them needs no negative-index wraparound."""
-    def unsigned(attr: str) -> ast.expr:
-        return call("_qg_u64", [call("_qg_u32", [_attr3("_qg_cuda", attr, "x", at)], at)], at)
-
-    tid = call("_qg_i64", [binop(binop(unsigned("blockIdx"), ast.Mult(), unsigned("blockDim"), at),
-                                 ast.Add(), unsigned("threadIdx"), at)], at)
-    return binop(tid, ast.BitAnd(), ast.copy_location(ast.Constant(int(_MASK, 16)), at), at)
+    return call("_qg_thread_x", [ast.copy_location(ast.Constant(int(_MASK, 16)), at)], at)
 
 
 def as_list(node) -> list:
@@ -136,8 +131,7 @@ def tiled_loops(task: Task, body: list[ast.stmt], at: ast.AST, early_return: boo
     v, ndim = task.loop_vars, len(task.dims)
     x, y = ndim - 1, ndim - 2
     u32 = "_qg_u32(_qg_cuda.{}.{})".format
-    lines = [f"_qg_tx = _qg_i64(_qg_u64({u32('blockIdx', 'x')}) * _qg_u64({u32('blockDim', 'x')}) + "
-             f"_qg_u64({u32('threadIdx', 'x')})) & {_MASK}",
+    lines = [f"_qg_tx = _qg_thread_x({_MASK})",
              f"if _qg_tx >= _qg_c{x}:",
              "    return"]
     past_end = ""
