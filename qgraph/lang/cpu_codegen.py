@@ -83,10 +83,9 @@ def _cpu_parallel_loop(task: Task, body: list[ast.stmt], zero_d: frozenset[str],
                                            ast.copy_location(ast.Constant(0x7FFFFFFFFFFFFFFF), at), at), at)
                 if k == 0 and not _assigns(inner, var):
                     inner = [_IndexByCounter(var, counter).visit(s) for s in inner]
-                if not _reads(inner, var):  # every use indexed by the counter: no copy to type and lower
-                    signed = None
-                inner = [ast.copy_location(ast.For(name_node(counter, at, True), iter_,
-                                                   [signed] * (signed is not None) + inner, []), at)]
+                # (when every use is indexed by the counter, no copy for numba to type and lower)
+                head = [signed] if _reads(inner, var) else []
+                inner = [ast.copy_location(ast.For(name_node(counter, at, True), iter_, head + inner, []), at)]
             else:
                 inner = [ast.copy_location(ast.For(name_node(var, at, True), iter_, inner, []), at)]
         else:

@@ -81,11 +81,6 @@ def as_list(node) -> list:
     return node if isinstance(node, list) else [node]
 
 
-def _attr3(base: str, a: str, b: str, at: ast.AST) -> ast.expr:
-    inner = ast.copy_location(ast.Attribute(name_node(base, at), a, ast.Load()), at)
-    return ast.copy_location(ast.Attribute(inner, b, ast.Load()), at)
-
-
 def flat_indices(task: Task, at: ast.AST) -> list[ast.stmt]:
     """Loop variables from the flat thread index `_qg_t`."""
     v = task.loop_vars
