@@ -32,6 +32,7 @@ from ..lang.precision import param_type
 from . import numba_adapter as adapter
 from . import ptx_text
 from .code_cache import CodeCache, entry_key
+from .compile_gc import rare_collections
 from .random_code import random_functions
 
 BLOCK = 256  # threads per block for parallel tasks (capped by each kernel's own limit)
@@ -181,8 +182,9 @@ def build_program(src: KernelSource, key: tuple[str, ...], cc: tuple[int, int], 
     if cached is not None:
         manifest, cubin = cached
         return Program(generated_codes, manifest["entries"], manifest["param_sizes"], cubin, True, waits)
-    ptx_list, entries, sizes = _compile_ptx(src, codes, orders, task_types, func_defs, cc, types, fast_math,
-                                            debug is not None)
+    with rare_collections():  # numba's allocations would run the collector every few ms (compiler.compile_gc)
+        ptx_list, entries, sizes = _compile_ptx(src, codes, orders, task_types, func_defs, cc, types, fast_math,
+                                                debug is not None)
     if waits:
         variants = []
         for name, ptx in ptx_list:

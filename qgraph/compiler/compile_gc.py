@@ -1,0 +1,43 @@
+"""Python's cyclic garbage collector made rare while numba-cuda compiles.
+
+numba allocates millions of short-lived objects per compile, and with the default threshold
+(a young collection every 700 net allocations) the collector took 0.10-0.13 s of a 0.7-0.8 s
+cold CUDA compile of 8 tasks on the 2-core development machine, walking what numba and
+numba-cuda built at import again and again. A young threshold of 100,000 allocations keeps
+collecting, so what a compile leaves uncollected for a while stays bounded (4 MB more at the
+peak), and took 0.045 s off that compile (0.394 -> 0.349 s, median of 5, side by side).
+
+Not used on the CPU: there it saved 3% of a 50-loop compile but raised the peak of a 200-loop
+one from 301 to 317 MiB (numba's parfor IR is large garbage), for no time."""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import threading
+
+COMPILE_THRESHOLD = 100_000  # young-generation threshold while a compile runs (Python's default: 700)
+
+_lock = threading.Lock()
+_depth = 0
+_saved: tuple[int, ...] = ()
+
+
+@contextlib.contextmanager
+def rare_collections():
+    """Raise the collector's young threshold for the duration (nested and concurrent compiles
+    share one raise; the last to finish restores the thresholds the process had)."""
+    global _depth, _saved
+    with _lock:
+        if _depth == 0:
+            _saved = gc.get_threshold()
+            if _saved[0] and _saved[0] < COMPILE_THRESHOLD:  # 0: collection turned off by the user
+                gc.set_threshold(COMPILE_THRESHOLD, *_saved[1:])
+        _depth += 1
+    try:
+        yield
+    finally:
+        with _lock:
+            _depth -= 1
+            if _depth == 0 and gc.get_threshold()[0] == COMPILE_THRESHOLD != _saved[0]:
+                gc.set_threshold(*_saved)
