@@ -39,6 +39,17 @@ class CodeCache:
     def enabled(self) -> bool:
         return self.directory is not None
 
+    def holds_entries(self) -> bool:
+        """Whether any compiled entry is here (any toolchain or kernel): if not, a first call
+        compiles (compiler.numba_prefetch)."""
+        if self.directory is None:
+            return False
+        try:
+            with os.scandir(self.directory) as found:
+                return any(entry.is_dir() for entry in found)
+        except OSError:
+            return False
+
     def _paths(self, key: str) -> tuple[str, str]:
         base = os.path.join(self.directory, key[:2], key)
         return base + ".bin", base + ".json"

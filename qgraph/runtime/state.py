@@ -132,12 +132,17 @@ def init(arch: str | None = None, *, device: int = 0) -> None:
         arch = arch.strip().lower()  # the spellings QGRAPH_ARCH accepts (settings.arch_name)
     cuda_device = None
     if arch in (None, "cuda"):
+        asked = arch == "cuda"
+        if asked:  # numba-cuda imports beside the driver's start (when a compile is due)
+            _prefetch_compiler(settings)
         try:
             cuda_device = _open_device(device)
         except QgraphError:
-            if arch == "cuda":
+            if asked:
                 raise
         arch = "cuda" if cuda_device is not None else "cpu"
+        if not asked and cuda_device is not None:  # chosen by default: only once CUDA is known usable
+            _prefetch_compiler(settings)
     _drop_compiled()
     from ..lang import generated
 
@@ -150,6 +155,16 @@ def init(arch: str | None = None, *, device: int = 0) -> None:
         STATE.target = STATE.targets[device] = DeviceState(cuda_device, settings)
     else:
         STATE.target = CpuState()
+
+
+def _prefetch_compiler(settings: Settings) -> None:
+    """A first call will compile when the code cache holds nothing: start importing numba-cuda."""
+    from ..compiler.code_cache import CodeCache
+
+    if not CodeCache(settings.cache_dir).holds_entries():
+        from ..compiler.numba_prefetch import import_numba_cuda_soon
+
+        import_numba_cuda_soon()
 
 
 def ensure_init() -> State:

@@ -1,0 +1,55 @@
+"""numba-cuda's import starts beside the CUDA driver's start only when a first call will compile
+(no CUDA entry in the code cache), never twice, and never when it is imported already."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+from qgraph.compiler import numba_prefetch
+from qgraph.compiler.code_cache import CodeCache
+
+
+def test_an_empty_or_absent_cache_holds_no_entries_and_a_stored_one_does(tmp_path):
+    assert not CodeCache(None).holds_entries()  # caching off: every process compiles
+    cache = CodeCache(str(tmp_path / "absent"))
+    assert not cache.holds_entries()
+    os.makedirs(cache.directory)
+    assert not cache.holds_entries()
+    assert cache.store("ab" + "0" * 62, {"kernel": "k"}, b"cubin")
+    assert cache.holds_entries()
+
+
+def test_no_import_starts_when_numba_cuda_is_imported_or_importing(monkeypatch):
+    monkeypatch.setitem(sys.modules, "numba.cuda", sys.modules.get("numba.cuda", object()))
+    assert numba_prefetch.import_numba_cuda_soon() is None
+
+
+def _child(cache_dir: str) -> list[str]:
+    """A fresh process: does qgraph.init('cuda') start the import (the init fails without a GPU)?"""
+    code = textwrap.dedent("""
+        import sys, threading
+        import qgraph
+        try:
+            qgraph.init("cuda")
+        except qgraph.QgraphError:
+            pass
+        print([t.name for t in threading.enumerate() if t.name.startswith("qgraph: import")])
+        print("numba.cuda" in sys.modules or any(t.name.startswith("qgraph: import") for t in threading.enumerate()))
+    """)
+    env = dict(os.environ, QGRAPH_CACHE_DIR=cache_dir)
+    env.pop("QGRAPH_CACHE", None)
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.split("\n")
+
+
+def test_init_cuda_imports_numba_cuda_only_for_an_empty_cache(tmp_path):
+    _, imported = _child(str(tmp_path / "cold"))[:2]
+    assert imported == "True"  # an empty cache: the first call will compile (importing, or imported)
+    warm = tmp_path / "warm"
+    assert CodeCache(str(warm)).store("cd" + "1" * 62, {"kernel": "k"}, b"cubin")
+    started, imported = _child(str(warm))[:2]
+    assert started == "[]" and imported == "False", (started, imported)  # a warm cache never imports numba
