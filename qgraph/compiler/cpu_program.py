@@ -48,7 +48,9 @@ class CpuProgram:
         if cache_dir is not None and _importable(src) and all(_importable(s) for _, _, s in module.func_codes):
             cache = (os.path.join(cache_dir, "cpu", adapter.toolchain_versions_digest()), module.fingerprint)
         from . import cpu_atomics
+        from .blas_probe import import_cpu_array_math
 
+        import_cpu_array_math()  # before numba loads its registries (compile or cache load): unprobed
         injected = {"_qg_prange": adapter.prange(), "_qg_i64": adapter.int64(), "_qg_f32": adapter.float32(),
                     "_qg_interrupted": interrupted(),
                     "_qg_trip_count": adapter.njit(_trip_count, parallel=False, cache=None)}

@@ -216,10 +216,10 @@ def cuda_namespace() -> dict:
     from numba import cuda, float32, int32, int64, uint32, uint64
     from numba.cuda import libdevice
 
-    from .cuda_registries import import_array_math
+    from .blas_probe import import_cuda_array_math
     from .numba_addressing import addressing
 
-    import_array_math()  # before the first compile loads the registries: without its BLAS probe
+    import_cuda_array_math()  # before the first compile loads the registries: without its BLAS probe
 
     return {**addressing(), "_qg_cuda": cuda, "_qg_f32": float32, "_qg_i32": int32, "_qg_i64": int64,
             "_qg_u32": uint32, "_qg_u64": uint64, **_python_min_max(), "_qg_math": math,
