@@ -11,6 +11,7 @@ See docs/ for the guide; the public names below are the contract (SPEC.md).
 
 from .args.structs import struct
 from .bench.measure import BenchmarkResult, benchmark
+from .compiler.numba_probes import install_gate as install_numba_probe_gate
 from .decorator import Func, Kernel, KernelStats, compile, func, kernel
 from .dtypes import f32, f64, i8, i16, i32, i64, u8, u16, u32, u64
 from .errors import FallbackWarning, QgraphError, QgraphSyntaxError
@@ -54,6 +55,8 @@ from .runtime.arrays import Ndarray, from_numpy, ndarray
 from .runtime.random_state import seed
 from .step import GraphFunction, StepStats, graph, while_loop
 from .torch_op import torch_op
+
+install_numba_probe_gate()  # before anything imports numba: probes a compile never uses are skipped
 
 __version__ = "0.1.0"
 

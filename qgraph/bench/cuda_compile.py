@@ -95,7 +95,7 @@ def _qgraph_points(timer: PhaseTimer) -> None:
     timer.wrap(cuda_program, "lower_funcs", "qgraph codegen")
     timer.wrap(cuda_program, "fingerprint_of", "qgraph codegen")
     timer.wrap(cuda_program.generated, "run_tree", "qgraph codegen")
-    timer.wrap(cuda_program, "toolchain", "cache key (toolchain versions)")
+    timer.wrap(cuda_program, "toolchain_versions", "cache key (toolchain versions)")
     timer.wrap(CodeCache, "load", "cache lookup")
     timer.wrap(CodeCache, "store", "cache write")
     for name in ("ptx_entries", "add_grid_dependency_control", "renamed"):

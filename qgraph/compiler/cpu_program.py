@@ -20,6 +20,7 @@ from . import numba_adapter as adapter
 from .cpu_interrupts import interrupted
 from .cpu_math import cpu_math
 from .random_code import random_functions
+from .toolchain import toolchain_versions_digest
 
 
 def _trip_count(start, stop, step):
@@ -46,9 +47,9 @@ class CpuProgram:
         cache = None
         # numba can reload cached code only for functions whose module it can import again
         if cache_dir is not None and _importable(src) and all(_importable(s) for _, _, s in module.func_codes):
-            cache = (os.path.join(cache_dir, "cpu", adapter.toolchain_versions_digest()), module.fingerprint)
+            cache = (os.path.join(cache_dir, "cpu", toolchain_versions_digest()), module.fingerprint)
         from . import cpu_atomics
-        from .blas_probe import import_cpu_array_math
+        from .numba_probes import import_cpu_array_math
 
         import_cpu_array_math()  # before numba loads its registries (compile or cache load): unprobed
         injected = {"_qg_prange": adapter.prange(), "_qg_i64": adapter.int64(), "_qg_f32": adapter.float32(),

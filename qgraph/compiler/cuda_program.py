@@ -34,20 +34,11 @@ from . import ptx_text
 from .code_cache import CodeCache, entry_key
 from .compile_gc import rare_collections
 from .random_code import random_functions
+from .toolchain import toolchain_versions
 
 BLOCK = 256  # threads per block for parallel tasks (capped by each kernel's own limit)
 PDL_COMPUTE_CAPABILITY = (9, 0)  # griddepcontrol and programmatic graph edges: Hopper and newer
 TRIGGER = "_qg_trigger"  # entry-name suffix of each task's launch_dependents variant
-
-_TOOLCHAIN: str | None = None
-
-
-def toolchain() -> str:
-    global _TOOLCHAIN
-    if _TOOLCHAIN is None:
-        _TOOLCHAIN = adapter.toolchain_versions()
-    return _TOOLCHAIN
-
 
 @dataclass
 class TaskKernel:
@@ -174,7 +165,7 @@ def build_program(src: KernelSource, key: tuple[str, ...], cc: tuple[int, int], 
                                  [s for _, _, s in func_defs])
     waits = tuple(cc) >= PDL_COMPUTE_CAPABILITY
     ckey = entry_key("tasks", fingerprint, ",".join(key), f"sm_{cc[0]}{cc[1]}", f"pdl={waits}",
-                     f"deterministic={deterministic}", f"fast_math={fast_math}", f"debug={debug}", toolchain())
+                     f"deterministic={deterministic}", f"fast_math={fast_math}", f"debug={debug}", toolchain_versions())
 
     # with QGRAPH_DUMP set, compile even on a cache hit: the task source and PTX are only
     # produced by a compile, and the dump must hold every generated source
@@ -347,7 +338,7 @@ def _compile_ptx(src, codes, orders, task_types, func_defs, cc, types, fast_math
         if params.get(entry) != sizes:
             raise QgraphError(f"numba-cuda produced an unexpected kernel parameter layout for task "
                               f"{code.task.index} of {src.name} ({params.get(entry)} != {sizes}); this "
-                              f"qgraph release does not support the installed numba-cuda ({toolchain()})")
+                              f"qgraph release does not support the installed numba-cuda ({toolchain_versions()})")
     if len(modules) == len(codes):
         names = [f"{src.name}_task{code.task.index}.ptx" for code in codes]
     else:

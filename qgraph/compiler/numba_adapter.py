@@ -23,55 +23,6 @@ import numpy as np
 
 from ..args.kinds import ArgKind
 
-# --------------------------------------------------------------------------- versions
-
-
-_QGRAPH_DIGEST: str | None = None
-
-
-def qgraph_digest() -> str:
-    """A hash of qgraph's own source: a qgraph upgrade must not load code an older one cached."""
-    global _QGRAPH_DIGEST
-    if _QGRAPH_DIGEST is None:
-        import hashlib
-
-        package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        h = hashlib.sha256()
-        for root, dirs, files in os.walk(package):
-            dirs[:] = sorted(d for d in dirs if d not in ("__pycache__", "bench", "examples"))
-            for name in sorted(files):
-                if name.endswith(".py"):
-                    path = os.path.join(root, name)
-                    with open(path, "rb") as f:
-                        h.update(os.path.relpath(path, package).encode() + b"\0" + f.read())
-        _QGRAPH_DIGEST = h.hexdigest()[:16]
-    return _QGRAPH_DIGEST
-
-
-def toolchain_versions() -> str:
-    """Versions that change generated code (qgraph's own included); part of every cache key."""
-    from importlib import metadata
-
-    from .code_cache import FORMAT
-
-    parts = [f"qgraph={qgraph_digest()}", f"cache-format={FORMAT}"]
-    for dist in ("numba", "numba-cuda", "llvmlite"):
-        try:
-            parts.append(f"{dist}={metadata.version(dist)}")
-        except metadata.PackageNotFoundError:
-            parts.append(f"{dist}=none")
-    return ";".join(parts)
-
-
-def toolchain_versions_digest() -> str:
-    """A short directory name for the toolchain and Python version."""
-    import hashlib
-    import sys
-
-    text = toolchain_versions() + f";python={sys.version_info[:2]}"
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
 # --------------------------------------------------------------------------- CPU
 
 
@@ -216,8 +167,8 @@ def cuda_namespace() -> dict:
     from numba import cuda, float32, int32, int64, uint32, uint64
     from numba.cuda import libdevice
 
-    from .blas_probe import import_cuda_array_math
     from .numba_addressing import addressing
+    from .numba_probes import import_cuda_array_math
 
     import_cuda_array_math()  # before the first compile loads the registries: without its BLAS probe
 
