@@ -114,7 +114,6 @@ def _import_unprobed(module: str) -> bool:
     imported already, or SciPy's linalg is, so that the probe was or is free)."""
     if module in sys.modules or "scipy.linalg" in sys.modules:
         return False
-    install_gate()
     _unprobed.active = True
     try:
         __import__(module)
