@@ -189,14 +189,14 @@ class WhileLoop:
         return body, while_node, slot_node
 
     def add_condition(self, body, deps: list, programmatic: bool) -> None:
-        """The condition kernel at the end of the loop body (after `deps`)."""
+        """The condition kernel after `deps`; `programmatic` only behind one kernel node (not a conditional)."""
         d = driver()
         cond = ParamBuffer(16)
         cond.data[:] = int(self.handle).to_bytes(8, "little") + self.slot.to_bytes(8, "little")
         params = kernel_node_params(self._helpers.condition, 1, 1, cond)
         node = check(d.cuGraphAddKernelNode(body, [], 0, params), "adding the condition kernel")
         for dep in deps:
-            add_edge(body, dep, node, programmatic and len(deps) == 1)
+            add_edge(body, dep, node, programmatic)
         self._buffers.append(cond)
 
     def constants(self) -> dict:

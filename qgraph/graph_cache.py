@@ -190,7 +190,8 @@ class TaskGraph:
             body, while_node, slot_node = item.add_loop(graph, deps, block)
             self._nodes.append(slot_node)
             inner = self._add(region.body, body, [], by_task, device_loops)
-            item.add_condition(body, inner, self.programmatic)
+            # programmatic only behind one kernel node: a body ending in a WHILE or IF node gets a plain edge
+            item.add_condition(body, inner, self.programmatic and len(inner) == 1 and self._is_kernel_node(inner[0]))
             return [while_node]
         if isinstance(region, IfRegion):
             node, then_body, else_body, after = item.add_branch(graph, deps, block, bool(region.then.children),
@@ -213,7 +214,7 @@ class TaskGraph:
             # a task after a conditional node waits for it to complete (a plain edge); after a task, programmatic
             programmatic = self.programmatic and tk.waits and len(deps) == 1 and self._is_kernel_node(dep)
             add_edge(graph, dep, handle, programmatic)
-        self._nodes.append(GraphNode(block_expr(tk), grid_expr(tk, True), buffer, params, handle, tk))
+        self._nodes.append(GraphNode(block_expr(tk), grid_expr(tk, True), buffer, params, handle, tk, grid))
         return [handle]
 
     def loop_passes(self) -> tuple[int, ...]:
@@ -292,9 +293,10 @@ class TaskGraph:
             if block == held[k]:
                 continue
             node.buffer.data[:] = block
-            if node.kernel is not None:
+            if node.kernel is not None and node.shape != grids[k]:  # a new number keeps the grid: bytes only
                 set_shape(node.params, grids[k], node.kernel.block)
                 node.params.func = node.kernel.function_for(grids[k], self.programmatic)
+                node.shape = grids[k]
             err = set_params(instance.exec, node.handle, node.params)[0]
             if err:
                 raise fail(err, f"updating node {k} of kernel {self.name}")

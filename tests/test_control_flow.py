@@ -51,6 +51,28 @@ def test_nested_loops_branches_and_repeats(loop_arch):
 
 
 @qgraph.kernel
+def loop_then_branch(x, outer, inner, passes):
+    outer[0] = 1
+    while qgraph.loop(outer):
+        passes[0] += 1
+        outer[0] = 1 if passes[0] < 3 else 0
+        inner[0] = 2
+        while qgraph.loop(inner):
+            x[0] += 1.0
+            inner[0] -= 1
+        if qgraph.cond(outer):  # a body ending in an IF node after a WHILE node: a plain edge to the condition
+            x[1] += 1.0
+
+
+def test_a_loop_body_ending_in_a_branch_after_a_loop(loop_arch):
+    x, outer, inner, passes = (qgraph.ndarray(qgraph.f64, (2,)), qgraph.ndarray(qgraph.i32, (1,)),
+                               qgraph.ndarray(qgraph.i32, (1,)), qgraph.ndarray(qgraph.i64, (1,)))
+    loop_then_branch(x, outer, inner, passes)
+    np.testing.assert_array_equal(x.to_numpy(), [6.0, 2.0])  # 3 passes of 2 inner passes; the last pass skips
+    assert loop_then_branch.stats.iterations == (3, 2)
+
+
+@qgraph.kernel
 def while_first(x, flag):
     while qgraph.loop(flag):  # tested before each pass: a 0 flag runs no pass
         x[0] += 1.0
