@@ -293,3 +293,35 @@ def test_threads_share_a_step(arch):
     assert errors == []
     for x in arrays:
         np.testing.assert_array_equal(x.to_numpy(), 2.0 ** 50)
+
+
+@pytest.mark.parametrize("substeps", [1, 8, 100])
+def test_changing_numbers_are_node_updates_without_a_new_dependency_analysis(cuda, monkeypatch, substeps):
+    """A step passing the time: the read/write analysis (quadratic in the calls) follows the
+    arrays alone, so a new number each call updates nodes and analyses nothing again."""
+    from qgraph.backends import step_capture
+
+    analysed = []
+    real = step_capture.dependencies
+    monkeypatch.setattr(step_capture, "dependencies", lambda calls: analysed.append(len(calls)) or real(calls))
+
+    @qgraph.graph
+    def timed(x, y, t):
+        for k in range(substeps):
+            scale(x, 1.0 + t * 1e-3)
+            axpy(x, y, t + k)
+
+    x_np, y_np, _ = _arrays(17, 5)
+    x, y = qgraph.from_numpy(x_np), qgraph.from_numpy(y_np)
+    for call in range(4):
+        t = 0.5 + call
+        timed(x, y, t)
+        for k in range(substeps):
+            x_np = x_np * (1.0 + t * 1e-3)
+            y_np = y_np + (t + k) * x_np
+    np.testing.assert_allclose(x.to_numpy(), x_np, rtol=1e-12)
+    np.testing.assert_allclose(y.to_numpy(), y_np, rtol=1e-12)
+    assert analysed == [2 * substeps] and timed.stats.builds == 1
+    z = qgraph.from_numpy(y_np)  # another array: analysed again (its overlaps may differ)
+    timed(x, z, 9.0)
+    assert analysed == [2 * substeps] * 2

@@ -117,6 +117,12 @@ def _span(pack: bytes, written: bool):
     return (low, high, written)
 
 
+def _array_positions(call: StepCall) -> tuple[int, ...]:
+    """Where a call's arrays and structs are among its arguments: all that its dependencies read."""
+    return tuple(k for k, (sig, pack) in enumerate(zip(call.key, call.packs))
+                 if isinstance(pack, tuple) or getattr(arg_type(sig), "is_array", False))
+
+
 def dependencies(calls: list[StepCall]) -> tuple[tuple[int, ...], ...]:
     """For each call, the earlier calls it waits for: those whose arrays overlap its own where
     either writes (conservative: any overlap of the bytes spanned), less those it already waits
@@ -208,7 +214,8 @@ class BuiltStep:
                 ends.append(part.ends)
                 kernel_handles = kernel_handles | {int(n.handle) for n in part._nodes if n.kernel is not None}
             if self.loop is not None:  # the condition kernel after every call
-                self.loop.add_condition(into, [n for e in ends for n in e], programmatic)
+                last = [n for e in ends for n in e]  # programmatic only behind one kernel node
+                self.loop.add_condition(into, last, programmatic and len(last) == 1 and int(last[0]) in kernel_handles)
             self.kernel_nodes = sum(p.kernel_nodes for p in self.parts) + (2 if self.loop is not None else 0)
             self.exec = check(d.cuGraphInstantiate(self.graph, 0), f"cuGraphInstantiate (step {name})")
             check(d.cuGraphUpload(self.exec, stream), "cuGraphUpload")
@@ -268,7 +275,8 @@ class StepRunner:
         self._stats = stats
         self._capacity = capacity
         self._built: OrderedDict = OrderedDict()  # (signature, dependencies) -> BuiltStep, LRU
-        self._last: dict = {}  # (signature, packs) -> (dependencies, BuiltStep) seen recently
+        self._last: dict = {}  # (signature, the calls' array bytes) -> BuiltStep seen recently
+        self._array_slots: dict = {}  # signature -> per call, the positions of its arrays and structs
         self._launch = driver().cuGraphLaunch
         self.own_stream = target.device.stream_handle
         self._fail = kernel_failure(name)
@@ -314,9 +322,13 @@ class StepRunner:
     def run(self, calls: list[StepCall], stream: int, flag=None) -> None:
         signature = tuple((id(c.launcher), c.key) for c in calls)
         address = self._flag_address(calls, flag) if self._loop is not None else None
-        packs = tuple(c.packs for c in calls)
+        slots = self._array_slots.get(signature)
+        if slots is None:
+            slots = self._array_slots[signature] = tuple(_array_positions(c) for c in calls)
+        # the dependencies follow the arrays alone: a changed number is a node update, never a new analysis
+        arrays = tuple(tuple(c.packs[k] for k in where) for c, where in zip(calls, slots))
         with self._target.lock:
-            found = self._last.get((signature, packs))
+            found = self._last.get((signature, arrays))
             if found is None or found not in self._built.values():
                 deps = dependencies(calls)
                 found = self._built.get((signature, deps))
@@ -324,7 +336,8 @@ class StepRunner:
                     found = self._build(signature, deps, calls, stream, address)
                 if len(self._last) >= 4 * self._capacity:
                     self._last.clear()
-                self._last[(signature, packs)] = found
+                    self._array_slots.clear()
+                self._last[(signature, arrays)] = found
             found.update(calls)
             if address is not None:
                 found.set_flag(address)

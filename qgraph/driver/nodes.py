@@ -14,15 +14,16 @@ from .params import ParamBuffer
 class GraphNode:
     """One updatable kernel node: the expressions of its block and grid, and its persistent state."""
 
-    __slots__ = ("expr", "grid", "buffer", "params", "handle", "kernel")
+    __slots__ = ("expr", "grid", "buffer", "params", "handle", "kernel", "shape")
 
-    def __init__(self, expr: str, grid: str, buffer: ParamBuffer, params, handle, kernel=None) -> None:
+    def __init__(self, expr: str, grid: str, buffer: ParamBuffer, params, handle, kernel=None, shape=None) -> None:
         self.expr = expr
         self.grid = grid
         self.buffer = buffer
         self.params = params
         self.handle = handle
         self.kernel = kernel  # the TaskKernel of a task node (its function variant follows the grid)
+        self.shape = shape  # the grid `params` holds now: an update to the same grid leaves them alone
 
 
 def add_edge(graph, before, after, programmatic: bool) -> None:
