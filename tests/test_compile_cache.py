@@ -314,6 +314,7 @@ def test_a_cache_directory_that_is_a_file_is_named_at_init(tmp_path, arch):
         env.setenv("QGRAPH_CACHE", "0")  # no cache, nothing to check
         qgraph.init(arch)
     assert qgraph.current_arch() == arch
+    qgraph.init(arch)  # the session's cache again
     with pytest.raises(qgraph.QgraphError, match=r"^QGRAPH_CACHE_DIR is unset: the compile cache directory .* "
                                                  r"cannot be created: .*not-a-directory is a file; point"):
         cache_directory({"XDG_CACHE_HOME": str(a_file)})
