@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import traceback
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -100,34 +101,99 @@ def _precompile(args: argparse.Namespace) -> int:
 _QUIET_HELP = "no progress bars (they are drawn only when stderr is a terminal and CI is unset)"
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m qgraph", description=__doc__)
-    parser.add_argument("--arch", choices=("cuda", "cpu"), default=None,
-                        help="backend (default: QGRAPH_ARCH, else cuda when usable, else cpu)")
-    parser.add_argument("--quiet", "-q", action="store_true", help=_QUIET_HELP)
-    quiet = argparse.ArgumentParser(add_help=False)  # --quiet after demo / bench too, without resetting it
-    quiet.add_argument("--quiet", "-q", action="store_true", default=argparse.SUPPRESS, help=_QUIET_HELP)
-    sub = parser.add_subparsers(dest="command", required=True)
-    demo = sub.add_parser("demo", parents=[quiet], help="heat diffusion to convergence and a launch-overhead report")
-    demo.add_argument("--n", type=int, default=128, help="grid size (default 128)")
+def _global_options(defaults: bool) -> argparse.ArgumentParser:
+    """--arch, --quiet, --verbose, accepted before the command and after it (the parent of the main
+    parser and of every command's). Only the main parser's copy has defaults: a command's copy
+    (fresh actions, default suppressed) sets one only when it is given, so `--arch cpu bench` keeps cpu."""
+    def default(value):
+        return value if defaults else argparse.SUPPRESS
+
+    options = argparse.ArgumentParser(add_help=False)
+    options.add_argument("--arch", choices=("cuda", "cpu"), default=default(None),
+                         help="backend (default: QGRAPH_ARCH, else cuda when usable, else cpu)")
+    options.add_argument("--quiet", "-q", action="store_true", default=default(False), help=_QUIET_HELP)
+    options.add_argument("--verbose", action="store_true", default=default(False),
+                         help="show the full traceback of an error (the exit status stays 2)")
+    return options
+
+
+def _output_file(text: str) -> str:
+    """An output path, checked before a long run: its directory exists and can be written."""
+    if os.path.isdir(text):
+        raise argparse.ArgumentTypeError(f"{text} is a directory: give a file name")
+    folder = os.path.dirname(os.path.abspath(text))
+    if not os.path.isdir(folder):
+        raise argparse.ArgumentTypeError(f"the directory {folder} does not exist: create it or pick another path")
+    if not os.access(folder, os.W_OK):
+        raise argparse.ArgumentTypeError(f"the directory {folder} is not writable: pick another path")
+    return text
+
+
+def _plot_file(text: str) -> str:
+    """--plot's path, checked like --json's, and matplotlib, which drawing it needs."""
+    import importlib.util
+
+    if importlib.util.find_spec("matplotlib") is None:
+        raise argparse.ArgumentTypeError("drawing the plot needs matplotlib: pip install matplotlib")
+    return _output_file(text)
+
+
+def _grid_size(text: str) -> int:
+    """demo --n: the heat example needs an interior."""
+    n = int(text)
+    if n < 3:
+        raise argparse.ArgumentTypeError(f"the grid needs an interior: give 3 or more, not {n}")
+    return n
+
+
+def _step_count(text: str) -> int:
+    n = int(text)
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"give 1 or more, not {n}")
+    return n
+
+
+def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
+    """The main parser and each command's."""
+    parser = argparse.ArgumentParser(prog="python -m qgraph", description=__doc__, parents=[_global_options(True)])
+    common = [_global_options(False)]
+    sub = parser.add_subparsers(dest="command", metavar="{demo,bench,info,precompile}",
+                                help="what to run (`python -m qgraph <command> --help` describes its options)")
+    demo = sub.add_parser("demo", parents=common, help="heat diffusion to convergence and a launch-overhead report")
+    demo.add_argument("--n", type=_grid_size, default=128, help="grid size, 3 or more (default 128)")
     demo.add_argument("--tol", type=float, default=1e-4, help="stop when the max change is below this")
-    demo.add_argument("--max-steps", type=int, default=50_000)
+    demo.add_argument("--max-steps", type=_step_count, default=50_000,
+                      help="stop after this many steps, converged or not (default 50000)")
     demo.set_defaults(run=_demo)
-    bench = sub.add_parser("bench", parents=[quiet], help="the benchmark suite (launch overhead, compile time, ...)")
+    bench = sub.add_parser("bench", parents=common, help="the benchmark suite (launch overhead, compile time, ...)")
     bench.add_argument("--quick", action="store_true", help="a reduced suite (under a minute)")
-    bench.add_argument("--json", metavar="PATH", help="write every figure, with device and versions, to PATH")
-    bench.add_argument("--plot", metavar="PATH", help="write a PNG plot (per-call time vs task count)")
+    bench.add_argument("--json", metavar="PATH", type=_output_file,
+                       help="write every figure, with device and versions, to PATH")
+    bench.add_argument("--plot", metavar="PATH", type=_plot_file,
+                       help="write a PNG plot (per-call time vs task count; GPU rows only)")
     bench.set_defaults(run=_bench)
-    info = sub.add_parser("info", help="whether CUDA is usable (and why not), device, versions and cache directory")
+    info = sub.add_parser("info", parents=common,
+                          help="whether CUDA is usable (and why not), device, versions and cache directory")
     info.set_defaults(run=_info)
-    pre = sub.add_parser("precompile", help="compile and cache a kernel (or run a warm-up function) for deployment",
+    pre = sub.add_parser("precompile", parents=common,
+                         help="compile and cache a kernel (or run a warm-up function) for deployment",
                          description="Compile a kernel for the signature its type texts spell, or run a warm-up "
                                      "function, filling the compile cache for later processes.")
     pre.add_argument("target", help="module:name or path/to/file.py:name (a kernel, or a warm-up function)")
-    pre.add_argument("types", nargs="*", help="a kernel's argument types as signature texts: float32[2d] float int32")
+    pre.add_argument("types", nargs="*", default=[],
+                     help="a kernel's argument types as signature texts: float32[2d] float int32 (none for a "
+                          "warm-up function)")
     pre.set_defaults(run=_precompile)
-    parser.add_argument("--verbose", action="store_true", help="show the full traceback of an error")
-    args = parser.parse_args(argv)
+    return parser, sub.choices
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser, commands = _parser()
+    args, unknown = parser.parse_known_args(argv)  # exits with status 2, naming what is wrong
+    if unknown:  # named by the command's parser, whose usage lists what it accepts
+        commands.get(args.command, parser).error(f"unrecognized arguments: {' '.join(unknown)}")
+    if args.command is None:
+        parser.error("choose a command: demo, bench, info or precompile (--help describes them)")
     import qgraph
 
     try:
@@ -137,13 +203,14 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     except (qgraph.QgraphError, ValueError, TypeError, OSError) as e:
         if args.verbose:
-            raise
+            traceback.print_exc()
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        print(f"qgraph: error: {first} (--verbose shows the traceback)", file=sys.stderr)
+        print(f"qgraph: error: {first}" + ("" if args.verbose else " (--verbose shows the traceback)"),
+              file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         if args.verbose:
-            raise
+            traceback.print_exc()
         print("qgraph: interrupted", file=sys.stderr)
         return 130
 

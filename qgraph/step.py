@@ -3,7 +3,7 @@
 The function body runs on every call (so what it computes in Python is never stale), with
 its kernel calls recorded instead of launched; the recorded calls are replayed as one graph
 holding every task of every call (backends/step_capture.py). On the CPU the function simply
-runs.
+runs, its kernel calls counted (backends/step_body.py).
 """
 
 from __future__ import annotations
@@ -56,14 +56,14 @@ class GraphFunction:
         runtime.STATE.kernels.add(self)
 
     def __call__(self, *args, stream=None, **kwargs):
-        from .backends import step_capture
+        from .backends import step_body
 
         state = runtime.ensure_init()
         target = state.current()
-        if not isinstance(target, DeviceState) or step_capture.is_recording():
-            if self.graph_while is None or step_capture.is_recording():
-                return self._fn(*args, **kwargs)  # the CPU; or a step called by a step: its calls join the outer one
-            return self._cpu_loop(args, kwargs, state.settings)
+        if step_body.in_body():
+            return self._fn(*args, **kwargs)  # a step called by a step: its calls join the outer one
+        if not isinstance(target, DeviceState):
+            return self._cpu_run(args, kwargs, state.settings)
         runner = self._last or self._runner(target, state)
         if stream is not None:
             from .driver.device import stream_handle
@@ -72,8 +72,10 @@ class GraphFunction:
         replayed, result = runner.replay_same(args, kwargs, runner.own_stream if stream is None else stream)
         if replayed:
             return result
-        calls, result = step_capture.record(self._fn, args, kwargs)
-        if calls:
+        calls, result = step_body.run_body(self._fn, args, kwargs)
+        if not calls:  # nothing to launch
+            self.stats.kernel_calls = self.stats.graph_nodes = 0
+        else:
             # the graph lives on the device its kernels ran on (their arrays' device)
             targets = {call.launcher.target for call in calls}
             if len(targets) > 1:
@@ -107,15 +109,23 @@ class GraphFunction:
             return None
         return args[self._flag_at] if self._flag_at < len(args) else kwargs.get(self.graph_while)
 
-    def _cpu_loop(self, args: tuple, kwargs: dict, settings):
-        """graph_while on the CPU: run the body until the flag reads 0 (do-while), with the guard."""
+    def _cpu_run(self, args: tuple, kwargs: dict, settings):
+        """The CPU: the body runs as written, its kernel calls counted (stats.kernel_calls, as on
+        CUDA); with graph_while, until the flag reads 0 (do-while), with the guard."""
         import numpy as np
 
+        from .backends import step_body
+
+        if self.graph_while is None:
+            calls, result = step_body.run_body(self._fn, args, kwargs)
+            self.stats.kernel_calls = len(calls)
+            return result
         flag = self._flag(args, kwargs)
         limit = settings.max_iterations if self.max_iterations is USE_ENVIRONMENT else self.max_iterations
         passes = 0
         while True:
-            result = self._fn(*args, **kwargs)
+            calls, result = step_body.run_body(self._fn, args, kwargs)
+            self.stats.kernel_calls = len(calls)  # of one pass, as the body of a CUDA step's loop
             passes += 1
             if np.asarray(flag).reshape(-1)[0] == 0:
                 return result

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
@@ -88,8 +89,9 @@ def test_errors_are_one_line_with_exit_code_2(capsys):
     assert main(["--arch", "cuda", "demo"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("qgraph: error: CUDA is not usable:") and "--verbose" in err[0]
-    with pytest.raises(qgraph.QgraphError):
-        main(["--arch", "cuda", "--verbose", "info"])
+    assert main(["--arch", "cuda", "--verbose", "info"]) == 2  # the traceback, and the same exit status
+    err = capsys.readouterr().err
+    assert "Traceback" in err and "qgraph: error: CUDA is not usable:" in err
     qgraph.init("cpu")
 
 
@@ -175,6 +177,88 @@ def test_quiet_is_accepted_before_and_after_the_command(monkeypatch):
     for argv in (["--quiet", "demo"], ["demo", "--quiet"], ["demo", "-q"], ["demo"]):
         assert cli.main(argv) == 0
     assert seen == [True, True, True, False]
+
+
+@pytest.mark.parametrize("command", ["demo", "bench", "info", "precompile"])
+def test_global_options_are_accepted_before_and_after_every_command(monkeypatch, command):
+    seen = []
+    monkeypatch.setattr(cli, f"_{command}", lambda args: seen.append((args.arch, args.quiet, args.verbose)) or 0)
+    rest = ["mod:k"] if command == "precompile" else []
+    for argv in ([command, *rest, "--arch", "cpu", "-q", "--verbose"], ["--arch", "cpu", "-q", "--verbose", command,
+                 *rest], [command, *rest], ["--arch", "cpu", command, *rest], ["--arch", "cuda", command, *rest,
+                                                                               "--arch", "cpu"]):
+        assert cli.main(argv) == 0, argv
+    assert seen == [("cpu", True, True), ("cpu", True, True), (None, False, False), ("cpu", False, False),
+                    ("cpu", False, False)]
+
+
+def _usage_error(argv, capsys) -> str:
+    with pytest.raises(SystemExit) as exited:
+        cli.main(argv)
+    assert exited.value.code == 2
+    return capsys.readouterr().err.strip().splitlines()[-1]
+
+
+def test_a_bad_option_or_a_missing_command_is_named(capsys):
+    assert _usage_error(["--bogus"], capsys) == "python -m qgraph: error: unrecognized arguments: --bogus"
+    assert _usage_error(["demo", "--bogus"], capsys) == "python -m qgraph demo: error: unrecognized arguments: --bogus"
+    assert "argument --arch: invalid choice: 'gpu'" in _usage_error(["bench", "--quick", "--arch", "gpu"], capsys)
+    assert "choose a command: demo, bench, info or precompile" in _usage_error([], capsys)
+    assert _usage_error(["demo", "--n", "2"], capsys).endswith("argument --n: the grid needs an interior: give 3 or "
+                                                              "more, not 2")
+
+
+def test_bench_checks_its_output_paths_before_running(monkeypatch, tmp_path, capsys):
+    from qgraph.bench import suite
+
+    ran = []
+    monkeypatch.setattr(suite, "main", lambda **kw: ran.append(kw) or 0)
+    missing = tmp_path / "missing" / "x.json"
+    assert _usage_error(["bench", "--quick", "--json", str(missing)], capsys).endswith(
+        f"argument --json: the directory {missing.parent} does not exist: create it or pick another path")
+    assert _usage_error(["bench", "--plot", str(tmp_path)], capsys).endswith(
+        f"argument --plot: {tmp_path} is a directory: give a file name")
+    assert not ran
+    assert cli.main(["bench", "--quick", "--arch", "cpu", "--json", str(tmp_path / "b.json")]) == 0
+    assert ran[0]["json_path"] == str(tmp_path / "b.json") and ran[0]["arch"] == "cpu" and ran[0]["quick"]
+    import importlib.util
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *rest: None if name == "matplotlib" else
+                        find_spec(name, *rest))
+    assert _usage_error(["bench", "--plot", str(tmp_path / "p.png")], capsys).endswith(
+        "argument --plot: drawing the plot needs matplotlib: pip install matplotlib")
+    assert len(ran) == 1
+
+
+def test_verbose_shows_the_traceback_and_keeps_the_exit_status(monkeypatch, capsys):
+    def fail(args):
+        raise qgraph.QgraphError("it went wrong\nsecond line")
+
+    monkeypatch.setattr(cli, "_info", fail)
+    assert cli.main(["info"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["qgraph: error: it went wrong (--verbose shows the traceback)"]
+    assert cli.main(["info", "--verbose"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" in err and "QgraphError: it went wrong" in err
+    assert err.strip().splitlines()[-1] == "qgraph: error: it went wrong"
+
+
+def test_precompile_usage_agrees_with_its_help(monkeypatch, capsys):
+    assert _usage_error(["precompile"], capsys).endswith("the following arguments are required: target")
+    seen = []
+    monkeypatch.setattr(cli, "_precompile", lambda args: seen.append((args.target, args.types)) or 0)
+    assert cli.main(["precompile", "mod:warm_up"]) == 0  # a warm-up function takes no types
+    assert cli.main(["precompile", "mod:k", "float32[2d]", "float"]) == 0
+    assert seen == [("mod:warm_up", []), ("mod:k", ["float32[2d]", "float"])]
+
+
+def test_every_option_of_every_command_is_described():
+    parser, commands = cli._parser()
+    for name, command in [("", parser), *commands.items()]:
+        for action in command._actions:
+            assert action.help and action.help != argparse.SUPPRESS, f"{name} {action.option_strings or action.dest}"
 
 
 def test_module_entry_point():

@@ -291,3 +291,85 @@ def test_the_cache_index_lock_keeps_concurrent_entries(tmp_path, locked):
         assert found == {"sig-a": b"compiled sig-a", "sig-b": b"compiled sig-b"}
     else:  # what the lock prevents
         assert sum(v is not None for v in found.values()) == 1
+
+
+# ---------------------------------------------------------------- a cache directory that cannot be one, or be written
+
+def test_a_cache_directory_that_is_a_file_is_named_at_init(tmp_path, arch):
+    import qgraph
+    from qgraph.runtime import cache_directory
+
+    a_file = tmp_path / "not-a-directory"
+    a_file.write_text("")
+    fix = "point QGRAPH_CACHE_DIR at a writable directory (it is created if missing) or set QGRAPH_CACHE=0"
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("QGRAPH_CACHE_DIR", str(a_file))
+        with pytest.raises(qgraph.QgraphError) as error:
+            qgraph.init(arch)
+        assert str(error.value) == (f"QGRAPH_CACHE_DIR={str(a_file)!r}: the compile cache directory {a_file} is a "
+                                    f"file; {fix} to turn the cache off")
+        env.setenv("QGRAPH_CACHE_DIR", str(a_file / "qgraph"))
+        with pytest.raises(qgraph.QgraphError, match=f"{a_file / 'qgraph'} cannot be created: {a_file} is a file; "):
+            qgraph.init(arch)
+        env.setenv("QGRAPH_CACHE", "0")  # no cache, nothing to check
+        qgraph.init(arch)
+    assert qgraph.current_arch() == arch
+    qgraph.init(arch)  # the session's cache again
+    with pytest.raises(qgraph.QgraphError, match=r"^QGRAPH_CACHE_DIR is unset: the compile cache directory .* "
+                                                 r"cannot be created: .*not-a-directory is a file; point"):
+        cache_directory({"XDG_CACHE_HOME": str(a_file)})
+
+
+@pytest.fixture
+def unwritable_directory(tmp_path):
+    """A directory this process cannot create files in: read-only permissions, or (for root, whom
+    permissions do not stop) a path in sysfs, where nobody may create one."""
+    folder = tmp_path / "read-only"
+    folder.mkdir()
+    folder.chmod(0o500)
+    try:
+        try:
+            (folder / "probe").write_text("")
+        except OSError:
+            yield str(folder)
+            return
+        sysfs = f"/sys/qgraph-test-{tmp_path.name}"
+        if not os.path.isdir("/sys") or os.path.exists(sysfs):
+            pytest.skip("no directory this process cannot write (root, and no sysfs)")
+        yield sysfs
+    finally:
+        folder.chmod(0o700)
+
+
+def test_an_unwritable_cache_directory_is_named_once(unwritable_directory, arch):
+    import warnings
+
+    import numpy as np
+
+    import qgraph
+
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("QGRAPH_CACHE_DIR", unwritable_directory)
+        qgraph.init(arch)
+
+        @qgraph.kernel
+        def double(x):
+            for i in range(x.shape[0]):
+                x[i] = 2 * x[i]
+
+        @qgraph.kernel
+        def shift(x):
+            for i in range(x.shape[0]):
+                x[i] = x[i] + 3
+
+        x = qgraph.from_numpy(np.arange(4.0))
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            double(x)
+            shift(x)
+        np.testing.assert_array_equal(x.to_numpy(), 2 * np.arange(4.0) + 3)  # the calls went on
+        said = [str(w.message) for w in caught if "compile cache" in str(w.message)]
+        assert len(said) == 1 and said[0].startswith(f"qgraph: cannot write the compile cache in "
+                                                     f"{unwritable_directory}{os.sep}"), said
+        assert "compiled code is not kept for later processes: point QGRAPH_CACHE_DIR at a writable" in said[0]
+    qgraph.init(arch)

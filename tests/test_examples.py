@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from importlib import import_module
 from pathlib import Path
 
 import numpy as np
@@ -127,3 +128,51 @@ def test_jacobi_main(cpu, capsys):
     assert "converged after" in out and "iterations/s" in out and "np.linalg.solve" in out
     assert jacobi.main(["--n", "24", "--max-iters", "2"]) == 1
     assert "NOT converged" in capsys.readouterr().out
+
+
+HELPERS = {"mpm88_kernels": "mpm88", "stable_fluids_kernels": "stable_fluids", "stable_fluids_vector": "stable_fluids",
+           "ranks": "heat_multi_gpu", "command_line": "heat_diffusion"}  # modules the examples import -> a user
+
+
+def test_modules_the_examples_import_say_so_when_run():
+    import pkgutil
+
+    import qgraph.examples
+
+    found = {m.name for m in pkgutil.iter_modules(qgraph.examples.__path__)}
+    runnable = found - set(HELPERS)
+    assert set(HELPERS) <= found and all(hasattr(import_module(f"qgraph.examples.{m}"), "main") for m in runnable)
+    env = dict(os.environ, PYTHONPATH=str(EXAMPLES.parent))
+    for name, user in HELPERS.items():
+        proc = subprocess.run([sys.executable, "-m", f"qgraph.examples.{name}", "--help"], env=env,
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.startswith(f"qgraph.examples.{name}: ") and "imported by" in proc.stdout
+        assert f"python -m qgraph.examples.{user}`" in proc.stdout
+    proc = subprocess.run([sys.executable, str(EXAMPLES / "ranks.py")], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 2 and not proc.stdout and "not run: run `python -m qgraph.examples.heat_multi_gpu`" in \
+        proc.stderr
+
+
+@pytest.mark.parametrize("example, argv, error", [
+    ("heat_diffusion", ["--n", "2"], "argument --n: must be at least 3 (the grid needs an interior), got 2"),
+    ("heat_diffusion", ["--max-steps", "0"], "argument --max-steps: must be at least 1, got 0"),
+    ("jacobi", ["--n", "1"], "argument --n: must be at least 2 (a 1 x 1 system has no off-diagonal), got 1"),
+    ("particles", ["--n", "0"], "argument --n: must be at least 1, got 0"),
+    ("mpm88", ["--steps", "-3"], "argument --steps: must be at least 1, got -3"),
+    ("nbody", ["--n", "1"], "argument --n: must be at least 2 (one body has no energy to check), got 1"),
+    ("nbody", ["--n", "ten"], "argument --n: expected an integer, got 'ten'"),
+    ("stable_fluids", ["--n", "0"], "argument --n: must be at least 1, got 0"),
+    ("stable_fluids", ["--jacobi", "3"], "argument --jacobi: must be even (the sweeps run in pairs), got 3"),
+    ("heat_multi_gpu", ["--arch", "cpu", "--size", "2"], "argument --size: a 2-row grid over 1 ranks leaves rank 0 2 "
+                                                         "rows, fewer than 2 to update; use at least 4 rows"),
+    ("heat_multi_gpu", ["--arch", "cpu", "--cols", "2"], "argument --cols: must be at least 3"),
+    ("heat_multi_gpu", ["--arch", "cpu", "--nproc", "0"], "argument --nproc: must be at least 1, got 0"),
+])
+def test_a_bad_size_is_one_line_naming_the_option(example, argv, error, capsys):
+    with pytest.raises(SystemExit) as exited:
+        import_module(f"qgraph.examples.{example}").main(argv)
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and f": error: {error}" in err.strip().splitlines()[-1]

@@ -58,9 +58,11 @@ def test_a_step_equals_its_calls_made_one_by_one(arch):
         host = list(_reference(host[0], host[1], host[2], dt))
     for d, h in zip(dev, host):
         np.testing.assert_allclose(d.to_numpy(), h, rtol=1e-12)
+    assert step.stats.kernel_calls == 4  # of the last call, on both backends
     if arch == "cuda":
-        assert step.stats.builds == 1 and step.stats.replays == 3
-        assert step.stats.kernel_calls == 4 and step.stats.graph_nodes == 4
+        assert step.stats.builds == 1 and step.stats.replays == 3 and step.stats.graph_nodes == 4
+    else:  # no graph on the CPU
+        assert step.stats.builds == step.stats.replays == step.stats.graph_nodes == step.stats.cache_size == 0
 
 
 def test_independent_calls_are_concurrent_and_shared_arrays_ordered(cuda):
@@ -131,6 +133,23 @@ def test_steps_calling_steps_and_device_loops(loop_arch):
         return
     outer(x, flag)  # 8 -> 4, 2, 1 -> 3
     np.testing.assert_array_equal(x.to_numpy(), 3.0)
+    assert outer.stats.kernel_calls == 3 and inner.stats.kernel_calls == 0  # the inner calls joined the outer step
+
+
+@qgraph.graph
+def scale_times(x, times: int):
+    for _ in range(times):  # a Python loop in the body: as many kernel calls as it says
+        scale(x, 2.0)
+
+
+def test_stats_count_the_kernel_calls_of_the_last_call(arch):
+    x = qgraph.from_numpy(np.ones(8))
+    for times in (3, 3, 1, 0):
+        scale_times(x, times)
+        assert scale_times.stats.kernel_calls == times
+    np.testing.assert_array_equal(x.to_numpy(), 2.0 ** 7)
+    if arch == "cuda":  # the call with the same arguments replayed its graph; the last one had none to run
+        assert scale_times.stats.replays == 3 and scale_times.stats.graph_nodes == 0
 
 
 def test_stream_inside_a_step_is_an_error(cuda):
@@ -236,6 +255,7 @@ def test_a_step_repeated_on_the_device_while_its_flag_is_set(loop_arch):
         relax(u, un, change, flag, 1e-3, count)
         np.testing.assert_allclose(u.to_numpy(), ref, rtol=1e-12)
         assert count.to_numpy()[0] == passes > 10
+    assert relax.stats.kernel_calls == 2  # of one pass of the body, on both backends
     if loop_arch == "cuda":
         assert relax.stats.builds == 1 and relax.stats.graph_nodes == 4 + 2  # 4 tasks, slot writer, condition
 

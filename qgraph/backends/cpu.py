@@ -18,6 +18,7 @@ from ..lang.flat_view import flat_source
 from ..lang.precision import param_type
 from ..lang.regions import loop_limit
 from ..runtime.arrays import Ndarray
+from . import step_body
 from .checks import (
     check_bounds,
     check_deterministic,
@@ -115,7 +116,8 @@ class CpuLauncher:
         ns: dict = {"_get": self._specs.get, "_first_call": self._first_call, "_flag_error": flag_shape_error,
                     "_src": src, "_stream_handle": stream_handle, "_rec": self._record,
                     "_task_error": self._task_error, "_check_failed": self._check_failed,
-                    "_debug_lock": self._debug_lock}
+                    "_debug_lock": self._debug_lock, "_steps": step_body.ACTIVE, "_count": step_body.count_call,
+                    "_launcher": self}
         comma = "," if n == 1 else ""
         values = ", ".join(f"v{k}" for k in range(n))
         args = ", ".join(f"a{k}" for k in range(n))
@@ -125,6 +127,8 @@ class CpuLauncher:
         lines += resolver_lines(display_names(src), fixed_scalar_types(src), "cpu", ns, Ndarray,
                                 elements=element_annotations(src), written=written_params(src))
         lines += [f"    key = ({', '.join(f's{k}' for k in range(n))}{comma})",
+                  "    if _steps[0]:",  # a call in a @qgraph.graph body: counted for the step's stats
+                  "        _count(_launcher)",
                   "    runner = _get(key)",
                   "    if runner is None:",
                   f"        return _first_call(key, ({values}{comma}), ({args}{comma}))"]

@@ -18,7 +18,7 @@ from ..args.resolve import resolver_lines
 from ..driver.device import capturing, driver, kernel_failure, stream_handle
 from ..lang import generated
 from ..runtime.arrays import Ndarray
-from . import step_capture
+from . import step_body, step_capture
 from .checks import display_names, element_annotations, fixed_scalar_types, frozen_number_lines
 
 NEVER = object()  # matches no argument: the fast path's memory when it remembers nothing
@@ -81,7 +81,7 @@ def launch_function(launcher, strict: bool = False):
                 "_hold": launcher.lifetimes.hold, "_release": launcher.target.lock.release,
                 "_again": launcher.again, "_forgotten": forgotten(n), "_glaunch": d.cuGraphLaunch,
                 "_gfail": kernel_failure(src.name), "_stats": launcher.stats, "_Ndarray": Ndarray,
-                "_steps": step_capture.ACTIVE, "_step": step_capture.intercept, "_launcher": launcher}
+                "_steps": step_body.ACTIVE, "_step": step_capture.intercept, "_launcher": launcher}
     comma = "," if n == 1 else ""
     args = ", ".join(f"a{k}" for k in range(n))
     lines = frozen_number_lines(src, ns)

@@ -1,8 +1,8 @@
 """Whole-step capture on CUDA: every kernel call of a @qgraph.graph function as one CUDA graph.
 
-A call runs the Python function with this thread recording: each kernel call inside resolves
-its arguments, compiles its signature if new, and is recorded instead of launched (the hook
-in the kernels' generated launch costs them one list read otherwise). The recorded calls key
+A call runs the Python function with this thread recording (step_body.run_body): each kernel
+call inside resolves its arguments, compiles its signature if new, and is recorded instead of
+launched (the hook in the kernels' generated launch costs them one list read otherwise). The recorded calls key
 a built step graph: each call's nodes are added to one graph by the same builder a kernel
 uses (graph_cache.TaskGraph, `into=`), after the earlier calls whose arrays overlap its own
 where either writes (so independent calls run concurrently; aliasing views stay ordered).
@@ -15,7 +15,6 @@ the function runs on every call, so values it computes are never stale.
 from __future__ import annotations
 
 import struct
-import threading
 from collections import OrderedDict
 
 import numpy as np
@@ -28,10 +27,8 @@ from ..errors import QgraphError
 from ..graph_cache import TaskGraph, _Instance
 from ..runtime.arrays import Ndarray
 from .checks import written_params
+from .step_body import body_calls
 
-ACTIVE = [0]  # threads recording a step now: the kernels' launch hook reads this first
-_RECORDERS: dict[int, list] = {}  # thread ident -> the calls recorded so far
-_LOCK = threading.Lock()
 _WRITTEN: dict[int, frozenset] = {}  # id(kernel source) -> positions of the array parameters it writes
 
 
@@ -45,8 +42,8 @@ class StepCall:
 
 
 def intercept(launcher, key: tuple, args: tuple, packs: tuple, stream) -> bool:
-    """The kernels' launch hook: record the call if this thread is recording a step."""
-    calls = _RECORDERS.get(threading.get_ident())
+    """The kernels' launch hook: record the call if this thread is running a step's body."""
+    calls = body_calls()
     if calls is None:
         return False
     if stream is not None:
@@ -58,27 +55,6 @@ def intercept(launcher, key: tuple, args: tuple, packs: tuple, stream) -> bool:
                 launcher._specialise(key, args)
     calls.append(StepCall(launcher, key, args, packs))
     return True
-
-
-def record(fn, args: tuple, kwargs: dict) -> tuple[list[StepCall], object]:
-    """Run `fn` with this thread's kernel calls recorded, not launched: (the calls, in order,
-    what `fn` returned)."""
-    ident = threading.get_ident()
-    calls: list[StepCall] = []
-    with _LOCK:
-        _RECORDERS[ident] = calls
-        ACTIVE[0] += 1
-    try:
-        result = fn(*args, **kwargs)
-    finally:
-        with _LOCK:
-            del _RECORDERS[ident]
-            ACTIVE[0] -= 1
-    return calls, result
-
-
-def is_recording() -> bool:
-    return threading.get_ident() in _RECORDERS
 
 
 # ---------------------------------------------------------------------- dependencies between calls

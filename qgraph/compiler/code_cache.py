@@ -14,10 +14,43 @@ import hashlib
 import json
 import os
 import tempfile
+import warnings
+
+from ..errors import QgraphError
 
 # 2: generated CPU functions carry names unique to their kernel and code (older CPU entries
 # could define the same symbol for different kernels); every older entry is ignored.
 FORMAT = 2
+
+
+_FIX = "point QGRAPH_CACHE_DIR at a writable directory (it is created if missing) or set QGRAPH_CACHE=0 to turn " \
+       "the cache off"
+_REPORTED: set[tuple[str, str]] = set()  # (directory, "read" or "write") already reported in this process
+
+
+def check_directory(path: str, source: str) -> None:
+    """QgraphError when the cache cannot be a directory at `path` because a file is there (or
+    at the nearest part of the path that exists); `source` says where the path came from."""
+    existing = path
+    while not os.path.lexists(existing):
+        parent = os.path.dirname(existing)
+        if parent == existing:
+            return
+        existing = parent
+    if not os.path.isdir(existing):
+        where = "is a file" if existing == path else f"cannot be created: {existing} is a file"
+        raise QgraphError(f"{source}: the compile cache directory {path} {where}; {_FIX}")
+
+
+def report_unusable(directory: str, error: OSError, doing: str) -> None:
+    """One RuntimeWarning per directory, kind of access and process: the disk refused to let the
+    cache `doing` ("read" or "write") there, so entries are compiled instead of loaded or kept."""
+    if (directory, doing) in _REPORTED:
+        return
+    _REPORTED.add((directory, doing))
+    then = "compiling instead" if doing == "read" else "compiled code is not kept for later processes"
+    warnings.warn(f"qgraph: cannot {doing} the compile cache in {directory} ({type(error).__name__}: "
+                  f"{error.strerror or error}); {then}: {_FIX}", RuntimeWarning, stacklevel=3)
 
 
 def entry_key(*parts: str) -> str:
@@ -64,7 +97,10 @@ class CodeCache:
                 manifest = json.loads(f.read())
             with open(bin_path, "rb") as f:
                 binary = f.read()
-        except (OSError, ValueError):
+        except (FileNotFoundError, ValueError):  # absent, or a manifest that does not parse
+            return None
+        except OSError as e:  # the disk refuses: say so once, then compile
+            report_unusable(self.directory, e, "read")
             return None
         if not isinstance(manifest, dict) or manifest.get("format") != FORMAT or manifest.get("key") != key:
             return None
@@ -73,7 +109,8 @@ class CodeCache:
         return manifest, binary
 
     def store(self, key: str, manifest: dict, binary: bytes) -> bool:
-        """Write an entry; returns False (and leaves no partial entry) when the disk refuses."""
+        """Write an entry; returns False (and leaves no partial entry, with one warning per
+        directory) when the disk refuses."""
         if self.directory is None:
             return False
         bin_path, manifest_path = self._paths(key)
@@ -82,7 +119,8 @@ class CodeCache:
             os.makedirs(os.path.dirname(bin_path), exist_ok=True)
             _write_atomic(bin_path, binary)
             _write_atomic(manifest_path, json.dumps(record, sort_keys=True).encode())
-        except OSError:
+        except OSError as e:
+            report_unusable(self.directory, e, "write")
             return False
         return True
 

@@ -22,6 +22,7 @@ import warnings
 import numpy as np
 
 from ..args.kinds import ArgKind
+from .code_cache import report_unusable
 
 # --------------------------------------------------------------------------- CPU
 
@@ -103,6 +104,9 @@ def _make_cache_class():
         def load_overload(self, sig, target_context):
             try:
                 return super().load_overload(sig, target_context)
+            except OSError as e:  # the directory cannot be read (a missing file is no error to numba)
+                report_unusable(self.cache_path, e, "read")
+                return None
             except Exception as e:  # a corrupt index or data file
                 warnings.warn(f"qgraph: ignoring a corrupt CPU cache entry in {self.cache_path} ({e!r}); "
                               "recompiling", RuntimeWarning, stacklevel=2)
@@ -115,7 +119,9 @@ def _make_cache_class():
         def save_overload(self, sig, data):
             try:
                 super().save_overload(sig, data)
-            except Exception as e:  # a read-only or full disk must not fail the call
+            except OSError as e:  # a read-only or full disk must not fail the call
+                report_unusable(self.cache_path, e, "write")
+            except Exception as e:
                 warnings.warn(f"qgraph: could not write the CPU cache ({e!r})", RuntimeWarning, stacklevel=2)
 
     return QgraphFunctionCache

@@ -13,5 +13,8 @@ mpm88, nbody and stable_fluids come in two variants with the same results: "scal
 component) and "vector" (qgraph.vec2/vec3/mat22 and @qgraph.struct, as a Taichi user writes them;
 mpm88_kernels, nbody, stable_fluids_vector); pick one with --variant.
 
-Run one with `python -m qgraph.examples.heat_diffusion` (or `python examples/heat_diffusion.py`).
+Run one with `python -m qgraph.examples.heat_diffusion` (or `python examples/heat_diffusion.py`); `--help`
+lists its options, and a bad size is refused naming the option. mpm88_kernels, stable_fluids_kernels,
+stable_fluids_vector, ranks and command_line (the option types the examples share) are imported by the
+examples; run, they say which example to run instead.
 """

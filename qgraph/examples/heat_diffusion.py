@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 import qgraph
+from qgraph.examples.command_line import int_at_least
 
 ALPHA = 0.2  # diffusion number dt*k/h^2; the explicit 5-point scheme is stable up to 0.25
 
@@ -109,9 +110,9 @@ def run(n: int = 64, tol: float = 1e-4, max_steps: int = 20000, check: bool = Tr
 def main(argv: list[str] | None = None) -> int:
     """Command line entry point; returns the exit status (1 when the NumPy check fails)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--n", type=int, default=64, help="grid size (n x n)")
+    parser.add_argument("--n", type=int_at_least(3, "the grid needs an interior"), default=64, help="grid size (n x n)")
     parser.add_argument("--tol", type=float, default=1e-4, help="stop when max |change| per step is below this")
-    parser.add_argument("--max-steps", type=int, default=20000, help="stop after this many steps")
+    parser.add_argument("--max-steps", type=int_at_least(1), default=20000, help="stop after this many steps")
     parser.add_argument("--no-check", action="store_true", help="skip the NumPy reference run")
     args = parser.parse_args(argv)
 

@@ -25,6 +25,7 @@ import numpy as np
 
 import qgraph
 from qgraph.examples import ranks
+from qgraph.examples.command_line import int_at_least
 
 
 @qgraph.kernel(cuda_graph=True)
@@ -275,15 +276,17 @@ def _default_arch() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--size", type=int, default=1024, help="grid rows (and columns unless --cols)")
-    parser.add_argument("--cols", type=int, default=None, help="grid columns (default: --size)")
+    parser.add_argument("--size", type=int_at_least(1), default=1024, help="grid rows (and columns unless --cols)")
+    parser.add_argument("--cols", type=int_at_least(3, "the grid needs an interior"), default=None,
+                        help="grid columns (default: --size)")
     parser.add_argument("--weak", action="store_true", help="--size rows per rank (weak scaling)")
-    parser.add_argument("--steps", type=int, default=200, help="steps (two sweeps each)")
+    parser.add_argument("--steps", type=int_at_least(1), default=200, help="steps (two sweeps each)")
     parser.add_argument("--tol", type=float, default=0.0, help="stop below this max change (0: fixed steps)")
-    parser.add_argument("--check-every", type=int, default=50, help="steps between host convergence checks")
+    parser.add_argument("--check-every", type=int_at_least(1), default=50, help="steps between host convergence checks")
     parser.add_argument("--eager", action="store_true", help="launch the step's work one call at a time (no capture)")
     parser.add_argument("--arch", choices=["cuda", "cpu"], default=None, help="default: cuda when a GPU is present")
-    parser.add_argument("--nproc", type=int, default=1, help="processes to start here when not under torchrun")
+    parser.add_argument("--nproc", type=int_at_least(1), default=1,
+                        help="processes to start here when not under torchrun")
     parser.add_argument("--check", action="store_true", help="compare with a single-process NumPy solve")
     parser.add_argument("--json", default=None, help="write the result (without the field) to this file")
     args = parser.parse_args(argv)
@@ -291,6 +294,10 @@ def main(argv: list[str] | None = None) -> int:
     torchrun = "RANK" in os.environ and "WORLD_SIZE" in os.environ
     world = int(os.environ["WORLD_SIZE"]) if torchrun else args.nproc
     rows = args.size * world if args.weak else args.size
+    try:
+        bands(rows, world)  # every rank needs rows to update: say so before any process starts
+    except ValueError as e:
+        parser.error(f"argument --size: {e}")
     kwargs = dict(rows=rows, cols=args.cols or args.size, steps=args.steps, graph=not args.eager, tol=args.tol,
                   check_every=args.check_every, gather=args.check)
     if torchrun:

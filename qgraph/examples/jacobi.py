@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 import qgraph
+from qgraph.examples.command_line import int_at_least
 
 
 @qgraph.kernel(graph_while="flag")
@@ -99,9 +100,10 @@ def run(n: int = 200, tol: float = 1e-8, max_iters: int = 10000, seed: int = 0) 
 def main(argv: list[str] | None = None) -> int:
     """Command line entry point; returns the exit status (1 when the solve did not converge)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--n", type=int, default=200, help="system size (n x n)")
+    parser.add_argument("--n", type=int_at_least(2, "a 1 x 1 system has no off-diagonal"), default=200,
+                        help="system size (n x n)")
     parser.add_argument("--tol", type=float, default=1e-8, help="stop when max |x_k - x_(k-1)| is below this")
-    parser.add_argument("--max-iters", type=int, default=10000, help="stop after this many sweeps")
+    parser.add_argument("--max-iters", type=int_at_least(1), default=10000, help="stop after this many sweeps")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random system")
     args = parser.parse_args(argv)
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 import qgraph
+from qgraph.examples.command_line import int_at_least
 from qgraph.examples.mpm88_kernels import (  # noqa: F401 (the constants and kernels are this example's public names)
     APIC,
     BOUND,
@@ -212,8 +213,8 @@ def main(argv: list[str] | None = None) -> int:
     TOLERANCE (1e-4 after 1000); after the splash particle paths are chaotic and rounding grows
     to order one, so check runs of a few hundred substeps."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--n", type=int, default=8192, help="number of particles")
-    parser.add_argument("--steps", type=int, default=200, help="substeps of dt=2e-4 (one kernel call each)")
+    parser.add_argument("--n", type=int_at_least(1), default=8192, help="number of particles")
+    parser.add_argument("--steps", type=int_at_least(1), default=200, help="substeps of dt=2e-4 (one kernel call each)")
     parser.add_argument("--variant", default="scalar", choices=sorted(VARIANTS), help="kernel variant")
     parser.add_argument("--seed", type=int, default=0, help="seed of the initial positions")
     parser.add_argument("--no-check", action="store_true", help="skip the NumPy reference run")

@@ -208,3 +208,11 @@ VARIANTS: dict[str, dict] = {
     "vector": {"substep": substep_vector, "args": lambda x, v, C, J, grid_v, grid_m: (Particles(x, v, C, J),
                                                                                       Grid(grid_v, grid_m))},
 }
+
+
+if __name__ == "__main__":  # a module the examples import
+    import sys
+
+    from qgraph.examples.command_line import helper_module
+
+    sys.exit(helper_module("mpm88_kernels", __doc__, ("mpm88",)))

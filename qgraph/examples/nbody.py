@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 import qgraph
+from qgraph.examples.command_line import int_at_least
 
 SOFTENING = 0.05  # Plummer softening length eps: forces m (r_j - r_i) / (|r|^2 + eps^2)^1.5
 DT = 1e-3
@@ -233,8 +234,9 @@ def main(argv: list[str] | None = None) -> int:
     and on an H100, 1.2e-5 after 1000 steps of N = 64. N-body dynamics amplifies it over long
     runs (close encounters), hence TOLERANCE = 1e-4."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--n", type=int, default=1024, help="number of bodies")
-    parser.add_argument("--steps", type=int, default=100, help="leapfrog steps (one kernel call each)")
+    parser.add_argument("--n", type=int_at_least(2, "one body has no energy to check"), default=1024,
+                        help="number of bodies")
+    parser.add_argument("--steps", type=int_at_least(1), default=100, help="leapfrog steps (one kernel call each)")
     parser.add_argument("--dt", type=float, default=DT, help="time step")
     parser.add_argument("--eps", type=float, default=SOFTENING, help="softening length")
     parser.add_argument("--variant", default="scalar", choices=sorted(VARIANTS), help="kernel variant")

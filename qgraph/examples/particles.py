@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 import qgraph
+from qgraph.examples.command_line import int_at_least
 
 STIFFNESS = 4.0  # spring towards the origin
 DRAG = 0.5  # linear drag coefficient
@@ -201,8 +202,8 @@ def run(n: int = 1000, steps: int = 200, dt: float = 1e-3, pairwise: bool = Fals
 def main(argv: list[str] | None = None) -> int:
     """Command line entry point; returns the exit status (1 when the NumPy check fails)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--n", type=int, default=1000, help="number of particles")
-    parser.add_argument("--steps", type=int, default=200, help="time steps (one kernel call each)")
+    parser.add_argument("--n", type=int_at_least(1), default=1000, help="number of particles")
+    parser.add_argument("--steps", type=int_at_least(1), default=200, help="time steps (one kernel call each)")
     parser.add_argument("--dt", type=float, default=1e-3, help="time step")
     parser.add_argument("--pairwise", action="store_true", help="add O(n^2) short-range repulsion")
     parser.add_argument("--no-check", action="store_true", help="skip the NumPy reference run")

@@ -94,3 +94,11 @@ def launch(nprocs: int, arch: str, fn: Callable, timeout: float = 600.0, **kwarg
     if errors:
         raise RuntimeError("launch: a rank failed\n" + "\n".join(errors))
     return out
+
+
+if __name__ == "__main__":  # a module the examples import
+    import sys
+
+    from qgraph.examples.command_line import helper_module
+
+    sys.exit(helper_module("ranks", __doc__, ("heat_multi_gpu",)))

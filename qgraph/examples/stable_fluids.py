@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 import qgraph
+from qgraph.examples.command_line import even_int_at_least, int_at_least
 from qgraph.examples.stable_fluids_kernels import advect_scalar, pressure_scalar, project_scalar, sample  # noqa: F401
 from qgraph.examples.stable_fluids_vector import Fluid, advect_vector, pressure_vector, project_vector  # noqa: F401
 from qgraph.examples.stable_fluids_vector import calls as vector_calls
@@ -208,10 +209,11 @@ def main(argv: list[str] | None = None) -> int:
     (bilinear weights are at most 1): 1.7e-6 (n = 128) and 4.6e-6 (n = 512) after 100 steps on an
     H100, hence TOLERANCE = 1e-4 on the error relative to each field's largest value."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--n", type=int, default=128, help="grid size (n x n)")
-    parser.add_argument("--steps", type=int, default=100, help="time steps (three kernel calls each)")
+    parser.add_argument("--n", type=int_at_least(1), default=128, help="grid size (n x n)")
+    parser.add_argument("--steps", type=int_at_least(1), default=100, help="time steps (three kernel calls each)")
     parser.add_argument("--dt", type=float, default=DT, help="time step")
-    parser.add_argument("--jacobi", type=int, default=JACOBI_ITERS, help="pressure sweeps per step (even)")
+    parser.add_argument("--jacobi", type=even_int_at_least(2, "the sweeps run in pairs"), default=JACOBI_ITERS,
+                        help="pressure sweeps per step (even)")
     parser.add_argument("--variant", default="scalar", choices=sorted(VARIANTS), help="kernel variant")
     parser.add_argument("--no-check", action="store_true", help="skip the NumPy reference run")
     args = parser.parse_args(argv)

@@ -104,3 +104,11 @@ def project_scalar(u, v, dye, u_new, v_new, dye_new, p):
     # task 3 (parallel): the advected dye becomes the state
     for i, j in qgraph.ndrange(dye.shape[0], dye.shape[1]):
         dye[i, j] = dye_new[i, j]
+
+
+if __name__ == "__main__":  # a module the examples import
+    import sys
+
+    from qgraph.examples.command_line import helper_module
+
+    sys.exit(helper_module("stable_fluids_kernels", __doc__, ("stable_fluids",)))

@@ -100,3 +100,11 @@ def project_vector(f: Fluid):
 def calls(f: Fluid, dt: float, inflow: float, jacobi_iters: int) -> list:
     """One step: (kernel, arguments) per call."""
     return [(advect_vector, (f, dt, inflow)), (pressure_vector, (f, jacobi_iters)), (project_vector, (f,))]
+
+
+if __name__ == "__main__":  # a module the examples import
+    import sys
+
+    from qgraph.examples.command_line import helper_module
+
+    sys.exit(helper_module("stable_fluids_vector", __doc__, ("stable_fluids",)))

@@ -119,11 +119,16 @@ def cache_directory(environ: Mapping[str, str] = os.environ) -> str | None:
     """The compiled-code cache directory, or None when QGRAPH_CACHE=0 turns it off."""
     if not switch(environ, "QGRAPH_CACHE"):
         return None
+    from ..compiler.code_cache import check_directory
+
     explicit = environ.get("QGRAPH_CACHE_DIR")
     if explicit:
-        return os.path.abspath(os.path.expanduser(explicit))
-    base = environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "qgraph")
+        path, source = os.path.abspath(os.path.expanduser(explicit)), f"QGRAPH_CACHE_DIR={explicit!r}"
+    else:
+        base = environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        path, source = os.path.join(base, "qgraph"), "QGRAPH_CACHE_DIR is unset"
+    check_directory(path, source)  # a file there: say so now, not as a damaged entry at each compile
+    return path
 
 
 def debug_mode(value) -> str | None:

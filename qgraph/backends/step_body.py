@@ -1,0 +1,49 @@
+"""Which threads are running the body of a @qgraph.graph step, and the kernel calls each made.
+
+On CUDA a kernel call in a body is recorded instead of launched (step_capture.intercept adds
+its StepCall); on the CPU it runs and is counted (the CPU launch adds its launcher). Either
+way the step's stats report the calls of the body's last run. Kernel launches read ACTIVE
+first, so outside a step this costs them one list read.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+ACTIVE = [0]  # threads running a step's body now
+_CALLS: dict[int, list] = {}  # thread ident -> the calls its body has made so far
+_LOCK = threading.Lock()
+
+
+def run_body(fn: Callable, args: tuple, kwargs: dict) -> tuple[list, object]:
+    """Run `fn` with this thread's kernel calls collected: (the calls, in order, what `fn` returned)."""
+    ident = threading.get_ident()
+    calls: list = []
+    with _LOCK:
+        _CALLS[ident] = calls
+        ACTIVE[0] += 1
+    try:
+        result = fn(*args, **kwargs)
+    finally:
+        with _LOCK:
+            del _CALLS[ident]
+            ACTIVE[0] -= 1
+    return calls, result
+
+
+def body_calls() -> list | None:
+    """The calls collected so far by the body this thread is running, or None outside a body."""
+    return _CALLS.get(threading.get_ident())
+
+
+def in_body() -> bool:
+    """Whether this thread is running a step's body (a step called there joins the outer one)."""
+    return threading.get_ident() in _CALLS
+
+
+def count_call(launcher) -> None:
+    """The CPU launch's hook: a kernel call made in a step's body, run as it is made."""
+    calls = _CALLS.get(threading.get_ident())
+    if calls is not None:
+        calls.append(launcher)
