@@ -110,7 +110,7 @@ def cuda_task(src: KernelSource, task: Task, param_order: list[str], symbols: Sy
     statements = task.body
     if precision is not None:
         statements = weak_typed(src, task.body, precision[0], task.loop_vars, local_names, precision[1],
-                                on_typed=symbols.typing_funcs(precision[1]))
+                                funcs=symbols.typing_funcs(precision[1]))
     updates = None
     if task.parallel:
         updates = UpdateRewriter(task, set(src.param_names), src.resolve, src.error, symbols.atomic,
