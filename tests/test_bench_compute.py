@@ -41,6 +41,22 @@ def test_a_disagreeing_row_is_flagged():
     assert "MISMATCH" in compute_suite.table([row], [])
 
 
+def test_a_taichi_row_names_its_twin_and_steps():
+    row = {"workload": "N-body 2-D, Taichi spelling (fast math)", "size": "N=3000", "qgraph_us": 150.0,
+           "hand_us": 144.0, "speed_vs_hand": 0.96, "max_abs_error": 1e-7, "vs": "hand-tuned",
+           "steps_per_second": 6667.0, "hand_steps_per_second": 6944.0}
+    row["agree"] = compute_suite.agree(row)
+    text = compute_suite.table([row], [])
+    assert row["agree"] and "hand-tuned" in text and "(6,667 vs 6,944 steps/s)" in text and "CUDA C++  " not in text
+
+
+def test_the_gpu_rows_of_taichis_nbody_agree(cuda):
+    """The natural and the hand-tuned spelling give the same forces (timings not asserted)."""
+    rows = compute_suite.gpu_rows(quick=True, budget=0.001, repeat=1, only=("taichi",))
+    assert [r["workload"] for r in rows] == ["N-body 2-D, Taichi spelling", "N-body 2-D, Taichi spelling (fast math)"]
+    assert all(r["agree"] for r in rows), rows
+
+
 def _has(module: str) -> bool:
     import importlib.util
 

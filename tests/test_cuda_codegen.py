@@ -224,6 +224,19 @@ def test_index_math_has_no_wraparound_and_no_division(sm90):
     assert "mad.lo.s32" in stencil  # 32-bit element offsets (lang.cuda_addressing)
 
 
+def test_a_stencils_neighbours_share_one_offset(sm90):
+    """`u[i - 1, j, k]` ... `u[i, j, k + 1]` of a 3-D stencil over (1, n - 1) ranges: one 32-bit
+    offset of (i, j, k) for all six loads (two mad.lo.s32, and two for the store), the others a
+    loop-invariant byte step or an immediate (`[%rd+4]`), as `c - plane`, `c + 1` in CUDA C++."""
+    from test_ndrange_blocks import laplacian
+
+    (ptx,) = _ptx(laplacian, (A("f4", 3),) * 2)
+    code = _instructions(ptx)
+    assert len([i for i in code if i.startswith("mad.lo.s32")]) == 4, code
+    assert [i for i in code if re.match(r"ld\.global\.f32\s+%f\d+, \[%rd\d+\+4\]", i)], code
+    assert [i for i in code if re.match(r"ld\.global\.f32\s+%f\d+, \[%rd\d+\+-4\]", i)], code
+
+
 def test_the_thread_index_is_one_widening_multiply_masked_to_48_bits(sm90):
     """blockIdx.x * blockDim.x + threadIdx.x (one intrinsic in the generated code, typed once):
     a 32x32->64-bit multiply, no 64-bit one, and the mask that lets LLVM drop wraparound checks."""

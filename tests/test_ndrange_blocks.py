@@ -166,6 +166,40 @@ def test_two_and_three_dimensional_indexing_keeps_python_semantics(arch):
     np.testing.assert_allclose(w, expected, rtol=1e-12)
 
 
+@qgraph.kernel
+def neighbours(u, out, w):
+    for i, j in qgraph.ndrange((1, u.shape[0]), u.shape[1]):
+        out[i, j] = u[i - 1, j] + 2 * u[i, j - 1] + 3 * u[i, j + 1 - 1]  # j - 1 wraps at j = 0
+        w[i - 1, j] += u[i, j]
+
+
+def test_neighbour_subscripts_share_an_offset_and_keep_python_semantics(arch):
+    """Subscripts at loop variables plus literals that stay non-negative share one offset on CUDA
+    (lang.cuda_addressing); a delta that could go negative (`j - 1` from 0) still wraps around."""
+    u = np.random.default_rng(5).random((12, 9))
+    out, w = np.zeros_like(u), np.zeros_like(u)
+    call(neighbours, u, out, w)
+    expected = np.zeros_like(u)
+    expected[1:] = u[:-1] + 2 * np.roll(u, 1, axis=1)[1:] + 3 * u[1:]
+    np.testing.assert_allclose(out, expected, rtol=1e-15)
+    np.testing.assert_allclose(w[:-1], u[1:], rtol=1e-15)
+
+
+@qgraph.kernel
+def shifted_3d(u, out):
+    for i, j, k in qgraph.ndrange((1, u.shape[0] - 1), (2, u.shape[1]), u.shape[2]):
+        out[i, j - 2, k] = u[i + 1, j - 2, k] - u[i - 1, j - 1, k - 1] + 0.5 * u[i, j, k + 0]
+
+
+def test_three_dimensional_neighbours_match_numpy(arch):
+    u = np.random.default_rng(6).random((7, 8, 9))
+    out = np.zeros_like(u)
+    call(shifted_3d, u, out)
+    expected = np.zeros_like(u)
+    expected[1:-1, :-2] = u[2:, :-2] - np.roll(u, 1, axis=2)[:-2, 1:-1] + 0.5 * u[1:-1, 2:]
+    np.testing.assert_allclose(out, expected, rtol=1e-15)
+
+
 def test_arrays_of_2_31_elements_or_more_have_a_key_text_of_their_own():
     from qgraph.args.kinds import arg_type, array_sig
 

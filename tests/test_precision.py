@@ -233,3 +233,87 @@ def _f64_arithmetic(ptx: str) -> list[str]:
     return re.findall(r"^\s*(?:@!?%p\d+\s+)?(?:add|sub|mul|div|fma|sqrt|rcp|rsqrt|setp|min|max|abs|neg)\S*\.f64\b.*$",
                       ptx, re.M)
 
+
+
+# --------------------------------------------------------------------------- powers
+
+
+@qgraph.kernel
+def integer_powers(x, out):
+    for i in range(x.shape[0]):
+        out[0, i] = x[i] ** 3
+        out[1, i] = x[i] ** 0
+        out[2, i] = x[i] ** 1
+        out[3, i] = x[i] ** -2
+        out[4, i] = (1.0 / x[i]) ** 3
+        out[5, i] = x[i] ** 0.5
+        out[6, i] = x[i] ** 2.5
+        out[7, i] = x[i] * (i + 1) ** -2  # an int to a negative power: a float, as in Python
+
+
+def test_integer_literal_powers_match_numpy(arch):
+    """`x ** k` keeps x's precision for every integer k (0 and negative ones too), float exponents
+    are pow as before, and an integer to a negative literal power is a float (Python's rule)."""
+    for dtype, rtol in ((F32, 2e-7), (F64, 1e-15)):
+        x = np.random.default_rng(6).uniform(-2.0, 2.0, 300).astype(dtype)
+        x[np.abs(x) < 0.1] = dtype(0.5)
+        out = np.zeros((8, 300))
+        call(integer_powers, x, out)
+        one, i = dtype(1), np.arange(1, 301)
+        expected = [x ** 3, np.ones_like(x), x, one / (x * x), (one / x) ** 3,
+                    np.abs(x) ** dtype(0.5), np.abs(x) ** dtype(2.5), x * (one / (i * i).astype(dtype))]
+        for row, want in ((0, expected[0]), (1, expected[1]), (2, expected[2]), (3, expected[3]), (4, expected[4]),
+                          (7, expected[7])):
+            np.testing.assert_allclose(out[row], want, rtol=2 * rtol, err_msg=f"row {row}")
+        positive = x > 0  # a negative base to a float power is NaN in both
+        for row in (5, 6):
+            np.testing.assert_allclose(out[row][positive], expected[row][positive], rtol=4 * rtol, err_msg=f"row {row}")
+            assert np.isnan(out[row][~positive]).all()
+        assert _is_float32_valued(out[np.isfinite(out)]) == (dtype is F32)
+
+
+@qgraph.kernel
+def int_powers(out, n):
+    for i in range(out.shape[1]):
+        k = i - n
+        out[0, i] = k ** 3
+        out[1, i] = k ** 0
+        out[2, i] = (i + 1) ** -1
+        out[3, i] = (i + 1) ** -3 * 8
+
+
+def test_integer_powers_of_integers_follow_python(arch):
+    """Non-negative powers of ints stay ints; negative literal powers are floats (numba's integer
+    power gave 0 for them), as `(i + 1) ** -1` is in Python."""
+    out = np.zeros((4, 40))
+    call(int_powers, out, 20)
+    k = range(-20, 20)
+    np.testing.assert_array_equal(out[0], [v ** 3 for v in k])
+    np.testing.assert_array_equal(out[1], [v ** 0 for v in k])
+    np.testing.assert_allclose(out[2], [(v + 1) ** -1 for v in range(40)], rtol=1e-15)
+    np.testing.assert_allclose(out[3], [(v + 1) ** -3 * 8 for v in range(40)], rtol=1e-15)
+
+
+def test_integer_literal_powers_are_multiplications():
+    """`x ** 3` compiles to two multiplications, with no pow; `x ** 2.5` stays a pow (offline
+    PTX for sm_90)."""
+    from test_func_precision import _offline_ptx
+
+    from qgraph.bench.ptx_stats import ptx_counts
+
+    args = (np.zeros(64, F32), np.zeros(64, F32))
+    cube, pow_ = _offline_ptx(cube_only, args), _offline_ptx(pow_only, args)
+    assert not re.search(r"\b(call|lg2|ex2)\b", cube) and len(re.findall(r"\bmul\.f32", cube)) == 2, cube
+    assert ptx_counts(pow_)["ptx"] > ptx_counts(cube)["ptx"] + 20  # libdevice's powf, inlined
+
+
+@qgraph.kernel
+def cube_only(x, out):
+    for i in range(x.shape[0]):
+        out[i] = x[i] ** 3
+
+
+@qgraph.kernel
+def pow_only(x, out):
+    for i in range(x.shape[0]):
+        out[i] = x[i] ** 2.5

@@ -15,8 +15,8 @@ from ..lang import generated
 from ..lang.cpu_codegen import counted_loops
 from ..lang.debug_checks import RECORD_WORDS, UNIT_WORD, DebugPlan
 from ..lang.flat_view import flat_source
-from ..lang.precision import param_type
 from ..lang.regions import loop_limit
+from ..lang.weak_types import param_type
 from ..runtime.arrays import Ndarray
 from . import step_body
 from .checks import (

@@ -10,6 +10,8 @@ from __future__ import annotations
 KERNELS_SOURCE = '''
 import math
 
+import numpy as np
+
 import qgraph
 
 
@@ -50,6 +52,67 @@ def _forces(px, py, pz, vx, vy, vz, m, dt, eps2):
 
 nbody = qgraph.kernel(cuda_graph=True)(_forces)
 nbody_fast = qgraph.kernel(cuda_graph=True, fast_math=True)(_forces)
+
+
+# Taichi's 2-D N-body example (compute_force) ported line by line: module-level ints, float
+# literals, a helper with `(1.0 / r) ** 3`, accumulators started from 0.0; beside it the same
+# forces hand-tuned (float32 constants, one reciprocal cubed by hand). The code generator should
+# make the two the same machine code.
+G = 1
+M = 5
+GRAVITY = np.float32(-G * M * M)
+SOFTENING = np.float32(1e-5)
+
+
+@qgraph.func
+def gravity(dx, dy):
+    r = math.sqrt(dx * dx + dy * dy + 1e-5)
+    s = -G * M * M * (1.0 / r) ** 3
+    return s * dx, s * dy
+
+
+@qgraph.func
+def gravity_tuned(dx, dy):
+    r = math.sqrt(dx * dx + dy * dy + SOFTENING)
+    ir = np.float32(1.0) / r
+    s = GRAVITY * ir * ir * ir
+    return s * dx, s * dy
+
+
+def _taichi_forces(pos, force):
+    for i in range(pos.shape[0]):
+        px = pos[i, 0]
+        py = pos[i, 1]
+        fx = 0.0
+        fy = 0.0
+        for j in range(pos.shape[0]):
+            if i != j:
+                gx, gy = gravity(px - pos[j, 0], py - pos[j, 1])
+                fx += gx
+                fy += gy
+        force[i, 0] = fx
+        force[i, 1] = fy
+
+
+def _taichi_forces_tuned(pos, force):
+    for i in range(pos.shape[0]):
+        px = pos[i, 0]
+        py = pos[i, 1]
+        fx = np.float32(0.0)
+        fy = np.float32(0.0)
+        for j in range(pos.shape[0]):
+            if i != j:
+                gx, gy = gravity_tuned(px - pos[j, 0], py - pos[j, 1])
+                fx += gx
+                fy += gy
+        force[i, 0] = fx
+        force[i, 1] = fy
+
+
+taichi_nbody = qgraph.kernel(cuda_graph=True)(_taichi_forces)
+taichi_nbody_fast = qgraph.kernel(cuda_graph=True, fast_math=True)(_taichi_forces)
+taichi_nbody_tuned = qgraph.kernel(cuda_graph=True)(_taichi_forces_tuned)
+taichi_nbody_tuned_fast = qgraph.kernel(cuda_graph=True, fast_math=True)(_taichi_forces_tuned)
 
 
 @qgraph.kernel(cuda_graph=True)

@@ -3,8 +3,9 @@
 GPU, side by side in one run (interleaved rounds): each qgraph kernel (a one-node CUDA
 graph per call) against the same algorithm in hand-written CUDA C++ (2-D blocks of 32 x 8,
 `int` index math), compiled by NVRTC (with `--use_fast_math` for the fast-math rows) and
-replayed as a one-node graph; results are compared. CPU: the same kernels against
-hand-written `numba.njit(parallel=True)` twins, best of several calls each.
+replayed as a one-node graph; results are compared. Taichi's 2-D N-body, ported line by line,
+runs against the same forces hand-tuned in qgraph (what the natural spelling costs). CPU: the
+same kernels against hand-written `numba.njit(parallel=True)` twins, best of several calls each.
 """
 
 from __future__ import annotations
@@ -62,8 +63,10 @@ def _ptr(a) -> ctypes.c_uint64:
 # Largest difference from the hand-written result that still counts as agreeing: the same
 # float32 operations in the same order give 0 (stencils, saxpy, strict N-body on the GPU);
 # N-body compares velocities relative to the largest, and fast math may reorder and approximate.
+# The Taichi-spelled N-body rows compare two qgraph kernels whose products are ordered differently.
 TOLERANCE = {"stencil 2-D 5-point": 1e-6, "stencil 3-D 7-point": 1e-6, "N-body all pairs": 1e-5,
-             "N-body all pairs (fast math)": 1e-4, "saxpy": 1e-6}
+             "N-body all pairs (fast math)": 1e-4, "N-body 2-D, Taichi spelling": 1e-5,
+             "N-body 2-D, Taichi spelling (fast math)": 1e-5, "saxpy": 1e-6}
 
 
 def agree(row: dict) -> bool:
@@ -83,10 +86,19 @@ def _row(name: str, size: str, spreads: dict, error: float, work: float | None =
     return row
 
 
-def gpu_rows(quick: bool, budget: float, repeat: int) -> list[dict]:
-    """Per-call times of qgraph and hand-written CUDA C++, with their results compared."""
+def gpu_rows(quick: bool, budget: float, repeat: int, only: tuple[str, ...] | None = None) -> list[dict]:
+    """Per-call times of qgraph and hand-written CUDA C++, with their results compared; `only`:
+    these workloads of GPU_WORKLOADS alone."""
     mod, hand = module_from_source("qgraph_bench_compute", KERNELS_SOURCE), _HandGraphs()
     rng = np.random.default_rng(0)
+    rows: list[dict] = []
+    for name, workload in GPU_WORKLOADS.items():
+        if only is None or name in only:
+            rows += workload(mod, hand, rng, quick, budget, repeat)
+    return rows
+
+
+def _stencil2d_rows(mod, hand, rng, quick: bool, budget: float, repeat: int) -> list[dict]:
     rows = []
     for n in ((512, 2048) if quick else (512, 2048, 8192)):
         u = qgraph.from_numpy(rng.random((n, n), dtype=np.float32))
@@ -97,15 +109,25 @@ def gpu_rows(quick: bool, budget: float, repeat: int) -> list[dict]:
         spreads = interleaved_spreads(calls, budget, repeat, qgraph.sync)
         error = float(np.abs(outs[0].to_numpy() - outs[1].to_numpy()).max())
         rows.append(_row("stencil 2-D 5-point", f"{n}^2", spreads, error, 8.0 * n * n / 1e9, "GB/s"))
-    n = 128 if quick else 256
-    u = qgraph.from_numpy(rng.random((n, n, n), dtype=np.float32))
-    outs = [qgraph.ndarray(qgraph.f32, (n, n, n)) for _ in range(2)]
-    calls = {"qgraph": lambda: mod.stencil3d(u, outs[0]),
-             "CUDA C++": hand.graph("stencil3d", ((n - 2 + 31) // 32, (n - 2 + 7) // 8, n - 2), (32, 8),
-                                    [_ptr(u), _ptr(outs[1])] + [ctypes.c_int32(n)] * 3)}
-    spreads = interleaved_spreads(calls, budget, repeat, qgraph.sync)
-    error = float(np.abs(outs[0].to_numpy() - outs[1].to_numpy()).max())
-    rows.append(_row("stencil 3-D 7-point", f"{n}^3", spreads, error, 8.0 * n ** 3 / 1e9, "GB/s"))
+    return rows
+
+
+def _stencil3d_rows(mod, hand, rng, quick: bool, budget: float, repeat: int) -> list[dict]:
+    rows = []
+    for n in ((128,) if quick else (128, 256)):
+        u = qgraph.from_numpy(rng.random((n, n, n), dtype=np.float32))
+        outs = [qgraph.ndarray(qgraph.f32, (n, n, n)) for _ in range(2)]
+        calls = {"qgraph": lambda u=u, o=outs[0]: mod.stencil3d(u, o),
+                 "CUDA C++": hand.graph("stencil3d", ((n - 2 + 31) // 32, (n - 2 + 7) // 8, n - 2), (32, 8),
+                                        [_ptr(u), _ptr(outs[1])] + [ctypes.c_int32(n)] * 3)}
+        spreads = interleaved_spreads(calls, budget, repeat, qgraph.sync)
+        error = float(np.abs(outs[0].to_numpy() - outs[1].to_numpy()).max())
+        rows.append(_row("stencil 3-D 7-point", f"{n}^3", spreads, error, 8.0 * n ** 3 / 1e9, "GB/s"))
+    return rows
+
+
+def _nbody_rows(mod, hand, rng, quick: bool, budget: float, repeat: int) -> list[dict]:
+    rows = []
     for n in ((2048,) if quick else (2048, 16384)):
         for fast in (False, True):
             host = [rng.random(n, dtype=np.float32) for _ in range(7)]
@@ -122,6 +144,36 @@ def gpu_rows(quick: bool, budget: float, repeat: int) -> list[dict]:
             name = "N-body all pairs" + (" (fast math)" if fast else "")
             rows.append(_row(name, f"N={n}", spreads, error, float(n) * n / 1e9, "G pairs/s"))
             put_figure(rows[-1], "hand_plain_loads_us", spreads["plain loads"], 1e6)
+    return rows
+
+
+TAICHI_BODIES = 3000  # as in Taichi's N-body example
+
+
+def _taichi_rows(mod, hand, rng, quick: bool, budget: float, repeat: int) -> list[dict]:
+    """Taichi's 2-D N-body forces as ported line by line against the same forces hand-tuned, both
+    qgraph kernels (compute_sources): what the natural spelling costs. Per call: one step's forces."""
+    n = TAICHI_BODIES
+    pos = qgraph.from_numpy(rng.random((n, 2), dtype=np.float32))
+    rows = []
+    for fast in (False, True):
+        forces = [qgraph.ndarray(qgraph.f32, (n, 2)) for _ in range(2)]
+        natural = mod.taichi_nbody_fast if fast else mod.taichi_nbody
+        tuned = mod.taichi_nbody_tuned_fast if fast else mod.taichi_nbody_tuned
+        calls = {"qgraph": lambda k=natural, f=forces[0]: k(pos, f),
+                 "CUDA C++": lambda k=tuned, f=forces[1]: k(pos, f)}  # the hand-tuned qgraph kernel
+        spreads = interleaved_spreads(calls, budget * 4, max(3, repeat // 2), qgraph.sync)
+        natural_forces, tuned_forces = (f.to_numpy() for f in forces)
+        error = float(np.abs(natural_forces - tuned_forces).max() / np.abs(tuned_forces).max())
+        name = "N-body 2-D, Taichi spelling" + (" (fast math)" if fast else "")
+        row = _row(name, f"N={n}", spreads, error, float(n) * n / 1e9, "G pairs/s")
+        row.update(vs="hand-tuned", steps_per_second=1.0 / spreads["qgraph"].median,
+                   hand_steps_per_second=1.0 / spreads["CUDA C++"].median)
+        rows.append(row)
+    return rows
+
+
+def _saxpy_rows(mod, hand, rng, quick: bool, budget: float, repeat: int) -> list[dict]:
     n = 1 << (24 if quick else 26)
     xh, yh = rng.random(n, dtype=np.float32), rng.random(n, dtype=np.float32)
     x, yq, yc = qgraph.from_numpy(xh), qgraph.from_numpy(yh), qgraph.from_numpy(yh)
@@ -135,8 +187,12 @@ def gpu_rows(quick: bool, budget: float, repeat: int) -> list[dict]:
     error = float(np.abs(yq.to_numpy() - yc.to_numpy()).max())
     row = _row("saxpy", f"2^{n.bit_length() - 1}", spreads, error, 12.0 * n / 1e9, "GB/s")
     row["of_copy"] = (12.0 * n / spreads["qgraph"].median) / (8.0 * n / spreads["copy"].median)
-    rows.append(row)
-    return rows
+    return [row]
+
+
+# the GPU part's workloads (benchmarks/compute.py --only picks some): name -> rows
+GPU_WORKLOADS = {"stencil2d": _stencil2d_rows, "stencil3d": _stencil3d_rows, "nbody": _nbody_rows,
+                 "taichi": _taichi_rows, "saxpy": _saxpy_rows}
 
 
 def _one_step_error(q: list, h: list, host: list, calls: dict) -> float:
@@ -233,8 +289,10 @@ def table(gpu: list[dict], cpu: list[dict]) -> str:
             extra = f"  {r['of_copy']:.1%} of the copy" if "of_copy" in r else ""
             if "hand_plain_loads_us" in r:
                 extra += f"  (C++ without __restrict__ {r['hand_plain_loads_us']:.1f} us)"
-            lines.append(f"  {r['workload']:<30} {r['size']:>8}  qgraph {r['qgraph_us']:9.1f} us  CUDA C++ "
-                         f"{r['hand_us']:9.1f} us  {r['speed_vs_hand']:5.2f}x{rate}{extra}  "
+            if "steps_per_second" in r:
+                extra += f"  ({r['steps_per_second']:,.0f} vs {r['hand_steps_per_second']:,.0f} steps/s)"
+            lines.append(f"  {r['workload']:<39} {r['size']:>8}  qgraph {r['qgraph_us']:9.1f} us  "
+                         f"{r.get('vs', 'CUDA C++')} {r['hand_us']:9.1f} us  {r['speed_vs_hand']:5.2f}x{rate}{extra}  "
                          f"err {r['max_abs_error']:.1e}{_flag(r)}")
     if cpu:
         lines.append("CPU, best of several calls (speed vs hand-written numba.njit(parallel=True))")

@@ -28,7 +28,7 @@ from ..lang.fingerprint import fingerprint_of
 from ..lang.flat_view import FlatSource, flat_source
 from ..lang.frontend import KernelSource, Task
 from ..lang.lowering import CUDA_ATOMICS, CUDA_MATH, Symbols, lower_funcs, module_of
-from ..lang.precision import param_type
+from ..lang.weak_types import param_type
 from . import numba_adapter as adapter
 from . import ptx_text
 from .code_cache import CodeCache, entry_key

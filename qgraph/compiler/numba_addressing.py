@@ -13,7 +13,9 @@ def addressing() -> dict:
     """`_qg_ld2/3(a, i, j[, k])` and `_qg_st2/3(a, i, j[, k], v)`: elements of C-contiguous
     arrays below 2**31 elements addressed with a 32-bit offset, as `int` index math in CUDA
     C++ would (lang.cuda_addressing rewrites subscripts into them). `_qg_thread_x(mask)`: the
-    global x thread index (lang.cuda_loops).
+    global x thread index (lang.cuda_loops). `_qg_ldd2/3(a, i, j[, k], di, dj[, dk])` and
+    `_qg_std2/3(..., v)`: the element at non-negative `i + di, j + dj[, k + dk]` (literal deltas),
+    for stencils: neighbours share the offset of `i, j[, k]` and differ by a stride or a constant.
 
     numba computes every address in 64 bits, and LLVM widens a 32-bit multiply back to 64
     bits (with shift pairs for the sign extension); the row offset is therefore one
@@ -31,6 +33,8 @@ def _intrinsics() -> dict:
 
     i32, i64 = ir.IntType(32), ir.IntType(64)
     mad = ir.FunctionType(i32, [i32, i32, i32])
+    # the same, readnone: LLVM computes the row offset that several shifted subscripts share once
+    shared_mad = ir.InlineAsm(mad, "mad.lo.s32 $0, $1, $2, $3;", "=r,r,r,r", False)
 
     def offset(context, builder, arrty, arr, indices):
         ary = context.make_array(arrty)(context, builder, arr)
@@ -43,6 +47,51 @@ def _intrinsics() -> dict:
             total = v if total is None else builder.asm(mad, "mad.lo.s32 $0, $1, $2, $3;", "=r,r,r,r",
                                                         [total, builder.trunc(shape[k], i32), v], False)
         return builder.gep(ary.data, [builder.sext(total, i64)], inbounds=True)
+
+    def shifted(context, builder, arrty, arr, bases, deltas):
+        """The element at `bases` (non-negative: no wraparound) plus `deltas` per dimension: one
+        32-bit offset of the bases, which neighbouring subscripts share, and the deltas times
+        the strides as a 64-bit element step (a constant along the last dimension)."""
+        ary = context.make_array(arrty)(context, builder, arr)
+        shape = cgutils.unpack_tuple(builder, ary.shape)
+        total = None
+        for k, v in enumerate(bases):
+            v = builder.trunc(v, i32) if v.type.width > 32 else v
+            total = v if total is None else builder.call(shared_mad, [total, builder.trunc(shape[k], i32), v],
+                                                         attrs=("readnone", "nounwind"))
+        step, stride = ir.Constant(i64, 0), ir.Constant(i64, context.get_abi_sizeof(ary.data.type.pointee))
+        for k in reversed(range(len(bases))):
+            if deltas[k]:
+                step = builder.add(step, builder.mul(ir.Constant(i64, deltas[k]), stride))
+            stride = builder.mul(stride, shape[k])
+        ptr = builder.gep(ary.data, [builder.sext(total, i64)], inbounds=True)
+        if not isinstance(step, ir.Constant) or step.constant:  # in bytes: a loop-invariant add per neighbour
+            byte = ir.IntType(8).as_pointer(ptr.type.addrspace)
+            ptr = builder.bitcast(builder.gep(builder.bitcast(ptr, byte), [step], inbounds=True), ptr.type)
+        return ptr
+
+    def literal_deltas(deltas):
+        if not all(isinstance(d, types.IntegerLiteral) for d in deltas):
+            raise errors.TypingError("internal: shifted subscripts take literal deltas")
+        return [d.literal_value for d in deltas]
+
+    def shifted_load(arr, bases, deltas):
+        check(arr, bases)
+        values = literal_deltas(deltas)
+
+        def codegen(context, builder, sig, args):
+            return builder.load(shifted(context, builder, sig.args[0], args[0], args[1:1 + len(bases)], values))
+        return arr.dtype(arr, *bases, *deltas), codegen
+
+    def shifted_store(arr, bases, deltas, value):
+        check(arr, bases)
+        values = literal_deltas(deltas)
+
+        def codegen(context, builder, sig, args):
+            v = context.cast(builder, args[-1], sig.args[-1], sig.args[0].dtype)
+            builder.store(v, shifted(context, builder, sig.args[0], args[0], args[1:1 + len(bases)], values))
+            return context.get_dummy_value()
+        return types.void(arr, *bases, *deltas, value), codegen
 
     def check(arr, indices):
         if not isinstance(arr, types.Array) or arr.layout != "C" or arr.ndim != len(indices):
@@ -80,6 +129,18 @@ def _intrinsics() -> dict:
     def st3(typingctx, a, i, j, k, v):
         return store(a, i, j, k, v)
 
+    def ldd2(typingctx, a, i, j, di, dj):
+        return shifted_load(a, (i, j), (di, dj))
+
+    def ldd3(typingctx, a, i, j, k, di, dj, dk):
+        return shifted_load(a, (i, j, k), (di, dj, dk))
+
+    def std2(typingctx, a, i, j, di, dj, v):
+        return shifted_store(a, (i, j), (di, dj), v)
+
+    def std3(typingctx, a, i, j, k, di, dj, dk, v):
+        return shifted_store(a, (i, j, k), (di, dj, dk), v)
+
     def thread_x(typingctx, mask):
         """`blockIdx.x * blockDim.x + threadIdx.x`, each widened unsigned to 64 bits, `& mask`:
         the IR numba lowers that expression to, in one call numba types and lowers once (the
@@ -100,4 +161,5 @@ def _intrinsics() -> dict:
         return types.int64(mask), codegen
 
     return {"_qg_ld2": intrinsic(ld2), "_qg_ld3": intrinsic(ld3), "_qg_st2": intrinsic(st2),
-            "_qg_st3": intrinsic(st3), "_qg_thread_x": intrinsic(thread_x)}
+            "_qg_st3": intrinsic(st3), "_qg_ldd2": intrinsic(ldd2), "_qg_ldd3": intrinsic(ldd3),
+            "_qg_std2": intrinsic(std2), "_qg_std3": intrinsic(std3), "_qg_thread_x": intrinsic(thread_x)}

@@ -243,7 +243,7 @@ def cpu_module(src: KernelSource, zero_d: frozenset[str] = frozenset(), options:
             stmts = task.body
             if precision is not None:
                 stmts = weak_typed(src, stmts, precision[0], task.loop_vars, local_names, precision[1],
-                                   on_typed=symbols.typing_funcs(precision[1]))
+                                   funcs=symbols.typing_funcs(precision[1]))
             stmts = lower_statements(src, stmts, local_names, symbols, updates)
             if task.parallel:
                 dims = [Dim(*lower_bounds(src, d, symbols)) for d in task.dims]

@@ -12,7 +12,7 @@ import ast
 from dataclasses import dataclass
 
 from . import cuda_reductions as reductions
-from .cuda_addressing import Addressing32
+from .cuda_addressing import Addressing32, loop_floors
 from .cuda_loops import ContinueToReturn, CountedLoops, as_list, flat_indices, thread_index, tiled_loops
 from .debug_checks import RECORD, DebugPlan
 from .frontend import KernelSource, Task
@@ -110,7 +110,7 @@ def cuda_task(src: KernelSource, task: Task, param_order: list[str], symbols: Sy
     statements = task.body
     if precision is not None:
         statements = weak_typed(src, task.body, precision[0], task.loop_vars, local_names, precision[1],
-                                on_typed=symbols.typing_funcs(precision[1]))
+                                funcs=symbols.typing_funcs(precision[1]))
     updates = None
     if task.parallel:
         updates = UpdateRewriter(task, set(src.param_names), src.resolve, src.error, symbols.atomic,
@@ -151,7 +151,8 @@ def cuda_task(src: KernelSource, task: Task, param_order: list[str], symbols: Sy
     one_element = _one_element_targets(body, zero_d)
     body = [ZeroDIndex(one_element, frozenset(CUDA_ATOMICS.values()), rename=False).visit(s) for s in body]
     if addressed:
-        rewriter = Addressing32({n: d for n, d in addressed.items() if n not in task.stored})
+        rewriter = Addressing32({n: d for n, d in addressed.items() if n not in task.stored},
+                                loop_floors(task) if task.parallel else {})
         body = [rewriter.visit(s) for s in body]
     split = len(param_order) if n_arrays is None else n_arrays
     record = [RECORD] if debug is not None else []

@@ -51,15 +51,15 @@ class Symbols:
     func_precision: object = None  # lang.func_precision.FuncPrecision, when Python numbers are typed weakly
 
     def typing_funcs(self, default_float: str):
-        """Start recording helper calls for weak typing (see lang.func_precision); the hook for
-        `weak_typed`'s on_typed, or None without helpers."""
+        """The helpers' weak typing (lang.func_precision), which `weak_typed` types helper calls
+        with and points them at their instances; None without helpers."""
         if not self.specialised:
             return None
         if self.func_precision is None:
             from .func_precision import FuncPrecision
 
-            self.func_precision = FuncPrecision([fdef.name for fdef, _, _ in self.specialised], default_float)
-        return self.func_precision.record
+            self.func_precision = FuncPrecision(self.specialised, default_float, _func_locals)
+        return self.func_precision
 
     def atomic(self, op: str) -> str:
         """The backend's spelling of qgraph.atomic_<op> (and note that it is used)."""
@@ -148,16 +148,19 @@ def _check_defined(src: KernelSource, stmts: list[ast.stmt], local_names: set[st
 
 
 def lower_funcs(symbols: Symbols) -> list[tuple[ast.FunctionDef, object, KernelSource]]:
-    """(FunctionDef, Func, source) of every @qgraph.func specialisation the kernel reaches."""
+    """(FunctionDef, Func, source) of every @qgraph.func specialisation the kernel reaches: with
+    weak typing, one per instance (lang.func_precision), each typed for its argument types."""
     defs = []
-    typed = {}
-    if symbols.func_precision is not None:  # helpers' Python numbers, typed by their call sites
-        typed = symbols.func_precision.typed_bodies(symbols.specialised, _func_locals)
     for fdef, fn, fsrc in symbols.specialised:
-        fdef = copy.deepcopy(fdef)
         local_names = _func_locals(fdef)
-        fdef.body = lower_statements(fsrc, typed.get(fdef.name, fdef.body), local_names, symbols)
-        defs.append((fdef, fn, fsrc))
+        typed = [(fdef.name, fdef.body)]
+        if symbols.func_precision is not None:
+            typed = symbols.func_precision.defs(fdef.name)
+        for name, body in typed:
+            instance = copy.deepcopy(fdef)
+            instance.name = name
+            instance.body = lower_statements(fsrc, body, local_names, symbols)
+            defs.append((instance, fn, fsrc))
     return defs
 
 

@@ -53,6 +53,20 @@ NUMPY_AS_MATH = {getattr(np, name): f"_qg_math.{fn}" for name, fn in _SAME_AS_MA
 NUMPY_AS_MATH.update({np.abs: "abs", np.absolute: "abs"})
 TO_FLOAT = {math.floor: "_qg_ffloor", math.ceil: "_qg_fceil", math.trunc: "_qg_ftrunc"}  # for vectors
 
+# Result types of math calls, for the weak typing of Python numbers (lang.precision): math/NumPy
+# functions whose float result has the precision of their arguments
+FLOAT_MATH = frozenset(getattr(math, n) for n in (
+    "sqrt", "exp", "expm1", "log", "log2", "log10", "log1p", "sin", "cos", "tan", "asin", "acos", "atan",
+    "atan2", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "hypot", "pow", "fabs", "copysign", "erf",
+    "erfc", "gamma", "lgamma", "degrees", "radians", "fmod", "remainder"))
+FLOAT_NUMPY = frozenset(getattr(np, n) for n in (
+    "sqrt", "exp", "expm1", "log", "log2", "log10", "log1p", "sin", "cos", "tan", "arcsin", "arccos",
+    "arctan", "arctan2", "sinh", "cosh", "tanh", "hypot", "fabs", "abs", "absolute", "floor", "ceil", "trunc",
+    "minimum", "maximum", "power", "copysign", "fmin", "fmax"))
+INT_RESULT = frozenset((math.floor, math.ceil, math.trunc, math.isnan, math.isinf, math.isfinite, int, bool,
+                         len, np.isnan, np.isinf, np.isfinite))
+SAME_AS_ARGS = frozenset((abs, min, max))
+
 
 def _int_floor(x):
     return int(math.floor(x))
