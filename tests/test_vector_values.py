@@ -229,3 +229,29 @@ def test_cuda_struct_and_matrix_values_compile_offline():
     (transformed,) = _offline_ptx(transform, (np.zeros((8, 3), np.float32), qgraph.mat33(), qgraph.vec3(),
                                               np.zeros((8, 3), np.float32)))
     assert ".local" not in moved and ".local" not in transformed
+
+
+@qgraph.struct
+class Wind:
+    force: qgraph.vec2
+    drag: float
+
+
+def test_cuda_arguments_pack_each_component_by_value():
+    """What a CUDA call passes for a vector (no device needed): one float32 per component,
+    for a vector value, an annotated parameter given a tuple, and a struct field."""
+    import struct
+
+    from qgraph.args.kinds import vector_kind
+    from qgraph.args.resolve import cuda_slow, struct_resolver
+
+    def f32(*xs):
+        return tuple(struct.pack("<f", x) for x in xs)
+
+    assert cuda_slow(qgraph.vec2(1.0, -9.8), "g", None)[:2] == ("float32x2", f32(1.0, -9.8))
+    ivec3 = vector_kind(np.dtype(np.int32), (3,)).sig
+    assert cuda_slow((1, 2, 3), "k", ivec3)[1] == tuple(struct.pack("<i", x) for x in (1, 2, 3))
+    with pytest.raises(TypeError, match=r"argument 'k': expected a vec3_int32 .* of int32 values, got float64"):
+        cuda_slow((1.0, 2.0, 3.0), "k", ivec3)
+    sig, leaves = struct_resolver(Wind, "cuda")(Wind((1.0, 2.0), 0.5))
+    assert "force: float32x2" in sig and leaves == f32(1.0, 2.0) + (struct.pack("<d", 0.5),)
