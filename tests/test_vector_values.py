@@ -253,5 +253,12 @@ def test_cuda_arguments_pack_each_component_by_value():
     assert cuda_slow((1, 2, 3), "k", ivec3)[1] == tuple(struct.pack("<i", x) for x in (1, 2, 3))
     with pytest.raises(TypeError, match=r"argument 'k': expected a vec3_int32 .* of int32 values, got float64"):
         cuda_slow((1.0, 2.0, 3.0), "k", ivec3)
+    with pytest.raises(TypeError, match=r"argument 'k': \[1, 1099511627776, 3\] does not fit in int32"):
+        cuda_slow((1, 2**40, 3), "k", ivec3)
+    with pytest.raises(TypeError, match=r"argument 'k': expected a vec3_int32 .* of numbers, got dtype <U1"):
+        cuda_slow(("a", "b", "c"), "k", ivec3)
+    assert cuda_slow((np.inf, 1.0), "g", "float32x2")[1] == f32(np.inf, 1.0)  # inf itself is a value
+    with pytest.raises(TypeError, match=r"argument 'g': \[inf, 1e\+300\] does not fit in float32 \(it would"):
+        cuda_slow((np.inf, 1e300), "g", "float32x2")
     sig, leaves = struct_resolver(Wind, "cuda")(Wind((1.0, 2.0), 0.5))
     assert "force: float32x2" in sig and leaves == f32(1.0, 2.0) + (struct.pack("<d", 0.5),)

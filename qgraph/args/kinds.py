@@ -235,6 +235,8 @@ class VectorKind(ArgKind):
         self.size = int(np.prod(shape))
         self.component = scalar_kind(dtype)
         self.sig = vector_text(dtype, shape)
+        # a tuple of this many finite Python numbers within this converts without a check (args.vectors)
+        self.plain_limit = float(np.finfo(dtype).max) if dtype.kind == "f" and len(shape) == 1 else None
 
     @property
     def param_sizes(self) -> list[int]:

@@ -43,40 +43,53 @@ def components(kind: VectorKind, value: object, name: str) -> np.ndarray:
     """`value` as the 1-d array of `kind`'s components, or TypeError naming the argument."""
     if getattr(type(value), "_qgraph_vector", False) and value.dtype == kind.dtype and value.shape == kind.shape:
         return value.reshape(-1)
-    want = f"a {type_name(kind)} (qgraph.{type_name(kind)}(...), or a tuple or NumPy array of shape {kind.shape})"
     if not isinstance(value, (np.ndarray, tuple, list)):
-        raise TypeError(f"argument '{name}': expected {want}, got {type(value).__name__}")
+        raise TypeError(f"argument '{name}': expected {_wanted(kind)}, got {type(value).__name__}")
     try:
         a = np.asarray(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError):  # ragged
         a = np.asarray(None)
     if a.shape != kind.shape:
-        raise TypeError(f"argument '{name}': expected {want}, got shape {a.shape}")
+        raise TypeError(f"argument '{name}': expected {_wanted(kind)}, got shape {a.shape}")
+    target = a.dtype if a.dtype == kind.dtype else kind.dtype
     if a.dtype.kind not in "biuf":
-        raise TypeError(f"argument '{name}': expected {want} of numbers, got dtype {a.dtype}")
-    target = kind.dtype
+        raise TypeError(f"argument '{name}': expected {_wanted(kind)} of numbers, got dtype {a.dtype}")
     if target.kind in "iub" and a.dtype.kind == "f" or target.kind == "b" and a.dtype.kind != "b":
-        raise TypeError(f"argument '{name}': expected {want} of {target.name} values, got {a.dtype} values")
-    if target.kind in "iu":
-        lo, hi = kind.component.int_range
-        if a.min() < lo or a.max() > hi:
-            raise TypeError(f"argument '{name}': {a.tolist()} does not fit in {target.name}")
-    elif target.kind == "f" and a.dtype.itemsize > target.itemsize or a.dtype.kind in "iu":
+        raise TypeError(f"argument '{name}': expected {_wanted(kind)} of {target.name} values, got {a.dtype} values")
+    out = a.astype(target).reshape(-1)
+    if target.kind in "iu" and (out != a.reshape(-1)).any():  # wrapped around
+        raise TypeError(f"argument '{name}': {a.tolist()} does not fit in {target.name}")
+    if target.kind == "f" and np.isinf(out).any() and (np.isinf(out) & np.isfinite(a.reshape(-1))).any():
         finite = float(np.finfo(target).max)
-        wide = a.astype(np.float64)
-        if (np.isfinite(wide) & (np.abs(wide) > finite)).any():
-            raise TypeError(f"argument '{name}': {a.tolist()} does not fit in {target.name} (it would become "
-                            f"inf); pass values within +-{finite:.4g}")
-    return a.astype(target).reshape(-1)
+        raise TypeError(f"argument '{name}': {a.tolist()} does not fit in {target.name} (it would become inf); "
+                        f"pass values within +-{finite:.4g}")
+    return out
+
+
+def _wanted(kind: VectorKind) -> str:
+    t = type_name(kind)
+    return f"a {t} (qgraph.{t}(...), or a tuple or NumPy array of shape {kind.shape})"
+
+
+def _is_plain(kind: VectorKind, value: object) -> bool:
+    """A tuple or list of Python numbers that converts to a float vector as it is (the common
+    `g=(0.0, -9.8)`): the right count, each finite and within the dtype's range."""
+    return kind.plain_limit is not None and (type(value) is tuple or type(value) is list) \
+        and len(value) == kind.size and all(type(x) is float or type(x) is int for x in value) \
+        and max(map(abs, value)) <= kind.plain_limit
 
 
 def cpu_components(kind: VectorKind, value: object, name: str) -> tuple:
     """The numba runner's values of a vector argument: one NumPy scalar per component."""
+    if _is_plain(kind, value):
+        return tuple(map(kind.dtype.type, value))
     return tuple(components(kind, value, name))
 
 
 def cuda_components(kind: VectorKind, value: object, name: str) -> tuple[bytes, ...]:
     """The by-value parameter bytes of a vector argument, one per component."""
+    if _is_plain(kind, value):
+        return tuple(map(kind.component.pack, value))
     data = components(kind, value, name).tobytes()
     n = kind.component.size
     return tuple(data[k * n:(k + 1) * n] for k in range(kind.size))
