@@ -33,14 +33,14 @@ def rotate_all(v: qgraph.vec2[:], out: qgraph.vec2[:]):
         out[i] = rotated(v[i])
 
 
-@qgraph.kernel
+@qgraph.kernel(cuda_graph=True)
 def push(vel: qgraph.vec2[:], g: qgraph.vec2, dt: float):
     for i in range(vel.shape[0]):
         vel[i] += g * dt
 
 
 @qgraph.kernel
-def transform(x: qgraph.vec3[:], m, shift, out: qgraph.vec3[:]):
+def transform(x: qgraph.vec3[:], m: qgraph.mat33, shift, out: qgraph.vec3[:]):
     for i in range(x.shape[0]):
         out[i] = m @ x[i] + qgraph.vec3(shift)
 
@@ -131,17 +131,18 @@ def test_a_vector_parameter_changes_per_call_without_a_recompile(arch):
         expected += np.float32(0.1) * np.asarray(g, np.float32)
     np.testing.assert_allclose(v.to_numpy(), expected, rtol=1e-5)
     assert push.stats.specialisations == 1
+    assert push.stats.builds == (1 if arch == "cuda" else 0)  # new values: node updates, never a rebuild
 
 
-def test_unannotated_vector_and_matrix_values_are_parameters(arch):
+def test_matrix_and_unannotated_vector_parameters(arch):
     rng = np.random.default_rng(4)
     x = _random(rng, 16, 3)
     out = qgraph.ndarray(qgraph.vec3, (16,))
-    for _ in range(2):
-        m = qgraph.mat33(*rng.standard_normal(9))
-        shift = qgraph.vec3(*rng.standard_normal(3))
+    for m in (qgraph.mat33(*rng.standard_normal(9)), rng.standard_normal((3, 3)).tolist()):  # a nested list too
+        shift = qgraph.vec3(*rng.standard_normal(3))  # unannotated: a vec3 because it is one
         transform(qgraph.from_numpy(x), m, shift, out)
-        np.testing.assert_allclose(out.to_numpy(), x @ m.T + shift, rtol=1e-5, atol=1e-6)
+        expected = x @ np.asarray(m, np.float32).T + shift
+        np.testing.assert_allclose(out.to_numpy(), expected, rtol=1e-5, atol=1e-5)
     assert transform.stats.specialisations == 1
 
 
