@@ -16,6 +16,7 @@ from ..driver.device import OPENED
 from .interop import device_reader
 from .resolve import cuda_slow, is_qgraph_array, struct_resolver
 from .structs import RESOLVED_ATTR, STRUCT_EPOCH, is_struct_class
+from .vectors import is_vector_value
 
 
 class OtherDevice(Exception):
@@ -28,6 +29,8 @@ def argument_devices(value: object, name: str) -> list[tuple[int, str]]:
     if is_qgraph_array(value):
         device = value._device
         return [] if device is None else [(device.info.ordinal, name)]
+    if is_vector_value(value):  # passed by value: on no device
+        return []
     if is_struct_class(type(value)):
         found = []
         for field in dataclasses.fields(value):

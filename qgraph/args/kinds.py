@@ -218,6 +218,56 @@ def numba_abi(ptr: int, shape: tuple[int, ...], strides: tuple[int, ...], itemsi
     return struct.pack(f"<5q{2 * ndim}q", 0, 0, nitems, itemsize, ptr, *shape, *strides)
 
 
+# --------------------------------------------------------------------------- vectors and matrices by value
+
+
+class VectorKind(ArgKind):
+    """A small vector or matrix passed by value (`g: qgraph.vec2`, or a `qgraph.vec2(...)`
+    value): the kernel takes one scalar parameter per component (lang.flat_view), as it
+    takes a struct's leaves, so a new value changes parameter bytes, never the code.
+    Its value is the tuple of its components (cpu: NumPy scalars; cuda: packed bytes)."""
+
+    is_vector = True
+
+    def __init__(self, dtype: np.dtype, shape: tuple[int, ...]) -> None:
+        self.dtype = dtype
+        self.shape = shape
+        self.size = int(np.prod(shape))
+        self.component = scalar_kind(dtype)
+        self.sig = vector_text(dtype, shape)
+        # a tuple of this many finite Python numbers within this converts without a check (args.vectors)
+        self.plain_limit = float(np.finfo(dtype).max) if dtype.kind == "f" and len(shape) == 1 else None
+
+    @property
+    def param_sizes(self) -> list[int]:
+        return [self.component.size] * self.size
+
+    def __repr__(self) -> str:
+        return f"VectorKind({self.sig})"
+
+
+def vector_text(dtype: np.dtype, shape: tuple[int, ...]) -> str:
+    """`float32x2` (a vec2 value), `float32x3x3` (a mat33 value): a vector kind's key text."""
+    return ("bool" if dtype.kind == "b" else dtype.name) + "".join(f"x{n}" for n in shape)
+
+
+def vector_kind(dtype: np.dtype, shape: tuple[int, ...]) -> VectorKind:
+    sig = vector_text(dtype, shape)
+    kind = _KINDS.get(sig)
+    if kind is None:
+        kind = _KINDS[sig] = VectorKind(dtype, tuple(shape))
+    return kind
+
+
+def is_vector_shape(shape: tuple[int, ...]) -> bool:
+    """A shape some qgraph vector or matrix type has: (n,) or (n, m), each extent 1 to 4."""
+    return len(shape) in (1, 2) and all(1 <= n <= 4 for n in shape)
+
+
+def is_vector_kind(kind: object) -> bool:
+    return getattr(kind, "is_vector", False)
+
+
 # --------------------------------------------------------------------------- the graph_while flag
 
 FLAG_SIGS = ("int32[0d]", "int32[1d]", "int32[1d,strided]")

@@ -11,12 +11,15 @@ argument's by-value kernel parameter bytes in numba's flattened layout (see kind
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from ..dtypes import as_dtype
 from .interop import device_reader, is_device_dlpack
 from .kinds import BOOL, I64, INT_RANGES, SCALAR_KINDS, WEAK_FLOAT, WEAK_INT, arg_type, array_sig, scalar_sig
 from .structs import RESOLVED_ATTR, STRUCT_EPOCH, is_struct_class, struct_sig
+from .vectors import CONVERTERS, as_elements, element_sig, is_vector_value, value_sig, vector_annotation
 
 # --------------------------------------------------------------------------- scalars
 
@@ -36,6 +39,11 @@ def scalar_annotation(annotation: object) -> str | None:
     if dt is not None:
         return scalar_sig(as_dtype(dt))
     return None
+
+
+def type_annotation(annotation: object) -> str | None:
+    """The type an annotation fixes: a scalar (`dt: float`) or a vector (`g: qgraph.vec2`), or None."""
+    return scalar_annotation(annotation) or vector_annotation(annotation)
 
 
 def scalar_value(value: object, name: str, fixed: str | None) -> tuple[str, object]:
@@ -65,7 +73,7 @@ def scalar_value(value: object, name: str, fixed: str | None) -> tuple[str, obje
     if isinstance(value, np.generic) and value.dtype.kind in "iuf":
         return scalar_sig(as_dtype(value.dtype, f"argument '{name}'")), value
     raise TypeError(f"argument '{name}': {type(value).__name__} is not a supported kernel argument; "
-                    "pass a qgraph/NumPy/device array or an int, float or bool")
+                    "pass a qgraph/NumPy/device array, an int, float or bool, or a vector (qgraph.vec3(...))")
 
 
 def _float_value(value, name: str, dtype: np.dtype):
@@ -113,8 +121,8 @@ def numpy_sig(value: np.ndarray, name: str) -> str:
 def cpu_slow(value: object, name: str, fixed: str | None) -> tuple[str, object]:
     if is_struct_class(type(value)):
         return struct_resolver(type(value), "cpu")(value)
-    if fixed is not None:
-        return scalar_value(value, name, fixed)
+    if fixed is not None or is_vector_value(value):
+        return _typed_value(value, name, fixed, "cpu")
     if is_qgraph_array(value):
         raise TypeError(f"argument '{name}' is a qgraph array in CUDA device memory but qgraph runs on "
                         "cpu; create arrays after qgraph.init(), or copy with qgraph.from_numpy(a.to_numpy())")
@@ -126,14 +134,22 @@ def cpu_slow(value: object, name: str, fixed: str | None) -> tuple[str, object]:
     return scalar_value(value, name, fixed)
 
 
+def _typed_value(value: object, name: str, fixed: str | None, arch: str) -> tuple[str, object]:
+    """(key text, backend value) of an annotated scalar or vector argument, or of a vector value."""
+    sig = value_sig(value, name) if fixed is None else fixed
+    if getattr(arg_type(sig), "is_vector", False):
+        return sig, CONVERTERS[arch](arg_type(sig), value, name)
+    sig, scalar = scalar_value(value, name, fixed)
+    return sig, scalar if arch == "cpu" else arg_type(sig).pack(scalar)
+
+
 def cuda_slow(value: object, name: str, fixed: str | None) -> tuple[str, bytes, object]:
     """(key text, parameter bytes, owner to keep alive) for anything but the fast paths."""
     if is_struct_class(type(value)):
         sig, leaves = struct_resolver(type(value), "cuda")(value)
         return sig, leaves, value
-    if fixed is not None:
-        sig, scalar = scalar_value(value, name, fixed)
-        return sig, arg_type(sig).pack(scalar), None
+    if fixed is not None or is_vector_value(value):
+        return (*_typed_value(value, name, fixed, "cuda"), None)
     if is_qgraph_array(value):
         raise TypeError(f"argument '{name}' is a qgraph array in host memory (created on cpu) but qgraph "
                         "runs on cuda; create arrays after qgraph.init('cuda'), or copy it with "
@@ -236,6 +252,10 @@ def resolver_lines(names: tuple[str, ...], fixed: tuple[str | None, ...], arch: 
     lines = []
     for k, fix in enumerate(fixed):
         a = f"a{k}"
+        if fix is not None and getattr(arg_type(fix), "is_vector", False):  # `g: qgraph.vec2`: its components
+            ns[f"_fix{k}"], ns[f"_vec{k}"] = fix, functools.partial(CONVERTERS[arch], arg_type(fix))
+            lines.append(f"s{k} = _fix{k}; v{k} = _vec{k}({a}, _names[{k}]){unstable}")
+            continue
         lines.append(f"t = type({a})")
         if fix is None:
             array_lines = _array_fast_path(k, a, arch, bool(device_checks), hop)
@@ -265,8 +285,7 @@ def resolver_lines(names: tuple[str, ...], fixed: tuple[str | None, ...], arch: 
         lines.append("else:")
         lines.append(f"    s{k}, v{k} = _slow({a}, _names[{k}], _fixed[{k}]){unstable}")
         if elements is not None and elements[k] is not None:
-            ns[f"_want{k}"] = array_sig(elements[k][2], elements[k][1] + len(elements[k][0]), True,
-                                        element=elements[k][0])
+            ns[f"_want{k}"] = element_sig(elements[k])
             ns[f"_elem{k}"] = elements[k]
             ns["_as_elements"] = as_elements
             lines.append(f"if s{k} is not _want{k}:")
@@ -277,27 +296,6 @@ def resolver_lines(names: tuple[str, ...], fixed: tuple[str | None, ...], arch: 
 def read_only_error(name: str, line: int) -> TypeError:
     return TypeError(f"argument '{name}' is a read-only NumPy array, but the kernel writes into it (line {line}); "
                      f"pass a writable array (np.array({name}) copies it)")
-
-
-def as_elements(sig: str, value, name: str, element: tuple) -> str:
-    """The key text of an array read as an array of vectors, after checking its dtype and shape."""
-    extents, ndim, dtype = element
-    kind = arg_type(sig)
-    if kind.is_array and kind.element == extents and kind.ndim == ndim + len(extents) and kind.dtype == dtype:
-        return sig
-    if not kind.is_array or kind.element or kind.dtype != dtype or kind.ndim != ndim + len(extents):
-        raise TypeError(f"argument '{name}': expected an array of {len(extents) and 'x'.join(map(str, extents))}-"
-                        f"component {dtype.name} vectors with {ndim} index dimension(s) (a {dtype.name} array of "
-                        f"shape (..., {', '.join(map(str, extents))})), got {sig}")
-    if isinstance(value, (bytes, bytearray)):
-        layout = kind.layout
-        shape = tuple(int.from_bytes(value[layout.shape(k)], "little") for k in range(kind.ndim))
-    else:
-        shape = value.shape
-    if tuple(shape[ndim:]) != tuple(extents):
-        raise TypeError(f"argument '{name}': its last dimension(s) must be {tuple(extents)} for this vector "
-                        f"type, got shape {tuple(shape)}")
-    return kind.with_element(tuple(extents)).sig
 
 
 def _numpy_scalar_table(arch: str) -> dict:
@@ -349,7 +347,7 @@ def _generate_struct_resolver(cls: type, arch: str):
     fixed, elements = [], []
     for f in fields:
         ann = hints.get(f.name)
-        fixed.append(scalar_annotation(ann) if ann is not None else None)
+        fixed.append(type_annotation(ann) if ann is not None else None)
         element = getattr(ann, "element", None)
         elements.append((element.shape, ann.ndim, element.dtype) if element is not None else None)
     names = tuple(f"{cls.__name__}.{f.name}" for f in fields)
@@ -383,9 +381,10 @@ def _cached_resolution(value: object, attr: str, epoch: int) -> bool:
 
 
 def _new_struct_entry(cls: type, field_sigs: tuple) -> tuple[str, bool]:
-    """(interned key text, whether a field is itself a struct whose leaves must be inlined)."""
+    """(interned key text, whether a field is a struct or a vector whose leaves must be inlined)."""
     sig = struct_sig(cls, field_sigs)
-    return sig, any(getattr(arg_type(s), "is_struct", False) for s in field_sigs)
+    return sig, any(getattr(arg_type(s), "is_struct", False) or getattr(arg_type(s), "is_vector", False)
+                    for s in field_sigs)
 
 
 def _flat_leaves(values: tuple) -> tuple:

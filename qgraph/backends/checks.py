@@ -6,7 +6,8 @@ import ast
 import os
 
 from ..args.kinds import FlagKind
-from ..args.resolve import scalar_annotation
+from ..args.resolve import type_annotation
+from ..args.vectors import is_vector_value
 from ..errors import QgraphSyntaxError
 from ..lang.frontend import UNRESOLVED, KernelSource, syntax_error
 from ..lang.regions import RepeatLoop, control_regions, flags_of
@@ -14,13 +15,14 @@ from ..runtime.settings import USE_ENVIRONMENT
 
 
 def fixed_scalar_types(src: KernelSource) -> tuple[str | None, ...]:
-    """Scalar types fixed by parameter annotations (`dt: float`, `n: qgraph.i32`)."""
+    """Types fixed by parameter annotations: scalars (`dt: float`, `n: qgraph.i32`) and
+    vectors passed by value (`g: qgraph.vec2`)."""
     fixed = []
     for p in src.params:
         ann = None
         if p.annotation is not None:
             obj = src.resolve(p.annotation)
-            ann = scalar_annotation(obj) if obj is not UNRESOLVED else None
+            ann = type_annotation(obj) if obj is not UNRESOLVED else None
         fixed.append(ann)
     return tuple(fixed)
 
@@ -205,11 +207,24 @@ def frozen_number_lines(src: KernelSource, ns: dict) -> list[str]:
     ns["_stale"] = lambda k, now: stale_number_error(src, k, now)
     for k, (g, name) in enumerate(src.frozen):
         ns[f"_fg{k}"] = g
-        ns[f"_fv{k}"] = g.get(name, MISSING)
-        lines += [f"    _fx = _fg{k}.get({name!r}, _fmiss)",
-                  f"    if _fx is not _fv{k} and _fx != _fv{k}:",
-                  f"        raise _stale({k}, _fx)"]
+        ns[f"_fv{k}"] = value = g.get(name, MISSING)
+        lines.append(f"    _fx = _fg{k}.get({name!r}, _fmiss)")
+        if is_vector_value(value):  # rebound to another value, or changed in place: its bytes differ
+            ns["_vsame"] = same_vector
+            ns["_vstale"] = lambda name, then, now: stale_vector_error(src, name, then, now)
+            ns[f"_fb{k}"] = value.tobytes()
+            lines += [f"    if _fx is not _fv{k} and not _vsame(_fx, _fv{k}) or _fx.tobytes() != _fb{k}:",
+                      f"        raise _vstale({name!r}, _fv{k}, _fx)"]
+        else:
+            lines += [f"    if _fx is not _fv{k} and _fx != _fv{k}:",
+                      f"        raise _stale({k}, _fx)"]
     return lines
+
+
+def same_vector(now: object, then) -> bool:
+    """Whether a module-level name rebound from the vector `then` holds an equal vector."""
+    return is_vector_value(now) and now.dtype == then.dtype and now.shape == then.shape and \
+        now.tobytes() == then.tobytes()
 
 
 def stale_number_error(src: KernelSource, k: int, now: object):
@@ -220,3 +235,15 @@ def stale_number_error(src: KernelSource, k: int, now: object):
                        f"with it (now {now!r}); module-level numbers are compile-time constants. Pass it as an "
                        f"argument (def {src.name}(..., {name}: float)) to vary it per call, or call qgraph.reset() "
                        "to recompile with the new value")
+
+
+def stale_vector_error(src: KernelSource, name: str, then, now: object):
+    from ..errors import QgraphError
+    from ..lang.vector_types import type_of_value
+
+    shown = f"({', '.join(f'{c:.7g}' for c in now.reshape(-1).tolist())})" if is_vector_value(now) else repr(now)
+    t = type_of_value(then).name
+    return QgraphError(f"kernel {src.name}: the module-level {t} {name} changed after the kernel was compiled with "
+                       f"it (now {shown}); module-level vectors are compile-time constants. Pass it as an argument "
+                       f"(def {src.name}(..., {name.lower()}: qgraph.{t})) to vary it per call, or call "
+                       "qgraph.reset() to recompile with the new value")

@@ -107,9 +107,10 @@ class _Spec:
         self.host_runner = None  # the conditional.HostLoop of the host fallback
         self.sites = []  # debug mode: what each check's number means (lang.debug_checks)
         self.captured_run = None  # eager launches into another library's stream capture (outer_capture)
-        # the same-arguments fast path may replay it (cuda_call): not with struct arguments, which
-        # can change behind the same object
-        self.again = not any(getattr(arg_type(s), "is_struct", False) for s in key)
+        # the same-arguments fast path may replay it (cuda_call): not with struct or vector arguments,
+        # which can change behind the same object
+        self.again = not any(getattr(arg_type(s), "is_struct", False) or getattr(arg_type(s), "is_vector", False)
+                             for s in key)
 
 
 class CudaLauncher:

@@ -84,7 +84,8 @@ def _item_access(op: str, args: list[str]) -> str | None:
 def _call(fn: str, args: list[str]) -> str:
     if any(_ARRAY.match(a) for a in args) and fn not in ("len", "getitem", "setitem"):
         return (f"{fn}() was given a whole array ({', '.join(_type_words(a) for a in args)}); kernels compute "
-                "on numbers: index the array (x[i]) inside the loop")
+                "on numbers: index the array (x[i]) inside the loop; a vector value is qgraph.vec3(...) (also at "
+                "module level), a vector parameter is annotated g: qgraph.vec3")
     words = ", ".join(_type_words(a) for a in args)
     return f"{fn}() does not accept ({words}) in a kernel; pass numbers of the types it takes"
 

@@ -32,11 +32,14 @@ def offline_key(args: tuple) -> tuple[str, ...]:
     from ..args.kinds import array_sig
     from ..args.resolve import scalar_value
     from ..args.structs import is_struct_class, struct_sig
+    from ..args.vectors import is_vector_value, value_sig
     from ..dtypes import as_dtype
 
     key = []
     for k, value in enumerate(args):
-        if is_struct_class(type(value)):
+        if is_vector_value(value):
+            key.append(value_sig(value, f"argument {k}"))
+        elif is_struct_class(type(value)):
             key.append(_offline_struct_sig(value, struct_sig))
         elif isinstance(value, np.ndarray):
             key.append(array_sig(as_dtype(value.dtype), value.ndim, value.flags.c_contiguous, value.size))
@@ -50,13 +53,13 @@ def _offline_struct_sig(value, struct_sig) -> str:
     import dataclasses
     import typing
 
-    from ..args.resolve import as_elements
+    from ..args.vectors import as_elements, vector_annotation
 
     hints = typing.get_type_hints(type(value))
     sigs = []
     for f in dataclasses.fields(value):
         field = getattr(value, f.name)
-        (sig,) = offline_key((field,))
+        sig = vector_annotation(hints.get(f.name)) or offline_key((field,))[0]
         element = getattr(hints.get(f.name), "element", None)
         if element is not None:
             sig = as_elements(sig, field, f.name, (element.shape, hints[f.name].ndim, element.dtype))
@@ -74,16 +77,17 @@ def offline_qgraph_ptx(kernel, args: tuple, cc: tuple[int, int] = (9, 0)) -> lis
     `default_float=` options, else the environment's). Uses compiler internals: if they
     move, this raises with the name of what is missing."""
     from ..args.kinds import arg_type
-    from ..args.resolve import as_elements
-    from ..backends.checks import default_float, element_annotations, is_fast_math
+    from ..args.vectors import as_elements
+    from ..backends.checks import default_float, element_annotations, fixed_scalar_types, is_fast_math
     from ..compiler import cuda_program, ptx_text
     from ..compiler import numba_adapter as adapter
     from ..lang.lowering import lower_funcs
     from ..runtime.settings import Settings
 
     settings = Settings.from_environ()
-    key = offline_key(args)
     src = kernel._source
+    # annotated parameters take their annotation's type (`dt: qgraph.f32`, `g: qgraph.vec2`), as in a call
+    key = tuple(fixed or offline_key((a,))[0] for fixed, a in zip(fixed_scalar_types(src), args))
     elements = element_annotations(src) or ()  # `x: qgraph.vec3[:]` reads a plain array as vectors
     key = tuple(as_elements(s, a, f"argument {k}", e) if e is not None and not arg_type(s).element else s
                 for k, (s, a, e) in enumerate(zip(key, args, elements or (None,) * len(key))))

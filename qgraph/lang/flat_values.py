@@ -8,6 +8,7 @@ import math
 
 import numpy as np
 
+from ..args.kinds import is_vector_kind
 from . import vector_algebra as alg
 from . import vector_types as vt
 from .vector_types import VectorType
@@ -34,10 +35,17 @@ def element_type(t: object) -> VectorType | None:
     return vt.vector(shape[0], t.dtype) if len(shape) == 1 else vt.matrix(shape[0], shape[1], t.dtype)
 
 
+def by_value_type(t: object) -> object:
+    """The VectorType of a vector argument's kind (`g: qgraph.vec2`, a struct field), else `t`."""
+    return shaped(t.shape, t.dtype) if is_vector_kind(t) else t
+
+
 def leaves(prefix: str, t: object) -> list[tuple[str, object]]:
     """(flat name, type) of each scalar or array a value of type `t` is passed as."""
     if isinstance(t, VectorType):
         return [(f"{prefix}__{k}", None) for k in range(t.size)]
+    if is_vector_kind(t):  # a vector argument: one scalar parameter per component
+        return [(f"{prefix}__{k}", t.component) for k in range(t.size)]
     if is_struct(t):
         return [leaf for field, ft in t.fields for leaf in leaves(f"{prefix}__{field}", ft)]
     return [(prefix, t)]

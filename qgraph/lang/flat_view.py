@@ -14,8 +14,9 @@ import copy
 import dataclasses
 from dataclasses import dataclass
 
+from ..args.kinds import is_vector_kind
 from ..errors import QgraphSyntaxError
-from .flat_values import Val, is_struct, leaves
+from .flat_values import Val, by_value_type, is_struct, leaves
 from .flatten import GLOBALS, Flattener
 from .flatten_random import random_prologue
 from .frontend import KernelSource, Param, _analyse_names, collect_names
@@ -143,14 +144,15 @@ def flat_name(path: str) -> str:
 
 
 def flat_source(src: KernelSource, kinds: list, default_float: str = "f64") -> FlatSource:
-    """`src` flattened for arguments of `kinds` (see the module docstring)."""
+    """`src` flattened for arguments of `kinds` (see the module docstring): a struct or a
+    vector argument is one parameter per leaf (a vector's leaves are its components)."""
     params: list[Param] = []
     flat_kinds: list = []
     slots: list[tuple[int, int | None]] = []
     env: dict = {}
     for k, (p, kind) in enumerate(zip(src.params, kinds)):
-        env[p.name] = kind
-        if is_struct(kind):
+        env[p.name] = by_value_type(kind)  # a vector argument is a vector in the kernel
+        if is_struct(kind) or is_vector_kind(kind):
             for j, (name, leaf) in enumerate(leaves(p.name, kind)):
                 params.append(Param(name, None, p.keyword_only))
                 flat_kinds.append(leaf)

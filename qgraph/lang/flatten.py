@@ -30,7 +30,7 @@ from .flat_values import (
     unshared,
 )
 from .flatten_exprs import Expressions
-from .frontend import UNRESOLVED, KernelSource
+from .frontend import UNRESOLVED, KernelSource, collect_names
 from .vector_types import VectorType
 
 GLOBALS = {alg.MATH: math, alg.NUMPY: np}  # names the generated code uses, added to every namespace
@@ -54,6 +54,10 @@ class Flattener(Expressions):
         self.counter = counter  # numbers temporaries (shared by a kernel's tasks)
         self.pre: list[ast.stmt] = []
         self.returns: list[object] = []
+        # names local to the function (parameters, anything it assigns): never a module-level vector
+        args = src.fn_def.args
+        self.local_names = collect_names(src.fn_def.body).stored | {
+            a.arg for a in args.posonlyargs + args.args + args.kwonlyargs}
 
     def run(self, body: list[ast.stmt]) -> list[ast.stmt]:
         """The flattened block. A first pass learns which locals hold vectors (a loop may

@@ -161,6 +161,11 @@ def constructor(fl, t: VectorType, node: ast.Call) -> Val:
     if not args:
         comps = [alg.const(0, node)] * t.size
     elif len(args) == 1 and not args[0].vec:
+        if getattr(args[0].type, "ndim", None) is not None:
+            f, a = ast.unparse(node.func), ast.unparse(node.args[0])
+            raise fl.error(f"{f}({a}): '{a}' is a whole array; read a row with {f}({a}[i]), or pass a vector by "
+                           f"value: annotate the parameter ({a}: qgraph.{t.name}) or pass qgraph.{t.name}(...) "
+                           "for it", node)
         if is_struct(args[0].type) or element_type(args[0].type) is not None:
             raise fl.error(f"{t.name}() takes numbers or vectors", node)
         value = args[0].expr if alg.is_simple(args[0].expr) else fl.temp(args[0].expr)

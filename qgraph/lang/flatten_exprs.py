@@ -15,6 +15,7 @@ from .flat_values import (
     _const_int,
     _index,
     _parts,
+    by_value_type,
     component_indices,
     element_type,
     is_struct,
@@ -57,14 +58,36 @@ class Expressions:
             return Val(t, [alg.name(n, node) for n, _ in leaves(node.id, t)])
         if is_struct(t):
             return Val(t, [alg.name(node.id, node)])
+        if t is None:
+            constant = self.vector_constant(node)
+            if constant is not None:
+                return constant
         return Val(t, [node])
 
+    def vector_constant(self, node: ast.expr) -> Val | None:
+        """A module-level or closure vector (`GRAVITY = qgraph.vec2(0.0, -9.8)`, `consts.GRAVITY`)
+        as its components, compiled in; lang.globals_used checks at each call that it is unchanged."""
+        root = node
+        while isinstance(root, ast.Attribute):
+            root = root.value
+        if not isinstance(root, ast.Name) or root.id in self.env or root.id in self.local_names:
+            return None
+        value = self.src.resolve(node)
+        t = vt.type_of_value(value)
+        if t is None:
+            return None
+        return Val(t, [alg.cast(t.dtype, alg.literal(c, node), node) for c in value.reshape(-1).tolist()])
+
     def e_Attribute(self, node: ast.Attribute) -> Val:
+        constant = self.vector_constant(node)
+        if constant is not None:
+            return constant
         base = self.value(node.value)
         if is_struct(base.type):
             for field, ft in base.type.fields:
                 if field == node.attr:
                     flat = f"{base.expr.id}__{field}"
+                    ft = by_value_type(ft)
                     if isinstance(ft, VectorType):
                         return Val(ft, [alg.name(n, node) for n, _ in leaves(flat, ft)])
                     return Val(ft, [alg.name(flat, node)])

@@ -7,7 +7,9 @@ after compilation would be read stale, silently. Instead:
   kernel sees (and writes) the current array;
 - a module-level number stays a compile-time constant (it folds into the code), and every
   call checks that it still holds the value it was compiled with; a change raises
-  QgraphError naming the number (as Triton does).
+  QgraphError naming the number (as Triton does). A module-level vector or matrix
+  (`GRAVITY = qgraph.vec2(0.0, -9.8)`) is the same: lang.flatten compiles its components
+  in, and every call checks its value (rebound, or changed in place).
 
 A kernel that draws random numbers gets the implicit array parameter `_qg_rng` ([seed,
 epoch], runtime.State.rng_state) and a last serial task advancing the epoch, so every call
@@ -21,6 +23,7 @@ import builtins
 
 import numpy as np
 
+from ..args.vectors import is_vector_value
 from . import builtins as lang
 from .frontend import UNRESOLVED, KernelSource, Param, collect_names
 from .regions import DeviceLoop, Region, RepeatLoop, Sequence, Task, control_regions, leaf_tasks, with_bodies
@@ -29,6 +32,8 @@ RNG_STATE = "_qg_rng"  # the implicit parameter of kernels that draw random numb
 
 
 def is_array_value(value: object) -> bool:
+    if is_vector_value(value):  # qgraph.vec2(...): a constant, compiled in as its components
+        return False
     return isinstance(value, np.ndarray) or getattr(type(value), "_qgraph_array", False) \
         or hasattr(value, "__cuda_array_interface__") or getattr(type(value), "_qgraph_struct", False) \
         or (hasattr(value, "__dlpack__") and not isinstance(value, np.generic))
@@ -66,8 +71,8 @@ def implicit_arrays(fn, src: KernelSource) -> tuple[Param, ...]:
 
 
 def frozen_numbers(src: KernelSource) -> tuple[tuple[dict, str, object], ...]:
-    """(module dict, name, value) of every module-level number the kernel and the
-    @qgraph.funcs it calls read: compile-time constants, checked at each call."""
+    """(module dict, name, value) of every module-level number and vector (`qgraph.vec2(...)`)
+    the kernel and the @qgraph.funcs it calls read: compile-time constants, checked at each call."""
     seen: set[tuple[int, str]] = set()
     out: list[tuple[dict, str, object]] = []
     pending = [(src.fn_def.body, src)]
@@ -84,7 +89,8 @@ def frozen_numbers(src: KernelSource) -> tuple[tuple[dict, str, object], ...]:
             if getattr(value, "_qgraph_kind", None) == "func" and id(value) not in visited_funcs:
                 visited_funcs.add(id(value))
                 pending.append((value._source.fn_def.body, value._source))
-            elif is_number_value(value) and (id(owner.globals), name) not in seen and not hasattr(builtins, name):
+            elif (is_number_value(value) or is_vector_value(value)) and (id(owner.globals), name) not in seen \
+                    and not hasattr(builtins, name):
                 seen.add((id(owner.globals), name))
                 out.append((owner.globals, name, value))
     return tuple(out)

@@ -9,6 +9,7 @@ generated code computes each component once.
 from __future__ import annotations
 
 import ast
+import math
 from collections.abc import Callable
 
 import numpy as np
@@ -41,6 +42,14 @@ def neg(e: ast.expr, at: ast.AST) -> ast.expr:
 
 def math_call(fn: str, args: list[ast.expr], at: ast.AST) -> ast.expr:
     return loc(ast.Call(loc(ast.Attribute(name(MATH, at), fn, ast.Load()), at), args, []), at)
+
+
+def literal(value: float | int | bool, at: ast.AST) -> ast.expr:
+    """A number as an expression: a constant, or `math.inf` / `math.nan` (no literal spells them)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        special = loc(ast.Attribute(name(MATH, at), "nan" if math.isnan(value) else "inf", ast.Load()), at)
+        return neg(special, at) if value < 0 else special
+    return const(value, at)
 
 
 def cast(dtype: np.dtype, e: ast.expr, at: ast.AST) -> ast.expr:

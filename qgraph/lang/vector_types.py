@@ -13,7 +13,28 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..args.vectors import is_vector_value
 from ..dtypes import as_dtype
+
+
+class VectorValue(np.ndarray):
+    """What `qgraph.vec3(...)` returns on the host: a NumPy array marked as one vector or
+    matrix value. The mark is what lets a kernel take a module-level `GRAVITY =
+    qgraph.vec2(0.0, -9.8)` as a constant vector (its components compiled in) and an
+    unannotated argument `qgraph.vec2(...)` as a vector parameter, where a plain NumPy
+    array is an array. Arithmetic on it gives marked values; reductions give scalars."""
+
+    _qgraph_vector = True  # how the argument layer (below this one) recognises it
+
+    def __array_wrap__(self, array, context=None, return_scalar=False):
+        if return_scalar or array.ndim == 0:
+            return array[()]
+        return super().__array_wrap__(array, context, return_scalar)
+
+
+def as_value(a) -> np.ndarray:
+    """`a` marked as a vector value (a view, no copy)."""
+    return np.asarray(a).view(VectorValue)
 
 
 class VectorType:
@@ -22,6 +43,8 @@ class VectorType:
     `vec3(x, y, z)`, `vec3(s)` (every component s), `vec3(v)` (a copy or a cast), and for
     matrices the n*m entries row by row, n row vectors, or one scalar; `mat33.identity()`.
     `vec3[:]` (and `vec3[:, :]`) annotate a kernel parameter as an array of vec3."""
+
+    _qgraph_vector_type = True  # how the argument layer recognises the annotation `g: qgraph.vec2`
 
     def __init__(self, shape: tuple[int, ...], dtype: np.dtype, name: str) -> None:
         self.shape = shape
@@ -33,21 +56,21 @@ class VectorType:
     def is_matrix(self) -> bool:
         return len(self.shape) == 2
 
-    def __call__(self, *args) -> np.ndarray:
+    def __call__(self, *args) -> VectorValue:
         if not args:
-            return np.zeros(self.shape, self.dtype)
+            return as_value(np.zeros(self.shape, self.dtype))
         if len(args) == 1:
-            return np.array(np.broadcast_to(np.asarray(args[0]), self.shape), dtype=self.dtype)
+            return as_value(np.array(np.broadcast_to(np.asarray(args[0]), self.shape), dtype=self.dtype))
         if self.is_matrix and len(args) == self.shape[0]:
-            return np.array([np.broadcast_to(np.asarray(r), self.shape[1:]) for r in args], dtype=self.dtype)
+            return as_value(np.array([np.broadcast_to(np.asarray(r), self.shape[1:]) for r in args], dtype=self.dtype))
         if len(args) != self.size:
             raise TypeError(f"{self.name} takes 1 or {self.size} values, got {len(args)}")
-        return np.array(args, dtype=self.dtype).reshape(self.shape)
+        return as_value(np.array(args, dtype=self.dtype).reshape(self.shape))
 
-    def identity(self) -> np.ndarray:
+    def identity(self) -> VectorValue:
         if not self.is_matrix or self.shape[0] != self.shape[1]:
             raise TypeError(f"{self.name}.identity(): only square matrices have an identity")
-        return np.eye(self.shape[0], dtype=self.dtype)
+        return as_value(np.eye(self.shape[0], dtype=self.dtype))
 
     def __getitem__(self, dims) -> ArrayType:
         dims = dims if isinstance(dims, tuple) else (dims,)
@@ -113,6 +136,14 @@ def element_of(obj: object) -> VectorType | None:
     return obj if isinstance(obj, VectorType) else None
 
 
+def type_of_value(value: object) -> VectorType | None:
+    """The vector type of a vector value (`qgraph.vec2(...)`, module-level or an argument), else None."""
+    if not is_vector_value(value):
+        return None
+    dtype = as_dtype(value.dtype, "vector dtype")
+    return vector(value.shape[0], dtype) if value.ndim == 1 else matrix(*value.shape, dtype)
+
+
 # --------------------------------------------------------------------------- functions (host versions)
 
 
@@ -126,7 +157,7 @@ def cross(a, b):
     a, b = np.asarray(a), np.asarray(b)
     if a.shape == (2,):
         return a[0] * b[1] - a[1] * b[0]
-    return np.cross(a, b).astype(np.result_type(a, b))
+    return as_value(np.cross(a, b).astype(np.result_type(a, b)))
 
 
 def norm(v):
@@ -144,12 +175,12 @@ def norm_sqr(v):
 def normalized(v):
     """`v / norm(v)`."""
     v = np.asarray(v)
-    return v / norm(v)
+    return as_value(v / norm(v))
 
 
 def outer(a, b):
     """The outer product: the matrix a_i * b_j."""
-    return np.outer(np.asarray(a), np.asarray(b))
+    return as_value(np.outer(np.asarray(a), np.asarray(b)))
 
 
 def trace(m):
@@ -159,7 +190,7 @@ def trace(m):
 
 def transpose(m):
     """The transposed matrix."""
-    return np.asarray(m).T.copy()
+    return as_value(np.asarray(m).T.copy())
 
 
 def determinant(m):
@@ -171,7 +202,7 @@ def determinant(m):
 def inverse(m):
     """The inverse of a 2x2 or 3x3 matrix."""
     m = np.asarray(m)
-    return np.linalg.inv(m).astype(m.dtype)
+    return as_value(np.linalg.inv(m).astype(m.dtype))
 
 
 FUNCTIONS = {f.__name__: f for f in (dot, cross, norm, norm_sqr, normalized, outer, trace, transpose,
