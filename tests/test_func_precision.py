@@ -114,7 +114,8 @@ def test_weak_arguments_and_results_follow_the_caller(arch):
     out = np.zeros((2, 200))
     call(weak_results, x, out)
     np.testing.assert_array_equal(out[0], x * F32(0.1))
-    np.testing.assert_array_equal(out[1], np.where(x < 1, F32(0), x * F32(0.3)) + F32(0.7))
+    # within one float32 ulp: CUDA contracts the inlined a * 0.3 + 0.7 into one fma (one rounding, not two)
+    np.testing.assert_allclose(out[1], np.where(x < 1, F32(0), x * F32(0.3)) + F32(0.7), rtol=2.4e-7, atol=0)
     assert _is_float32_valued(out)
 
 
