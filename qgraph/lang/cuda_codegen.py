@@ -22,6 +22,7 @@ from .lowering import (
     Symbols,
     ZeroDIndex,
     assign,
+    atomic_array,
     function_def,
     lower_statements,
     name_node,
@@ -58,15 +59,18 @@ def cuda_bound_params(task: Task) -> tuple[str, ...]:
 
 
 def _one_element_targets(body: list[ast.stmt], zero_d: frozenset[str]) -> frozenset[str]:
-    """0-d array parameters the lowered body updates with an atomic `atomic.<op>(x, (), v)`."""
+    """0-d array parameters the lowered body updates with an atomic `atomic.<op>(x, (), v)`
+    (or `atomic.<op>(x.view(t), (), v)`, a float min/max reduction's combine)."""
     found = set()
     paths = set(CUDA_ATOMICS.values())
     for stmt in body:
         for node in ast.walk(stmt):
-            if isinstance(node, ast.Call) and len(node.args) == 3 and isinstance(node.args[0], ast.Name) \
-                    and node.args[0].id in zero_d and isinstance(node.args[1], ast.Tuple) \
-                    and not node.args[1].elts and ast.unparse(node.func) in paths:
-                found.add(node.args[0].id)
+            if not (isinstance(node, ast.Call) and len(node.args) == 3 and ast.unparse(node.func) in paths):
+                continue
+            array = atomic_array(node.args[0])
+            if array is not None and array.id in zero_d and isinstance(node.args[1], ast.Tuple) \
+                    and not node.args[1].elts:
+                found.add(array.id)
     return frozenset(found)
 
 
