@@ -43,6 +43,13 @@ def dot(x, y, out):
 
 
 @qgraph.kernel
+def largest_change(new, old, err):
+    """A convergence check as Taichi code ports it (`err[None]`): a max into a 0-d array."""
+    for i in range(new.shape[0]):
+        qgraph.atomic_max(err, (), abs(new[i] - old[i]))
+
+
+@qgraph.kernel
 def positive_sum_and_max(x, s, m):
     for i in range(x.shape[0]):
         if x[i] > 0:
@@ -139,6 +146,14 @@ def test_dot_into_a_0d_array(arch, n, dtype):
     dot(qgraph.from_numpy(x), qgraph.from_numpy(y), out)
     _close(out.to_numpy()[()], 3 + (x.astype(np.float64) * y).sum() if dtype != np.int64 else 3 + (x * y).sum(),
            dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.int64])
+def test_max_into_a_0d_array(arch, dtype):
+    new, old = _data(100_000, dtype, 5), _data(100_000, dtype, 6)
+    err = qgraph.from_numpy(np.array(-1, dtype))
+    largest_change(qgraph.from_numpy(new), qgraph.from_numpy(old), err)
+    assert err.to_numpy()[()] == np.abs(new - old).max()
 
 
 def test_float32_sum_of_2_26_values_is_accurate(arch):
