@@ -203,6 +203,24 @@ def test_a_float_max_into_a_0d_array_compiles(sm90, dtype, width, deterministic)
     assert ops == (["add.u32"] if deterministic else [f"max.s{width}", f"min.u{width}"])
 
 
+@qgraph.kernel
+def drain(idx, w, h, old):
+    for i in range(idx.shape[0]):
+        h[idx[i]] -= w[i]
+        old[i] = qgraph.atomic_sub(h, 0, w[i])
+
+
+@pytest.mark.parametrize("dtype,width", [("f4", "f32"), ("f8", "f64")])
+def test_float_subtraction_is_a_native_atomic_add(sm90, dtype, width):
+    """numba-cuda's float atomic sub is a compare-and-swap loop; qgraph adds the negated value
+    instead (one instruction), in a reduction's block combine, a scatter and an explicit call."""
+    (reduction,) = _ptx(tr.total_minus, (A(dtype, 1), A(dtype, 1)))
+    (scatter,) = _ptx(drain, (A("i8", 1), A(dtype, 1), A(dtype, 1), A(dtype, 1)))
+    for ptx in (reduction, scatter):
+        assert "cas" not in ptx
+        assert re.search(rf"\b(atom|red)\.global\.add\.{width}", ptx)
+
+
 @pytest.mark.parametrize("context", tu.CONTEXTS)
 def test_every_update_form_into_0d_arrays_compiles(sm90, context):
     """The generated update kernels of tests/test_updates.py with 0-d targets (plain and struct

@@ -106,11 +106,11 @@ class CallRewriter(ast.NodeTransformer):
         if isinstance(root, ast.Name) and root.id not in self.local_names:
             path = self.symbols.replacement(self.src.resolve(node.func), self.src, node)
             if path is not None:
-                node.func = _dotted(path, node.func)
+                node.func = dotted(path, node.func)
         return node
 
 
-def _dotted(path: str, at: ast.AST) -> ast.expr:
+def dotted(path: str, at: ast.AST) -> ast.expr:
     """`a.b.c` as a Name/Attribute chain located at `at`."""
     parts = path.split(".")
     expr: ast.expr = ast.copy_location(ast.Name(parts[0], ast.Load()), at)
