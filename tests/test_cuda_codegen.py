@@ -47,6 +47,7 @@ CASES = [
     (tr.total, (A("f4", 1), A("f4", 1))), (tr.smallest, (A("i8", 1), A("i8", 1))),
     (tr.dot, (A("f4", 1), A("f4", 1), A("f4", 0))), (tr.largest_change, (A("f4", 1), A("f4", 1), A("f4", 0))),
     (tr.positive_sum_and_max, (A("f8", 1), A("f8", 1), A("f8", 1))),
+    (tr.graph_largest_0d, (A("f8", 1), A("f8", 0), A("i4", 0), A("i4", 1))),
     (tr.grid_total, (A("f8", 2), A("f8", 1), S("i8"))), (tr.histogram, (A("i8", 1), A("f8", 1), A("f8", 1))),
     (tr.private_updates, (A("f8", 1), A("f8", 1))), (tr.strided_sum, (A("f8", 1), A("f8", 1), S("i8"))),
     (tr.total, (A("u8", 1), A("u8", 1))), (tr.largest, (A("u4", 1), A("u4", 1))), (tr.total, (A("i4", 1), A("i4", 1))),

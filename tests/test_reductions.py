@@ -232,6 +232,17 @@ def graph_sum(x, out):
         out[0] += x[i] * x[i]
 
 
+@qgraph.kernel(cuda_graph=True)
+def graph_largest_0d(x, err, count, slot):
+    """0-d targets written by a serial task, then reduced into (err) and atomically updated
+    with the old value used (count); on CUDA the parallel task takes them as one element."""
+    err[()] = -1.0
+    count[()] = 0
+    for i in range(x.shape[0]):
+        qgraph.atomic_max(err, (), x[i])
+        slot[i] = qgraph.atomic_add(count, (), 1)
+
+
 @qgraph.kernel(graph_while="flag")
 def sum_until(x, acc, flag, passes):
     for i in range(x.shape[0]):
@@ -250,6 +261,21 @@ def test_reductions_in_a_graph_with_the_target_swapped(arch):
         np.testing.assert_allclose(out.to_numpy()[0], (x * x).sum(), rtol=1e-12)
     if arch == "cuda":
         assert graph_sum.stats.builds == 1 and graph_sum.stats.used_graph
+
+
+def test_a_0d_target_in_a_graph_swapped_between_calls(arch):
+    x = np.random.default_rng(10).random(20_011) * 4
+    xq = qgraph.from_numpy(x)
+    errs = [qgraph.from_numpy(np.array(5.0)) for _ in range(3)]
+    counts = [qgraph.from_numpy(np.array(7, np.int32)) for _ in range(3)]
+    slot = qgraph.ndarray(qgraph.i32, (x.shape[0],))
+    for err, count in zip(errs + errs, counts + counts):
+        graph_largest_0d(xq, err, count, slot)
+    for err, count in zip(errs, counts):
+        assert err.to_numpy()[()] == x.max() and count.to_numpy()[()] == x.shape[0]
+    np.testing.assert_array_equal(np.sort(slot.to_numpy()), np.arange(x.shape[0]))
+    if arch == "cuda":
+        assert graph_largest_0d.stats.builds == 1 and graph_largest_0d.stats.used_graph
 
 
 def test_reductions_inside_graph_while_with_swapped_targets(arch):
