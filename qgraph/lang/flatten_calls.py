@@ -15,7 +15,6 @@ from .flat_values import (
     _ELEMENTWISE_MATH,
     _METHODS,
     Val,
-    _index,
     _parts,
     component_indices,
     element_type,
@@ -23,6 +22,7 @@ from .flat_values import (
     no_keywords,
     shaped,
 )
+from .flatten_atomics import atomic
 from .flatten_random import draw
 from .frontend import UNRESOLVED
 from .math_calls import TO_FLOAT
@@ -61,7 +61,7 @@ def lower_call(fl, node: ast.Call) -> Val:
         no_keywords(fl, node)
         return vector_function(fl, name, args, node)
     if obj in lang.ATOMICS.values():
-        return atomic(fl, node)
+        return atomic(fl, node) if len(node.args) == 3 else plain_call(fl, node)
     if obj in lang.RANDOM.values():
         return draw(fl, obj, node)
     if obj is lang.clamp or obj is np.clip:
@@ -303,43 +303,6 @@ def min_max(fl, fn, node: ast.Call) -> Val:
         node.args = [arg.expr]
         return Val(None, [node])
     return elementwise(fl, node)
-
-
-def atomic(fl, node: ast.Call) -> Val:
-    """qgraph.atomic_add(x, i, v) on an array of vectors: one atomic per component of the
-    element (or the row, or the one component) the index leaves, as `x[i]` would read it:
-    `atomic_max(x, (i, 1), v)` updates component 1 of `x[i]` and returns its old value."""
-    if len(node.args) != 3:
-        return plain_call(fl, node)
-    target = fl.value(node.args[0])
-    element = element_type(target.type)
-    value = fl.value(node.args[2])
-    if element is None:
-        if value.vec:
-            raise fl.error(f"{ast.unparse(node.func)}: a {value.vec.name} value needs an array of vectors "
-                           f"(annotate {ast.unparse(node.args[0])} as qgraph.{value.vec.name}[:])", node)
-        node.args = [target.expr, fl.scalar(node.args[1]), value.expr]
-        return Val(None, [node])
-    parts = [fl.scalar(p) for p in _parts(node.args[1])]
-    extra = len(parts) - (target.type.ndim - len(element.shape))  # indices into the element
-    if not 0 <= extra <= len(element.shape):
-        raise fl.error(f"{ast.unparse(node.func)}: {len(parts)} indices for {ast.unparse(node.args[0])}, "
-                       f"an array of {target.type.ndim - len(element.shape)} index dimension(s) of "
-                       f"{element.name}; give one per dimension, then optionally the component "
-                       f"(qgraph.atomic_add(x, (i, 1), v) updates x[i][1])", node)
-    element = shaped(element.shape[extra:], element.dtype)
-    if element is None:  # one component
-        if value.vec:
-            where = ", ".join(ast.unparse(p) for p in _parts(node.args[1]))
-            raise fl.error(f"{ast.unparse(node.func)}: a {value.vec.name} value for the single component "
-                           f"{ast.unparse(node.args[0])}[{where}]; pass a number, or drop the component "
-                           "index to update the whole element", node)
-        node.args = [target.expr, _index(parts, node), value.expr]
-        return Val(None, [node])
-    indices = component_indices(fl, parts, element.shape, node)
-    value = alg.share(fl.broadcast(value, element, node).comps, fl.temp)
-    return Val(element, [alg.loc(ast.Call(node.func, [target.expr, index, v], []), node)
-                         for index, v in zip(indices, value)])
 
 
 # --------------------------------------------------------------------------- funcs
