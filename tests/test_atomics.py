@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 import qgraph
 
@@ -99,3 +100,37 @@ def test_atomics_run_serially_from_python():
     assert qgraph.atomic_sub(a, 1, 1) == 5
     assert qgraph.atomic_min(a, 1, -7) == 4
     assert a[1] == -7
+
+
+@qgraph.kernel
+def one_index_into_2d(x, out):
+    for i in range(x.shape[0]):
+        qgraph.atomic_add(out, i, x[i])
+
+
+@qgraph.kernel
+def index_into_0d(x, out):
+    for i in range(x.shape[0]):
+        qgraph.atomic_max(out, 0, x[i])
+
+
+@qgraph.kernel
+def tuple_index_into_1d(x, out):
+    for i in range(x.shape[0]):
+        qgraph.atomic_min(out, (0, 1), x[i])
+
+
+@pytest.mark.parametrize("kernel, shape, message", [
+    (one_index_into_2d, (4, 2), r"qgraph.atomic_add: 1 index for out, a 2-d array; an atomic updates one element.*"
+                                r"a tuple of 2, e.g. \(i, j\)"),
+    (index_into_0d, (), r"1 index for out, a 0-d array.*\(\) for a 0-d array"),
+    (tuple_index_into_1d, (4,), r"2 indices for out, a 1-d array.*one integer, e.g. i"),
+])
+def test_an_atomic_index_names_one_element(arch, kernel, shape, message):
+    """Not a row updated as a whole (or numba's words about another construct): the line and the fix."""
+    x = qgraph.from_numpy(np.ones(4, np.float32))
+    with pytest.raises(qgraph.QgraphSyntaxError, match=message) as info:
+        kernel(x, qgraph.ndarray(qgraph.f32, shape))
+    assert info.value.lineno is not None and "test_atomics.py" in str(info.value)
+    total(x, out := qgraph.ndarray(qgraph.f32, (1,)))  # nothing half-built: other kernels still run
+    assert out.to_numpy()[0] == 4

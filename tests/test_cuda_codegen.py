@@ -15,9 +15,11 @@ import test_atomics as ta
 import test_graph_while as tw
 import test_kernels as tk
 import test_reductions as tr
+import test_updates as tu
 
 import qgraph
 from qgraph.args.kinds import arg_type, array_sig, scalar_sig
+from qgraph.args.structs import struct_sig
 from qgraph.compiler import cuda_program, ptx_text
 from qgraph.lang import cuda_codegen
 from qgraph.lang.lowering import CUDA_ATOMICS, Symbols, lower_funcs
@@ -43,7 +45,9 @@ CASES = [
     (tw.countdown, (A("i4", 1), A("i4", 1), A("i8", 1))), (tw.grow_until, (A("f8", 1), A("i4", 0), S("f8"))),
     (tk.signed_indices, (A("f4", 1), A("f4", 1), A("f8", 2))),
     (tr.total, (A("f4", 1), A("f4", 1))), (tr.smallest, (A("i8", 1), A("i8", 1))),
-    (tr.dot, (A("f4", 1), A("f4", 1), A("f4", 0))), (tr.positive_sum_and_max, (A("f8", 1), A("f8", 1), A("f8", 1))),
+    (tr.dot, (A("f4", 1), A("f4", 1), A("f4", 0))), (tr.largest_change, (A("f4", 1), A("f4", 1), A("f4", 0))),
+    (tr.positive_sum_and_max, (A("f8", 1), A("f8", 1), A("f8", 1))),
+    (tr.graph_largest_0d, (A("f8", 1), A("f8", 0), A("i4", 0), A("i4", 1))),
     (tr.grid_total, (A("f8", 2), A("f8", 1), S("i8"))), (tr.histogram, (A("i8", 1), A("f8", 1), A("f8", 1))),
     (tr.private_updates, (A("f8", 1), A("f8", 1))), (tr.strided_sum, (A("f8", 1), A("f8", 1), S("i8"))),
     (tr.total, (A("u8", 1), A("u8", 1))), (tr.largest, (A("u4", 1), A("u4", 1))), (tr.total, (A("i4", 1), A("i4", 1))),
@@ -137,11 +141,11 @@ def test_a_scatter_is_atomic(sm90):
     assert re.search(r"\b(atom|red)\.global\.add\.f64", ptx)
 
 
-def _compile(kernel, key, fast_math=False, default_float="f64"):
-    src = kernel._source
-    codes = cuda_program.task_codes(src, key, default_float=default_float)
-    return cuda_program._compile_ptx(src, codes.codes, codes.orders, codes.types, lower_funcs(codes.symbols),
-                                     (9, 0), [arg_type(s) for s in key], fast_math)
+def _compile(kernel, key, fast_math=False, default_float="f64", deterministic=False):
+    """As the backend compiles: the flattened source (struct leaves, vector components)."""
+    codes = cuda_program.task_codes(kernel._source, key, deterministic, default_float=default_float)
+    return cuda_program._compile_ptx(codes.flat.src, codes.codes, codes.orders, codes.types,
+                                     lower_funcs(codes.symbols), (9, 0), codes.flat.kinds, fast_math)
 
 
 def _compile_with(kernel, key, fast_math=False, default_float="f64"):
@@ -184,6 +188,53 @@ def test_float_extrema_use_native_integer_atomics(sm90, dtype, width):
     (ptx,) = _ptx(tr.largest, (A(dtype, 1), A(dtype, 1)))
     assert "cas" not in ptx  # no compare-and-swap loop
     assert sorted(set(re.findall(r"atom\.global\.(\w+\.\w+)", ptx))) == [f"max.s{width}", f"min.u{width}"]
+
+
+@pytest.mark.parametrize("deterministic", [False, True])
+@pytest.mark.parametrize("dtype,width", [("f4", "32"), ("f8", "64")])
+def test_a_float_max_into_a_0d_array_compiles(sm90, dtype, width, deterministic):
+    """`qgraph.atomic_max(err, (), v)` (Taichi's err[None]): the block combine's integer atomic
+    on the float's bits goes to the 0-d array passed as one element (numba-cuda's atomics take
+    no 0-d array); deterministic mode stores the combined value with a plain store."""
+    key = (A(dtype, 1), A(dtype, 1), A(dtype, 0))
+    (code,) = cuda_program.task_codes(tr.largest_change._source, key, deterministic).codes
+    assert code.one_element == (frozenset() if deterministic else {"err"})
+    ((_, ptx),), _, _ = _compile(tr.largest_change, key, deterministic=deterministic)
+    ops = sorted(set(re.findall(r"atom\.global\.(\w+\.\w+)", ptx)))
+    assert ops == (["add.u32"] if deterministic else [f"max.s{width}", f"min.u{width}"])
+
+
+@qgraph.kernel
+def drain(idx, w, h, old):
+    for i in range(idx.shape[0]):
+        h[idx[i]] -= w[i]
+        old[i] = qgraph.atomic_sub(h, 0, w[i])
+
+
+@pytest.mark.parametrize("dtype,width", [("f4", "f32"), ("f8", "f64")])
+def test_float_subtraction_is_a_native_atomic_add(sm90, dtype, width):
+    """numba-cuda's float atomic sub is a compare-and-swap loop; qgraph adds the negated value
+    instead (one instruction), in a reduction's block combine, a scatter and an explicit call."""
+    (reduction,) = _ptx(tr.total_minus, (A(dtype, 1), A(dtype, 1)))
+    (scatter,) = _ptx(drain, (A("i8", 1), A(dtype, 1), A(dtype, 1), A(dtype, 1)))
+    for ptx in (reduction, scatter):
+        assert "cas" not in ptx
+        assert re.search(rf"\b(atom|red)\.global\.add\.{width}", ptx)
+
+
+@pytest.mark.parametrize("context", tu.CONTEXTS)
+def test_every_update_form_into_0d_arrays_compiles(sm90, context):
+    """The generated update kernels of tests/test_updates.py with 0-d targets (plain and struct
+    fields), for float32: every form, in every context, to PTX."""
+    for shape in [s for s in tu.SHAPES if s.name in ("0-d", "struct-field")]:
+        dtype = np.dtype(np.float32)
+        fields = struct_sig(tu.Fields, (A(dtype, 0),) * len(tu.IDENTS))
+        key = (A(dtype, 1), A(np.int64, 1), A(dtype, 2)) + ((fields,) if shape.name == "struct-field"
+                                                             else (A(dtype, 0),) * len(tu.IDENTS))
+        ptx_list, entries, _ = _compile(tu._kernel(context, shape), key, deterministic=context == "deterministic")
+        assert len(entries) == 1
+        if context in ("reduction", "atomic"):
+            assert re.search(r"\b(atom|red)\.global\.", ptx_list[0][1])
 
 
 @qgraph.kernel

@@ -43,6 +43,13 @@ def dot(x, y, out):
 
 
 @qgraph.kernel
+def largest_change(new, old, err):
+    """A convergence check as Taichi code ports it (`err[None]`): a max into a 0-d array."""
+    for i in range(new.shape[0]):
+        qgraph.atomic_max(err, (), abs(new[i] - old[i]))
+
+
+@qgraph.kernel
 def positive_sum_and_max(x, s, m):
     for i in range(x.shape[0]):
         if x[i] > 0:
@@ -141,6 +148,14 @@ def test_dot_into_a_0d_array(arch, n, dtype):
            dtype)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.int64])
+def test_max_into_a_0d_array(arch, dtype):
+    new, old = _data(100_000, dtype, 5), _data(100_000, dtype, 6)
+    err = qgraph.from_numpy(np.array(-1, dtype))
+    largest_change(qgraph.from_numpy(new), qgraph.from_numpy(old), err)
+    assert err.to_numpy()[()] == np.abs(new - old).max()
+
+
 def test_float32_sum_of_2_26_values_is_accurate(arch):
     x = np.random.default_rng(26).random(2**26, dtype=np.float32)
     out = qgraph.ndarray(qgraph.f32, (1,))
@@ -217,6 +232,17 @@ def graph_sum(x, out):
         out[0] += x[i] * x[i]
 
 
+@qgraph.kernel(cuda_graph=True)
+def graph_largest_0d(x, err, count, slot):
+    """0-d targets written by a serial task, then reduced into (err) and atomically updated
+    with the old value used (count); on CUDA the parallel task takes them as one element."""
+    err[()] = -1.0
+    count[()] = 0
+    for i in range(x.shape[0]):
+        qgraph.atomic_max(err, (), x[i])
+        slot[i] = qgraph.atomic_add(count, (), 1)
+
+
 @qgraph.kernel(graph_while="flag")
 def sum_until(x, acc, flag, passes):
     for i in range(x.shape[0]):
@@ -235,6 +261,21 @@ def test_reductions_in_a_graph_with_the_target_swapped(arch):
         np.testing.assert_allclose(out.to_numpy()[0], (x * x).sum(), rtol=1e-12)
     if arch == "cuda":
         assert graph_sum.stats.builds == 1 and graph_sum.stats.used_graph
+
+
+def test_a_0d_target_in_a_graph_swapped_between_calls(arch):
+    x = np.random.default_rng(10).random(20_011) * 4
+    xq = qgraph.from_numpy(x)
+    errs = [qgraph.from_numpy(np.array(5.0)) for _ in range(3)]
+    counts = [qgraph.from_numpy(np.array(7, np.int32)) for _ in range(3)]
+    slot = qgraph.ndarray(qgraph.i32, (x.shape[0],))
+    for err, count in zip(errs + errs, counts + counts):
+        graph_largest_0d(xq, err, count, slot)
+    for err, count in zip(errs, counts):
+        assert err.to_numpy()[()] == x.max() and count.to_numpy()[()] == x.shape[0]
+    np.testing.assert_array_equal(np.sort(slot.to_numpy()), np.arange(x.shape[0]))
+    if arch == "cuda":
+        assert graph_largest_0d.stats.builds == 1 and graph_largest_0d.stats.used_graph
 
 
 def test_reductions_inside_graph_while_with_swapped_targets(arch):

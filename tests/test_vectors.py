@@ -270,7 +270,23 @@ def bad_retype(x: qgraph.vec3[:], out):
         out[i] = v
 
 
+@qgraph.kernel
+def bad_atomic_index(x: qgraph.vec3[:], out):
+    for i in range(out.shape[0]):
+        qgraph.atomic_add(x, (0, 1, 2), out[i])
+
+
+@qgraph.kernel
+def bad_component_value(x: qgraph.vec3[:], out):
+    for i in range(out.shape[0]):
+        qgraph.atomic_add(x, (0, 1), x[i])
+
+
 @pytest.mark.parametrize("kernel, args, message", [
+    (bad_atomic_index, lambda: (np.zeros((2, 3), np.float32), np.zeros(2, np.float32)),
+     r"3 indices for x, an array of 1 index dimension\(s\) of vec3.*atomic_add\(x, \(i, 1\), v\)"),
+    (bad_component_value, lambda: (np.zeros((2, 3), np.float32), np.zeros(2, np.float32)),
+     r"a vec3 value for the single component x\[0, 1\]; pass a number"),
     (bad_matmul, lambda: (np.zeros((2, 3, 3), np.float32), np.zeros((2, 3), np.float32),
                           np.zeros((2, 3), np.float32)),
      r"the @ operator works on qgraph vector and matrix values.*qgraph.mat33\[:\]"),

@@ -22,6 +22,8 @@ from .lowering import (
     Symbols,
     ZeroDIndex,
     assign,
+    atomic_array,
+    dotted,
     function_def,
     lower_statements,
     name_node,
@@ -58,16 +60,38 @@ def cuda_bound_params(task: Task) -> tuple[str, ...]:
 
 
 def _one_element_targets(body: list[ast.stmt], zero_d: frozenset[str]) -> frozenset[str]:
-    """0-d array parameters the lowered body updates with an atomic `atomic.<op>(x, (), v)`."""
+    """0-d array parameters the lowered body updates with an atomic `atomic.<op>(x, (), v)`
+    (or `atomic.<op>(x.view(t), (), v)`, a float min/max reduction's combine)."""
     found = set()
     paths = set(CUDA_ATOMICS.values())
     for stmt in body:
         for node in ast.walk(stmt):
-            if isinstance(node, ast.Call) and len(node.args) == 3 and isinstance(node.args[0], ast.Name) \
-                    and node.args[0].id in zero_d and isinstance(node.args[1], ast.Tuple) \
-                    and not node.args[1].elts and ast.unparse(node.func) in paths:
-                found.add(node.args[0].id)
+            if not (isinstance(node, ast.Call) and len(node.args) == 3 and ast.unparse(node.func) in paths):
+                continue
+            array = atomic_array(node.args[0])
+            if array is not None and array.id in zero_d and isinstance(node.args[1], ast.Tuple) \
+                    and not node.args[1].elts:
+                found.add(array.id)
     return frozenset(found)
+
+
+class FloatSubAsAdd(ast.NodeTransformer):
+    """`atomic.sub(x, i, v)` on a float array -> `atomic.add(x, i, -(v))`: numba-cuda's float
+    atomic sub is a compare-and-swap loop, its add one instruction (`atom/red.add.f32/f64`).
+    `a - v` and `a + (-v)` are the same IEEE operation: results and old values are unchanged."""
+
+    def __init__(self, float_arrays: set[str]) -> None:
+        self.float_arrays = float_arrays
+        self.sub, self.add = CUDA_ATOMICS["atomic_sub"], CUDA_ATOMICS["atomic_add"]
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        self.generic_visit(node)
+        if len(node.args) == 3 and ast.unparse(node.func) == self.sub:
+            array = atomic_array(node.args[0])
+            if array is not None and array.id in self.float_arrays:
+                node.func = dotted(self.add, node.func)
+                node.args[2] = ast.copy_location(ast.UnaryOp(ast.USub(), node.args[2]), node.args[2])
+        return node
 
 
 def _reduction_kinds(src: KernelSource, found: list[Reduction], dtypes: dict) -> dict:
@@ -146,6 +170,8 @@ def cuda_task(src: KernelSource, task: Task, param_order: list[str], symbols: Sy
     counted = CountedLoops(lambda func: src.resolve(func) is range if isinstance(func, ast.Name)
                             and func.id not in local_names else False)
     body = [s for stmt in body for s in as_list(counted.visit(stmt))]
+    floats = FloatSubAsAdd({name for name, dtype in (dtypes or {}).items() if dtype.kind == "f"})
+    body = [floats.visit(s) for s in body]
     if debug is not None:
         body = debug.apply(body, CUDA_ATOMICS.values())
     one_element = _one_element_targets(body, zero_d)

@@ -22,6 +22,7 @@ from .flat_values import (
     no_keywords,
     shaped,
 )
+from .flatten_atomics import atomic
 from .flatten_random import draw
 from .frontend import UNRESOLVED
 from .math_calls import TO_FLOAT
@@ -60,7 +61,7 @@ def lower_call(fl, node: ast.Call) -> Val:
         no_keywords(fl, node)
         return vector_function(fl, name, args, node)
     if obj in lang.ATOMICS.values():
-        return atomic(fl, node)
+        return atomic(fl, node) if len(node.args) == 3 else plain_call(fl, node)
     if obj in lang.RANDOM.values():
         return draw(fl, obj, node)
     if obj is lang.clamp or obj is np.clip:
@@ -307,25 +308,6 @@ def min_max(fl, fn, node: ast.Call) -> Val:
         node.args = [arg.expr]
         return Val(None, [node])
     return elementwise(fl, node)
-
-
-def atomic(fl, node: ast.Call) -> Val:
-    """qgraph.atomic_add(x, i, v) on an array of vectors: one atomic per component."""
-    if len(node.args) != 3:
-        return plain_call(fl, node)
-    target = fl.value(node.args[0])
-    element = element_type(target.type)
-    value = fl.value(node.args[2])
-    if element is None:
-        if value.vec:
-            raise fl.error(f"{ast.unparse(node.func)}: a {value.vec.name} value needs an array of vectors "
-                           f"(annotate {ast.unparse(node.args[0])} as qgraph.{value.vec.name}[:])", node)
-        node.args = [target.expr, fl.scalar(node.args[1]), value.expr]
-        return Val(None, [node])
-    indices = component_indices(fl, [fl.scalar(p) for p in _parts(node.args[1])], element.shape, node)
-    value = alg.share(fl.broadcast(value, element, node).comps, fl.temp)
-    return Val(element, [alg.loc(ast.Call(node.func, [target.expr, index, v], []), node)
-                         for index, v in zip(indices, value)])
 
 
 # --------------------------------------------------------------------------- funcs

@@ -106,11 +106,11 @@ class CallRewriter(ast.NodeTransformer):
         if isinstance(root, ast.Name) and root.id not in self.local_names:
             path = self.symbols.replacement(self.src.resolve(node.func), self.src, node)
             if path is not None:
-                node.func = _dotted(path, node.func)
+                node.func = dotted(path, node.func)
         return node
 
 
-def _dotted(path: str, at: ast.AST) -> ast.expr:
+def dotted(path: str, at: ast.AST) -> ast.expr:
     """`a.b.c` as a Name/Attribute chain located at `at`."""
     parts = path.split(".")
     expr: ast.expr = ast.copy_location(ast.Name(parts[0], ast.Load()), at)
@@ -232,9 +232,18 @@ def view_assignments(names, at: ast.AST) -> list[ast.stmt]:
     return out
 
 
+def atomic_array(arg: ast.expr) -> ast.Name | None:
+    """The array parameter an atomic's first argument updates: `x`, or `x` of `x.view(t)` (the
+    integer view of a float min/max reduction's target, lang.cuda_reductions)."""
+    if isinstance(arg, ast.Call) and isinstance(arg.func, ast.Attribute) and arg.func.attr == "view":
+        arg = arg.func.value
+    return arg if isinstance(arg, ast.Name) else None
+
+
 class ZeroDIndex(ast.NodeTransformer):
     """Inside a CPU parallel loop: `x[()]` -> `view[0]` and `atomic_*(x, (), v)` ->
-    `atomic_*(view, 0, v)` for 0-d array parameters, `view` being `x.reshape(1)`.
+    `atomic_*(view, 0, v)` for 0-d array parameters, `view` being `x.reshape(1)` (also
+    through `x.view(t)`, see `atomic_array`).
 
     numba passes a 0-d array captured by a parallel loop into the loop as a plain scalar,
     so the loop must index a 1-element view instead.
@@ -257,9 +266,13 @@ class ZeroDIndex(ast.NodeTransformer):
     def visit_Call(self, node: ast.Call) -> ast.AST:
         self.generic_visit(node)
         if ast.unparse(node.func) in self.atomics and len(node.args) == 3:
-            view = self._view(node.args[0], node.args[1])
+            array = atomic_array(node.args[0])
+            view = self._view(array, node.args[1]) if array is not None else None
             if view is not None:
-                node.args[0] = view
+                if node.args[0] is array:
+                    node.args[0] = view
+                else:  # x.view(t) -> view.view(t)
+                    node.args[0].func.value = view
                 node.args[1] = ast.copy_location(ast.Constant(0), node.args[1])
         return node
 
