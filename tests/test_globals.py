@@ -90,3 +90,57 @@ def test_numpy_module_array_on_cuda_says_how_to_fix(cuda):
 def test_a_func_reading_a_module_array_is_an_error(arch):
     with pytest.raises(qgraph.QgraphSyntaxError, match="reads the module-level array 'HISTORY'.*pass it in"):
         uses_history(qgraph.from_numpy(np.zeros(3)))
+
+
+def _closure_kernel(scale: float):
+    """A kernel reading `scale` from this function; `rebind` rebinds it as user code would."""
+    @qgraph.kernel
+    def scaled(x):
+        for i in range(x.shape[0]):
+            x[i] = scale * i
+
+    def rebind(value):
+        nonlocal scale
+        scale = value
+    return scaled, rebind
+
+
+def test_a_rebound_number_of_the_enclosing_function_raises_until_reset(arch):
+    scaled, rebind = _closure_kernel(2.0)
+    rebind(5.0)  # before the first call: compiled with the value the name holds then
+    x = qgraph.from_numpy(np.zeros(4))
+    scaled(x)
+    np.testing.assert_allclose(x.to_numpy(), 5.0 * np.arange(4))
+    rebind(3.0)
+    try:
+        with pytest.raises(qgraph.QgraphError, match=r"kernel scaled: the number scale read from the enclosing "
+                                                     r"function changed.*now 3\.0.*qgraph.reset"):
+            scaled(x)
+        qgraph.reset()
+        qgraph.init(arch)
+        x = qgraph.from_numpy(np.zeros(4))
+        scaled(x)
+        np.testing.assert_allclose(x.to_numpy(), 3.0 * np.arange(4))
+    finally:
+        qgraph.reset()
+
+
+def test_a_rebound_number_read_by_a_func_of_the_enclosing_function_raises(arch):
+    offset = 1.0
+
+    @qgraph.func
+    def shifted(i):
+        return i + offset
+
+    @qgraph.kernel
+    def fill(x):
+        for i in range(x.shape[0]):
+            x[i] = shifted(i)
+
+    x = qgraph.from_numpy(np.zeros(3))
+    fill(x)
+    np.testing.assert_allclose(x.to_numpy(), np.arange(3) + 1.0)
+    offset = 2.0
+    with pytest.raises(qgraph.QgraphError, match=r"the number offset read from the enclosing function changed"):
+        fill(x)
+    assert offset == 2.0

@@ -93,3 +93,30 @@ def test_definitions_numba_would_reject_get_qgraph_errors():
             for i in range(x.shape[0]):
                 if (v := x[i]) > 0:
                     x[i] = v
+
+
+@qgraph.func
+def countdown(n):
+    return 0 if n <= 0 else countdown(n - 1)
+
+
+@qgraph.kernel
+def uses_countdown(x):
+    for i in range(x.shape[0]):
+        x[i] = countdown(i)
+
+
+def test_a_recursive_func_gets_the_documented_error_at_module_level_and_inside_a_function(arch):
+    @qgraph.func
+    def nested_countdown(n):  # its own name is an empty closure cell while it is decorated
+        return 0 if n <= 0 else nested_countdown(n - 1)
+
+    @qgraph.kernel
+    def uses_nested(x):
+        for i in range(x.shape[0]):
+            x[i] = nested_countdown(i)
+
+    for kernel, func in ((uses_countdown, "countdown"), (uses_nested, "nested_countdown")):
+        with pytest.raises(qgraph.QgraphSyntaxError, match=rf"{func} calls itself: recursive @qgraph.func helpers "
+                                                           "are not supported"):
+            kernel(qgraph.from_numpy(np.zeros(3)))

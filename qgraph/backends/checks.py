@@ -198,25 +198,40 @@ MISSING = _Missing()
 
 
 def frozen_number_lines(src: KernelSource, ns: dict) -> list[str]:
-    """Launch lines raising when a module-level number compiled into the kernel changed
-    (values as now: a launcher is created at the first call after init/reset)."""
+    """Launch lines raising when a number compiled into the kernel changed: a module-level
+    one (holder: the module dict) or one read from the enclosing function (holder: its
+    closure cell). Values as now: a launcher is created at the first call after init/reset."""
     lines = []
     ns["_fmiss"] = MISSING
     ns["_stale"] = lambda k, now: stale_number_error(src, k, now)
-    for k, (g, name) in enumerate(src.frozen):
-        ns[f"_fg{k}"] = g
-        ns[f"_fv{k}"] = g.get(name, MISSING)
-        lines += [f"    _fx = _fg{k}.get({name!r}, _fmiss)",
-                  f"    if _fx is not _fv{k} and _fx != _fv{k}:",
+    for k, (holder, name) in enumerate(src.frozen):
+        ns[f"_fg{k}"] = holder
+        if isinstance(holder, dict):
+            ns[f"_fv{k}"] = holder.get(name, MISSING)
+            lines.append(f"    _fx = _fg{k}.get({name!r}, _fmiss)")
+        else:
+            ns[f"_fv{k}"] = _cell_value(holder)
+            lines += ["    try:", f"        _fx = _fg{k}.cell_contents", "    except ValueError:",
+                      "        _fx = _fmiss"]
+        lines += [f"    if _fx is not _fv{k} and _fx != _fv{k}:",
                   f"        raise _stale({k}, _fx)"]
     return lines
+
+
+def _cell_value(cell) -> object:
+    try:
+        return cell.cell_contents
+    except ValueError:
+        return MISSING
 
 
 def stale_number_error(src: KernelSource, k: int, now: object):
     from ..errors import QgraphError
 
-    g, name = src.frozen[k]
-    return QgraphError(f"kernel {src.name}: the module-level number {name} changed after the kernel was compiled "
-                       f"with it (now {now!r}); module-level numbers are compile-time constants. Pass it as an "
-                       f"argument (def {src.name}(..., {name}: float)) to vary it per call, or call qgraph.reset() "
-                       "to recompile with the new value")
+    holder, name = src.frozen[k]
+    where = "module-level number" if isinstance(holder, dict) else "number"
+    origin = "" if isinstance(holder, dict) else " read from the enclosing function"
+    return QgraphError(f"kernel {src.name}: the {where} {name}{origin} changed after the kernel was compiled "
+                       f"with it (now {now!r}); numbers read from outside a kernel are compile-time constants. "
+                       f"Pass it as an argument (def {src.name}(..., {name}: float)) to vary it per call, or call "
+                       "qgraph.reset() to recompile with the new value")

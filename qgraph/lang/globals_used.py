@@ -5,9 +5,10 @@ after compilation would be read stale, silently. Instead:
 - a module-level array (NumPy, qgraph, CuPy/PyTorch) or @qgraph.struct object a kernel
   reads becomes an implicit parameter: each call passes what the name holds then, so the
   kernel sees (and writes) the current array;
-- a module-level number stays a compile-time constant (it folds into the code), and every
-  call checks that it still holds the value it was compiled with; a change raises
-  QgraphError naming the number (as Triton does).
+- a module-level number, or one read from the enclosing function, stays a compile-time
+  constant (it folds into the code), and every call checks that its name (closure cell)
+  still holds the value it was compiled with; a change raises QgraphError naming the
+  number (as Triton does).
 
 A kernel that draws random numbers gets the implicit array parameter `_qg_rng` ([seed,
 epoch], runtime.State.rng_state) and a last serial task advancing the epoch, so every call
@@ -65,28 +66,32 @@ def implicit_arrays(fn, src: KernelSource) -> tuple[Param, ...]:
     return tuple(found)
 
 
-def frozen_numbers(src: KernelSource) -> tuple[tuple[dict, str, object], ...]:
-    """(module dict, name, value) of every module-level number the kernel and the
-    @qgraph.funcs it calls read: compile-time constants, checked at each call."""
+def frozen_numbers(src: KernelSource) -> tuple[tuple[object, str, object], ...]:
+    """(holder, name, value) of every number the kernel and the @qgraph.funcs it calls read
+    from their module (holder: the module dict) or enclosing function (holder: the closure
+    cell): compile-time constants, checked at each call."""
     seen: set[tuple[int, str]] = set()
-    out: list[tuple[dict, str, object]] = []
+    out: list[tuple[object, str, object]] = []
     pending = [(src.fn_def.body, src)]
     visited_funcs: set[int] = set()
     while pending:
         body, owner = pending.pop()
         names = collect_names(body)
         for name in names.loaded:
-            if name in names.stored or name in owner.param_names or name in owner.closure:
+            if name in names.stored or name in owner.param_names:
                 continue
-            if name not in owner.globals:
+            if name in owner.closure:
+                holder, value = owner.closure.cell(name), owner.closure[name]
+            elif name in owner.globals:
+                holder, value = owner.globals, owner.globals[name]
+            else:
                 continue
-            value = owner.globals[name]
             if getattr(value, "_qgraph_kind", None) == "func" and id(value) not in visited_funcs:
                 visited_funcs.add(id(value))
                 pending.append((value._source.fn_def.body, value._source))
-            elif is_number_value(value) and (id(owner.globals), name) not in seen and not hasattr(builtins, name):
-                seen.add((id(owner.globals), name))
-                out.append((owner.globals, name, value))
+            elif is_number_value(value) and (id(holder), name) not in seen and not hasattr(builtins, name):
+                seen.add((id(holder), name))
+                out.append((holder, name, value))
     return tuple(out)
 
 
