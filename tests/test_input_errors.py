@@ -120,3 +120,15 @@ def test_a_recursive_func_gets_the_documented_error_at_module_level_and_inside_a
         with pytest.raises(qgraph.QgraphSyntaxError, match=rf"{func} calls itself: recursive @qgraph.func helpers "
                                                            "are not supported"):
             kernel(qgraph.from_numpy(np.zeros(3)))
+
+
+def test_a_call_with_missing_or_unknown_arguments_names_the_kernel(arch):
+    x = qgraph.from_numpy(np.ones(4))
+    with pytest.raises(TypeError, match=r"^kernel axpy\(\) missing 1 required positional argument: 'a'$"):
+        axpy(x, x)
+    with pytest.raises(TypeError, match=r"^kernel axpy\(\) got an unexpected keyword argument 'b'$"):
+        axpy(x, x, 1.0, b=2.0)
+    with pytest.raises(TypeError, match=r"^kernel axpy.compile\(\) missing 1 required positional argument: 'a'$"):
+        axpy.compile(x, x)
+    axpy(x, x, 1.0)  # the next good call works
+    np.testing.assert_array_equal(x.to_numpy(), 2.0)
