@@ -132,3 +132,39 @@ def test_a_call_with_missing_or_unknown_arguments_names_the_kernel(arch):
         axpy.compile(x, x)
     axpy(x, x, 1.0)  # the next good call works
     np.testing.assert_array_equal(x.to_numpy(), 2.0)
+
+
+@qgraph.func
+def store(a, i, v):
+    a[i] = v
+
+
+@qgraph.func
+def store_through(v, i, out):
+    store(out, i, v)  # a func passing its parameter on to one that writes it
+
+
+@qgraph.func
+def load(a, i):
+    return a[i]
+
+
+@qgraph.kernel
+def copy_through_funcs(x, y, z):
+    for i in range(x.shape[0]):
+        store(y, i, load(x, i))
+        store_through(out=z, i=i, v=load(x, i))
+
+
+def test_read_only_arrays_written_through_funcs_get_the_read_only_message(cpu):
+    x, y, z = np.ones(4), np.zeros(4), np.zeros(4)
+    x.setflags(write=False)
+    copy_through_funcs(x, y, z)  # read through a func: fine
+    np.testing.assert_array_equal(y, 1.0)
+    np.testing.assert_array_equal(z, 1.0)
+    for name, ro in (("y", y), ("z", z)):
+        ro.setflags(write=False)
+        with pytest.raises(TypeError, match=rf"argument '{name}' is a read-only NumPy array, but the kernel writes "
+                                            rf"into it \(line \d+\)"):
+            copy_through_funcs(x, y, z)
+        ro.setflags(write=True)

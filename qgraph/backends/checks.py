@@ -59,23 +59,43 @@ def flag_params(src: KernelSource) -> tuple[int, ...]:
 
 def written_params(src: KernelSource) -> dict[int, int]:
     """Parameter position -> first line where the kernel writes into that array (a store, an
-    update or an atomic), for the read-only check of NumPy arguments."""
+    update or an atomic, or passing it to a @qgraph.func that does), for the read-only check
+    of NumPy arguments."""
+    nodes = [n for task in src.tasks for stmt in task.body for n in ast.walk(stmt)]
+    return {src.param_names.index(name): line for name, line in _written_names(src, nodes, frozenset()).items()
+            if name in src.param_names}
+
+
+def _written_names(src: KernelSource, nodes: list[ast.AST], visiting: frozenset) -> dict[str, int]:
+    """Name -> first line among `nodes` where the array it names is written, directly or by
+    the @qgraph.funcs it is passed to (`visiting`: the funcs on the way, against recursion)."""
     from ..lang import builtins as lang
 
     atomics = tuple(lang.ATOMICS.values())
-    found: dict[int, int] = {}
-    for task in src.tasks:
-        for node in (n for stmt in task.body for n in ast.walk(stmt)):
-            targets = []
-            if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
-                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-                targets = [t.value for t in targets if isinstance(t, ast.Subscript)]
-            elif isinstance(node, ast.Call) and node.args and src.resolve(node.func) in atomics:
-                targets = [node.args[0]]
-            for target in targets:
-                if isinstance(target, ast.Name) and target.id in src.param_names:
-                    found.setdefault(src.param_names.index(target.id), node.lineno)
+    found: dict[str, int] = {}
+    for node in nodes:
+        targets = []
+        if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            targets = [t.value for t in targets if isinstance(t, ast.Subscript)]
+        elif isinstance(node, ast.Call):
+            callee = src.resolve(node.func)
+            if callee in atomics:
+                targets = node.args[:1]
+            elif getattr(callee, "_qgraph_kind", None) == "func" and id(callee) not in visiting:
+                targets = _arrays_a_func_writes(callee._source, node, visiting | {id(callee)})
+        for target in targets:
+            if isinstance(target, ast.Name):
+                found.setdefault(target.id, node.lineno)
     return found
+
+
+def _arrays_a_func_writes(func: KernelSource, call: ast.Call, visiting: frozenset) -> list[ast.expr]:
+    """The arguments of `call` whose parameters the @qgraph.func `func` writes into."""
+    written = _written_names(func, list(ast.walk(func.fn_def)), visiting)
+    names = func.param_names
+    return [arg for k, arg in enumerate(call.args) if k < len(names) and names[k] in written] \
+        + [kw.value for kw in call.keywords if kw.arg in written]
 
 
 def check_repeat_counts(src: KernelSource, key: tuple[str, ...]) -> None:
