@@ -11,6 +11,7 @@ import qgraph
 PARAMS = np.zeros(2)  # replaced by a device array on cuda (see `_params`)
 GRAVITY = 9.8
 HISTORY = np.zeros(1)
+COEFFS = [1.0, 2.0]  # a list: kernels cannot read it
 
 
 @qgraph.kernel
@@ -144,3 +145,48 @@ def test_a_rebound_number_read_by_a_func_of_the_enclosing_function_raises(arch):
     with pytest.raises(qgraph.QgraphError, match=r"the number offset read from the enclosing function changed"):
         fill(x)
     assert offset == 2.0
+
+
+@qgraph.func
+def first_coefficient():
+    return COEFFS[0]
+
+
+@qgraph.kernel
+def reads_a_list(x):
+    for i in range(x.shape[0]):
+        x[i] = COEFFS[0] * i
+
+
+@qgraph.kernel
+def reads_a_list_through_a_func(x):
+    for i in range(x.shape[0]):
+        x[i] = first_coefficient()
+
+
+@qgraph.kernel
+def bounds_from_a_list(x):
+    for i in range(len(COEFFS)):
+        x[i] = 1.0
+
+
+def test_a_list_dict_or_set_read_from_outside_gets_the_documented_error(arch):
+    table = {"a": 1.0}
+
+    @qgraph.kernel
+    def reads_a_dict(x):
+        for i in range(x.shape[0]):
+            x[i] = table["a"]
+
+    cases = [(reads_a_list, "COEFFS", "list", "x[i] = COEFFS[0] * i"),
+             (reads_a_list_through_a_func, "COEFFS", "list", "return COEFFS[0]"),
+             (bounds_from_a_list, "COEFFS", "list", "for i in range(len(COEFFS)):"),
+             (reads_a_dict, "table", "dict", 'x[i] = table["a"]')]
+    for kernel, name, type_name, line in cases:
+        with pytest.raises(qgraph.QgraphSyntaxError) as info:
+            kernel(qgraph.from_numpy(np.zeros(3)))
+        assert str(info.value).startswith(f"{__file__}:"), str(info.value)
+        assert (f"cannot compile kernel {kernel.__name__} for (x: float64[1d]): the global '{name}' is a "
+                f"{type_name}, which kernels cannot use: pass it as an argument (an array or a number)"
+                in str(info.value))
+        assert info.value.source_line.strip() == line

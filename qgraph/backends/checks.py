@@ -165,6 +165,18 @@ def is_deterministic(kernel, settings) -> bool:
     return settings.deterministic if kernel.deterministic is None else kernel.deterministic
 
 
+def check_outside_values(src: KernelSource, key: tuple[str, ...]) -> None:
+    """A list, dict or set read from the module or the enclosing function is an error naming it
+    and the line, the same on both backends (numba's own words differ per backend)."""
+    from ..lang.globals_used import unusable_globals
+
+    for owner, name, type_name, line in unusable_globals(src):
+        signature = ", ".join(f"{n}: {t}" for n, t in zip(src.param_names, key))
+        raise syntax_error(f"cannot compile kernel {src.name} for ({signature}): the global '{name}' is a "
+                           f"{type_name}, which kernels cannot use: pass it as an argument (an array or a number)",
+                           owner.filename, line)
+
+
 def check_deterministic(src: KernelSource, key: tuple[str, ...]) -> None:
     """In deterministic mode a float scatter (an atomic whose target varies by iteration)
     would sum in a different order each run: reject it, naming the line."""

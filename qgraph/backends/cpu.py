@@ -22,6 +22,7 @@ from .checks import (
     check_bounds,
     check_deterministic,
     check_flag_types,
+    check_outside_values,
     check_repeat_counts,
     compile_error,
     default_float,
@@ -209,6 +210,7 @@ class CpuLauncher:
         if self._bounds is None:
             self._bounds = host_bounds(self.src)
         check_bounds(self.src, key, self._bounds, args)  # the same errors as on CUDA
+        check_outside_values(self.src, key)
         flat = flat_source(self.src, [arg_type(sig) for sig in key], self._default_float)
         check_flag_types(flat.src, flat.key)  # every flag, struct fields included
         check_repeat_counts(flat.src, flat.key)

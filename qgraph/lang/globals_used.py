@@ -66,18 +66,16 @@ def implicit_arrays(fn, src: KernelSource) -> tuple[Param, ...]:
     return tuple(found)
 
 
-def frozen_numbers(src: KernelSource) -> tuple[tuple[object, str, object], ...]:
-    """(holder, name, value) of every number the kernel and the @qgraph.funcs it calls read
-    from their module (holder: the module dict) or enclosing function (holder: the closure
-    cell): compile-time constants, checked at each call."""
-    seen: set[tuple[int, str]] = set()
-    out: list[tuple[object, str, object]] = []
+def outside_values(src: KernelSource):
+    """(owner, holder, name, value, line) of every value the kernel and the @qgraph.funcs it
+    calls read from their module (holder: the module dict) or enclosing function (holder: the
+    closure cell); `owner` is the source that reads it, first at `line`. Funcs are followed."""
     pending = [(src.fn_def.body, src)]
     visited_funcs: set[int] = set()
     while pending:
         body, owner = pending.pop()
         names = collect_names(body)
-        for name in names.loaded:
+        for name, line in names.loaded.items():
             if name in names.stored or name in owner.param_names:
                 continue
             if name in owner.closure:
@@ -89,10 +87,30 @@ def frozen_numbers(src: KernelSource) -> tuple[tuple[object, str, object], ...]:
             if getattr(value, "_qgraph_kind", None) == "func" and id(value) not in visited_funcs:
                 visited_funcs.add(id(value))
                 pending.append((value._source.fn_def.body, value._source))
-            elif is_number_value(value) and (id(holder), name) not in seen and not hasattr(builtins, name):
-                seen.add((id(holder), name))
-                out.append((holder, name, value))
+            yield owner, holder, name, value, line
+
+
+def frozen_numbers(src: KernelSource) -> tuple[tuple[object, str, object], ...]:
+    """(holder, name, value) of every number read from outside (see `outside_values`):
+    compile-time constants, checked at each call."""
+    seen: set[tuple[int, str]] = set()
+    out: list[tuple[object, str, object]] = []
+    for _, holder, name, value, _ in outside_values(src):
+        if is_number_value(value) and (id(holder), name) not in seen and not hasattr(builtins, name):
+            seen.add((id(holder), name))
+            out.append((holder, name, value))
     return tuple(out)
+
+
+UNUSABLE_CONTAINERS = (list, dict, set, frozenset, bytearray)  # numba cannot freeze them into code
+
+
+def unusable_globals(src: KernelSource) -> list[tuple[KernelSource, str, str, int]]:
+    """(owner, name, type name, line) of the lists, dicts and sets read from outside the kernel
+    (numba rejects them with its own words, differently per backend, and in loop bounds, which
+    its runner holds too, without naming the line)."""
+    return [(owner, name, type(value).__name__, line) for owner, _, name, value, line in outside_values(src)
+            if isinstance(value, UNUSABLE_CONTAINERS)]
 
 
 def func_array_globals(src: KernelSource) -> list[str]:
