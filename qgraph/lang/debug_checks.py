@@ -12,7 +12,8 @@ Record layout (RECORD_WORDS int64): [0] the failing site + 1 (0: none; the first
 by compare-and-swap), [1] the index (finite checks: 0 NaN, 1 +inf, 2 -inf), [2] the number of
 values in [3:], [3:3+n] the array's shape (finite checks: the element's index, when known;
 divisor checks: nothing),
-[UNIT_WORD] the unit of tasks running (CPU: names the task an exception came from).
+[UNIT_WORD] the unit of tasks running (CPU: names the task an exception came from),
+[INTERRUPT_WORD] the task whose chunked parallel loop Ctrl-C stopped, plus one (CPU).
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ DIVISOR_AXIS = -2  # a Site's axis for a divisor check (its `array` is then the 
 RECORD = "_qg_record"
 RECORD_WORDS = 32
 UNIT_WORD = RECORD_WORDS - 1
-MAX_RECORDED_DIMS = UNIT_WORD - 3
+INTERRUPT_WORD = RECORD_WORDS - 2  # CPU: the task (index + 1) a chunked parallel loop stopped on Ctrl-C
+MAX_RECORDED_DIMS = INTERRUPT_WORD - 3
 
 
 @dataclass(frozen=True)
