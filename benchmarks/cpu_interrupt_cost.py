@@ -4,9 +4,10 @@ timed side by side in interleaved rounds in one process.
 
     python benchmarks/cpu_interrupt_cost.py [--n 16777216] [--repeat 7]
 
-Rows: the per-call cost on 256 elements, a memory-bound saxpy at 131,072 elements (two
-chunks: the smallest loop that pays a second parallel launch) and at `n`, and a
-compute-bound loop (64 steps of a sin recurrence per element). Each figure is the median
+Rows: the per-call cost on 256 elements, a memory-bound saxpy at 524,288 elements (two
+chunks: the first is 262,144 iterations, so this size pays a second parallel launch on the
+shortest loop) and at `n`, and a compute-bound loop (64 steps of a sin recurrence per
+element, about 0.2 s per chunk). Each figure is the median
 seconds per call; results are compared between the builds.
 """
 
@@ -62,7 +63,7 @@ def main() -> None:
         return lambda: (np.random.default_rng(0).random(n), np.zeros(n), 2.0)
 
     cases = {"per call (256 elements)": (saxpy, vectors(256)),
-             "saxpy, 131,072 float64": (saxpy, vectors(1 << 17)),
+             "saxpy, 524,288 float64": (saxpy, vectors(1 << 19)),
              f"saxpy, {args.n:,} float64": (saxpy, vectors(args.n)),
              "sin recurrence, 1,048,576 float64": (recurrence, lambda: vectors(1 << 20)()[:2])}
     print("Ctrl-C checks on the CPU: median seconds per call, interleaved rounds (ratio to one loop)")

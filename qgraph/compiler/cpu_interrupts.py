@@ -45,8 +45,8 @@ def interrupted():
 # check for Ctrl-C between chunks (lang.cpu_codegen). A chunk is sized to take about
 # CHUNK_TARGET_NS: the first one FIRST_CHUNK_WORK iterations (outer times inner, so a small
 # kernel stays one chunk), each next one from the time the last one took.
-FIRST_CHUNK_WORK = 1 << 16
-CHUNK_TARGET_NS = 50_000_000
+FIRST_CHUNK_WORK = 1 << 18
+CHUNK_TARGET_NS = 200_000_000
 CHUNK_GROWTH = 64  # at most this factor from one chunk to the next
 
 

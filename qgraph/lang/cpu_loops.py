@@ -1,6 +1,6 @@
 """How a CPU parallel task iterates its outer range (lang.cpu_codegen): indexed by numba's
 prange counter itself, and, for a lone parallel loop, in timed chunks with a Ctrl-C check
-between them (compiler.cpu_interrupts), so a long plain kernel stops within about 50 ms.
+between them (compiler.cpu_interrupts), so a long plain kernel stops within about 0.2 s.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ def outer_loop(task: Task, counter: str, count: ast.expr | None, iter_: ast.expr
                 chunked: bool, at: ast.AST, start: ast.expr | None = None) -> list[ast.stmt]:
     """`for counter in iter_: body`, or with `chunked` the same iterations (`count` of them,
     from 0 as the prange's literal-0 form counts, or from `start` for `prange(start, stop)`)
-    in chunks, each a parallel loop of its own, sized to take about 50 ms
+    in chunks, each a parallel loop of its own, sized to take about 0.2 s
     (compiler.cpu_interrupts): between chunks, Ctrl-C ends the unit and marks the record's
     INTERRUPT_WORD, so a plain kernel stops within a chunk instead of at its end."""
     if not chunked or count is None:
