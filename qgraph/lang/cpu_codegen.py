@@ -62,7 +62,7 @@ def _cpu_parallel_loop(task: Task, body: list[ast.stmt], zero_d: frozenset[str],
 
     `reductions` holds the statements initialising the partials before the loop and folding
     them into their targets after it: numba's parallel reductions keep a partial per thread.
-    `chunked`: the outer range runs in chunks with a Ctrl-C check between them (`_chunked`).
+    `chunked`: the outer range runs in chunks with a Ctrl-C check between them (cpu_loops.outer_loop).
     """
     at = ast.Pass()
     ast.copy_location(at, task.body[0])
@@ -206,9 +206,10 @@ def cpu_module(src: KernelSource, zero_d: frozenset[str] = frozenset(), options:
     `funcs` its @qgraph.func specialisations. With device loops the runner returns
     (status, loop, passes of each loop): status 1 when a loop ran `max_iterations` passes with
     its flag still set (the guard), 2 when Ctrl-C arrived (compiler.cpu_interrupts), 3 when a
-    debug check failed (`debug`: lang.debug_checks), else 0. The runner takes the record array
-    `_qg_record` after the parameters and writes the number of the unit it runs into it, so an
-    exception from a task can name the task.
+    debug check failed (`debug`: lang.debug_checks), 4 when Ctrl-C stopped a chunked parallel
+    loop (lang.cpu_loops), else 0; without device loops it returns None, or 1 for the last.
+    The runner takes the record array `_qg_record` after the parameters and writes the number
+    of the unit it runs into it, so an exception from a task can name the task.
     """
     symbols = Symbols(specialised=list(funcs or []))
     defs: list[ast.stmt] = []
