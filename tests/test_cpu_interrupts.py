@@ -85,7 +85,9 @@ def loop_forms(x, out, grid, start: int, stop: int, step: int):
 
 
 def test_chunked_loops_compute_what_one_loop_does(cpu):
-    for n, (start, stop, step) in ((5, (0, 5, 1)), (200_003, (7, 200_003, 3)), (300_000, (299_999, -1, -2))):
+    # one chunk, and several (the first chunk is 262,144 iterations) for each loop form
+    cases = ((5, (0, 5, 1)), (200_003, (7, 200_003, 3)), (300_000, (299_999, -1, -2)), (600_000, (1, 600_000, 1)))
+    for n, (start, stop, step) in cases:
         x = np.random.default_rng(n).random(n)
         out, grid = np.zeros((2, n)), np.zeros((n // 1000 + 2, 1000))
         loop_forms(x, out, grid, start, stop, step)
