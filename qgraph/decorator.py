@@ -219,10 +219,14 @@ def _bind_class(kernel_cls: type, src: frontend.KernelSource, fn: Callable) -> t
             f"        _qg_self._attach()\n"
             f"    return _qg_self._launch({', '.join(names)}{', ' if names else ''}stream)\n")
     call = generated.function(code, "__call__", f"binder of kernel {src.qualname}", ns)
+    # Python names the function in a binding error ("kernel step() missing 1 required positional
+    # argument: 'v'"): the kernel's name there costs nothing on the call path
+    call.__qualname__ = f"kernel {src.qualname}"
     # compile(...) binds like a call and compiles that signature without running it
     code = (f"def compile(_qg_self, {', '.join(params)}):\n"
             f"    return _qg_self._compile({', '.join(names)})\n")
     compile_ = generated.function(code, "compile", f"compile binder of kernel {src.qualname}", ns)
+    compile_.__qualname__ = f"kernel {src.qualname}.compile"
     compile_.__doc__ = ("Compile (or load from the compile cache) the signature of these example arguments "
                         "without running the kernel; returns the signature's type texts.")
     return type(f"Kernel_{src.name}", (kernel_cls,), {"__call__": call, "compile": compile_, "__slots__": ()})

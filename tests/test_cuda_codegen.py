@@ -297,3 +297,27 @@ def test_the_thread_index_is_one_widening_multiply_masked_to_48_bits(sm90):
     assert [i for i in code if i.startswith("and.b64") and i.endswith(", 281474976710655;")], code
     assert not [i for i in code if re.match(r"mul\.lo\.[su]64", i)], code
     assert not [i for i in code if re.match(r"shr\.s64\s+%rd\d+, %rd\d+, 63", i)], code
+
+
+@qgraph.kernel(debug=True)
+def checked_division(a, b, q):
+    for i in range(a.shape[0]):
+        q[i] = a[i] // b[i]
+        q[i] %= b[i]
+
+
+def test_debug_mode_checks_integer_divisors_on_the_target(sm90):
+    """The divisor check compiles for CUDA: a compare-and-swap into the record per site."""
+    key = (A("i8", 1), A("i8", 1), A("i8", 1))
+    src = checked_division._source
+    codes = cuda_program.task_codes(src, key, debug="bounds")
+    sites = [s for s in codes.debug.sites if s.array in ("//", "%")]
+    lines = open(__file__).read().splitlines()
+    expected = [("//", lines.index("        q[i] = a[i] // b[i]") + 1), ("%", lines.index("        q[i] %= b[i]") + 1)]
+    assert [(s.array, s.lineno) for s in sites] == expected
+    ptx_list, _, _ = cuda_program._compile_ptx(src, codes.codes, codes.orders, codes.types,
+                                               lower_funcs(codes.symbols), (9, 0), [arg_type(s) for s in key],
+                                               debug=True)
+    ptx = "".join(text for _, text in ptx_list)
+    # one compare-and-swap into the record per checked place: the indices and both divisors
+    assert len(re.findall(r"atom\.global\.cas\.b64", ptx)) == len(codes.debug.sites)

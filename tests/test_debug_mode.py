@@ -257,3 +257,50 @@ def test_reductions_scratch_arrays_and_zero_d_arrays_in_debug_mode(arch):
     assert total.to_numpy()[0] == 7.0 and count.to_numpy()[()] == 3.0
     with pytest.raises(IndexError, match=r"index 6 is out of bounds for axis 0 of 'x' with shape \(6,\)"):
         checked_sum(x, qgraph.from_numpy(np.array([0, 6, 5])), total, count)
+
+
+@qgraph.kernel(debug=True)
+def quotients(a, b, q, r, f, k: int):
+    for i in range(a.shape[0]):
+        q[i] = a[i] // b[i]
+        r[i] = k
+        r[i] %= b[i]
+        f[i] = a[i] / b[i] + (1.0 * a[i]) // (1.0 * b[i])  # float divisions by zero: inf and NaN, no error
+
+
+@qgraph.kernel
+def quotients_unchecked(a, b, q):
+    for i in range(a.shape[0]):
+        q[i] = a[i] // b[i] + a[i] % b[i]
+
+
+def test_an_integer_division_by_zero_is_a_zero_division_error_in_debug_mode(arch):
+    a = np.arange(1, 5)
+    q, r, f = (qgraph.from_numpy(np.zeros(4, dt)) for dt in (np.int64, np.int64, np.float64))
+    quotients(qgraph.from_numpy(a), qgraph.from_numpy(np.array([1, 2, 3, 4])), q, r, f, 7)
+    np.testing.assert_array_equal(q.to_numpy(), a // [1, 2, 3, 4])
+    np.testing.assert_array_equal(r.to_numpy(), 7 % np.array([1, 2, 3, 4]))
+    line = _line(quotients, "q[i] = a[i] // b[i]")
+    for divisors in ([1, 0, 3, 4], [0, 2, 3, 4]):
+        with pytest.raises(ZeroDivisionError, match=rf"^kernel quotients, line {line} \(.*\): integer "
+                                                    r"division or modulo by zero \(//\) \(debug mode"):
+            quotients(qgraph.from_numpy(a), qgraph.from_numpy(np.array(divisors)), q, r, f, 7)
+    quotients(qgraph.from_numpy(a), qgraph.from_numpy(np.array([1, 2, 3, 4])), q, r, f, 0)  # the next call works
+
+    @qgraph.kernel(debug=True)
+    def remainder_only(b, r):
+        for i in range(b.shape[0]):
+            r[i] = 7
+            r[i] %= b[i]
+
+    with pytest.raises(ZeroDivisionError, match=rf"line {_line(remainder_only, 'r[i] %= b[i]')} .*\(%\)"):
+        remainder_only(qgraph.from_numpy(np.array([3, 0])), r)
+
+
+def test_without_debug_mode_an_integer_division_by_zero_is_zero_as_in_numpy(arch):
+    a, b = np.arange(1, 5), np.array([2, 0, 3, 0])
+    q = qgraph.from_numpy(np.zeros(4, np.int64))
+    quotients_unchecked(qgraph.from_numpy(a), qgraph.from_numpy(b), q)
+    with np.errstate(divide="ignore"):
+        np.testing.assert_array_equal(q.to_numpy(), a // b + a % b)
+    np.testing.assert_array_equal(q.to_numpy(), [0 + 1, 0, 1 + 0, 0])

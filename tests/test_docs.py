@@ -98,6 +98,16 @@ def test_example_runs_on_cpu(block_id, code, block_results):
     assert rc == 0, f"{block_id} failed (exit code {rc}):\n{code}\n--- output ---\n{output}"
 
 
+def test_error_lines_the_examples_say_they_print_are_the_lines_printed(block_results):
+    """`print(e)  # kernel k, line n (...)` in an example is checked against what it printed."""
+    claims = [(block_id, kernel, line) for block_id, code in BLOCKS
+              for kernel, line in re.findall(r"print\(.*\)\s*#.*?\bkernel (\w+), line (\d+)\b", code)]
+    assert claims, "no example shows a printed error line"
+    for block_id, kernel, line in claims:
+        output = block_results[block_id][1]
+        assert f"kernel {kernel}, line {line} (" in output, f"{block_id} printed:\n{output}"
+
+
 def test_there_are_runnable_examples():
     assert len(BLOCKS) >= 5
 

@@ -11,6 +11,7 @@ import qgraph
 PARAMS = np.zeros(2)  # replaced by a device array on cuda (see `_params`)
 GRAVITY = 9.8
 HISTORY = np.zeros(1)
+COEFFS = [1.0, 2.0]  # a list: kernels cannot read it
 
 
 @qgraph.kernel
@@ -90,3 +91,102 @@ def test_numpy_module_array_on_cuda_says_how_to_fix(cuda):
 def test_a_func_reading_a_module_array_is_an_error(arch):
     with pytest.raises(qgraph.QgraphSyntaxError, match="reads the module-level array 'HISTORY'.*pass it in"):
         uses_history(qgraph.from_numpy(np.zeros(3)))
+
+
+def _closure_kernel(scale: float):
+    """A kernel reading `scale` from this function; `rebind` rebinds it as user code would."""
+    @qgraph.kernel
+    def scaled(x):
+        for i in range(x.shape[0]):
+            x[i] = scale * i
+
+    def rebind(value):
+        nonlocal scale
+        scale = value
+    return scaled, rebind
+
+
+def test_a_rebound_number_of_the_enclosing_function_raises_until_reset(arch):
+    scaled, rebind = _closure_kernel(2.0)
+    rebind(5.0)  # before the first call: compiled with the value the name holds then
+    x = qgraph.from_numpy(np.zeros(4))
+    scaled(x)
+    np.testing.assert_allclose(x.to_numpy(), 5.0 * np.arange(4))
+    rebind(3.0)
+    try:
+        with pytest.raises(qgraph.QgraphError, match=r"kernel scaled: the number scale read from the enclosing "
+                                                     r"function changed.*now 3\.0.*qgraph.reset"):
+            scaled(x)
+        qgraph.reset()
+        qgraph.init(arch)
+        x = qgraph.from_numpy(np.zeros(4))
+        scaled(x)
+        np.testing.assert_allclose(x.to_numpy(), 3.0 * np.arange(4))
+    finally:
+        qgraph.reset()
+
+
+def test_a_rebound_number_read_by_a_func_of_the_enclosing_function_raises(arch):
+    offset = 1.0
+
+    @qgraph.func
+    def shifted(i):
+        return i + offset
+
+    @qgraph.kernel
+    def fill(x):
+        for i in range(x.shape[0]):
+            x[i] = shifted(i)
+
+    x = qgraph.from_numpy(np.zeros(3))
+    fill(x)
+    np.testing.assert_allclose(x.to_numpy(), np.arange(3) + 1.0)
+    offset = 2.0
+    with pytest.raises(qgraph.QgraphError, match=r"the number offset read from the enclosing function changed"):
+        fill(x)
+    assert offset == 2.0
+
+
+@qgraph.func
+def first_coefficient():
+    return COEFFS[0]
+
+
+@qgraph.kernel
+def reads_a_list(x):
+    for i in range(x.shape[0]):
+        x[i] = COEFFS[0] * i
+
+
+@qgraph.kernel
+def reads_a_list_through_a_func(x):
+    for i in range(x.shape[0]):
+        x[i] = first_coefficient()
+
+
+@qgraph.kernel
+def bounds_from_a_list(x):
+    for i in range(len(COEFFS)):
+        x[i] = 1.0
+
+
+def test_a_list_dict_or_set_read_from_outside_gets_the_documented_error(arch):
+    table = {"a": 1.0}
+
+    @qgraph.kernel
+    def reads_a_dict(x):
+        for i in range(x.shape[0]):
+            x[i] = table["a"]
+
+    cases = [(reads_a_list, "COEFFS", "list", "x[i] = COEFFS[0] * i"),
+             (reads_a_list_through_a_func, "COEFFS", "list", "return COEFFS[0]"),
+             (bounds_from_a_list, "COEFFS", "list", "for i in range(len(COEFFS)):"),
+             (reads_a_dict, "table", "dict", 'x[i] = table["a"]')]
+    for kernel, name, type_name, line in cases:
+        with pytest.raises(qgraph.QgraphSyntaxError) as info:
+            kernel(qgraph.from_numpy(np.zeros(3)))
+        assert str(info.value).startswith(f"{__file__}:"), str(info.value)
+        assert (f"cannot compile kernel {kernel.__name__} for (x: float64[1d]): the global '{name}' is a "
+                f"{type_name}, which kernels cannot use: pass it as an argument (an array or a number)"
+                in str(info.value))
+        assert info.value.source_line.strip() == line

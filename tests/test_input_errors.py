@@ -93,3 +93,78 @@ def test_definitions_numba_would_reject_get_qgraph_errors():
             for i in range(x.shape[0]):
                 if (v := x[i]) > 0:
                     x[i] = v
+
+
+@qgraph.func
+def countdown(n):
+    return 0 if n <= 0 else countdown(n - 1)
+
+
+@qgraph.kernel
+def uses_countdown(x):
+    for i in range(x.shape[0]):
+        x[i] = countdown(i)
+
+
+def test_a_recursive_func_gets_the_documented_error_at_module_level_and_inside_a_function(arch):
+    @qgraph.func
+    def nested_countdown(n):  # its own name is an empty closure cell while it is decorated
+        return 0 if n <= 0 else nested_countdown(n - 1)
+
+    @qgraph.kernel
+    def uses_nested(x):
+        for i in range(x.shape[0]):
+            x[i] = nested_countdown(i)
+
+    for kernel, func in ((uses_countdown, "countdown"), (uses_nested, "nested_countdown")):
+        with pytest.raises(qgraph.QgraphSyntaxError, match=rf"{func} calls itself: recursive @qgraph.func helpers "
+                                                           "are not supported"):
+            kernel(qgraph.from_numpy(np.zeros(3)))
+
+
+def test_a_call_with_missing_or_unknown_arguments_names_the_kernel(arch):
+    x = qgraph.from_numpy(np.ones(4))
+    with pytest.raises(TypeError, match=r"^kernel axpy\(\) missing 1 required positional argument: 'a'$"):
+        axpy(x, x)
+    with pytest.raises(TypeError, match=r"^kernel axpy\(\) got an unexpected keyword argument 'b'$"):
+        axpy(x, x, 1.0, b=2.0)
+    with pytest.raises(TypeError, match=r"^kernel axpy.compile\(\) missing 1 required positional argument: 'a'$"):
+        axpy.compile(x, x)
+    axpy(x, x, 1.0)  # the next good call works
+    np.testing.assert_array_equal(x.to_numpy(), 2.0)
+
+
+@qgraph.func
+def store(a, i, v):
+    a[i] = v
+
+
+@qgraph.func
+def store_through(v, i, out):
+    store(out, i, v)  # a func passing its parameter on to one that writes it
+
+
+@qgraph.func
+def load(a, i):
+    return a[i]
+
+
+@qgraph.kernel
+def copy_through_funcs(x, y, z):
+    for i in range(x.shape[0]):
+        store(y, i, load(x, i))
+        store_through(out=z, i=i, v=load(x, i))
+
+
+def test_read_only_arrays_written_through_funcs_get_the_read_only_message(cpu):
+    x, y, z = np.ones(4), np.zeros(4), np.zeros(4)
+    x.setflags(write=False)
+    copy_through_funcs(x, y, z)  # read through a func: fine
+    np.testing.assert_array_equal(y, 1.0)
+    np.testing.assert_array_equal(z, 1.0)
+    for name, ro in (("y", y), ("z", z)):
+        ro.setflags(write=False)
+        with pytest.raises(TypeError, match=rf"argument '{name}' is a read-only NumPy array, but the kernel writes "
+                                            rf"into it \(line \d+\)"):
+            copy_through_funcs(x, y, z)
+        ro.setflags(write=True)

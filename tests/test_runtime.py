@@ -89,6 +89,29 @@ def test_settings_from_environment():
         Settings.from_environ({"QGRAPH_GRAPH_CACHE_SIZE": "0"})
 
 
+# every boolean switch: (variable, Settings field, its value when unset)
+BOOLEAN_SWITCHES = [("QGRAPH_GRAPHS", "graphs", True), ("QGRAPH_PDL", "programmatic_edges", True),
+                    ("QGRAPH_DETERMINISTIC", "deterministic", False), ("QGRAPH_FAST_MATH", "fast_math", False),
+                    ("QGRAPH_CACHE", "cache_dir", True)]
+
+
+@pytest.mark.parametrize("name, field, default", BOOLEAN_SWITCHES)
+def test_boolean_switches_take_exactly_the_documented_spellings(name, field, default):
+    def value(text):
+        got = getattr(Settings.from_environ({name: text, "QGRAPH_CACHE_DIR": "/c"}), field)
+        return got is not None if field == "cache_dir" else got
+
+    for text in ("1", "true", "on", "yes", " ON ", "Yes"):
+        assert value(text) is True, text
+    for text in ("0", "false", "off", "no", " OFF", "No "):
+        assert value(text) is False, text
+    assert value("") is default
+    for text in ("disabled", "none", "2", "-1", "y", "enable"):
+        with pytest.raises(qgraph.QgraphError, match=rf"{name}='{text}': expected 1, true, on, yes \(on\) or "
+                                                     r"0, false, off, no \(off\)"):
+            Settings.from_environ({name: text})
+
+
 def test_cache_directory_defaults_and_off_switch():
     assert cache_directory({"QGRAPH_CACHE": "0"}) is None
     assert cache_directory({"XDG_CACHE_HOME": "/c"}) == "/c/qgraph"

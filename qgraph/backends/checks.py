@@ -61,23 +61,43 @@ def flag_params(src: KernelSource) -> tuple[int, ...]:
 
 def written_params(src: KernelSource) -> dict[int, int]:
     """Parameter position -> first line where the kernel writes into that array (a store, an
-    update or an atomic), for the read-only check of NumPy arguments."""
+    update or an atomic, or passing it to a @qgraph.func that does), for the read-only check
+    of NumPy arguments."""
+    nodes = [n for task in src.tasks for stmt in task.body for n in ast.walk(stmt)]
+    return {src.param_names.index(name): line for name, line in _written_names(src, nodes, frozenset()).items()
+            if name in src.param_names}
+
+
+def _written_names(src: KernelSource, nodes: list[ast.AST], visiting: frozenset) -> dict[str, int]:
+    """Name -> first line among `nodes` where the array it names is written, directly or by
+    the @qgraph.funcs it is passed to (`visiting`: the funcs on the way, against recursion)."""
     from ..lang import builtins as lang
 
     atomics = tuple(lang.ATOMICS.values())
-    found: dict[int, int] = {}
-    for task in src.tasks:
-        for node in (n for stmt in task.body for n in ast.walk(stmt)):
-            targets = []
-            if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
-                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-                targets = [t.value for t in targets if isinstance(t, ast.Subscript)]
-            elif isinstance(node, ast.Call) and node.args and src.resolve(node.func) in atomics:
-                targets = [node.args[0]]
-            for target in targets:
-                if isinstance(target, ast.Name) and target.id in src.param_names:
-                    found.setdefault(src.param_names.index(target.id), node.lineno)
+    found: dict[str, int] = {}
+    for node in nodes:
+        targets = []
+        if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            targets = [t.value for t in targets if isinstance(t, ast.Subscript)]
+        elif isinstance(node, ast.Call):
+            callee = src.resolve(node.func)
+            if callee in atomics:
+                targets = node.args[:1]
+            elif getattr(callee, "_qgraph_kind", None) == "func" and id(callee) not in visiting:
+                targets = _arrays_a_func_writes(callee._source, node, visiting | {id(callee)})
+        for target in targets:
+            if isinstance(target, ast.Name):
+                found.setdefault(target.id, node.lineno)
     return found
+
+
+def _arrays_a_func_writes(func: KernelSource, call: ast.Call, visiting: frozenset) -> list[ast.expr]:
+    """The arguments of `call` whose parameters the @qgraph.func `func` writes into."""
+    written = _written_names(func, list(ast.walk(func.fn_def)), visiting)
+    names = func.param_names
+    return [arg for k, arg in enumerate(call.args) if k < len(names) and names[k] in written] \
+        + [kw.value for kw in call.keywords if kw.arg in written]
 
 
 def check_repeat_counts(src: KernelSource, key: tuple[str, ...]) -> None:
@@ -147,6 +167,18 @@ def is_deterministic(kernel, settings) -> bool:
     return settings.deterministic if kernel.deterministic is None else kernel.deterministic
 
 
+def check_outside_values(src: KernelSource, key: tuple[str, ...]) -> None:
+    """A list, dict or set read from the module or the enclosing function is an error naming it
+    and the line, the same on both backends (numba's own words differ per backend)."""
+    from ..lang.globals_used import unusable_globals
+
+    for owner, name, type_name, line in unusable_globals(src):
+        signature = ", ".join(f"{n}: {t}" for n, t in zip(src.param_names, key))
+        raise syntax_error(f"cannot compile kernel {src.name} for ({signature}): the global '{name}' is a "
+                           f"{type_name}, which kernels cannot use: pass it as an argument (an array or a number)",
+                           owner.filename, line)
+
+
 def check_deterministic(src: KernelSource, key: tuple[str, ...]) -> None:
     """In deterministic mode a float scatter (an atomic whose target varies by iteration)
     would sum in a different order each run: reject it, naming the line."""
@@ -200,50 +232,71 @@ MISSING = _Missing()
 
 
 def frozen_number_lines(src: KernelSource, ns: dict) -> list[str]:
-    """Launch lines raising when a module-level number compiled into the kernel changed
-    (values as now: a launcher is created at the first call after init/reset)."""
+    """Launch lines raising when a number compiled into the kernel changed: a module-level
+    one (holder: the module dict) or one read from the enclosing function (holder: its
+    closure cell). Values as now: a launcher is created at the first call after init/reset."""
     lines = []
     ns["_fmiss"] = MISSING
     ns["_stale"] = lambda k, now: stale_number_error(src, k, now)
-    for k, (g, name) in enumerate(src.frozen):
-        ns[f"_fg{k}"] = g
-        ns[f"_fv{k}"] = value = g.get(name, MISSING)
-        lines.append(f"    _fx = _fg{k}.get({name!r}, _fmiss)")
+    for k, (holder, name) in enumerate(src.frozen):
+        ns[f"_fg{k}"] = holder
+        if isinstance(holder, dict):
+            ns[f"_fv{k}"] = value = holder.get(name, MISSING)
+            lines.append(f"    _fx = _fg{k}.get({name!r}, _fmiss)")
+        else:
+            ns[f"_fv{k}"] = value = _cell_value(holder)
+            lines += ["    try:", f"        _fx = _fg{k}.cell_contents", "    except ValueError:",
+                      "        _fx = _fmiss"]
         if is_vector_value(value):  # rebound to another value, or changed in place: its bytes differ
             ns["_vsame"] = same_vector
-            ns["_vstale"] = lambda name, then, now: stale_vector_error(src, name, then, now)
+            ns["_vstale"] = lambda k, then, now: stale_vector_error(src, k, then, now)
             ns[f"_fb{k}"] = value.tobytes()
             lines += [f"    if _fx is not _fv{k} and not _vsame(_fx, _fv{k}) or _fx.tobytes() != _fb{k}:",
-                      f"        raise _vstale({name!r}, _fv{k}, _fx)"]
+                      f"        raise _vstale({k}, _fv{k}, _fx)"]
         else:
             lines += [f"    if _fx is not _fv{k} and _fx != _fv{k}:",
                       f"        raise _stale({k}, _fx)"]
     return lines
 
 
+def _cell_value(cell) -> object:
+    try:
+        return cell.cell_contents
+    except ValueError:
+        return MISSING
+
+
 def same_vector(now: object, then) -> bool:
-    """Whether a module-level name rebound from the vector `then` holds an equal vector."""
+    """Whether a name rebound from the vector `then` holds an equal vector."""
     return is_vector_value(now) and now.dtype == then.dtype and now.shape == then.shape and \
         now.tobytes() == then.tobytes()
+
+
+def _where(holder) -> tuple[str, str]:
+    """('module-level ', '') for a module's name, ('', ' read from the enclosing function') for a closure's."""
+    return ("module-level ", "") if isinstance(holder, dict) else ("", " read from the enclosing function")
 
 
 def stale_number_error(src: KernelSource, k: int, now: object):
     from ..errors import QgraphError
 
-    g, name = src.frozen[k]
-    return QgraphError(f"kernel {src.name}: the module-level number {name} changed after the kernel was compiled "
-                       f"with it (now {now!r}); module-level numbers are compile-time constants. Pass it as an "
-                       f"argument (def {src.name}(..., {name}: float)) to vary it per call, or call qgraph.reset() "
-                       "to recompile with the new value")
+    holder, name = src.frozen[k]
+    where, origin = _where(holder)
+    return QgraphError(f"kernel {src.name}: the {where}number {name}{origin} changed after the kernel was compiled "
+                       f"with it (now {now!r}); numbers read from outside a kernel are compile-time constants. "
+                       f"Pass it as an argument (def {src.name}(..., {name}: float)) to vary it per call, or call "
+                       "qgraph.reset() to recompile with the new value")
 
 
-def stale_vector_error(src: KernelSource, name: str, then, now: object):
+def stale_vector_error(src: KernelSource, k: int, then, now: object):
     from ..errors import QgraphError
     from ..lang.vector_types import type_of_value
 
+    holder, name = src.frozen[k]
+    where, origin = _where(holder)
     shown = f"({', '.join(f'{c:.7g}' for c in now.reshape(-1).tolist())})" if is_vector_value(now) else repr(now)
     t = type_of_value(then).name
-    return QgraphError(f"kernel {src.name}: the module-level {t} {name} changed after the kernel was compiled with "
-                       f"it (now {shown}); module-level vectors are compile-time constants. Pass it as an argument "
-                       f"(def {src.name}(..., {name.lower()}: qgraph.{t})) to vary it per call, or call "
+    return QgraphError(f"kernel {src.name}: the {where}{t} {name}{origin} changed after the kernel was compiled with "
+                       f"it (now {shown}); vectors read from outside a kernel are compile-time constants. Pass it as "
+                       f"an argument (def {src.name}(..., {name.lower()}: qgraph.{t})) to vary it per call, or call "
                        "qgraph.reset() to recompile with the new value")

@@ -13,7 +13,7 @@ from ..driver.device import stream_handle
 from ..errors import runaway_error
 from ..lang import generated
 from ..lang.cpu_codegen import counted_loops
-from ..lang.debug_checks import RECORD_WORDS, UNIT_WORD, DebugPlan
+from ..lang.debug_checks import INTERRUPT_WORD, RECORD_WORDS, UNIT_WORD, DebugPlan
 from ..lang.flat_view import flat_source
 from ..lang.regions import loop_limit
 from ..lang.weak_types import param_type
@@ -23,6 +23,7 @@ from .checks import (
     check_bounds,
     check_deterministic,
     check_flag_types,
+    check_outside_values,
     check_repeat_counts,
     compile_error,
     default_float,
@@ -144,6 +145,9 @@ class CpuLauncher:
         if self._loops:  # the runner's status: the guard stopped a loop, or Ctrl-C arrived
             ns.update({"_last": self._last, "_stopped": self._stopped})
             lines += ["    _last[0] = r", "    if r[0]:", "        _stopped(r)"]
+        else:  # None, or 1 when Ctrl-C stopped a chunked parallel loop
+            ns["_interrupted"] = self._interrupted
+            lines += ["    if r is not None:", "        _interrupted()"]
         source = f"def launch({args}{', ' if n else ''}stream):\n" + "\n".join(lines) + "\n"
         return generated.function(source, "launch", f"launch of kernel {src.qualname} (cpu)", ns)
 
@@ -171,6 +175,17 @@ class CpuLauncher:
             self._last[0] = status
             if status[0]:
                 self._stopped(status)
+        elif status is not None:
+            self._interrupted()
+
+    def _interrupted(self) -> None:
+        """KeyboardInterrupt for a call Ctrl-C stopped in a chunked parallel loop, naming its task."""
+        index = int(self._record[INTERRUPT_WORD]) - 1
+        self._record[INTERRUPT_WORD] = 0
+        task = next((t for t in self.src.tasks if t.index == index), None)
+        where = f"in the parallel loop at line {task.lineno}" if task is not None else "in a parallel loop"
+        raise KeyboardInterrupt(f"kernel {self.src.name} was interrupted {where}; the arrays it writes hold "
+                                "partial results, and the next call starts afresh")
 
     def _task_error(self, key: tuple, error: Exception) -> Exception:
         """`error`, raised in a task of the signature `key`, as the same type naming the task."""
@@ -213,6 +228,7 @@ class CpuLauncher:
         if self._bounds is None:
             self._bounds = host_bounds(self.src)
         check_bounds(self.src, key, self._bounds, args)  # the same errors as on CUDA
+        check_outside_values(self.src, key)
         flat = flat_source(self.src, [arg_type(sig) for sig in key], self._default_float)
         check_flag_types(flat.src, flat.key)  # every flag, struct fields included
         check_repeat_counts(flat.src, flat.key)
@@ -239,9 +255,11 @@ class CpuLauncher:
 
     def _stopped(self, status: tuple) -> None:
         """Raise for a runner that stopped early: QgraphError (the guard) or KeyboardInterrupt."""
-        loop = self._loops[status[1]]
         if status[0] == 3:  # a debug check failed (its record was read already): nothing more to say
             return
+        if status[0] == 4:  # Ctrl-C in a chunked parallel loop (see lang.cpu_codegen._outer_loop)
+            self._interrupted()
+        loop = self._loops[status[1]]
         if status[0] == 1:
             raise runaway_error(self.src.name, loop, loop_limit(loop, self._max_iterations))
         what = f"flag '{loop.flag}'" if hasattr(loop, "flag") else f"qgraph.repeat({loop.count})"

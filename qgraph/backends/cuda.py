@@ -31,6 +31,7 @@ from .checks import (
     check_bounds,
     check_deterministic,
     check_flag_types,
+    check_outside_values,
     check_repeat_counts,
     compile_error,
     default_float,
@@ -219,6 +220,7 @@ class CudaLauncher:
         if self._bounds is None:
             self._bounds = host_bounds(src)
         check_bounds(src, key, self._bounds, args)
+        check_outside_values(src, key)
         flat = flat_source(src, [arg_type(s) for s in key], self._default_float)
         check_flag_types(flat.src, flat.key)  # every flag, struct fields included
         if self._deterministic:

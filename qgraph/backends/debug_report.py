@@ -2,8 +2,9 @@
 
 Debug mode's failed checks (lang.debug_checks) arrive in an int64 record array, written on
 the device or in a CPU loop and read by the launcher when the call completes: an index out
-of bounds becomes IndexError and a non-finite store FloatingPointError, naming the kernel,
-the source line, the array, the index and the shape. An exception raised inside a CPU task
+of bounds becomes IndexError, a non-finite store FloatingPointError and an integer division
+by zero ZeroDivisionError, naming the kernel, the source line, the array, the index and the
+shape (or the division). An exception raised inside a CPU task
 (numba reports one from a parallel loop as a SystemError) becomes an exception of its
 original type naming the kernel and the task's line.
 """
@@ -13,7 +14,7 @@ from __future__ import annotations
 import ctypes
 import linecache
 
-from ..lang.debug_checks import RECORD_WORDS, Site
+from ..lang.debug_checks import DIVISOR_AXIS, FINITE_AXIS, RECORD_WORDS, Site
 from ..lang.frontend import KernelSource
 
 
@@ -42,7 +43,10 @@ def check_failure(src: KernelSource, sites: list[Site], words) -> Exception:
     n = int(words[2])
     values = tuple(int(v) for v in words[3:3 + n])
     lead = _where(src, site.lineno)
-    if site.axis < 0:
+    if site.axis == DIVISOR_AXIS:
+        return ZeroDivisionError(f"{lead}: integer division or modulo by zero ({site.array}) (debug mode; without "
+                                 f"it the result is 0, as NumPy gives){_source_line(src, site.lineno)}")
+    if site.axis == FINITE_AXIS:
         what = ("NaN", "+inf", "-inf")[int(words[1])]
         at = f" at index {values[0] if n == 1 else values}" if n else ""
         return FloatingPointError(f"{lead}: {what} was stored into '{_display(site.array)}'{at} "

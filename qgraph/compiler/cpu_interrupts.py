@@ -1,4 +1,5 @@
-"""Ctrl-C inside compiled CPU loops: `interrupted()` for a kernel's device loops.
+"""Ctrl-C inside compiled CPU loops: `interrupted()` for a kernel's device loops and between
+the chunks of its lone parallel loops (`chunk_functions()`).
 
 A numba function holds the GIL and never returns to the interpreter, so a SIGINT only sets
 Python's "signal pending" flag and a runaway device loop would ignore Ctrl-C for ever. The
@@ -38,3 +39,54 @@ def interrupted():
 
         _INTERRUPTED.append(_qg_interrupted)
     return _INTERRUPTED[0]
+
+
+# Plain parallel loops run their outer range in chunks, each a parallel loop of its own, and
+# check for Ctrl-C between chunks (lang.cpu_codegen). A chunk is sized to take about
+# CHUNK_TARGET_NS: the first one FIRST_CHUNK_WORK iterations (outer times inner, so a small
+# kernel stays one chunk), each next one from the time the last one took.
+FIRST_CHUNK_WORK = 1 << 18
+CHUNK_TARGET_NS = 200_000_000
+CHUNK_GROWTH = 64  # at most this factor from one chunk to the next
+
+
+def first_chunk(inner_work):
+    return max(1, FIRST_CHUNK_WORK // max(inner_work, 1))
+
+
+def next_chunk(size, elapsed_ns):
+    wanted = size * CHUNK_TARGET_NS // max(elapsed_ns, 1)
+    return max(1, min(wanted, size * CHUNK_GROWTH))
+
+
+_CHUNKING = []
+
+
+def chunk_functions() -> dict:
+    """{generated name: njit function} of the chunked loops: the monotonic clock (ns, from
+    clock_gettime by name, so the code stays cacheable), the chunk sizes and uint64."""
+    if not _CHUNKING:
+        import numba
+        from llvmlite import ir
+        from numba.core import types
+        from numba.extending import intrinsic
+
+        @intrinsic
+        def _qg_clock_ns(typingctx):
+            def codegen(context, builder, signature, args):
+                i32, i64 = ir.IntType(32), ir.IntType(64)
+                spec = ir.LiteralStructType([i64, i64])
+                clock = builder.module.globals.get("clock_gettime") or ir.Function(
+                    builder.module, ir.FunctionType(i32, [i32, spec.as_pointer()]), "clock_gettime")
+                ts = builder.alloca(spec)
+                builder.call(clock, [i32(1), ts])  # CLOCK_MONOTONIC
+                seconds = builder.load(builder.gep(ts, [i32(0), i32(0)]))
+                nanos = builder.load(builder.gep(ts, [i32(0), i32(1)]))
+                return builder.add(builder.mul(seconds, i64(1_000_000_000)), nanos)
+
+            return types.int64(), codegen
+
+        _CHUNKING.append({"_qg_clock_ns": _qg_clock_ns, "_qg_u64": numba.uint64,
+                          "_qg_first_chunk": numba.njit(first_chunk, cache=False),
+                          "_qg_next_chunk": numba.njit(next_chunk, cache=False)})
+    return _CHUNKING[0]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import types
 
-from ..lang.debug_checks import BAD_VALUE, CHECK_INDEX
+from ..lang.debug_checks import BAD_VALUE, CHECK_DIVISOR, CHECK_INDEX
 
 _backend = None  # each backend's copy of the functions below sees its own module here
 
@@ -39,6 +39,15 @@ def bad_value(value, site, record):
     return True
 
 
+def checked_divisor(b, site, record):
+    """`b`, after recording a failure when it is an integer zero (a float zero is no error:
+    it gives inf or NaN, which QGRAPH_DEBUG=nan reports where it is stored). Compiled per
+    type: -(b - b) is +0.0 when converted from an integer zero, -0.0 for a float one."""
+    if b == 0 and math.copysign(1.0, -(b - b)) > 0:
+        _backend.atomic.cas(record, 0, 0, site + 1)  # the first failure wins
+    return b
+
+
 def _for_backend(fn, backend):
     """A copy of `fn` whose global `_backend` is `backend`."""
     ns = dict(fn.__globals__)
@@ -56,7 +65,8 @@ def cpu_functions() -> dict:
     backend.atomic = types.ModuleType("qgraph_cpu_atomics.atomic")
     backend.atomic.cas = compare_and_swap
     return {CHECK_INDEX: numba.njit(_for_backend(checked_index, backend)),
-            BAD_VALUE: numba.njit(_for_backend(bad_value, backend))}
+            BAD_VALUE: numba.njit(_for_backend(bad_value, backend)),
+            CHECK_DIVISOR: numba.njit(_for_backend(checked_divisor, backend))}
 
 
 def cuda_functions() -> dict:
@@ -66,4 +76,5 @@ def cuda_functions() -> dict:
     from . import numba_adapter as adapter
 
     device = adapter.cuda_device_function
-    return {CHECK_INDEX: device(_for_backend(checked_index, cuda)), BAD_VALUE: device(_for_backend(bad_value, cuda))}
+    return {CHECK_INDEX: device(_for_backend(checked_index, cuda)), BAD_VALUE: device(_for_backend(bad_value, cuda)),
+            CHECK_DIVISOR: device(_for_backend(checked_divisor, cuda))}

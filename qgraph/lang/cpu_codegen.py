@@ -13,7 +13,9 @@ import ast
 import copy
 from dataclasses import dataclass
 
-from .debug_checks import RECORD, UNIT_WORD, DebugPlan
+from . import cpu_loops
+from .cpu_loops import IndexByCounter, outer_loop, trip_count
+from .debug_checks import INTERRUPT_WORD, RECORD, UNIT_WORD, DebugPlan
 from .fingerprint import fingerprint_of
 from .frontend import KernelSource
 from .lowering import (
@@ -54,11 +56,13 @@ class CpuModule:
 
 
 def _cpu_parallel_loop(task: Task, body: list[ast.stmt], zero_d: frozenset[str],
-                       reductions: tuple[list[ast.stmt], list[ast.stmt]] = ([], [])) -> list[ast.stmt]:
+                       reductions: tuple[list[ast.stmt], list[ast.stmt]] = ([], []),
+                       chunked: bool = False) -> list[ast.stmt]:
     """prange over the outer dimension; inner ndrange dimensions as serial loops.
 
     `reductions` holds the statements initialising the partials before the loop and folding
     them into their targets after it: numba's parallel reductions keep a partial per thread.
+    `chunked`: the outer range runs in chunks with a Ctrl-C check between them (cpu_loops.outer_loop).
     """
     at = ast.Pass()
     ast.copy_location(at, task.body[0])
@@ -82,12 +86,14 @@ def _cpu_parallel_loop(task: Task, body: list[ast.stmt], zero_d: frozenset[str],
                 signed = assign(var, binop(call("_qg_i64", [name_node(counter, at)], at), ast.BitAnd(),
                                            ast.copy_location(ast.Constant(0x7FFFFFFFFFFFFFFF), at), at), at)
                 if k == 0 and not _assigns(inner, var):
-                    inner = [_IndexByCounter(var, counter).visit(s) for s in inner]
+                    inner = [IndexByCounter(var, counter).visit(s) for s in inner]
                 # (when every use is indexed by the counter, no copy for numba to type and lower)
                 head = [signed] if _reads(inner, var) else []
-                inner = [ast.copy_location(ast.For(name_node(counter, at, True), iter_, head + inner, []), at)]
+                inner = outer_loop(task, counter, dim.stop if zero else None, iter_, head + inner, chunked and k == 0,
+                                    at)
             else:
-                inner = [ast.copy_location(ast.For(name_node(var, at, True), iter_, inner, []), at)]
+                count = binop(dim.stop, ast.Sub(), dim.start, dim.stop)
+                inner = outer_loop(task, var, count, iter_, inner, chunked and k == 0, at, start=dim.start)
         else:
             s, e, d = f"_qg_s{k}_{task.index}", f"_qg_e{k}_{task.index}", f"_qg_d{k}_{task.index}"
             stmts += [assign(s, dim.start, at), assign(e, dim.stop, at), assign(d, dim.step, at)]
@@ -95,33 +101,12 @@ def _cpu_parallel_loop(task: Task, body: list[ast.stmt], zero_d: frozenset[str],
             counter = f"_qg_k{task.index}"
             index = assign(var, binop(name_node(s, at), ast.Add(),
                                         binop(name_node(counter, at), ast.Mult(), name_node(d, at), at), at), at)
-            inner = [ast.copy_location(ast.For(name_node(counter, at, True), call(rng, [trip], at),
-                                               [index] + inner, []), at)]
+            inner = outer_loop(task, counter, trip if k == 0 else None, call(rng, [trip], at), [index] + inner,
+                                chunked and k == 0, at)
+    if chunked and len(task.dims) > 1:  # the work of one outer iteration, for the first chunk's size
+        stmts.append(_parse(f"_qg_cw_{task.index} = " + " * ".join(
+            ["1"] + [ast.unparse(trip_count(d)) for d in task.dims[1:]]), at))
     return stmts + inner + reductions[1]
-
-
-class _IndexByCounter(ast.NodeTransformer):
-    """`x[i]`, `x[i, j]` -> `x[u]`, `x[u, j]`: a parallel loop's stores and loads indexed by the
-    prange counter itself. numba fuses adjacent parallel loops only when each one's array
-    accesses are indexed by its own loop index; through the signed copy `i` it kept 8 loops
-    apart (8 gufuncs: 1.2-1.4 s to compile against 0.47 s fused, as numba fuses the same loops
-    written by hand). The signed `i` stays for arithmetic (`i - 1`, `min(i, 3)`)."""
-
-    def __init__(self, var: str, counter: str) -> None:
-        self.var, self.counter = var, counter
-
-    def _swap(self, index: ast.expr) -> ast.expr:
-        if isinstance(index, ast.Name) and index.id == self.var:
-            return ast.copy_location(ast.Name(self.counter, ast.Load()), index)
-        return index
-
-    def visit_Subscript(self, node: ast.Subscript) -> ast.AST:
-        self.generic_visit(node)
-        if isinstance(node.slice, ast.Tuple) and node.slice.elts:
-            node.slice.elts[0] = self._swap(node.slice.elts[0])
-        else:
-            node.slice = self._swap(node.slice)
-        return node
 
 
 def _reads(stmts: list[ast.stmt], name: str) -> bool:
@@ -221,9 +206,10 @@ def cpu_module(src: KernelSource, zero_d: frozenset[str] = frozenset(), options:
     `funcs` its @qgraph.func specialisations. With device loops the runner returns
     (status, loop, passes of each loop): status 1 when a loop ran `max_iterations` passes with
     its flag still set (the guard), 2 when Ctrl-C arrived (compiler.cpu_interrupts), 3 when a
-    debug check failed (`debug`: lang.debug_checks), else 0. The runner takes the record array
-    `_qg_record` after the parameters and writes the number of the unit it runs into it, so an
-    exception from a task can name the task.
+    debug check failed (`debug`: lang.debug_checks), 4 when Ctrl-C stopped a chunked parallel
+    loop (lang.cpu_loops), else 0; without device loops it returns None, or 1 for the last.
+    The runner takes the record array `_qg_record` after the parameters and writes the number
+    of the unit it runs into it, so an exception from a task can name the task.
     """
     symbols = Symbols(specialised=list(funcs or []))
     defs: list[ast.stmt] = []
@@ -234,6 +220,10 @@ def cpu_module(src: KernelSource, zero_d: frozenset[str] = frozenset(), options:
     def unit_call(unit: list[Task]) -> list[ast.stmt]:
         body: list[ast.stmt] = []
         used: set[str] = set()
+        # a lone parallel task without reductions runs in chunks, checking for Ctrl-C between them
+        # (fused loops would no longer fuse; timed chunks would make reductions' sums vary)
+        chunked = cpu_loops.CHUNK_PARALLEL_LOOPS and len(unit) == 1 and unit[0].parallel \
+            and task_updates(src, unit[0])[0] == []
         for task in unit:
             updates = None
             if task.parallel:
@@ -248,18 +238,23 @@ def cpu_module(src: KernelSource, zero_d: frozenset[str] = frozenset(), options:
             if task.parallel:
                 dims = [Dim(*lower_bounds(src, d, symbols)) for d in task.dims]
                 stmts = _cpu_parallel_loop(_with_dims(task, dims), stmts, zero_d,
-                                           _reduction_frame(src, task, list(updates.reductions.values()), symbols))
+                                           _reduction_frame(src, task, list(updates.reductions.values()), symbols),
+                                           chunked=chunked)
             if debug is not None:
                 stmts = debug.apply(stmts, symbols.atomic_paths.values())
             body += stmts
             used |= set(task.loaded) | set(task.bound_names)
-        params = [p for p in src.param_names if p in used] + ([RECORD] if debug is not None else [])
+        params = [p for p in src.param_names if p in used] + ([RECORD] if debug is not None or chunked else [])
         name = f"_qg_unit_{len(units)}"
         defs.append(function_def(name, params, body, unit[0].lineno))
         units.append((name, any(t.parallel for t in unit)))
         unit_tasks.append(tuple(unit))
         running = _parse(f"{RECORD}[{UNIT_WORD}] = {len(units) - 1}", at)
-        return [running, ast.copy_location(ast.Expr(call(name, [name_node(p, at) for p in params], at)), at)]
+        stmts = [running, ast.copy_location(ast.Expr(call(name, [name_node(p, at) for p in params], at)), at)]
+        if chunked:  # Ctrl-C stopped the unit: the runner stops too (the launcher raises)
+            stmts.append(_parse(f"if {RECORD}[{INTERRUPT_WORD}] != 0:\n    return{interrupted}", at))
+        unit_call_stmts[0] = stmts
+        return stmts
 
     def walk(region: Region) -> list[ast.stmt]:
         if isinstance(region, Task):
@@ -288,12 +283,14 @@ def cpu_module(src: KernelSource, zero_d: frozenset[str] = frozenset(), options:
         return stmts
 
     loops = counted_loops(src.body)  # numbered as walk meets them: outermost first
+    interrupted = f" {_status(4, -1, len(loops))}" if loops else " 1"
+    unit_call_stmts: list[list[ast.stmt]] = [[]]  # the last unit call's statements
     runner_body = walk(src.body)
     if loops:
         runner_body = [_parse(f"_qg_n{k} = 0", at) for k in range(len(loops))] + runner_body + \
             [_parse(f"return {_status(0, -1, len(loops))}", at)]
     runner_parallel = False
-    if not loops and len(units) == 1 and len(runner_body) == 2:
+    if not loops and len(units) == 1 and len(runner_body) == len(unit_call_stmts[0]):
         # One unit and nothing around it: the unit is the runner. A runner calling a unit makes
         # numba compile and optimise the unit's code a second time, linked into the runner.
         runner_parallel = units.pop()[1]

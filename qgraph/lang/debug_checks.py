@@ -1,4 +1,5 @@
-"""Debug mode's checks in generated task code: every array index and, with QGRAPH_DEBUG=nan,
+"""Debug mode's checks in generated task code: every array index, every divisor of `//` and
+`%` (an integer zero gives 0 without debug mode, as in NumPy) and, with QGRAPH_DEBUG=nan,
 every float stored.
 
 A checked index `_qg_checked(a, axis, i, site, _qg_record)` is `i` when `-n <= i < n` (as
@@ -9,8 +10,10 @@ the context, and on the CPU an exception inside a parallel loop loses its kernel
 
 Record layout (RECORD_WORDS int64): [0] the failing site + 1 (0: none; the first failure wins
 by compare-and-swap), [1] the index (finite checks: 0 NaN, 1 +inf, 2 -inf), [2] the number of
-values in [3:], [3:3+n] the array's shape (finite checks: the element's index, when known),
-[UNIT_WORD] the unit of tasks running (CPU: names the task an exception came from).
+values in [3:], [3:3+n] the array's shape (finite checks: the element's index, when known;
+divisor checks: nothing),
+[UNIT_WORD] the unit of tasks running (CPU: names the task an exception came from),
+[INTERRUPT_WORD] the task whose chunked parallel loop Ctrl-C stopped, plus one (CPU).
 """
 
 from __future__ import annotations
@@ -21,16 +24,21 @@ from dataclasses import dataclass, field
 
 CHECK_INDEX = "_qg_checked"
 BAD_VALUE = "_qg_bad_value"
+CHECK_DIVISOR = "_qg_checked_divisor"
+FINITE_AXIS = -1  # a Site's axis for a finiteness check of a store
+DIVISOR_AXIS = -2  # a Site's axis for a divisor check (its `array` is then the operator, // or %)
 RECORD = "_qg_record"
 RECORD_WORDS = 32
 UNIT_WORD = RECORD_WORDS - 1
-MAX_RECORDED_DIMS = UNIT_WORD - 3
+INTERRUPT_WORD = RECORD_WORDS - 2  # CPU: the task (index + 1) a chunked parallel loop stopped on Ctrl-C
+MAX_RECORDED_DIMS = INTERRUPT_WORD - 3
 
 
 @dataclass(frozen=True)
 class Site:
     """One checked place in a kernel: the source line, the array (flat parameter name) and
-    the axis indexed, or axis -1 for a finiteness check of a store."""
+    the axis indexed, or axis FINITE_AXIS for a finiteness check of a store, or DIVISOR_AXIS
+    for a divisor check (with the operator, `//` or `%`, in place of the array)."""
 
     lineno: int
     array: str
@@ -125,6 +133,19 @@ class DebugChecks(ast.NodeTransformer):
             node.args[1] = self._checked(node.args[0].id, node.args[1], node)
         return node
 
+    # ------------------------------------------------------------------ divisors
+
+    def _checked_divisor(self, divisor: ast.expr, lineno: int, op: ast.operator) -> ast.expr:
+        site = self._site(lineno, "//" if isinstance(op, ast.FloorDiv) else "%", DIVISOR_AXIS)
+        call = ast.Call(ast.Name(CHECK_DIVISOR, ast.Load()), [divisor, site, ast.Name(RECORD, ast.Load())], [])
+        return ast.fix_missing_locations(ast.copy_location(call, divisor))
+
+    def visit_BinOp(self, node: ast.BinOp) -> ast.AST:
+        self.generic_visit(node)
+        if isinstance(node.op, (ast.FloorDiv, ast.Mod)):
+            node.right = self._checked_divisor(node.right, node.lineno, node.op)
+        return node
+
     # ------------------------------------------------------------------ stores (finite mode)
 
     def _stored(self, stmt: ast.stmt) -> tuple[str, ast.expr] | None:
@@ -145,7 +166,7 @@ class DebugChecks(ast.NodeTransformer):
 
     def _finite_check(self, stmt: ast.stmt, array: str, index: ast.expr) -> list[ast.stmt]:
         """`stmt`, then: if the element it stored is not finite, record where (the first time)."""
-        site = self._site(stmt.lineno, array, -1)
+        site = self._site(stmt.lineno, array, FINITE_AXIS)
         parts = index.elts if isinstance(index, ast.Tuple) else [index]
         element = ast.Subscript(ast.Name(array, ast.Load()), copy.deepcopy(index), ast.Load())
         test = ast.Call(ast.Name(BAD_VALUE, ast.Load()), [element, site, ast.Name(RECORD, ast.Load())], [])
@@ -161,6 +182,8 @@ class DebugChecks(ast.NodeTransformer):
         found = self._stored(stmt) if self.floats else None
         original = copy.deepcopy(found[1]) if found is not None else None
         self.generic_visit(stmt)
+        if isinstance(stmt, ast.AugAssign) and isinstance(stmt.op, (ast.FloorDiv, ast.Mod)):
+            stmt.value = self._checked_divisor(stmt.value, stmt.lineno, stmt.op)
         if found is None or len(original.elts if isinstance(original, ast.Tuple) else [original]) \
                 > MAX_RECORDED_DIMS or not _side_effect_free(original):
             return stmt

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from ..errors import QgraphSyntaxError
 from .builtins import CONTROL
 from .builtins import serial as serial_marker
-from .names import UNRESOLVED, collect_names, resolve_static  # noqa: F401 (re-exported)
+from .names import UNRESOLVED, Closure, collect_names, resolve_static  # noqa: F401 (re-exported)
 from .region_parser import RegionParser
 from .regions import DeviceLoop, Dim, Region, Sequence, Task, leaf_tasks
 
@@ -66,10 +66,10 @@ class KernelSource:
     params: tuple[Param, ...]
     tasks: tuple[Task, ...]  # the leaf tasks of `body`, in launch order
     globals: dict
-    closure: dict
+    closure: Closure  # read live: see names.Closure
     graph_while: str | None = None
     body: Region | None = None  # the region tree every backend walks (None for a func)
-    frozen: tuple = ()  # (module dict, name) of module-level numbers compiled in (lang.globals_used)
+    frozen: tuple = ()  # (module dict or closure cell, name) of numbers compiled in (lang.globals_used)
 
     @property
     def param_names(self) -> tuple[str, ...]:
@@ -89,8 +89,8 @@ def syntax_error(message: str, filename: str, node: ast.AST | int | None) -> Qgr
     return QgraphSyntaxError(message, filename, lineno, line or None)
 
 
-def parse_function(fn, what: str) -> tuple[ast.FunctionDef, str, dict, dict]:
-    """The function's AST (line numbers as in its file), file name, globals and closure vars."""
+def parse_function(fn, what: str) -> tuple[ast.FunctionDef, str, dict, Closure]:
+    """The function's AST (line numbers as in its file), file name, globals and (live) closure vars."""
     try:
         source = inspect.getsource(fn)
         filename = inspect.getsourcefile(fn) or fn.__code__.co_filename
@@ -103,8 +103,7 @@ def parse_function(fn, what: str) -> tuple[ast.FunctionDef, str, dict, dict]:
     fn_def = tree.body[0]
     if not isinstance(fn_def, ast.FunctionDef):
         raise syntax_error(f"{what} must be a plain function (def)", filename, fn_def)
-    closure = inspect.getclosurevars(fn).nonlocals if fn.__closure__ else {}
-    return fn_def, filename, fn.__globals__, dict(closure)
+    return fn_def, filename, fn.__globals__, Closure(fn)
 
 
 def parse_params(fn_def: ast.FunctionDef, filename: str, what: str) -> tuple[Param, ...]:

@@ -5,9 +5,10 @@ after compilation would be read stale, silently. Instead:
 - a module-level array (NumPy, qgraph, CuPy/PyTorch) or @qgraph.struct object a kernel
   reads becomes an implicit parameter: each call passes what the name holds then, so the
   kernel sees (and writes) the current array;
-- a module-level number stays a compile-time constant (it folds into the code), and every
-  call checks that it still holds the value it was compiled with; a change raises
-  QgraphError naming the number (as Triton does). A module-level vector or matrix
+- a module-level number, or one read from the enclosing function, stays a compile-time
+  constant (it folds into the code), and every call checks that its name (closure cell)
+  still holds the value it was compiled with; a change raises QgraphError naming the
+  number (as Triton does). A vector or matrix read the same way
   (`GRAVITY = qgraph.vec2(0.0, -9.8)`) is the same: lang.flatten compiles its components
   in, and every call checks its value (rebound, or changed in place).
 
@@ -70,30 +71,52 @@ def implicit_arrays(fn, src: KernelSource) -> tuple[Param, ...]:
     return tuple(found)
 
 
-def frozen_numbers(src: KernelSource) -> tuple[tuple[dict, str, object], ...]:
-    """(module dict, name, value) of every module-level number and vector (`qgraph.vec2(...)`)
-    the kernel and the @qgraph.funcs it calls read: compile-time constants, checked at each call."""
-    seen: set[tuple[int, str]] = set()
-    out: list[tuple[dict, str, object]] = []
+def outside_values(src: KernelSource):
+    """(owner, holder, name, value, line) of every value the kernel and the @qgraph.funcs it
+    calls read from their module (holder: the module dict) or enclosing function (holder: the
+    closure cell); `owner` is the source that reads it, first at `line`. Funcs are followed."""
     pending = [(src.fn_def.body, src)]
     visited_funcs: set[int] = set()
     while pending:
         body, owner = pending.pop()
         names = collect_names(body)
-        for name in names.loaded:
-            if name in names.stored or name in owner.param_names or name in owner.closure:
+        for name, line in names.loaded.items():
+            if name in names.stored or name in owner.param_names:
                 continue
-            if name not in owner.globals:
+            if name in owner.closure:
+                holder, value = owner.closure.cell(name), owner.closure[name]
+            elif name in owner.globals:
+                holder, value = owner.globals, owner.globals[name]
+            else:
                 continue
-            value = owner.globals[name]
             if getattr(value, "_qgraph_kind", None) == "func" and id(value) not in visited_funcs:
                 visited_funcs.add(id(value))
                 pending.append((value._source.fn_def.body, value._source))
-            elif (is_number_value(value) or is_vector_value(value)) and (id(owner.globals), name) not in seen \
-                    and not hasattr(builtins, name):
-                seen.add((id(owner.globals), name))
-                out.append((owner.globals, name, value))
+            yield owner, holder, name, value, line
+
+
+def frozen_numbers(src: KernelSource) -> tuple[tuple[object, str, object], ...]:
+    """(holder, name, value) of every number and vector (`qgraph.vec2(...)`) read from outside
+    (see `outside_values`): compile-time constants, checked at each call."""
+    seen: set[tuple[int, str]] = set()
+    out: list[tuple[object, str, object]] = []
+    for _, holder, name, value, _ in outside_values(src):
+        if (is_number_value(value) or is_vector_value(value)) and (id(holder), name) not in seen \
+                and not hasattr(builtins, name):
+            seen.add((id(holder), name))
+            out.append((holder, name, value))
     return tuple(out)
+
+
+UNUSABLE_CONTAINERS = (list, dict, set, frozenset, bytearray)  # numba cannot freeze them into code
+
+
+def unusable_globals(src: KernelSource) -> list[tuple[KernelSource, str, str, int]]:
+    """(owner, name, type name, line) of the lists, dicts and sets read from outside the kernel
+    (numba rejects them with its own words, differently per backend, and in loop bounds, which
+    its runner holds too, without naming the line)."""
+    return [(owner, name, type(value).__name__, line) for owner, _, name, value, line in outside_values(src)
+            if isinstance(value, UNUSABLE_CONTAINERS)]
 
 
 def func_array_globals(src: KernelSource) -> list[str]:

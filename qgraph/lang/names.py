@@ -5,8 +5,41 @@ from __future__ import annotations
 
 import ast
 import builtins
+from collections.abc import Iterator, Mapping
+from types import CellType
 
 UNRESOLVED = object()
+
+
+class Closure(Mapping):
+    """The variables a function reads from its enclosing function, read live from its cells:
+    compiling sees what they hold then (as Python would), and a cell still empty at
+    decoration (a recursive helper's own name) is simply not there yet."""
+
+    def __init__(self, fn) -> None:
+        self._cells: dict[str, CellType] = dict(zip(fn.__code__.co_freevars, fn.__closure__ or ()))
+
+    def cell(self, name: str) -> CellType:
+        return self._cells[name]
+
+    def __getitem__(self, name: str) -> object:
+        try:
+            return self._cells[name].cell_contents
+        except ValueError:  # an empty cell: assigned later in the enclosing function, or deleted
+            raise KeyError(name) from None
+
+    def __iter__(self) -> Iterator[str]:
+        return (name for name in self._cells if name in self)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def __contains__(self, name: object) -> bool:
+        try:
+            self[name]
+        except (KeyError, TypeError):
+            return False
+        return True
 
 
 def resolve_static(expr: ast.expr, globals_: dict, closure: dict) -> object:

@@ -1,7 +1,9 @@
 """What the environment says, parsed in one place and read by `init()`.
 
 Every switch is parsed by the same rules: case-insensitive, surrounding spaces ignored,
-`0/false/off/no` is off. Changing a variable takes effect at the next `qgraph.init()`.
+`1/true/on/yes` is on, `0/false/off/no` is off, unset or empty is the default, and anything
+else raises (a typo must not turn a mode on). Changing a variable takes effect at the
+next `qgraph.init()`.
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ from dataclasses import dataclass
 from ..errors import QgraphError
 
 ARCHES = ("cuda", "cpu")
-_OFF = ("0", "false", "off", "no")
+ON = ("1", "true", "on", "yes")
+OFF = ("0", "false", "off", "no")
 
 
 def env_text(environ: Mapping[str, str], name: str, default: str = "") -> str:
@@ -22,11 +25,17 @@ def env_text(environ: Mapping[str, str], name: str, default: str = "") -> str:
 
 
 def switch(environ: Mapping[str, str], name: str, default: bool = True) -> bool:
-    """An on/off variable: unset or empty means `default`; 0/false/off/no mean off."""
+    """An on/off variable: unset or empty means `default`; 1/true/on/yes and 0/false/off/no
+    mean on and off; anything else raises QgraphError naming the variable."""
     text = env_text(environ, name)
     if not text:
         return default
-    return text not in _OFF
+    if text in ON:
+        return True
+    if text in OFF:
+        return False
+    raise QgraphError(f"{name}={environ[name]!r}: expected {', '.join(ON)} (on) or {', '.join(OFF)} (off); "
+                      f"unset means {'on' if default else 'off'}")
 
 
 def arch_name(text: str | None, source: str) -> str | None:
@@ -139,9 +148,9 @@ def debug_mode(value) -> str | None:
     if value is True:
         return "bounds"
     text = str(value).strip().lower()
-    if text in ("", "0", "false", "off", "no"):
+    if text in ("",) + OFF:
         return None
-    if text in ("1", "true", "on", "yes", "bounds"):
+    if text in ON + ("bounds",):
         return "bounds"
     if text in ("nan", "finite"):
         return "nan"
