@@ -121,6 +121,26 @@ def test_a_closure_vector_is_a_constant(arch):
     np.testing.assert_allclose(a.to_numpy(), x + np.float32([2, 4, 6]), rtol=1e-6)
 
 
+def test_a_rebound_closure_vector_raises_as_a_closure_number_does(arch):
+    offset = qgraph.vec2(1.0, 2.0)
+
+    @qgraph.kernel
+    def shifted(x: qgraph.vec2[:]):
+        for i in range(x.shape[0]):
+            x[i] = x[i] + offset
+
+    a = qgraph.from_numpy(np.zeros((4, 2), np.float32))
+    shifted(a)
+    np.testing.assert_array_equal(a.to_numpy(), [[1, 2]] * 4)
+    offset = qgraph.vec2(5.0, 6.0)  # noqa: F841 (the kernel reads it through its closure cell)
+    with pytest.raises(qgraph.QgraphError, match=r"the vec2 offset read from the enclosing function changed .*"
+                                                 r"now \(5, 6\)"):
+        shifted(a)
+    qgraph.reset()
+    shifted(a)  # recompiled with the new value
+    np.testing.assert_array_equal(a.to_numpy(), [[6, 8]] * 4)
+
+
 def test_a_vector_parameter_changes_per_call_without_a_recompile(arch):
     rng = np.random.default_rng(3)
     vel = _random(rng, 32, 2)
