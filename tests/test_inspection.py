@@ -83,12 +83,15 @@ def test_inspect_raises_what_a_call_raises(arch):
 
 
 def test_cpu_inspect_shows_numbas_llvm_and_assembly_of_each_unit(tmp_path, monkeypatch):
-    """A fresh cache directory: this process compiles the units, so numba still holds their IR."""
+    """A fresh cache directory: this process compiles the units, so numba still holds their IR;
+    after init() the same code comes from numba's disk cache, which keeps none: inspect says so."""
     monkeypatch.setenv("QGRAPH_CACHE_DIR", str(tmp_path))
     qgraph.init("cpu")
     try:
         _, _, x, y = arrays()
         code = scale_then_add.inspect(x, y, 2.0)
+        qgraph.init("cpu")
+        loaded = scale_then_add.inspect(x, y, 2.0)
     finally:
         monkeypatch.undo()
         qgraph.init("cpu")
@@ -96,6 +99,25 @@ def test_cpu_inspect_shows_numbas_llvm_and_assembly_of_each_unit(tmp_path, monke
         assert task.missing == {} and "define " in task.llvm and task.name in task.llvm
         assert len(task.asm.splitlines()) > 10
     assert "llvm: " in str(code)
+    for task in loaded.tasks:
+        assert task.llvm is task.asm is None and "empty QGRAPH_CACHE_DIR" in task.missing["llvm"]
+        assert task.python == code.tasks[task.index].python
+    assert "--- llvm: none, " in str(loaded) and "empty QGRAPH_CACHE_DIR" in str(loaded)
+
+
+def test_sass_is_split_per_function_from_the_disassemblers_listing(tmp_path, monkeypatch):
+    """cuobjdump -sass lists every function of a cubin under `Function : <name>` (a stand-in tool
+    here, printing that layout): each kernel gets its own section; without a tool, the reason."""
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert inspection.sass_listing(b"\x7fELF") == \
+        ({}, "neither cuobjdump nor nvdisasm is on PATH (both come with the CUDA toolkit)")
+    tool = tmp_path / "cuobjdump"
+    tool.write_text("#!/bin/sh\nprintf '\\tcode for sm_90\\n\\t\\tFunction : _Z1aPf\\n        /*0000*/ LDC R1 ;\\n"
+                    "\\t\\tFunction : _Z1bPf\\n        /*0000*/ EXIT ;\\n'\n")
+    tool.chmod(0o755)
+    found, why = inspection.sass_listing(b"\x7fELF")
+    assert why == "" and sorted(found) == ["_Z1aPf", "_Z1bPf"]
+    assert "LDC R1" in found["_Z1aPf"] and "EXIT" not in found["_Z1aPf"] and "EXIT" in found["_Z1bPf"]
 
 
 def test_cuda_task_code_splits_the_ptx_per_entry_offline(tmp_path):

@@ -158,7 +158,8 @@ def cpu_machine_code(dispatcher, arg_types: tuple) -> tuple[str | None, str | No
     """(LLVM IR, assembly, why they are missing) of a dispatcher's overload for `arg_types`:
     numba keeps neither for code it loaded from its disk cache."""
     if arg_types not in dispatcher.overloads:
-        return None, None, "numba compiled no overload of it in this process (its caller came from the disk cache)"
+        return None, None, ("numba compiled no overload of it in this process (the runner calling it came from "
+                            "numba's disk cache): inspect in a process with an empty QGRAPH_CACHE_DIR to see it")
     if dispatcher.stats.cache_hits.get(arg_types):
         return None, None, ("loaded from numba's disk cache, which keeps only machine code: inspect in a process "
                             "with an empty QGRAPH_CACHE_DIR to see it")
