@@ -9,6 +9,7 @@ resolution, launch, loop bounds). Building it runs nothing and changes no statis
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import shutil
@@ -85,8 +86,7 @@ def cpu_code(kernel, launcher, key: tuple[str, ...], program, values: tuple) -> 
     """The code of the CPU specialisation `key`, compiled by `program` for the runner's `values`."""
     tasks = []
     for unit, unit_tasks in enumerate(program.unit_tasks):
-        python, llvm, asm, why = program.unit_code(unit, values)
-        name = re.match(r"def (\w+)", python).group(1)
+        name, python, llvm, asm, why = program.unit_code(unit, values)
         missing = {"llvm": why, "asm": why} if llvm is None else {}
         tasks += [TaskCode(t.index, t.kind, t.lineno, name, python, unit, llvm, asm, missing=missing)
                   for t in unit_tasks]
@@ -112,15 +112,9 @@ def cuda_code(kernel, key: tuple[str, ...], program, resources: dict | None, hos
         if resources is None:
             missing["resources"] = no_resources
         tasks.append(TaskCode(task.index, task.kind, task.lineno, code.function.name,
-                              _unparse(code.function), entry=entry, ptx=ptx, sass=sass.get(entry),
+                              ast.unparse(code.function) + "\n", entry=entry, ptx=ptx, sass=sass.get(entry),
                               resources=None if resources is None else resources[task.index], missing=missing))
     return KernelCode(kernel.__name__, "cuda", key, tuple(tasks), host, "\n".join(modules) or None)
-
-
-def _unparse(fdef) -> str:
-    import ast
-
-    return ast.unparse(fdef) + "\n"
 
 
 _SASS_FUNCTION = re.compile(r"(?:Function\s*:\s*|\.section\s+\.text\.)([\w$]+)")

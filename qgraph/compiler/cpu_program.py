@@ -94,16 +94,16 @@ class CpuProgram:
         """Compile the runner for the types of `values` (as a call with them would) without running it."""
         self.runner.compile(adapter.numba_types(values))
 
-    def unit_code(self, unit: int, values: tuple) -> tuple[str, str | None, str | None, str]:
-        """(generated Python, LLVM IR, assembly, why those two are missing) of unit `unit` as the
-        runner compiled for `values` calls it."""
+    def unit_code(self, unit: int, values: tuple) -> tuple[str, str, str | None, str | None, str]:
+        """(function name, generated Python, LLVM IR, assembly, why those two are missing) of unit
+        `unit` as the runner compiled for `values` calls it."""
         name = self.module.units[unit][0] if self.module.units else self.module.runner
         fdef = _function_def(self.module, name)
         types = dict(zip([a.arg for a in _function_def(self.module, self.module.runner).args.args],
                          adapter.numba_types(values)))
         llvm, asm, missing = adapter.cpu_machine_code(self.unit_dispatchers[unit],
                                                       tuple(types[a.arg] for a in fdef.args.args))
-        return ast.unparse(fdef) + "\n", llvm, asm, missing
+        return name, ast.unparse(fdef) + "\n", llvm, asm, missing
 
     @property
     def cache_hits(self) -> int:
