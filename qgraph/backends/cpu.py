@@ -8,6 +8,7 @@ import numpy as np
 
 from ..args.kinds import arg_type
 from ..args.resolve import resolver_lines
+from ..compiler.compile_signals import interruptible_compile
 from ..compiler.numba_adapter import is_compile_error, is_typing_stage
 from ..driver.device import stream_handle
 from ..errors import runaway_error
@@ -108,7 +109,8 @@ class CpuLauncher:
         leaves = tuple(values[k] if j is None else values[k][j] for k, j in flat.slots)
         hits = program.cache_hits
         try:
-            program.compile_for(leaves + (self._record,))
+            with interruptible_compile(self.src.name):  # a Ctrl-C meanwhile is never lost
+                program.compile_for(leaves + (self._record,))
         except Exception as e:
             if is_compile_error(e) and is_typing_stage(e):
                 raise compile_error(self.src, key, e) from e
@@ -221,8 +223,7 @@ class CpuLauncher:
         raise check_failure(self.src, self._program_of[key].sites, words)
 
     def _compile_and_run(self, key: tuple, values: tuple, args: tuple) -> None:
-        runner, program, _ = self._prepare(key, values, args)
-        hits = program.cache_hits
+        runner, program, _, hits = self._compiled(key, values, args)  # compiled before it runs: see _compiled
         try:
             status = self._run(key, runner, values)
         except Exception as e:

@@ -15,6 +15,7 @@ import warnings
 
 from .. import conditional
 from ..args.kinds import FlagKind, arg_type
+from ..compiler.compile_signals import interruptible_compile
 from ..compiler.cuda_program import TaskKernel, build_program, compile_tasks
 from ..compiler.launch_code import block_expr, generate, grid_expr, signature_with_constants, tile_shape
 from ..compiler.numba_adapter import is_compile_error
@@ -267,8 +268,10 @@ class CudaLauncher:
         src = self.src
         flat = self._checked(key, args)
         try:
-            kernels, debug, from_cache = compile_tasks(src, key, self.device, self.code_cache, self._deterministic,
-                                           self._fast_math, self._default_float, flat, self._debug)
+            with interruptible_compile(src.name):
+                kernels, debug, from_cache = compile_tasks(src, key, self.device, self.code_cache,
+                                                           self._deterministic, self._fast_math,
+                                                           self._default_float, flat, self._debug)
         except Exception as e:
             if is_compile_error(e):
                 raise compile_error(src, key, e, getattr(e, "qgraph_task", None)) from e
