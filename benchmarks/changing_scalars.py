@@ -24,8 +24,8 @@ import math
 import numpy as np
 
 import qgraph
-from qgraph.bench.kernels import module_from_source
-from qgraph.bench.timing import interleaved_seconds, warm_up_gpu
+from qgraph.bench.kernels import module_from_source, warm_up_gpu
+from qgraph.bench.timing import interleaved_seconds
 
 SOURCE = """
 import math

@@ -16,7 +16,7 @@ from dataclasses import asdict
 
 import qgraph
 from qgraph.bench import nested_loops, suite
-from qgraph.bench.timing import warm_up_gpu
+from qgraph.bench.kernels import warm_up_gpu
 
 
 def main() -> int:

@@ -16,7 +16,8 @@ import argparse
 import numpy as np
 
 import qgraph
-from qgraph.bench.timing import interleaved_seconds, warm_up_gpu
+from qgraph.bench.kernels import warm_up_gpu
+from qgraph.bench.timing import interleaved_seconds
 
 MODES = {"normal": False, "debug": True, "debug=nan": "nan"}
 

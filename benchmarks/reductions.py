@@ -12,7 +12,7 @@ import json
 
 import qgraph
 from qgraph.bench import reductions
-from qgraph.bench.timing import warm_up_gpu
+from qgraph.bench.kernels import warm_up_gpu
 
 
 def main() -> None:

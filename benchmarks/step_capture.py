@@ -22,8 +22,8 @@ import argparse
 import numpy as np
 
 import qgraph
-from qgraph.bench.kernels import module_from_source, task_constant
-from qgraph.bench.timing import interleaved_seconds, warm_up_gpu
+from qgraph.bench.kernels import module_from_source, task_constant, warm_up_gpu
+from qgraph.bench.timing import interleaved_seconds
 
 TASKS = 8
 

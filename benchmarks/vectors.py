@@ -15,7 +15,7 @@ import json
 
 import qgraph
 from qgraph.bench import examples_bench, struct_bench
-from qgraph.bench.timing import warm_up_gpu
+from qgraph.bench.kernels import warm_up_gpu
 
 
 def main() -> None:

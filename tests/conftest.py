@@ -1,8 +1,11 @@
 """Shared fixtures: run behaviour tests on every arch; CUDA skips without a GPU (fails under
-QGRAPH_REQUIRE_CUDA=1, so a GPU run that found no device cannot look green)."""
+QGRAPH_REQUIRE_CUDA=1, so a GPU run that found no device cannot look green). Offline CUDA code
+generation skips only where a piece of numba-cuda's compiler is not installed, found before
+compiling: an error of qgraph's own code generation is never a skip."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import tempfile
 
@@ -35,6 +38,35 @@ def use_arch(name: str) -> None:
                 pytest.fail(f"QGRAPH_REQUIRE_CUDA=1 but CUDA is unavailable: {reason}")
             pytest.skip(f"CUDA unavailable: {reason}")
     qgraph.init(name)
+
+
+def missing_cuda_compiler() -> str | None:
+    """The piece of numba-cuda's compiler (numba-cuda, NVVM, NVRTC, libdevice) that is not
+    installed, or None: asked the way numba-cuda finds them, without compiling anything."""
+    if importlib.util.find_spec("numba_cuda") is None:
+        return "numba-cuda is not installed"
+    from cuda import pathfinder
+    from numba.cuda.cuda_paths import get_cuda_paths
+
+    try:
+        paths = get_cuda_paths()
+    except pathfinder.DynamicLibNotFoundError as e:  # NVRTC or NVVM: the pip extra [cu13] or a CUDA toolkit
+        return str(e).splitlines()[0]
+    for piece in ("nvvm", "libdevice"):
+        if not (paths[piece].info and os.path.isfile(paths[piece].info)):
+            return f"{piece} is not installed (numba-cuda looked in: {paths[piece].by})"
+    return None
+
+
+@pytest.fixture(scope="session")
+def cuda_compiler():
+    """For tests that generate CUDA code without a GPU (PTX for an assumed compute capability):
+    skipped where numba-cuda's compiler is not installed, failed under QGRAPH_REQUIRE_CUDA=1."""
+    reason = missing_cuda_compiler()
+    if reason is not None:
+        if REQUIRE_CUDA:
+            pytest.fail(f"QGRAPH_REQUIRE_CUDA=1 but numba-cuda cannot compile here: {reason}")
+        pytest.skip(f"numba-cuda cannot compile here: {reason}")
 
 
 @pytest.fixture(params=["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])

@@ -63,38 +63,18 @@ def _has(module: str) -> bool:
     return importlib.util.find_spec(module) is not None
 
 
-def _nvrtc():
-    from qgraph.driver.nvrtc import version
-
-    try:
-        version()
-    except Exception as e:  # no cuda-bindings or no NVRTC library on this machine
-        pytest.skip(f"NVRTC unavailable: {type(e).__name__}: {e}")
-
-
 @pytest.mark.parametrize("options", [(), ("--use_fast_math",)])
-def test_the_hand_written_cuda_compiles(options):
+def test_the_hand_written_cuda_compiles(cuda_compiler, options):
     from qgraph.driver.nvrtc import compile_cubin
 
-    _nvrtc()
     assert len(compile_cubin(CUDA_SOURCE, "compute.cu", (9, 0), options)) > 1000
 
 
-def test_machine_code_counts_without_a_gpu():
+def test_machine_code_counts_without_a_gpu(cuda_compiler):
     """What benchmarks/machine_code.py does offline: qgraph's PTX for sm_90 beside NVRTC's."""
     from qgraph.bench import ptx_stats
     from qgraph.bench.kernels import module_from_source
 
-    _nvrtc()
-    try:
-        from numba import cuda, types
-
-        def probe(x):
-            x[0] = 1.0
-
-        cuda.compile(probe, (types.float64[::1],), device=False, abi="numba", cc=(9, 0))
-    except Exception as e:  # no numba-cuda or no NVVM here
-        pytest.skip(f"numba-cuda cannot compile here: {type(e).__name__}: {str(e)[:120]}")
     mod = module_from_source("qgraph_bench_compute", KERNELS_SOURCE)
     (ours,) = ptx_stats.offline_qgraph_ptx(mod.stencil2d, (np.zeros((8, 8), np.float32),) * 2, (9, 0))
     hand = ptx_stats.nvrtc_ptx(CUDA_SOURCE, (9, 0))

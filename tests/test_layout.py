@@ -1,11 +1,14 @@
-"""The package's structure: no import cycles, modules of a readable size, layers kept apart."""
+"""The package's structure: no import cycles, imports pointing down the layers docs/architecture.md
+states, modules of a readable size, numba kept in its layer."""
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "qgraph"
+ARCHITECTURE = PACKAGE.parent / "docs" / "architecture.md"
 MAX_LINES = 400
 LONGER_WITH_A_REASON: dict[str, str] = {}
 
@@ -34,7 +37,9 @@ def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
                 stem = ".".join(base + ([node.module] if node.module else []))
             else:
                 stem = node.module or ""
-            targets = [stem] + [f"{stem}.{a.name}" for a in node.names]
+            names = [f"{stem}.{a.name}" for a in node.names]
+            # `from . import runtime` imports the module, not its package's __init__ (the root's is the public API)
+            targets = names + ([stem] if any(n not in modules for n in names) else [])
         for target in targets:
             while target and target not in modules:
                 target = target.rpartition(".")[0]
@@ -43,9 +48,12 @@ def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
     return out
 
 
-def _graph() -> dict[str, set[str]]:
+def _graph(packages: bool = False) -> dict[str, set[str]]:
+    """Module -> the qgraph modules it imports; with `packages`, also the package __init__s it runs."""
     modules = _modules()
     graph = {name: _imports(name, path, modules) for name, path in modules.items()}
+    if packages:
+        return graph
     for name in graph:  # importing a package runs its __init__, which is not an edge worth a cycle
         graph[name] = {t for t in graph[name] if modules[t].name != "__init__.py" or t == "qgraph.runtime"}
     return graph
@@ -88,6 +96,61 @@ def test_the_cycle_check_finds_a_cycle(tmp_path, monkeypatch):
     graph = _graph()
     assert graph["qgraph.a"] == {"qgraph.b"} and graph["qgraph.b"] == {"qgraph.a"}
     assert _cycles(graph) == [["qgraph.a", "qgraph.b", "qgraph.a"]]
+
+
+def _layer_rows(text: str) -> list[list[str]]:
+    """The modules of each row of the page's layer table, top row first: `cli.py` is qgraph.cli,
+    `bench/` the package qgraph.bench and all below it, `__init__.py` the root package alone."""
+    section = text.split("\n## Layers\n", 1)[1].split("\n## ", 1)[0]
+    rows = []
+    for line in section.splitlines():
+        cells = line.split("|")
+        if len(cells) > 3 and "`" in cells[1]:
+            paths = re.findall(r"`([^`]+)`", cells[1])
+            rows.append([".".join(["qgraph", *p.removesuffix("/").removesuffix(".py").split("/")])
+                         .removesuffix(".__init__") for p in paths])
+    return rows
+
+
+def _layer_of(name: str, rows: list[list[str]]) -> int | None:
+    """Index of the row holding `name`: the row naming the longest prefix of it (the root exactly)."""
+    best = None
+    for index, row in enumerate(rows):
+        for listed in row:
+            if (name == listed or listed != "qgraph" and name.startswith(listed + ".")) and \
+                    (best is None or len(listed) > len(best[1])):
+                best = (index, listed)
+    return None if best is None else best[0]
+
+
+def _upward_imports(graph: dict[str, set[str]], rows: list[list[str]]) -> list[str]:
+    return sorted(f"{name} -> {target}" for name, targets in graph.items() for target in targets
+                  if _layer_of(target, rows) < _layer_of(name, rows))
+
+
+def test_imports_point_down_the_layers_the_architecture_page_states():
+    """docs/architecture.md's layer table is the order: a module imports (function-level imports
+    included) only modules of its own row or of rows below it, and every module has a row."""
+    rows = _layer_rows(ARCHITECTURE.read_text())
+    modules = _modules()
+    assert len(rows) > 5, "docs/architecture.md has no layer table under '## Layers'"
+    stale = [m for row in rows for m in row if m not in modules]
+    assert not stale, f"the layer table names modules that do not exist: {stale}"
+    unplaced = sorted(m for m in modules if _layer_of(m, rows) is None)
+    assert not unplaced, f"modules without a row in docs/architecture.md's layer table: {unplaced}"
+    upward = _upward_imports(_graph(packages=True), rows)
+    assert not upward, "imports pointing up docs/architecture.md's layers: " + "; ".join(upward)
+
+
+def test_the_layer_check_finds_an_upward_import():
+    rows = _layer_rows("\n## Layers\n| modules | why |\n|---|---|\n| `cli.py`, `bench/` | top |\n"
+                       "| `__init__.py`, `bench/measure.py` | names |\n| `lang/` | bottom |\n## Next\n")
+    assert rows == [["qgraph.cli", "qgraph.bench"], ["qgraph", "qgraph.bench.measure"], ["qgraph.lang"]]
+    assert [_layer_of(m, rows) for m in ("qgraph.bench.suite", "qgraph.bench.measure", "qgraph", "qgraph.lang.x")] \
+        == [0, 1, 1, 2]
+    graph = {"qgraph.cli": {"qgraph"}, "qgraph.bench.measure": {"qgraph.lang.x", "qgraph.bench.suite"},
+             "qgraph.lang.x": {"qgraph.lang.y"}, "qgraph.lang.y": {"qgraph"}}
+    assert _upward_imports(graph, rows) == ["qgraph.bench.measure -> qgraph.bench.suite", "qgraph.lang.y -> qgraph"]
 
 
 def test_modules_stay_readable():

@@ -213,17 +213,14 @@ def float32_step(x, v, f, dt, n):
         x[i] = min(x[i] + dt * v[i], 10.0) if x[i] > -1 else abs(x[i]) ** 2
 
 
-def test_a_float32_kernel_has_no_float64_instructions():
+def test_a_float32_kernel_has_no_float64_instructions(cuda_compiler):
     from test_cuda_codegen import A, S, _compile_with
 
     from qgraph.args.kinds import WEAK_FLOAT, WEAK_INT
 
-    try:
-        f32 = "".join(_compile_with(float32_step, (A("f4", 1),) * 3 + (WEAK_FLOAT, WEAK_INT)))
-        f64 = "".join(_compile_with(float32_step, (A("f8", 1),) * 3 + (WEAK_FLOAT, WEAK_INT)))
-        strong = "".join(_compile_with(float32_step, (A("f4", 1),) * 3 + (S("f8"), WEAK_INT)))
-    except Exception as e:  # no NVVM here
-        pytest.skip(f"numba-cuda cannot compile here: {type(e).__name__}")
+    f32 = "".join(_compile_with(float32_step, (A("f4", 1),) * 3 + (WEAK_FLOAT, WEAK_INT)))
+    f64 = "".join(_compile_with(float32_step, (A("f8", 1),) * 3 + (WEAK_FLOAT, WEAK_INT)))
+    strong = "".join(_compile_with(float32_step, (A("f4", 1),) * 3 + (S("f8"), WEAK_INT)))
     assert not _f64_arithmetic(f32), _f64_arithmetic(f32)  # dt arrives as a double: one cvt, no arithmetic
     assert _f64_arithmetic(f64)
     assert _f64_arithmetic(strong)  # a NumPy float64 argument is float64, as asked
@@ -294,7 +291,7 @@ def test_integer_powers_of_integers_follow_python(arch):
     np.testing.assert_allclose(out[3], [(v + 1) ** -3 * 8 for v in range(40)], rtol=1e-15)
 
 
-def test_integer_literal_powers_are_multiplications():
+def test_integer_literal_powers_are_multiplications(cuda_compiler):
     """`x ** 3` compiles to two multiplications, with no pow; `x ** 2.5` stays a pow (offline
     PTX for sm_90)."""
     from test_func_precision import _offline_ptx

@@ -118,8 +118,21 @@ def test_cache_directory_defaults_and_off_switch():
     assert cache_directory({"QGRAPH_CACHE_DIR": "/d"}) == "/d"
 
 
-def test_sync_is_safe_on_every_arch(arch):
-    qgraph.sync()
+def test_sync_waits_for_the_calls_queued_before_it(arch):
+    """Calls return before their work is done on CUDA; after sync() qgraph's stream has nothing
+    left to run (asked without waiting) and the arrays hold every call's result."""
+    x = qgraph.ndarray(qgraph.i64, (1 << 16,))
+    for _ in range(20):
+        inc(x)
+    assert qgraph.sync() is None
+    if arch == "cuda":
+        from qgraph.driver.device import driver
+
+        d = driver()
+        assert d.cuStreamQuery(x._device.stream)[0] == d.CUresult.CUDA_SUCCESS
+    np.testing.assert_array_equal(x.to_numpy(), 20)
+    qgraph.sync()  # nothing queued: returns at once
+    np.testing.assert_array_equal(x.to_numpy(), 20)
 
 
 @qgraph.kernel(cuda_graph=True)

@@ -219,15 +219,10 @@ def test_vector_values_on_the_host():
 def _offline_ptx(kernel, args):
     from qgraph.bench import ptx_stats
 
-    try:
-        return ptx_stats.offline_qgraph_ptx(kernel, args, (9, 0))
-    except Exception as e:  # no numba-cuda compiler (NVVM) here
-        if "NVVM" in str(e) or "libnvvm" in str(e).lower() or "cuda" in type(e).__module__.lower():
-            pytest.skip(f"numba-cuda cannot compile here: {type(e).__name__}: {str(e)[:120]}")
-        raise
+    return ptx_stats.offline_qgraph_ptx(kernel, args, (9, 0))
 
 
-def test_cuda_vector_parameters_are_scalar_parameters():
+def test_cuda_vector_parameters_are_scalar_parameters(cuda_compiler):
     """On CUDA a vector parameter is one by-value float per component, and a module-level
     vector is compiled in: registers only, no float64 arithmetic (offline PTX, sm_90)."""
     from qgraph.bench import ptx_stats
@@ -244,7 +239,7 @@ def test_cuda_vector_parameters_are_scalar_parameters():
     assert "0fC11CCCCD" in ptx_stats.entry_body(fallen)  # -9.8f, compiled in
 
 
-def test_cuda_struct_and_matrix_values_compile_offline():
+def test_cuda_struct_and_matrix_values_compile_offline(cuda_compiler):
     pos = np.zeros((8, 2), np.float32)
     (moved,) = _offline_ptx(move, (Body(pos, (0.0, -9.8), qgraph.mat22.identity()), 0.5))
     (transformed,) = _offline_ptx(transform, (np.zeros((8, 3), np.float32), qgraph.mat33(), qgraph.vec3(),

@@ -133,19 +133,3 @@ def interleaved_seconds(calls: dict, budget: float, repeat: int, sync) -> dict[s
     """The medians of interleaved_spreads (for scripts that report one figure per mode)."""
     return {name: s.median for name, s in interleaved_spreads(calls, budget, repeat, sync).items()}
 
-
-def warm_up_gpu(seconds: float = 1.0) -> None:
-    """Keep the GPU busy for a moment so its clocks leave idle before anything is timed."""
-    import numpy as np
-
-    import qgraph
-
-    from .kernels import kernels_for
-
-    module = kernels_for(1)
-    x = qgraph.from_numpy(np.zeros(1 << 22, np.float32))
-    end = time.perf_counter() + seconds
-    while time.perf_counter() < end:
-        for _ in range(50):
-            module.eager(x, x.shape[0], 1.0)
-        qgraph.sync()
