@@ -23,6 +23,7 @@ from ..args.kinds import FLAG_SIGS, FlagKind, arg_type
 from ..args.structs import RESOLVED_ATTR, STRUCT_EPOCH
 from ..conditional import WhileLoop
 from ..driver.device import check, driver, kernel_failure
+from ..driver.loop_state import LoopMode
 from ..errors import QgraphError
 from ..graph_cache import TaskGraph, _Instance
 from ..runtime.arrays import Ndarray
@@ -164,7 +165,7 @@ class BuiltStep:
             into = self.graph
             if loop is not None:  # (the flag's element pointer, guard): the whole step inside a WHILE node
                 flag_address, guard, programmatic = loop
-                self.loop = WhileLoop(target, (0, None), 0, guard, 0)
+                self.loop = WhileLoop(target, (0, None), 0, guard, LoopMode.DO_WHILE)
                 constants = self.loop.constants()
                 self._slot_block = (constants["_slot0"], constants["_limit0"])
                 self.flag_address = flag_address
