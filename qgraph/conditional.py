@@ -215,8 +215,8 @@ class IfBranch:
                 if wanted:
                     handles[side], if_node, bodies[side] = add_conditional_node(graph, context, [node], "IF")
                     after.append(if_node)
-        bodies = (BranchBodies.THEN if has_then else 0) | (BranchBodies.ELSE if has_else else 0)
-        state = BranchState(then_handle=int(handles[0]), else_handle=int(handles[1]), bodies=bodies)
+        present = (BranchBodies.THEN if has_then else 0) | (BranchBodies.ELSE if has_else else 0)
+        state = BranchState(then_handle=int(handles[0]), else_handle=int(handles[1]), bodies=present)
         self._device.copy_to_device(self.slot, ctypes.addressof(state), ctypes.sizeof(state))
         return GraphNode(self.slot_expr, "1", buffer, params, node), bodies[0], bodies[1], after or [node]
 
