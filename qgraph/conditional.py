@@ -25,7 +25,7 @@ import ctypes
 from .args.kinds import FlagKind
 from .compiler.code_cache import entry_key
 from .driver import nvrtc
-from .driver.device import check, driver
+from .driver.device import check, driver, free_host, owned
 from .driver.loop_state import HELPER_SOURCE, BranchBodies, BranchState, LoopMode, LoopState, write_field
 from .driver.nodes import GraphNode, add_conditional_node, add_edge, add_while_node, kernel_node_params
 from .driver.params import ParamBuffer
@@ -102,7 +102,9 @@ class WhileLoop:
         self.limit, self.kernel_name, self.region = guard
         self.mode = mode
         self.slot = self._device.alloc(ctypes.sizeof(LoopState))
+        self._releases = [owned(self, self._device.free, self.slot)]  # close() or the collector
         self._record = check(d.cuMemHostAlloc(8, d.CU_MEMHOSTALLOC_DEVICEMAP), "cuMemHostAlloc (trip record)")
+        self._releases.append(owned(self, free_host, self._record))
         self.tripped = ctypes.c_uint64.from_address(int(self._record))
         self.tripped.value = 0
         record_device = int(check(d.cuMemHostGetDevicePointer(self._record, 0), "cuMemHostGetDevicePointer"))
@@ -165,11 +167,11 @@ class WhileLoop:
         return value.value
 
     def close(self) -> None:
+        """Free the state block and the trip record (once; the caller made sure no launch is queued)."""
         self._target.guards.discard(self)
-        if self.slot:
-            self._device.free(self.slot)
-            self.slot = 0
-            driver().cuMemFreeHost(self._record)
+        self.slot = 0
+        for release in self._releases:
+            release()
 
 
 def _int64_bytes(scalar: bytes) -> bytes:
@@ -187,6 +189,7 @@ class IfBranch:
         self._device = target.device
         self._helpers = helpers(target)
         self.slot = self._device.alloc(ctypes.sizeof(BranchState))
+        self._free = owned(self, self._device.free, self.slot)  # close() or the collector
         self._buffers: list[ParamBuffer] = []
         self._constant = f"_branch{number}"
         address = FlagKind.address
@@ -224,9 +227,9 @@ class IfBranch:
         return {self._constant: self.slot.to_bytes(8, "little")}
 
     def close(self) -> None:
-        if self.slot:
-            self._device.free(self.slot)
-            self.slot = 0
+        """Free the state block (once; the caller made sure no launch is queued)."""
+        self.slot = 0
+        self._free()
 
 
 class FlagReader:
@@ -236,9 +239,12 @@ class FlagReader:
     def __init__(self, target: DeviceState) -> None:
         d = driver()
         self._device = target.device
+        # each handle goes back when the reader is collected (its runner dropped)
         self._host = check(d.cuMemHostAlloc(4, 0), "cuMemHostAlloc")
+        self._releases = [owned(self, free_host, self._host)]
         self._value = ctypes.c_int32.from_address(int(self._host))
         self._event = self._device.event()
+        self._releases.append(owned(self, self._device.release_event, self._event))
         self._copy = d.cuMemcpyDtoHAsync
         self._record = d.cuEventRecord
 
@@ -248,13 +254,6 @@ class FlagReader:
         check(self._record(self._event, stream), "cuEventRecord")
         self._device.wait_event(self._event)
         return self._value.value != 0
-
-    def __del__(self) -> None:
-        try:
-            self._device.release_event(self._event)
-            driver().cuMemFreeHost(self._host)
-        except Exception:
-            pass
 
 
 class HostLoop:
