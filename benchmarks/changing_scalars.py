@@ -5,8 +5,9 @@
 A simulation step passes the time as a Python float: a captured graph then gets a node
 update per changed call, and nothing else should change. Rows, each a median over interleaved
 rounds of back-to-back calls, side by side in one process:
-- a `cuda_graph=True` kernel of two tasks: the float fixed, the float changing every call,
-  and the same kernel launched eagerly with the float changing;
+- a `cuda_graph=True` kernel of two tasks: the float fixed, the float changing every call
+  (an annotated `dt: qgraph.f32`: the new-numbers fast path), the same with `dt` unannotated
+  (a new float takes the general call path), and the kernel launched eagerly;
 - a `@qgraph.graph` step of K kernel calls (K/2 substeps of two kernels, as in a wave
   equation's step: the second kernel takes the time), K = --calls: `t` fixed, `t` changing,
   and the same calls made eagerly with `t` changing. The ratio changing/fixed is the cost of
@@ -42,6 +43,14 @@ def advance(u, v, dt: qgraph.f32):
 @qgraph.kernel(cuda_graph=True)
 def drive(u, t: qgraph.f32):
     u[0] = math.sin(t)
+
+
+@qgraph.kernel(cuda_graph=True)
+def advance_free(u, v, dt):  # dt unannotated: a new float takes the general call path
+    for i in range(u.shape[0]):
+        v[i] = v[i] - dt * u[i]
+    for i in range(u.shape[0]):
+        u[i] = u[i] + dt * v[i]
 
 
 @qgraph.kernel
@@ -116,6 +125,7 @@ def main() -> None:
     fixed = np.float32(dt)
     rows = {"graph kernel, dt fixed": lambda: m.advance(u, v, fixed),
             "graph kernel, dt changing": ticking(lambda t: m.advance(u, v, t * 1e-9)),
+            "same, dt unannotated (general path)": ticking(lambda t: m.advance_free(u, v, np.float32(t * 1e-9))),
             "eager kernel, dt changing": ticking(lambda t: m.advance_eager(u, v, t * 1e-9))}
     before = m.advance.stats.builds
     seconds = interleaved_seconds(rows, budget=0.05, repeat=args.repeat, sync=qgraph.sync)

@@ -10,6 +10,7 @@ See docs/ for the guide; the public names below are the contract (SPEC.md).
 """
 
 from .args.structs import struct
+from .backends.inspection import KernelCode, TaskCode
 from .bench.measure import BenchmarkResult, benchmark
 from .compiler.numba_probes import install_gate as install_numba_probe_gate
 from .decorator import Func, Kernel, KernelStats, compile, func, kernel
@@ -61,7 +62,7 @@ install_numba_probe_gate()  # before anything imports numba: probes a compile ne
 __version__ = "0.1.0"
 
 __all__ = [
-    "BenchmarkResult", "FallbackWarning", "Func", "GraphFunction", "Kernel", "KernelStats", "Ndarray",
+    "BenchmarkResult", "FallbackWarning", "Func", "GraphFunction", "Kernel", "KernelCode", "KernelStats", "Ndarray",
     "QgraphError", "StepStats", "graph",
     "QgraphSyntaxError",
     "atomic_add", "atomic_max", "atomic_min", "atomic_sub", "benchmark", "clamp", "compile", "current_arch",
@@ -71,5 +72,5 @@ __all__ = [
     "sync", "u8", "u16", "u32", "u64",
     "cross", "determinant", "dot", "inverse", "mat22", "mat33", "mat44", "matrix", "norm", "norm_sqr", "normalized",
     "outer", "randint", "randn", "random", "seed", "struct", "trace", "transpose", "vec2", "vec3", "vec4", "vector",
-    "cond", "loop", "repeat", "while_loop", "torch_op",
+    "cond", "loop", "repeat", "while_loop", "torch_op", "TaskCode",
 ]

@@ -159,11 +159,21 @@ class Kernel:
 
     def _compile(self, *args) -> tuple[str, ...]:
         """compile(): the launcher of the arguments' device compiles the signature of `args`."""
+        launcher, args = self._launcher_for(args)
+        return launcher.compile(args)
+
+    def _inspect(self, *args):
+        """inspect(): the launcher of the arguments' device reports the code of their signature."""
+        launcher, args = self._launcher_for(args)
+        return launcher.inspect(args)
+
+    def _launcher_for(self, args: tuple) -> tuple:
+        """(launcher, args) of a call with `args` made outside the call path (compile, inspect)."""
         self._attach()
         if runtime.STATE.arch != "cuda":
-            return self._launcher_on(runtime.STATE.target).compile(args)
+            return self._launcher_on(runtime.STATE.target), args
         target, args = self._call_target(args)
-        return self._launcher_on(target).compile(args)
+        return self._launcher_on(target), args
 
     def _close_launchers(self) -> None:
         for found in self._launchers.values():
@@ -229,7 +239,15 @@ def _bind_class(kernel_cls: type, src: frontend.KernelSource, fn: Callable) -> t
     compile_.__qualname__ = f"kernel {src.qualname}.compile"
     compile_.__doc__ = ("Compile (or load from the compile cache) the signature of these example arguments "
                         "without running the kernel; returns the signature's type texts.")
-    return type(f"Kernel_{src.name}", (kernel_cls,), {"__call__": call, "compile": compile_, "__slots__": ()})
+    # inspect(...) binds like a call too, and reports the code of that signature
+    code = (f"def inspect(_qg_self, {', '.join(params)}):\n"
+            f"    return _qg_self._inspect({', '.join(names)})\n")
+    inspect_ = generated.function(code, "inspect", f"inspect binder of kernel {src.qualname}", ns)
+    inspect_.__qualname__ = f"kernel {src.qualname}.inspect"
+    inspect_.__doc__ = ("The code qgraph generates for the signature of these example arguments (compiled or "
+                        "loaded without running the kernel): a qgraph.KernelCode; print it for a report.")
+    return type(f"Kernel_{src.name}", (kernel_cls,),
+                {"__call__": call, "compile": compile_, "inspect": inspect_, "__slots__": ()})
 
 
 _NO_DEFAULT = object()

@@ -284,6 +284,24 @@ class TaskGraph:
         instances[packs] = instance
         return instance
 
+    def renumber(self, held: tuple, packs: tuple, args: tuple, stream: int):
+        """Launch the instance set up for `held` with the new numbers in `packs` (the same arrays):
+        its changed nodes updated in place, no other instance touched. None if it is gone."""
+        instance = self._instances.get(packs)
+        if instance is None:
+            instance = self._instances.get(held)
+            if instance is None or self.state is not GraphState.BUILT:
+                return None
+            blocks, grids = self._blocks(args, packs)
+            self._update(instance, blocks, grids)
+            del self._instances[held]
+            self._instances[packs] = instance
+        err = driver().cuGraphLaunch(instance.exec, stream)[0]
+        if err:
+            raise kernel_failure(self.name)(err, "cuGraphLaunch")
+        self._stats.replays += 1
+        return instance
+
     def _update(self, instance: _Instance, blocks: list, grids: list) -> None:
         """Set the nodes whose parameter blocks differ from what the instance holds."""
         d = driver()

@@ -94,3 +94,39 @@ def test_after_reset_the_same_arguments_run_again(arch):
     axpb(y, x, np.float32(1.0), 2)
     axpb(y, x, np.float32(1.0), 2)
     np.testing.assert_array_equal(y.to_numpy(), 3.0)
+
+
+@qgraph.kernel(cuda_graph=True)
+def stepped(u, v, n: qgraph.i32, dt: qgraph.f32, t: float):
+    for i in range(n):
+        v[i] = v[i] - dt * u[i]
+    for i in range(u.shape[0]):
+        u[i] = u[i] + dt * v[i] + t
+
+
+def test_new_numbers_each_call_update_nodes_in_place(arch):
+    """The new-numbers fast path (the same arrays, new annotated numbers): every call computes
+    with its own numbers, loop bounds that follow a number included, and builds no graph."""
+    rng = np.random.default_rng(8)
+    u_np, v_np = rng.random(64).astype(np.float32), rng.random(64).astype(np.float32)
+    u, v = qgraph.from_numpy(u_np), qgraph.from_numpy(v_np)
+    other = qgraph.from_numpy(u_np.copy())
+    calls = [(64, 0.01, 0.5), (64, 0.02, 0.25), (40, 0.02, 0.25), (64, np.float32(0.03), 1.0), (64, 0.03, 1.0),
+             (64, 0.01, 0.5), (10, 0.04, -2.0)]
+    mirror = {id(u): u_np, id(other): u_np.copy()}
+    for step, (n, dt, t) in enumerate(calls):
+        target = other if step == 4 else u  # another array between two number changes
+        t_np = mirror[id(target)]
+        v_np[:n] = v_np[:n] - np.float32(dt) * t_np[:n]
+        t_np[:] = t_np + np.float32(dt) * v_np + np.float32(t)
+        stepped(target, v, n, dt, t)
+        np.testing.assert_allclose(target.to_numpy(), t_np, rtol=1e-5, err_msg=f"call {step}")
+        np.testing.assert_allclose(v.to_numpy(), v_np, rtol=1e-5, err_msg=f"call {step}")
+    with np.testing.assert_raises(TypeError):
+        stepped(u, v, 64, "0.1", 1.0)  # not a number: the general path's error
+    with np.testing.assert_raises(TypeError):
+        stepped(u, v, 2.5, 0.1, 1.0)  # a float for an integer annotation
+    stepped(u, v, 64, 0.0, 0.0)  # the next good call works
+    np.testing.assert_allclose(u.to_numpy(), u_np, rtol=1e-5)
+    if arch == "cuda":
+        assert stepped.stats.builds == 1 and stepped.stats.node_updates > 0

@@ -56,6 +56,20 @@ def test_qgraph_dump_writes_every_generated_source(arch, tmp_path, monkeypatch):
         assert any(n.startswith("graph_replay_of_kernel") for n in names), names
 
 
+def test_qgraph_dump_holds_the_binders_of_kernels_decorated_before_init(arch, tmp_path, monkeypatch):
+    """A kernel's binders are generated when it is decorated (here: when this module was
+    imported), before the init() that reads QGRAPH_DUMP: the dump still holds them."""
+    monkeypatch.setenv("QGRAPH_DUMP", str(tmp_path))
+    qgraph.init(arch)
+    monkeypatch.delenv("QGRAPH_DUMP")
+    qgraph.init(arch)
+    texts = {p.name: p.read_text() for p in tmp_path.iterdir()}
+    assert any(n.startswith("binder_of_kernel_scaled-") and "def __call__(_qg_self, x, a, *, stream=None)" in t
+               for n, t in texts.items()), sorted(texts)
+    assert any(n.startswith("compile_binder_of_kernel_scaled-") and "def compile(" in t
+               for n, t in texts.items()), sorted(texts)
+
+
 def test_cpu_loops_copy_their_index_only_when_arithmetic_reads_it(arch, tmp_path, monkeypatch):
     """A loop that uses its index only to index arrays carries no signed copy of it (a dead
     statement numba would type and lower in every loop); one that computes with it keeps it."""

@@ -86,17 +86,35 @@ class CpuLauncher:
         key, values = self._resolve(*args)
         with self._lock:
             if key not in self._specs:
-                runner, program, flat = self._prepare(key, values, args)
-                leaves = tuple(values[k] if j is None else values[k][j] for k, j in flat.slots)
-                hits = program.cache_hits
-                try:
-                    program.compile_for(leaves + (self._record,))
-                except Exception as e:
-                    if is_compile_error(e) and is_typing_stage(e):
-                        raise compile_error(self.src, key, e) from e
-                    raise
+                runner, program, _, hits = self._compiled(key, values, args)
                 self._register(key, runner, program.cache_hits > hits)
         return key
+
+    def inspect(self, args: tuple):
+        """The code of the signature of `args` (backends.inspection), compiled (or loaded) without
+        running it or registering it: a later call counts it as a call's compile would."""
+        from .inspection import cpu_code
+
+        if self._resolve is None:
+            self._resolve = self._generate_resolve()
+        key, values = self._resolve(*args)
+        with self._lock:
+            _, program, leaves, _ = self._compiled(key, values, args)
+        return cpu_code(self.kernel, self, key, program, leaves + (self._record,))
+
+    def _compiled(self, key: tuple, values: tuple, args: tuple):
+        """Check the signature `key` and compile its runner (or load it): (runner, program, the
+        runner's leaf values, the program's cache hits before)."""
+        runner, program, flat = self._prepare(key, values, args)
+        leaves = tuple(values[k] if j is None else values[k][j] for k, j in flat.slots)
+        hits = program.cache_hits
+        try:
+            program.compile_for(leaves + (self._record,))
+        except Exception as e:
+            if is_compile_error(e) and is_typing_stage(e):
+                raise compile_error(self.src, key, e) from e
+            raise
+        return runner, program, leaves, hits
 
     def _generate_resolve(self):
         src = self.src

@@ -15,7 +15,7 @@ import warnings
 
 from .. import conditional
 from ..args.kinds import FlagKind, arg_type
-from ..compiler.cuda_program import TaskKernel, compile_tasks
+from ..compiler.cuda_program import TaskKernel, build_program, compile_tasks
 from ..compiler.launch_code import block_expr, generate, grid_expr, signature_with_constants, tile_shape
 from ..compiler.numba_adapter import is_compile_error
 from ..driver.device import driver, kernel_failure
@@ -171,6 +171,41 @@ class CudaLauncher:
                 self._specialise(key, args)
         return key
 
+    def inspect(self, args: tuple):
+        """The code of the signature of `args` (backends.inspection): compiled afresh, since the PTX
+        exists only in a compile; nothing runs and nothing is registered."""
+        from . import inspection
+
+        if self._resolve is None:
+            self._resolve = cuda_call.resolve_function(self)
+        key = self._resolve(*args)
+        with self.target.lock:
+            flat = self._checked(key, args)
+            try:
+                program = build_program(self.src, key, self.device.info.compute_capability, self.device.link_ptx,
+                                        self.code_cache, self._deterministic, self._fast_math, self._default_float,
+                                        flat, self._debug, fresh=True)
+            except Exception as e:
+                if is_compile_error(e):
+                    raise compile_error(self.src, key, e, getattr(e, "qgraph_task", None)) from e
+                raise
+            check_repeat_counts(flat.src, flat.key)
+            resources = self._resources(program)
+        return inspection.cuda_code(self.kernel, key, program, resources, inspection.host_sources(self.kernel, self))
+
+    def _resources(self, program) -> dict[int, dict[str, int]]:
+        """Task index -> the driver's attributes of its function, from the program's cubin loaded for the purpose."""
+        from .inspection import function_resources
+
+        if not program.entries:
+            return {}
+        module = self.device.load_module(program.cubin)
+        try:
+            return {task.index: function_resources(self.device.function(module, entry))
+                    for task, entry in zip(program.codes.tasks, program.entries)}
+        finally:
+            self.device.unload_module(module)
+
     # ------------------------------------------------------------------ the call path
 
     def strict_launch(self):
@@ -215,7 +250,8 @@ class CudaLauncher:
 
     # ------------------------------------------------------------------ specialisation
 
-    def _specialise(self, key: tuple, args: tuple) -> _Spec:
+    def _checked(self, key: tuple, args: tuple):
+        """The flat view of a new signature, after the checks a call makes before compiling it."""
         src = self.src
         if self._bounds is None:
             self._bounds = host_bounds(src)
@@ -225,6 +261,11 @@ class CudaLauncher:
         check_flag_types(flat.src, flat.key)  # every flag, struct fields included
         if self._deterministic:
             check_deterministic(flat.src, flat.key)
+        return flat
+
+    def _specialise(self, key: tuple, args: tuple) -> _Spec:
+        src = self.src
+        flat = self._checked(key, args)
         try:
             kernels, debug, from_cache = compile_tasks(src, key, self.device, self.code_cache, self._deterministic,
                                            self._fast_math, self._default_float, flat, self._debug)

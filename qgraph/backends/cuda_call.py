@@ -4,6 +4,8 @@
 same-arguments fast path: a call whose arguments are the very objects of the last call
 (qgraph arrays by their parameter bytes, numbers by identity) replays the last call's graph
 instance with one `cuGraphLaunch`, skipping resolution, both lookups and the replay frame.
+Then the new-numbers fast path: the same arrays with new annotated numbers (the time of a
+step) update that instance's changed nodes and launch it (`TaskGraph.renumber`).
 The general path below it resets what that fast path remembers and records it again after a
 plain graph replay, so it always describes the instance as the last call left it.
 """
@@ -12,8 +14,10 @@ from __future__ import annotations
 
 import threading
 
+import numpy as np
+
 from ..args.devices import OtherDevice, device_checks
-from ..args.kinds import FlagKind
+from ..args.kinds import FlagKind, ScalarKind, arg_type
 from ..args.resolve import resolver_lines
 from ..driver.device import capturing, driver, kernel_failure, stream_handle
 from ..lang import generated
@@ -25,8 +29,9 @@ NEVER = object()  # matches no argument: the fast path's memory when it remember
 
 
 def forgotten(n: int) -> tuple:
-    """What the same-arguments fast path remembers when it remembers nothing (n arguments)."""
-    return (NEVER,) * n + (None,)
+    """What the fast paths remember when they remember nothing (n arguments): the arguments,
+    then the instance's exec handle, its TaskGraph and the parameter bytes it was set up for."""
+    return (NEVER,) * n + (None, None, None)
 
 
 def resolution_lines(launcher, ns: dict, elsewhere: str, mutable_flag: str = "", hop: str = "") -> list[str]:
@@ -68,6 +73,51 @@ def _probes(src) -> tuple[list[str], list[str]]:
     return tests, remember
 
 
+def _number_lines(src, ns: dict, n: int) -> list[str]:
+    """The new-numbers fast path: a call whose arrays (and other arguments) are the last call's
+    and whose annotated numbers are new updates the remembered instance's nodes in place and
+    launches it, skipping resolution and the instance rotation of a graph miss (a simulation
+    step passing the time). Empty for a kernel without annotated numbers."""
+    fixed = fixed_scalar_types(src)
+    numbers = [k for k, fix in enumerate(fixed) if fix is not None and isinstance(arg_type(fix), ScalarKind)]
+    if not numbers:
+        return []
+    tests, remember = _probes(src)
+    same = [test for k, test in enumerate(tests) if k not in numbers]
+    lines = [f"    if {' and '.join(same + [f'm[{n}] is not None', 'stream is None', 'not _steps[0]'])}:"]
+    for k in numbers:
+        kind = arg_type(fixed[k])
+        ns[f"_nconv{k}"], ns[f"_nown{k}"] = kind.pack, kind.dtype.type
+        if kind.dtype.kind == "f":
+            ns[f"_nmax{k}"] = float(np.finfo(kind.dtype).max)
+            fits = f"(t is float or t is int) and -_nmax{k} <= a{k} <= _nmax{k}"
+        elif kind.dtype.kind == "b":
+            fits = "t is bool"
+        else:
+            lo, hi = kind.int_range
+            fits = f"t is int and {lo} <= a{k} <= {hi}"
+        lines += [f"        t = type(a{k})",
+                  f"        w{k} = _nconv{k}(a{k}) if {fits} or t is _nown{k} else None"]
+    held = [f"w{k}" if k in numbers else f"mp[{k}]" for k in range(n)]
+    kept = [f"a{k}" if k in numbers else f"m[{k}]" for k in range(n)]
+    comma = "," if n == 1 else ""
+    return lines + [f"        if {' and '.join(f'w{k} is not None' for k in numbers)}:",
+                    f"            mp = m[{n + 2}]",
+                    f"            p = ({', '.join(held)}{comma})",
+                    "            if _ident() != _dev._thread:",
+                    "                _dev.make_current()",
+                    "            _acquire()",
+                    "            try:",
+                    "                if _again[0] is m:",
+                    f"                    inst = m[{n + 1}].renumber(mp, p, ({', '.join(f'a{k}' for k in range(n))}"
+                    f"{comma}), _stream)",
+                    "                    if inst is not None:",
+                    f"                        _again[0] = ({', '.join(kept)}, inst.exec, m[{n + 1}], p)",
+                    "                        return",
+                    "            finally:",
+                    "                _release()"]
+
+
 def launch_function(launcher, strict: bool = False):
     """launch(a0, ..., stream): the same-arguments fast path, then resolve inline, look up, run.
     `strict`: the launch of calls routed here from another device, which routes no further."""
@@ -104,6 +154,7 @@ def launch_function(launcher, strict: bool = False):
                   "                return",
                   "        finally:",
                   "            _release()"]
+        lines += _number_lines(src, ns, n)
     lines.append("    pure = True")
     # `pure` stays True when every argument is a qgraph array, a number or a cached struct.
     # An argument on another device sends the call there: a qgraph array straight to that
@@ -149,7 +200,7 @@ def launch_function(launcher, strict: bool = False):
               "        inst = spec.run(call_args, p, s)"]  # a plain graph replay returns its instance
     if fast:
         lines += ["        if inst is not None and pure and stream is None and spec.again:",
-                  f"            _again[0] = ({', '.join(remember)}{', ' if n else ''}inst.exec)"]
+                  f"            _again[0] = ({', '.join(remember)}{', ' if n else ''}inst.exec, spec.graph, p)"]
     else:  # every call waits for the device and reads the record of the checks
         ns.update({"_read": launcher._record.read, "_failed": launcher._check_failed})
         lines += ["        found = _read(s)", "        if found is not None:", "            _failed(spec, found)"]

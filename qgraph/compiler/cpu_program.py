@@ -8,6 +8,7 @@ qgraph cache directory, keyed by the generated code's fingerprint.
 
 from __future__ import annotations
 
+import ast
 import os
 import sys
 
@@ -84,18 +85,34 @@ class CpuProgram:
             ns.update(compiled)
         self.runner = adapter.njit(kernel_ns[module.runner], parallel=module.runner_parallel, cache=cache,
                                    fastmath=fast_math and not module.units)  # (the runner is the unit)
+        self.module = module  # the generated code, for kernel.inspect
+        # each unit's dispatcher by unit number (one unit and nothing around it: the runner itself)
+        self.unit_dispatchers = [compiled[name] for name, _ in module.units] or [self.runner]
 
 
     def compile_for(self, values: tuple) -> None:
         """Compile the runner for the types of `values` (as a call with them would) without running it."""
-        import numba
+        self.runner.compile(adapter.numba_types(values))
 
-        self.runner.compile(tuple(numba.typeof(v) for v in values))
+    def unit_code(self, unit: int, values: tuple) -> tuple[str, str, str | None, str | None, str]:
+        """(function name, generated Python, LLVM IR, assembly, why those two are missing) of unit
+        `unit` as the runner compiled for `values` calls it."""
+        name = self.module.units[unit][0] if self.module.units else self.module.runner
+        fdef = _function_def(self.module, name)
+        types = dict(zip([a.arg for a in _function_def(self.module, self.module.runner).args.args],
+                         adapter.numba_types(values)))
+        llvm, asm, missing = adapter.cpu_machine_code(self.unit_dispatchers[unit],
+                                                      tuple(types[a.arg] for a in fdef.args.args))
+        return name, ast.unparse(fdef) + "\n", llvm, asm, missing
 
     @property
     def cache_hits(self) -> int:
         """Signatures of the runner loaded from numba's disk cache so far."""
         return sum(self.runner.stats.cache_hits.values())
+
+
+def _function_def(module, name: str) -> ast.FunctionDef:
+    return next(d for d in module.tree.body if isinstance(d, ast.FunctionDef) and d.name == name)
 
 
 def _importable(src: KernelSource) -> bool:

@@ -148,14 +148,16 @@ class Program:
     cubin: bytes
     cached: bool  # loaded from the disk cache
     waits: bool  # the entries start with griddepcontrol.wait (and have trigger twins)
+    ptx: tuple[tuple[str, str], ...] = ()  # (name, text) of each PTX module linked (empty when loaded)
 
 
 def build_program(src: KernelSource, key: tuple[str, ...], cc: tuple[int, int], link, cache: CodeCache,
                   deterministic: bool = False, fast_math: bool = False, default_float: str = "f64",
-                  flat: FlatSource | None = None, debug: str | None = None) -> Program:
+                  flat: FlatSource | None = None, debug: str | None = None, fresh: bool = False) -> Program:
     """Generate, compile and link (or load from the disk cache) every task of one specialisation
     for compute capability `cc`; `link(ptx_list)` makes the cubin (the device's JIT linker, or
-    ptxas and nvlink offline). Needs no device: benchmarks/cuda_compile_offline.py profiles it."""
+    ptxas and nvlink offline). Needs no device: benchmarks/cuda_compile_offline.py profiles it.
+    `fresh`: compile even on a cache hit (the PTX exists only in a compile: kernel.inspect)."""
     generated_codes = task_codes(src, key, deterministic, default_float, flat, debug)
     flat = generated_codes.flat
     src, types = flat.src, flat.kinds
@@ -169,7 +171,7 @@ def build_program(src: KernelSource, key: tuple[str, ...], cc: tuple[int, int], 
 
     # with QGRAPH_DUMP set, compile even on a cache hit: the task source and PTX are only
     # produced by a compile, and the dump must hold every generated source
-    cached = cache.load(ckey) if generated.dump_dir() is None else None
+    cached = cache.load(ckey) if generated.dump_dir() is None and not fresh else None
     if cached is not None:
         manifest, cubin = cached
         return Program(generated_codes, manifest["entries"], manifest["param_sizes"], cubin, True, waits)
@@ -189,7 +191,7 @@ def build_program(src: KernelSource, key: tuple[str, ...], cc: tuple[int, int], 
     if ptx_list:
         cache.store(ckey, {"kernel": src.qualname, "entries": entries, "param_sizes": sizes, "types": list(key)},
                     cubin)
-    return Program(generated_codes, entries, sizes, cubin, False, waits)
+    return Program(generated_codes, entries, sizes, cubin, False, waits, tuple(ptx_list))
 
 
 def compile_tasks(src: KernelSource, key: tuple[str, ...], device: CudaDevice,

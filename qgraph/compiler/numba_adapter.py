@@ -147,6 +147,25 @@ def njit(py_func, *, parallel: bool, cache: tuple[str, str] | None, fastmath: bo
     return dispatcher
 
 
+def numba_types(values: tuple) -> tuple:
+    """numba's types of these values (the signature a call with them compiles)."""
+    import numba
+
+    return tuple(numba.typeof(v) for v in values)
+
+
+def cpu_machine_code(dispatcher, arg_types: tuple) -> tuple[str | None, str | None, str]:
+    """(LLVM IR, assembly, why they are missing) of a dispatcher's overload for `arg_types`:
+    numba keeps neither for code it loaded from its disk cache."""
+    if arg_types not in dispatcher.overloads:
+        return None, None, ("numba compiled no overload of it in this process (the runner calling it came from "
+                            "numba's disk cache): inspect in a process with an empty QGRAPH_CACHE_DIR to see it")
+    if dispatcher.stats.cache_hits.get(arg_types):
+        return None, None, ("loaded from numba's disk cache, which keeps only machine code: inspect in a process "
+                            "with an empty QGRAPH_CACHE_DIR to see it")
+    return dispatcher.inspect_llvm(arg_types), dispatcher.inspect_asm(arg_types), ""
+
+
 def prange():
     import numba
 

@@ -28,6 +28,23 @@ def ptx_entry(ptx: str) -> tuple[str, list[int]]:
     return next(iter(entries.items()))
 
 
+def entry_text(ptx: str, entry: str) -> str | None:
+    """The text of kernel `entry` in a PTX module, from its `.entry` line to the brace closing its
+    body (None when the module does not define it)."""
+    found = re.search(rf"^[^\n]*\.entry\s+{re.escape(entry)}\s*\(", ptx, re.M)
+    if found is None:
+        return None
+    depth = 0
+    for at in range(ptx.index(")", found.end()), len(ptx)):
+        if ptx[at] == "{":
+            depth += 1
+        elif ptx[at] == "}":
+            depth -= 1
+            if depth == 0:
+                return ptx[found.start():at + 1] + "\n"
+    return None
+
+
 _DECLARATION = re.compile(r"\s*(\.reg|\.local|\.shared|\.pragma|//|$)")
 
 

@@ -93,4 +93,4 @@ def bounds_function(src: KernelSource, namespace: dict):
     ns = dict(namespace)
     ns.update({"_qg_index": operator.index, "_qg_len": len, "_qg_range": range, "_qg_max": max})
     ns.update({f"_qg_pack{n}": pack for n, pack in _PACK_Q.items()})
-    return generated.run_tree(module_of([fdef]), src.filename, f"bounds of {src.qualname}", ns)["_qg_bounds"]
+    return generated.tree_function(module_of([fdef]), src.filename, f"bounds of {src.qualname}", ns, "_qg_bounds")

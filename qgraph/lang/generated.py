@@ -5,7 +5,10 @@ pseudo-file name (`<qgraph: launch of kernel relax>`) registered with `linecache
 traceback through them shows the generated line. Task code is generated as AST carrying
 the user's file and line numbers (so errors point at the user's source) and runs under
 that file name. With `QGRAPH_DUMP=<dir>` every generated source (Python, and the PTX the
-CUDA backend compiles) is also written to `<dir>`, one file per piece of code.
+CUDA backend compiles) is also written to `<dir>`, one file per piece of code. Host sources
+are remembered by label, so those generated before `init()` read the dump directory (the
+binders, made at decoration) are written when it does; each generated function keeps its
+source for `kernel.inspect`.
 """
 
 from __future__ import annotations
@@ -17,12 +20,17 @@ import os
 import re
 
 _dump_dir: str | None = None
+# label -> the latest host source run under it: what a dump directory set later still gets
+_host_sources: dict[str, str] = {}
 
 
 def configure(dump_dir: str | None) -> None:
-    """Set by `qgraph.init()` from QGRAPH_DUMP."""
+    """Set by `qgraph.init()` from QGRAPH_DUMP; a directory also gets the host sources generated
+    before (a kernel's binders are made when it is decorated, usually before `init()`)."""
     global _dump_dir
     _dump_dir = dump_dir
+    for label, source in list(_host_sources.items()):
+        dump(label, source, "py")
 
 
 def dump_dir() -> str | None:
@@ -34,6 +42,7 @@ def run_source(source: str, label: str, namespace: dict) -> dict:
     filename = f"<qgraph: {label}>"
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     exec(compile(source, filename, "exec"), namespace)
+    _host_sources[label] = source
     dump(label, source, "py")
     return namespace
 
@@ -52,8 +61,25 @@ def run_tree(module: ast.Module, filename: str, label: str, namespace: dict) -> 
 
 
 def function(source: str, name: str, label: str, namespace: dict):
-    """The function `name` defined by generated `source`."""
-    return run_source(source, label, namespace)[name]
+    """The function `name` defined by generated `source` (which it keeps: `source_of`)."""
+    fn = run_source(source, label, namespace)[name]
+    fn.__qgraph_source__ = source
+    return fn
+
+
+def tree_function(module: ast.Module, filename: str, label: str, namespace: dict, name: str):
+    """The function `name` defined by generated AST located in `filename` (it keeps the tree: `source_of`)."""
+    fn = run_tree(module, filename, label, namespace)[name]
+    fn.__qgraph_tree__ = module
+    return fn
+
+
+def source_of(fn) -> str | None:
+    """The generated source that defined `fn` (`function`, `tree_function`), else None."""
+    source = getattr(fn, "__qgraph_source__", None)
+    if source is None and getattr(fn, "__qgraph_tree__", None) is not None:
+        source = ast.unparse(fn.__qgraph_tree__) + "\n"
+    return source
 
 
 _UNSAFE = re.compile(r"[^\w.+-]+")
