@@ -26,7 +26,17 @@ from .args.kinds import FlagKind
 from .compiler.code_cache import entry_key
 from .driver import nvrtc
 from .driver.device import check, driver, free_host, owned
-from .driver.loop_state import HELPER_SOURCE, BranchBodies, BranchState, LoopMode, LoopState, write_field
+from .driver.loop_state import (
+    BRANCH_PARAMS,
+    CONDITION_PARAMS,
+    HELPER_SOURCE,
+    STORE_PARAMS,
+    BranchBodies,
+    BranchState,
+    LoopMode,
+    LoopState,
+    write_field,
+)
 from .driver.nodes import GraphNode, add_conditional_node, add_edge, add_while_node, kernel_node_params
 from .driver.params import ParamBuffer
 from .errors import runaway_error
@@ -127,7 +137,7 @@ class WhileLoop:
     def add_loop(self, graph, deps: list, block: bytes):
         """Add the slot writer (after `deps`) and the WHILE node; returns (body graph, WHILE node, slot node)."""
         d = driver()
-        store = ParamBuffer(24)
+        store = ParamBuffer(STORE_PARAMS)
         store.data[:] = block
         store_params = kernel_node_params(self._helpers.store, 1, 1, store)
         store_node = check(d.cuGraphAddKernelNode(graph, deps, len(deps), store_params), "adding the flag-slot node")
@@ -140,7 +150,7 @@ class WhileLoop:
     def add_condition(self, body, deps: list, programmatic: bool) -> None:
         """The condition kernel after `deps`; `programmatic` only behind one kernel node (not a conditional)."""
         d = driver()
-        cond = ParamBuffer(16)
+        cond = ParamBuffer(CONDITION_PARAMS)
         cond.data[:] = int(self.handle).to_bytes(8, "little") + self.slot.to_bytes(8, "little")
         params = kernel_node_params(self._helpers.condition, 1, 1, cond)
         node = check(d.cuGraphAddKernelNode(body, [], 0, params), "adding the condition kernel")
@@ -203,7 +213,7 @@ class IfBranch:
         branch. Returns (kernel GraphNode, then body or None, else body or None, the nodes later
         work depends on)."""
         d = driver()
-        buffer = ParamBuffer(16)
+        buffer = ParamBuffer(BRANCH_PARAMS)
         buffer.data[:] = block
         params = kernel_node_params(self._helpers.branch, 1, 1, buffer)
         node = check(d.cuGraphAddKernelNode(graph, deps, len(deps), params), "adding the branch kernel")

@@ -158,6 +158,7 @@ def recording(monkeypatch):
     monkeypatch.setattr(device_module, "driver", lambda: driver)
     monkeypatch.setattr(conditional, "helpers", lambda target: types.SimpleNamespace(store=1, condition=2, branch=3))
     monkeypatch.setattr(conditional, "kernel_node_params", lambda *args: "params")
+    monkeypatch.setattr(conditional, "add_edge", lambda *args: None)
     monkeypatch.setattr(conditional, "add_while_node", lambda *args, default: (0x77, "while node", "body"))
     monkeypatch.setattr(conditional, "add_conditional_node",
                         lambda graph, context, deps, kind, size=1: (0x50 + size, "if node", f"body {size}"))
@@ -177,6 +178,9 @@ def test_a_loop_fills_its_state_block_at_the_layouts_offsets_and_frees_it_once(r
     assert (state.trip_record, state.mode, state.stop_record) == (loop._record + 0x40, LoopMode.WHILE, 0xABC)
     loop.add_loop("graph", [], bytes(24))
     assert LoopState.from_buffer_copy(device.memory[loop.slot]).handle == 0x77
+    loop.add_condition("body", ["last task"], programmatic=False)
+    condition = bytes(loop._buffers[-1].data)  # the condition kernel's (handle, state)
+    assert condition == (0x77).to_bytes(8, "little") + loop.slot.to_bytes(8, "little")
     device.memory[loop.slot][LoopState.passes.offset] = 5  # as the condition kernel counts
     assert loop.passes() == 5
     slot, record = loop.slot, loop._record

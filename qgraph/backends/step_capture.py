@@ -193,7 +193,8 @@ class BuiltStep:
             if self.loop is not None:  # the condition kernel after every call
                 last = [n for e in ends for n in e]  # programmatic only behind one kernel node
                 self.loop.add_condition(into, last, programmatic and len(last) == 1 and int(last[0]) in kernel_handles)
-            self.kernel_nodes = sum(p.kernel_nodes for p in self.parts) + (2 if self.loop is not None else 0)
+            loop_nodes = self.loop.kernel_nodes if self.loop is not None else 0  # the slot writer, the condition
+            self.kernel_nodes = sum(p.kernel_nodes for p in self.parts) + loop_nodes
             self.exec = check(d.cuGraphInstantiate(self.graph, 0), f"cuGraphInstantiate (step {name})")
             check(d.cuGraphUpload(self.exec, stream), "cuGraphUpload")
         except BaseException:

@@ -62,6 +62,12 @@ class BranchState(ctypes.Structure):
     _fields_ = [(name, ctypes.c_uint64) for name, _ in BRANCH_FIELDS]
 
 
+# the helper kernels' parameter blocks: one word per parameter of their C signatures below
+STORE_PARAMS = 3 * WORD  # (state, the flag's address, the guard's limit or the count)
+CONDITION_PARAMS = 2 * WORD  # (the WHILE node's handle, state)
+BRANCH_PARAMS = 2 * WORD  # (state, the flag's address)
+
+
 def c_words(prefix: str, layout: type[ctypes.Structure], fields: tuple) -> str:
     """`layout` for C: an enum of its words' indices (`<prefix>_<FIELD>`, the kernels index the
     block with them), each commented from `fields`, and `<prefix>_WORDS`."""
