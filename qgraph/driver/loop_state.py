@@ -51,13 +51,13 @@ WORD = ctypes.sizeof(ctypes.c_uint64)  # every field is one word
 
 
 class LoopState(ctypes.Structure):
-    """A device loop's state block (LOOP_FIELDS; C: qgraph_loop_state)."""
+    """A device loop's state block (LOOP_FIELDS; in C the QG_LOOP_* word indices)."""
 
     _fields_ = [(name, ctypes.c_uint64) for name, _ in LOOP_FIELDS]
 
 
 class BranchState(ctypes.Structure):
-    """An IF branch's state block (BRANCH_FIELDS; C: qgraph_branch_state)."""
+    """An IF branch's state block (BRANCH_FIELDS; in C the QG_BRANCH_* word indices)."""
 
     _fields_ = [(name, ctypes.c_uint64) for name, _ in BRANCH_FIELDS]
 
