@@ -14,6 +14,8 @@ stays ordered with earlier launches of the same graph.
 
 Host loop (everything else): replay the body, copy the flag to pinned memory, wait on an
 event, repeat while non-zero.
+
+The helper kernels' C source and the state blocks they share with Python: driver/loop_state.py.
 """
 
 from __future__ import annotations
@@ -23,7 +25,18 @@ import ctypes
 from .args.kinds import FlagKind
 from .compiler.code_cache import entry_key
 from .driver import nvrtc
-from .driver.device import check, driver
+from .driver.device import check, driver, free_host, owned
+from .driver.loop_state import (
+    BRANCH_PARAMS,
+    CONDITION_PARAMS,
+    HELPER_SOURCE,
+    STORE_PARAMS,
+    BranchBodies,
+    BranchState,
+    LoopMode,
+    LoopState,
+    write_field,
+)
 from .driver.nodes import GraphNode, add_conditional_node, add_edge, add_while_node, kernel_node_params
 from .driver.params import ParamBuffer
 from .errors import runaway_error
@@ -50,60 +63,6 @@ def while_strategy(compute_capability: tuple[int, int], driver_version: int, *, 
     return "device", None
 
 
-HELPER_SOURCE = r"""
-typedef unsigned long long cudaGraphConditionalHandle;
-#ifndef CUDARTAPI
-#define CUDARTAPI
-#endif
-extern "C" __device__ __cudart_builtin__ void CUDARTAPI cudaGraphSetConditional(
-    cudaGraphConditionalHandle handle, unsigned int value);
-
-// a loop's state: [0] the flag's address (0 for a repeat loop), [1] passes so far, [2] the guard's
-// limit (a repeat loop: its count), [3] the host-mapped trip record, [4] the WHILE node's handle,
-// [5] the mode: 0 do-while (graph_while), 1 while (qgraph.loop), 2 count (qgraph.repeat),
-// [6] debug mode's record (0: none): a failed check ends the loop
-extern "C" __global__ void qgraph_store_flag_address(unsigned long long* state, unsigned long long address,
-                                                     unsigned long long limit)
-{
-    state[0] = address;
-    state[1] = 0;
-    state[2] = limit;
-    unsigned long long mode = state[5];
-    unsigned int go = mode == 0 ? 1u : mode == 1 ? (*(const int*)address != 0 ? 1u : 0u)
-                                               : ((long long)limit > 0 ? 1u : 0u);
-    cudaGraphSetConditional(state[4], go);
-}
-
-extern "C" __global__ void qgraph_while_condition(cudaGraphConditionalHandle handle, unsigned long long* state)
-{
-    asm volatile("griddepcontrol.wait;" ::: "memory");  // behind a programmatic edge: the body has finished
-    unsigned long long passes = state[1] + 1;
-    state[1] = passes;
-    unsigned int go;
-    if (state[6] && *(volatile const long long*)state[6] != 0) {
-        cudaGraphSetConditional(handle, 0u);
-        return;
-    }
-    if (state[5] == 2) {
-        go = (long long)passes < (long long)state[2] ? 1u : 0u;
-    } else {
-        go = *(const int*)state[0] != 0 ? 1u : 0u;
-        if (go && passes >= state[2]) {  // the runaway guard: stop, and tell the host
-            go = 0u;
-            *(volatile unsigned long long*)state[3] = passes;
-        }
-    }
-    cudaGraphSetConditional(handle, go);
-}
-
-// a branch's state: [0] the then node's handle, [1] the else node's, [2] which of them exist (bit 0, bit 1)
-extern "C" __global__ void qgraph_set_branch(const unsigned long long* state, unsigned long long address)
-{
-    unsigned int taken = *(const int*)address != 0 ? 1u : 0u;
-    if (state[2] & 1) cudaGraphSetConditional(state[0], taken);
-    if (state[2] & 2) cudaGraphSetConditional(state[1], 1u - taken);
-}
-"""
 NO_LIMIT = (1 << 64) - 1
 
 
@@ -145,22 +104,23 @@ class WhileLoop:
     kernel_nodes = 2  # the slot writer and the condition kernel
 
     def __init__(self, target: DeviceState, flag_slot: tuple[int, int | None], number: int = 0,
-                 guard: tuple = (None, "", None), mode: int = 0, stop_word: int = 0) -> None:
+                 guard: tuple = (None, "", None), mode: LoopMode = LoopMode.DO_WHILE, stop_word: int = 0) -> None:
         d = driver()
         self._device = target.device
         self._target = target
         self._helpers = helpers(target)
         self.limit, self.kernel_name, self.region = guard
-        self.mode = mode  # 0 do-while on a flag, 1 while on a flag, 2 a count (see HELPER_SOURCE)
-        self.slot = self._device.alloc(56)
+        self.mode = mode
+        self.slot = self._device.alloc(ctypes.sizeof(LoopState))
+        self._releases = [owned(self, self._device.free, self.slot)]  # close() or the collector
         self._record = check(d.cuMemHostAlloc(8, d.CU_MEMHOSTALLOC_DEVICEMAP), "cuMemHostAlloc (trip record)")
+        self._releases.append(owned(self, free_host, self._record))
         self.tripped = ctypes.c_uint64.from_address(int(self._record))
         self.tripped.value = 0
         record_device = int(check(d.cuMemHostGetDevicePointer(self._record, 0), "cuMemHostGetDevicePointer"))
-        pointer = ctypes.c_uint64(record_device)
-        self._device.copy_to_device(self.slot + 24, ctypes.addressof(pointer), 8)
-        stop = ctypes.c_uint64(stop_word)  # debug mode's record: a failed check ends the loop
-        self._device.copy_to_device(self.slot + 48, ctypes.addressof(stop), 8)
+        # the slot writer sets the flag's address, the passes and the limit; add_loop the handle
+        state = LoopState(trip_record=record_device, mode=mode, stop_record=stop_word)
+        self._device.copy_to_device(self.slot, ctypes.addressof(state), ctypes.sizeof(state))
         target.guards.add(self)
         self._buffers: list[ParamBuffer] = []
         self._constant = f"_slot{number}"
@@ -169,7 +129,7 @@ class WhileLoop:
         # the slot writer's parameters: (state address, the flag's element pointer from its array bytes, limit)
         k, j = flag_slot  # the flag's (or count's) value: p[k], or leaf j of a struct argument p[k]
         value = f"p[{k}]" if j is None else f"p[{k}][{j}]"
-        if mode == 2:  # (state, 0, the count as 8 bytes)
+        if mode == LoopMode.COUNT:  # (state, 0, the count as 8 bytes)
             self.slot_expr = f"{self._constant} + _zero8 + _int64_bytes({value})"
         else:
             self.slot_expr = f"{self._constant} + {value}[{address.start}:{address.stop}] + {self._limit}"
@@ -177,21 +137,20 @@ class WhileLoop:
     def add_loop(self, graph, deps: list, block: bytes):
         """Add the slot writer (after `deps`) and the WHILE node; returns (body graph, WHILE node, slot node)."""
         d = driver()
-        store = ParamBuffer(24)
+        store = ParamBuffer(STORE_PARAMS)
         store.data[:] = block
         store_params = kernel_node_params(self._helpers.store, 1, 1, store)
         store_node = check(d.cuGraphAddKernelNode(graph, deps, len(deps), store_params), "adding the flag-slot node")
         self._buffers.append(store)
         self.handle, while_node, body = add_while_node(graph, self._device.context, [store_node], default=0)
-        handle_and_mode = (ctypes.c_uint64 * 2)(int(self.handle), self.mode)
-        self._device.copy_to_device(self.slot + 32, ctypes.addressof(handle_and_mode), 16)
+        write_field(self._device, self.slot, LoopState.handle, int(self.handle))
         slot_node = GraphNode(self.slot_expr, "1", store, store_params, store_node)
         return body, while_node, slot_node
 
     def add_condition(self, body, deps: list, programmatic: bool) -> None:
         """The condition kernel after `deps`; `programmatic` only behind one kernel node (not a conditional)."""
         d = driver()
-        cond = ParamBuffer(16)
+        cond = ParamBuffer(CONDITION_PARAMS)
         cond.data[:] = int(self.handle).to_bytes(8, "little") + self.slot.to_bytes(8, "little")
         params = kernel_node_params(self._helpers.condition, 1, 1, cond)
         node = check(d.cuGraphAddKernelNode(body, [], 0, params), "adding the condition kernel")
@@ -213,15 +172,16 @@ class WhileLoop:
     def passes(self) -> int:
         """Passes of the last launch (waits for the stream)."""
         value = ctypes.c_uint64(0)
-        self._device.copy_to_host(ctypes.addressof(value), self.slot + 8, 8)
+        passes = LoopState.passes
+        self._device.copy_to_host(ctypes.addressof(value), self.slot + passes.offset, passes.size)
         return value.value
 
     def close(self) -> None:
+        """Free the state block and the trip record (once; the caller made sure no launch is queued)."""
         self._target.guards.discard(self)
-        if self.slot:
-            self._device.free(self.slot)
-            self.slot = 0
-            driver().cuMemFreeHost(self._record)
+        self.slot = 0
+        for release in self._releases:
+            release()
 
 
 def _int64_bytes(scalar: bytes) -> bytes:
@@ -238,7 +198,8 @@ class IfBranch:
     def __init__(self, target: DeviceState, flag_slot: tuple[int, int | None], number: int) -> None:
         self._device = target.device
         self._helpers = helpers(target)
-        self.slot = self._device.alloc(24)  # [then handle, else handle, which exist]
+        self.slot = self._device.alloc(ctypes.sizeof(BranchState))
+        self._free = owned(self, self._device.free, self.slot)  # close() or the collector
         self._buffers: list[ParamBuffer] = []
         self._constant = f"_branch{number}"
         address = FlagKind.address
@@ -252,7 +213,7 @@ class IfBranch:
         branch. Returns (kernel GraphNode, then body or None, else body or None, the nodes later
         work depends on)."""
         d = driver()
-        buffer = ParamBuffer(16)
+        buffer = ParamBuffer(BRANCH_PARAMS)
         buffer.data[:] = block
         params = kernel_node_params(self._helpers.branch, 1, 1, buffer)
         node = check(d.cuGraphAddKernelNode(graph, deps, len(deps), params), "adding the branch kernel")
@@ -267,17 +228,18 @@ class IfBranch:
                 if wanted:
                     handles[side], if_node, bodies[side] = add_conditional_node(graph, context, [node], "IF")
                     after.append(if_node)
-        state = (ctypes.c_uint64 * 3)(int(handles[0]), int(handles[1]), int(has_then) | 2 * int(has_else))
-        self._device.copy_to_device(self.slot, ctypes.addressof(state), 24)
+        present = (BranchBodies.THEN if has_then else 0) | (BranchBodies.ELSE if has_else else 0)
+        state = BranchState(then_handle=int(handles[0]), else_handle=int(handles[1]), bodies=present)
+        self._device.copy_to_device(self.slot, ctypes.addressof(state), ctypes.sizeof(state))
         return GraphNode(self.slot_expr, "1", buffer, params, node), bodies[0], bodies[1], after or [node]
 
     def constants(self) -> dict:
         return {self._constant: self.slot.to_bytes(8, "little")}
 
     def close(self) -> None:
-        if self.slot:
-            self._device.free(self.slot)
-            self.slot = 0
+        """Free the state block (once; the caller made sure no launch is queued)."""
+        self.slot = 0
+        self._free()
 
 
 class FlagReader:
@@ -287,9 +249,12 @@ class FlagReader:
     def __init__(self, target: DeviceState) -> None:
         d = driver()
         self._device = target.device
+        # each handle goes back when the reader is collected (its runner dropped)
         self._host = check(d.cuMemHostAlloc(4, 0), "cuMemHostAlloc")
+        self._releases = [owned(self, free_host, self._host)]
         self._value = ctypes.c_int32.from_address(int(self._host))
         self._event = self._device.event()
+        self._releases.append(owned(self, self._device.release_event, self._event))
         self._copy = d.cuMemcpyDtoHAsync
         self._record = d.cuEventRecord
 
@@ -299,13 +264,6 @@ class FlagReader:
         check(self._record(self._event, stream), "cuEventRecord")
         self._device.wait_event(self._event)
         return self._value.value != 0
-
-    def __del__(self) -> None:
-        try:
-            self._device.release_event(self._event)
-            driver().cuMemFreeHost(self._host)
-        except Exception:
-            pass
 
 
 class HostLoop:

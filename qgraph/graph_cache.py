@@ -33,6 +33,7 @@ from .compiler.cuda_program import TaskKernel
 from .compiler.launch_code import block_expr, generate, grid_expr, signature_with_constants, tile_shape
 from .conditional import IfBranch, WhileLoop
 from .driver.device import CudaDevice, check, driver, fail, kernel_failure
+from .driver.loop_state import LoopMode
 from .driver.nodes import GraphNode, add_edge, kernel_node_params, set_shape
 from .driver.params import ParamBuffer
 from .errors import QgraphError
@@ -161,12 +162,12 @@ class TaskGraph:
             return self._plan(region.body, by_task, target, flag_slots, device_loops)
         if isinstance(region, (DeviceLoop, RepeatLoop)):
             if isinstance(region, RepeatLoop):
-                loop = WhileLoop(target, flag_slots[region.count], len(self._loops), (None, self.name, region), 2,
-                                 self._stop_word)
+                loop = WhileLoop(target, flag_slots[region.count], len(self._loops), (None, self.name, region),
+                                 LoopMode.COUNT, self._stop_word)
             else:
                 loop = WhileLoop(target, flag_slots[region.flag], len(self._loops),
                                  (loop_limit(region, self._max_iterations), self.name, region),
-                                 1 if region.test_first else 0, self._stop_word)
+                                 LoopMode.WHILE if region.test_first else LoopMode.DO_WHILE, self._stop_word)
             self._loops.append(loop)
             return [loop] + self._plan(region.body, by_task, target, flag_slots, device_loops)
         if isinstance(region, IfRegion):

@@ -80,3 +80,135 @@ def test_graphs_off_runs_an_eager_host_loop(cuda, monkeypatch):
     assert tick.stats.host_loop and not tick.stats.used_graph
     monkeypatch.delenv("QGRAPH_GRAPHS")
     qgraph.init("cuda")
+
+
+# ------------------------------------------------ state blocks as the host writes them (no GPU)
+
+
+class _RecordingDevice:
+    """Device memory as bytearrays; the driver calls WhileLoop and IfBranch make, recorded."""
+
+    context = "context"
+
+    def __init__(self, driver_version: int = 13000) -> None:
+        import types
+
+        self.info = types.SimpleNamespace(driver_version=driver_version)
+        self.memory: dict[int, bytearray] = {}
+        self.freed: list[int] = []
+        self._events: list = []
+
+    def alloc(self, nbytes: int) -> int:
+        address = 0x1000 * (len(self.memory) + len(self.freed) + 1)
+        self.memory[address] = bytearray(nbytes)
+        return address
+
+    def free(self, address: int) -> None:
+        del self.memory[address]  # a second free fails here
+        self.freed.append(address)
+
+    def _at(self, address: int, nbytes: int) -> tuple[bytearray, slice]:
+        base = max(b for b in self.memory if b <= address)
+        assert address + nbytes <= base + len(self.memory[base]), "outside the allocation"
+        return self.memory[base], slice(address - base, address - base + nbytes)
+
+    def copy_to_device(self, address: int, host: int, nbytes: int) -> None:
+        import ctypes
+
+        block, where = self._at(address, nbytes)
+        block[where] = ctypes.string_at(host, nbytes)
+
+    def copy_to_host(self, host: int, address: int, nbytes: int) -> None:
+        import ctypes
+
+        block, where = self._at(address, nbytes)
+        ctypes.memmove(host, bytes(block[where]), nbytes)
+
+
+@pytest.fixture
+def recording(monkeypatch):
+    """conditional's driver calls, recorded: (device, target, host buffers freed)."""
+    import ctypes
+    import types
+
+    import qgraph.conditional as conditional
+    import qgraph.driver.device as device_module
+
+    kept, freed_host = [], []
+
+    class Driver:
+        CU_MEMHOSTALLOC_DEVICEMAP = 2
+
+        def cuMemHostAlloc(self, nbytes, flags):
+            kept.append(ctypes.create_string_buffer(nbytes))
+            return 0, ctypes.addressof(kept[-1])
+
+        def cuMemHostGetDevicePointer(self, address, flags):
+            return 0, address + 0x40  # a device-side address of its own
+
+        def cuMemFreeHost(self, address):
+            freed_host.append(address)
+            return (0,)
+
+        def cuGraphAddKernelNode(self, *args):
+            return 0, "kernel node"
+
+    driver = Driver()
+    monkeypatch.setattr(conditional, "driver", lambda: driver)
+    monkeypatch.setattr(device_module, "driver", lambda: driver)
+    monkeypatch.setattr(conditional, "helpers", lambda target: types.SimpleNamespace(store=1, condition=2, branch=3))
+    monkeypatch.setattr(conditional, "kernel_node_params", lambda *args: "params")
+    monkeypatch.setattr(conditional, "add_edge", lambda *args: None)
+    monkeypatch.setattr(conditional, "add_while_node", lambda *args, default: (0x77, "while node", "body"))
+    monkeypatch.setattr(conditional, "add_conditional_node",
+                        lambda graph, context, deps, kind, size=1: (0x50 + size, "if node", f"body {size}"))
+    device = _RecordingDevice()
+    return device, types.SimpleNamespace(device=device, guards=set()), freed_host
+
+
+def test_a_loop_fills_its_state_block_at_the_layouts_offsets_and_frees_it_once(recording):
+    import ctypes
+
+    from qgraph.conditional import WhileLoop
+    from qgraph.driver.loop_state import LoopMode, LoopState
+
+    device, target, freed_host = recording
+    loop = WhileLoop(target, (0, None), 0, (10, "k", None), LoopMode.WHILE, stop_word=0xABC)
+    state = LoopState.from_buffer_copy(device.memory[loop.slot])
+    assert (state.trip_record, state.mode, state.stop_record) == (loop._record + 0x40, LoopMode.WHILE, 0xABC)
+    loop.add_loop("graph", [], bytes(24))
+    assert LoopState.from_buffer_copy(device.memory[loop.slot]).handle == 0x77
+    loop.add_condition("body", ["last task"], programmatic=False)
+    condition = bytes(loop._buffers[-1].data)  # the condition kernel's (handle, state)
+    assert condition == (0x77).to_bytes(8, "little") + loop.slot.to_bytes(8, "little")
+    device.memory[loop.slot][LoopState.passes.offset] = 5  # as the condition kernel counts
+    assert loop.passes() == 5
+    slot, record = loop.slot, loop._record
+    assert target.guards == {loop}
+    loop.close()
+    loop.close()
+    assert device.freed == [slot] and freed_host == [record] and target.guards == set()
+    assert ctypes.sizeof(LoopState) == 56
+
+
+@pytest.mark.parametrize("has_then,has_else,driver_version,expected", [
+    (True, True, 12080, (0x52, 0, 1)),  # one IF node with an else body: one handle
+    (True, True, 12040, (0x51, 0x51, 3)),  # an IF node per body
+    (True, False, 13000, (0x51, 0, 1)),
+    (False, True, 13000, (0, 0x51, 2)),
+])
+def test_a_branch_records_its_handles_and_which_bodies_exist(recording, has_then, has_else, driver_version,
+                                                             expected):
+    from qgraph.conditional import IfBranch
+    from qgraph.driver.loop_state import BranchState
+
+    device, target, _ = recording
+    device.info.driver_version = driver_version
+    branch = IfBranch(target, (1, None), 0)
+    _, then_body, else_body, _ = branch.add_branch("graph", [], bytes(16), has_then, has_else)
+    state = BranchState.from_buffer_copy(device.memory[branch.slot])
+    assert (state.then_handle, state.else_handle, state.bodies) == expected
+    assert then_body is not None or else_body is not None
+    slot = branch.slot
+    branch.close()
+    assert device.freed == [slot]

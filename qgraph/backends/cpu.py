@@ -14,6 +14,7 @@ from ..driver.device import stream_handle
 from ..errors import runaway_error
 from ..lang import generated
 from ..lang.cpu_codegen import counted_loops
+from ..lang.cpu_loops import RunnerStatus
 from ..lang.debug_checks import INTERRUPT_WORD, RECORD_WORDS, UNIT_WORD, DebugPlan
 from ..lang.flat_view import flat_source
 from ..lang.regions import loop_limit
@@ -274,12 +275,12 @@ class CpuLauncher:
 
     def _stopped(self, status: tuple) -> None:
         """Raise for a runner that stopped early: QgraphError (the guard) or KeyboardInterrupt."""
-        if status[0] == 3:  # a debug check failed (its record was read already): nothing more to say
+        if status[0] == RunnerStatus.CHECK_FAILED:  # its record was read already: nothing more to say
             return
-        if status[0] == 4:  # Ctrl-C in a chunked parallel loop (see lang.cpu_codegen._outer_loop)
+        if status[0] == RunnerStatus.CHUNK_INTERRUPTED:  # Ctrl-C in a chunked parallel loop
             self._interrupted()
         loop = self._loops[status[1]]
-        if status[0] == 1:
+        if status[0] == RunnerStatus.RUNAWAY:
             raise runaway_error(self.src.name, loop, loop_limit(loop, self._max_iterations))
         what = f"flag '{loop.flag}'" if hasattr(loop, "flag") else f"qgraph.repeat({loop.count})"
         raise KeyboardInterrupt(f"kernel {self.src.name} was interrupted in its device loop (line {loop.lineno}, "

@@ -81,18 +81,21 @@ class DeviceRecord:
 
     def __init__(self, device) -> None:
         from ..args.kinds import numba_abi
-        from ..driver.device import check, driver
+        from ..driver.device import check, driver, free_host, owned
 
         self._device = device
         nbytes = RECORD_WORDS * 8
         self.pointer = device.alloc(nbytes)
+        self._releases = [owned(self, device.free, self.pointer)]  # close() or the collector
         device.memset(self.pointer, b"\0", nbytes)
         device.sync_stream()
         self.abi = numba_abi(self.pointer, (RECORD_WORDS,), (8,), 8)
         d = driver()
         self._host = check(d.cuMemHostAlloc(nbytes, 0), "cuMemHostAlloc (debug record)")
+        self._releases.append(owned(self, free_host, self._host))
         self.words = (ctypes.c_int64 * RECORD_WORDS).from_address(int(self._host))
         self._event = device.event()
+        self._releases.append(owned(self, device.release_event, self._event))
         self._copy, self._record, self._check = d.cuMemcpyDtoHAsync, d.cuEventRecord, check
 
     def read(self, stream) -> list[int] | None:
@@ -110,16 +113,7 @@ class DeviceRecord:
         return found
 
     def close(self) -> None:
-        from ..driver.device import driver
-
-        if self.pointer:
-            self._device.free(self.pointer)
-            self._device.release_event(self._event)
-            driver().cuMemFreeHost(self._host)
-            self.pointer = 0
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:  # interpreter shutdown
-            pass
+        """Free the record and its host copy (once; the launcher synchronised first)."""
+        self.pointer = 0
+        for release in self._releases:
+            release()

@@ -23,6 +23,7 @@ from ..args.kinds import FLAG_SIGS, FlagKind, arg_type
 from ..args.structs import RESOLVED_ATTR, STRUCT_EPOCH
 from ..conditional import WhileLoop
 from ..driver.device import check, driver, kernel_failure
+from ..driver.loop_state import LoopMode
 from ..errors import QgraphError
 from ..graph_cache import TaskGraph, _Instance
 from ..runtime.arrays import Ndarray
@@ -164,7 +165,7 @@ class BuiltStep:
             into = self.graph
             if loop is not None:  # (the flag's element pointer, guard): the whole step inside a WHILE node
                 flag_address, guard, programmatic = loop
-                self.loop = WhileLoop(target, (0, None), 0, guard, 0)
+                self.loop = WhileLoop(target, (0, None), 0, guard, LoopMode.DO_WHILE)
                 constants = self.loop.constants()
                 self._slot_block = (constants["_slot0"], constants["_limit0"])
                 self.flag_address = flag_address
@@ -192,7 +193,8 @@ class BuiltStep:
             if self.loop is not None:  # the condition kernel after every call
                 last = [n for e in ends for n in e]  # programmatic only behind one kernel node
                 self.loop.add_condition(into, last, programmatic and len(last) == 1 and int(last[0]) in kernel_handles)
-            self.kernel_nodes = sum(p.kernel_nodes for p in self.parts) + (2 if self.loop is not None else 0)
+            loop_nodes = self.loop.kernel_nodes if self.loop is not None else 0  # the slot writer, the condition
+            self.kernel_nodes = sum(p.kernel_nodes for p in self.parts) + loop_nodes
             self.exec = check(d.cuGraphInstantiate(self.graph, 0), f"cuGraphInstantiate (step {name})")
             check(d.cuGraphUpload(self.exec, stream), "cuGraphUpload")
         except BaseException:

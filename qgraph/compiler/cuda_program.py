@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..args.kinds import ArgKind, arg_type, array_kind
-from ..driver.device import CudaDevice, check, driver
+from ..driver.device import CudaDevice, check, driver, owned
 from ..errors import QgraphError
 from ..lang import cuda_codegen, generated
 from ..lang.cuda_reductions import dtype_name
@@ -267,21 +267,16 @@ class Scratch:
 
         self._device = device
         self.pointers = []
+        self._releases = []  # each allocation freed when the scratch (its task kernel) is collected
         abi = b""
         for dtype, length in specs:
             ptr = device.alloc(length * dtype.itemsize)
+            self._releases.append(owned(self, device.free, ptr))
             self.pointers.append(ptr)
             device.memset(ptr, b"\0", length * dtype.itemsize)
             abi += numba_abi(ptr, (length,), (dtype.itemsize,), dtype.itemsize)
         device.sync_stream()
         self.abi = abi
-
-    def __del__(self) -> None:
-        try:
-            for ptr in self.pointers:
-                self._device.free(ptr)
-        except Exception:  # interpreter shutdown
-            pass
 
 
 def _compile_ptx(src, codes, orders, task_types, func_defs, cc, types, fast_math: bool = False,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
+import weakref
 from dataclasses import dataclass
 
 from ..errors import QgraphError
@@ -193,9 +194,10 @@ class CudaDevice:
         return int(ptr)
 
     def free(self, ptr: int) -> None:
+        """Give `alloc`'s memory back, ordered after the work queued on qgraph's stream."""
         if ptr:
             self.ensure_current()
-            driver().cuMemFreeAsync(ptr, self.stream)
+            check(driver().cuMemFreeAsync(ptr, self.stream), "cuMemFreeAsync")
 
     def memset(self, ptr: int, value: bytes, count: int) -> None:
         """Fill `count` elements of len(value) bytes with `value`, ordered on qgraph's stream."""
@@ -279,6 +281,22 @@ class CudaDevice:
             return ctypes.string_at(int(cubin_ptr), size)
         finally:
             d.cuLinkDestroy(state)
+
+
+def free_host(ptr) -> None:
+    """Give back pinned host memory from cuMemHostAlloc."""
+    check(driver().cuMemFreeHost(ptr), "cuMemFreeHost")
+
+
+def owned(owner: object, release, *args) -> weakref.finalize:
+    """Call `release(*args)` exactly once: when `owner` is garbage collected, or earlier when
+    the returned finalizer is called (the owner's close()). An error in a release run by the
+    collector goes to sys.unraisablehook (printed, not swallowed). Never at interpreter exit:
+    the process's end releases the context's memory and events with it, and the driver may
+    be unloading by then."""
+    finalizer = weakref.finalize(owner, release, *args)
+    finalizer.atexit = False
+    return finalizer
 
 
 OPENED: list[CudaDevice] = []  # every device opened in this process, in order

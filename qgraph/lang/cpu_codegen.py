@@ -14,7 +14,7 @@ import copy
 from dataclasses import dataclass
 
 from . import cpu_loops
-from .cpu_loops import IndexByCounter, outer_loop, trip_count
+from .cpu_loops import IndexByCounter, RunnerStatus, counted_loop, flag_value, outer_loop, runner_status, trip_count
 from .debug_checks import INTERRUPT_WORD, RECORD, UNIT_WORD, DebugPlan
 from .fingerprint import fingerprint_of
 from .frontend import KernelSource
@@ -35,7 +35,7 @@ from .lowering import (
     view_assignments,
 )
 from .precision import weak_typed
-from .regions import DeviceLoop, Dim, IfRegion, Region, RepeatLoop, Task, control_regions, loop_limit
+from .regions import DeviceLoop, Dim, IfRegion, Region, RepeatLoop, Task, control_regions
 from .updates import Reduction, UpdateRewriter, combine, task_updates
 
 
@@ -204,10 +204,8 @@ def cpu_module(src: KernelSource, zero_d: frozenset[str] = frozenset(), options:
     parameters in `zero_d` through 1-element views. `precision` (parameter types, default
     float) types Python numbers weakly (lang.precision). `src` is flattened (lang.flat_view),
     `funcs` its @qgraph.func specialisations. With device loops the runner returns
-    (status, loop, passes of each loop): status 1 when a loop ran `max_iterations` passes with
-    its flag still set (the guard), 2 when Ctrl-C arrived (compiler.cpu_interrupts), 3 when a
-    debug check failed (`debug`: lang.debug_checks), 4 when Ctrl-C stopped a chunked parallel
-    loop (lang.cpu_loops), else 0; without device loops it returns None, or 1 for the last.
+    (status, loop, passes of each loop), the status a cpu_loops.RunnerStatus; without device
+    loops it returns None, or CHUNK_INTERRUPTED when Ctrl-C stopped a chunked parallel loop.
     The runner takes the record array `_qg_record` after the parameters and writes the number
     of the unit it runs into it, so an exception from a task can name the task.
     """
@@ -260,10 +258,10 @@ def cpu_module(src: KernelSource, zero_d: frozenset[str] = frozenset(), options:
         if isinstance(region, Task):
             return unit_call([region])
         if isinstance(region, (DeviceLoop, RepeatLoop)):
-            return _counted_loop(region, loops.index(region), len(loops), walk(region.body), zero_d,
-                                 max_iterations, at, debug is not None)
+            return counted_loop(region, loops.index(region), len(loops), walk(region.body), zero_d,
+                                max_iterations, at, debug is not None)
         if isinstance(region, IfRegion):
-            test = _parse(f"{_flag(region.flag, zero_d)} != 0", at).value
+            test = _parse(f"{flag_value(region.flag, zero_d)} != 0", at).value
             branch = ast.If(test, walk(region.then) or [ast.Pass()], walk(region.orelse))
             return [ast.fix_missing_locations(ast.copy_location(branch, at))]
         stmts: list[ast.stmt] = []
@@ -283,12 +281,13 @@ def cpu_module(src: KernelSource, zero_d: frozenset[str] = frozenset(), options:
         return stmts
 
     loops = counted_loops(src.body)  # numbered as walk meets them: outermost first
-    interrupted = f" {_status(4, -1, len(loops))}" if loops else " 1"
+    stopped = RunnerStatus.CHUNK_INTERRUPTED  # without counted loops the runner returns it alone
+    interrupted = f" {runner_status(stopped, -1, len(loops))}" if loops else f" {int(stopped)}"
     unit_call_stmts: list[list[ast.stmt]] = [[]]  # the last unit call's statements
     runner_body = walk(src.body)
     if loops:
         runner_body = [_parse(f"_qg_n{k} = 0", at) for k in range(len(loops))] + runner_body + \
-            [_parse(f"return {_status(0, -1, len(loops))}", at)]
+            [_parse(f"return {runner_status(RunnerStatus.DONE, -1, len(loops))}", at)]
     runner_parallel = False
     if not loops and len(units) == 1 and len(runner_body) == len(unit_call_stmts[0]):
         # One unit and nothing around it: the unit is the runner. A runner calling a unit makes
@@ -323,40 +322,9 @@ def _parse(code: str, at: ast.AST) -> ast.stmt:
     return stmt
 
 
-def _status(status: int, loop: int, n_loops: int) -> str:
-    return f"({status}, {loop}, {', '.join(f'_qg_n{k}' for k in range(n_loops))})"
-
-
-def _flag(flag: str, zero_d: frozenset[str]) -> str:
-    return f"{flag}[()]" if flag in zero_d else f"{flag}[0]"
-
-
 def counted_loops(body: Region) -> list:
     """The loops whose passes the runner counts (DeviceLoop and RepeatLoop), in pre-order."""
     return [r for r in control_regions(body) if isinstance(r, (DeviceLoop, RepeatLoop))]
-
-
-def _counted_loop(region, k: int, n_loops: int, body: list[ast.stmt], zero_d: frozenset[str],
-                  kernel_limit: int | None, at: ast.AST, debug: bool = False) -> list[ast.stmt]:
-    """A loop that counts its passes (`_qg_n<k>`, of its last entry), stops at the runaway guard
-    and checks for Ctrl-C (and in debug mode for a failed check) after each pass: do-while or
-    while on a flag, or `count` passes."""
-    stop = [f"if {RECORD}[0] != 0:\n    return {_status(3, k, n_loops)}"] if debug else []
-    if isinstance(region, RepeatLoop):
-        tail = [f"_qg_n{k} += 1", f"if _qg_interrupted():\n    return {_status(2, k, n_loops)}"] + stop
-        loop = ast.For(_parse("_qg_pass = 0", at).targets[0], _parse(f"range({region.count})", at).value,
-                       body + [_parse(line, at) for line in tail], [])
-        return [_parse(f"_qg_n{k} = 0", at), ast.fix_missing_locations(ast.copy_location(loop, at))]
-    flag = _flag(region.flag, zero_d)
-    limit = loop_limit(region, kernel_limit)
-    tail = [f"_qg_n{k} += 1", f"if {flag} == 0:\n    break"]
-    if limit is not None:
-        tail.append(f"if _qg_n{k} >= {int(limit)}:\n    return {_status(1, k, n_loops)}")
-    tail.append(f"if _qg_interrupted():\n    return {_status(2, k, n_loops)}")
-    tail += stop
-    test = _parse(f"{flag} != 0", at).value if region.test_first else ast.Constant(True)
-    loop = ast.While(test, body + [_parse(line, at) for line in tail], [])
-    return [_parse(f"_qg_n{k} = 0", at), ast.fix_missing_locations(ast.copy_location(loop, at))]
 
 
 def unique_symbol(name: str, kernel_name: str, fingerprint: str) -> str:

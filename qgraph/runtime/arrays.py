@@ -13,6 +13,7 @@ import numpy as np
 
 from ..args import resolve
 from ..args.kinds import array_sig, numba_abi
+from ..driver.device import owned
 from ..dtypes import as_dtype
 from ..lang.vector_types import element_of
 from . import state as runtime
@@ -30,28 +31,12 @@ def _normalise_shape(shape) -> tuple[int, ...]:
     return shape
 
 
-class _DeviceMemory:
-    """Owns one device allocation; freed (stream-ordered) when the last user lets go."""
-
-    __slots__ = ("device", "ptr")
-
-    def __init__(self, device, nbytes: int) -> None:
-        self.device = device
-        self.ptr = device.alloc(nbytes)
-
-    def __del__(self) -> None:
-        try:
-            self.device.free(self.ptr)
-        except Exception:  # interpreter shutdown: the driver may already be gone
-            pass
-
-
 class Ndarray:
     """A zero-filled array for qgraph kernels; see `qgraph.ndarray`."""
 
     _qgraph_array = True  # how the argument layer (below the runtime) recognises it
 
-    __slots__ = ("_shape", "_dtype", "_size", "_host", "_memory", "_ptr", "_device", "_sig", "_abi",
+    __slots__ = ("_shape", "_dtype", "_size", "_host", "_free", "_ptr", "_device", "_sig", "_abi",
                  "_element", "__weakref__")
 
     def __init__(self, dtype, shape) -> None:
@@ -66,15 +51,15 @@ class Ndarray:
                               element.shape if element is not None else ())
         if state.arch == "cpu":
             self._host = np.zeros(self._shape, self._dtype)
-            self._memory = self._device = None
+            self._free = self._device = None
             self._ptr = 0
             self._abi = None
             return
         device = state.current().device
         self._host = None
         self._device = device
-        self._memory = _DeviceMemory(device, self._size * itemsize)
-        self._ptr = self._memory.ptr
+        self._ptr = device.alloc(self._size * itemsize)
+        self._free = owned(self, device.free, self._ptr)  # stream-ordered, when the array is collected
         strides, acc = [], itemsize
         for n in reversed(self._shape):
             strides.append(acc)

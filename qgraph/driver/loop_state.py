@@ -1,0 +1,154 @@
+"""The state blocks of qgraph's device-loop and branch helper kernels, described once.
+
+A WHILE loop and an IF branch each keep a small block of 8-byte words in device memory: the
+helper kernels (CUDA C++ below, compiled by NVRTC) read and write it, the host fills some
+fields while it builds the graph and reads the pass count back. Each block is one table of
+(field, meaning) here: `LoopState` and `BranchState` (ctypes structures) give Python its
+offsets and size, and `HELPER_SOURCE` gets a C enum of the same fields' word indices, which
+its kernels index the block with, so neither side can use an offset the other does not. The
+loop modes and the branch's body bits are Python enums written into the C source as C enums.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import enum
+
+
+class LoopMode(enum.IntEnum):
+    """How a device loop decides to run its body (the `mode` field of its state block)."""
+
+    DO_WHILE = 0  # on a flag, body first (graph_while=)
+    WHILE = 1  # on a flag, tested first (qgraph.loop)
+    COUNT = 2  # a number of passes (qgraph.repeat)
+
+
+class BranchBodies(enum.IntFlag):
+    """Which of an IF branch's bodies have an IF node (the `bodies` field of its state block)."""
+
+    THEN = 1
+    ELSE = 2
+
+
+LOOP_FIELDS = (
+    ("flag_address", "the flag's device address (0 for a repeat loop)"),
+    ("passes", "passes so far"),
+    ("limit", "the runaway guard's limit (a repeat loop: its count)"),
+    ("trip_record", "the host-mapped word the guard writes its pass count into"),
+    ("handle", "the WHILE node's conditional handle"),
+    ("mode", "a LoopMode"),
+    ("stop_record", "debug mode's record (0: none): a failed check ends the loop"),
+)
+
+BRANCH_FIELDS = (
+    ("then_handle", "the conditional handle of the then body's IF node"),
+    ("else_handle", "the conditional handle of the else body's IF node"),
+    ("bodies", "which of them exist: BranchBodies bits"),
+)
+
+
+WORD = ctypes.sizeof(ctypes.c_uint64)  # every field is one word
+
+
+class LoopState(ctypes.Structure):
+    """A device loop's state block (LOOP_FIELDS; in C the QG_LOOP_* word indices)."""
+
+    _fields_ = [(name, ctypes.c_uint64) for name, _ in LOOP_FIELDS]
+
+
+class BranchState(ctypes.Structure):
+    """An IF branch's state block (BRANCH_FIELDS; in C the QG_BRANCH_* word indices)."""
+
+    _fields_ = [(name, ctypes.c_uint64) for name, _ in BRANCH_FIELDS]
+
+
+# the helper kernels' parameter blocks: one word per parameter of their C signatures below
+STORE_PARAMS = 3 * WORD  # (state, the flag's address, the guard's limit or the count)
+CONDITION_PARAMS = 2 * WORD  # (the WHILE node's handle, state)
+BRANCH_PARAMS = 2 * WORD  # (state, the flag's address)
+
+
+def c_words(prefix: str, layout: type[ctypes.Structure], fields: tuple) -> str:
+    """`layout` for C: an enum of its words' indices (`<prefix>_<FIELD>`, the kernels index the
+    block with them), each commented from `fields`, and `<prefix>_WORDS`."""
+    lines = [f"// {prefix.lower()}_state: words of 8 bytes (qgraph/driver/loop_state.py: {layout.__name__})",
+             f"enum {prefix.lower()}_word {{"]
+    lines += [f"    {prefix}_{field.upper()} = {getattr(layout, field).offset // WORD},  // {meaning}"
+              for field, meaning in fields]
+    lines += [f"    {prefix}_WORDS = {ctypes.sizeof(layout) // WORD}", "};"]
+    return "\n".join(lines)
+
+
+def c_constants(prefix: str, members: type[enum.Enum]) -> str:
+    """An enum's members as a C enum (constants without storage): `<prefix>_<MEMBER> = value`."""
+    values = [f"{prefix}_{m.name} = {int(m.value)}" for m in members]
+    return f"enum {prefix.lower()} : unsigned long long {{ {', '.join(values)} }};"
+
+
+def write_field(device, block: int, field, value: int) -> None:
+    """Set one field (`LoopState.handle`, ...) of the state block at device address `block`."""
+    word = ctypes.c_uint64(value)
+    device.copy_to_device(block + field.offset, ctypes.addressof(word), field.size)
+
+
+_PREAMBLE = r"""
+typedef unsigned long long cudaGraphConditionalHandle;
+#ifndef CUDARTAPI
+#define CUDARTAPI
+#endif
+extern "C" __device__ __cudart_builtin__ void CUDARTAPI cudaGraphSetConditional(
+    cudaGraphConditionalHandle handle, unsigned int value);
+"""
+
+_KERNELS = r"""
+extern "C" __global__ void qgraph_store_flag_address(unsigned long long* state, unsigned long long address,
+                                                     unsigned long long limit)
+{
+    state[QG_LOOP_FLAG_ADDRESS] = address;
+    state[QG_LOOP_PASSES] = 0;
+    state[QG_LOOP_LIMIT] = limit;
+    unsigned long long mode = state[QG_LOOP_MODE];
+    unsigned int go = mode == QG_LOOP_MODE_DO_WHILE ? 1u
+                    : mode == QG_LOOP_MODE_WHILE ? (*(const int*)address != 0 ? 1u : 0u)
+                                                     : ((long long)limit > 0 ? 1u : 0u);
+    cudaGraphSetConditional(state[QG_LOOP_HANDLE], go);
+}
+
+extern "C" __global__ void qgraph_while_condition(cudaGraphConditionalHandle handle, unsigned long long* state)
+{
+    asm volatile("griddepcontrol.wait;" ::: "memory");  // behind a programmatic edge: the body has finished
+    unsigned long long passes = state[QG_LOOP_PASSES] + 1;
+    state[QG_LOOP_PASSES] = passes;
+    unsigned int go;
+    unsigned long long stop = state[QG_LOOP_STOP_RECORD];
+    if (stop && *(volatile const long long*)stop != 0) {
+        cudaGraphSetConditional(handle, 0u);
+        return;
+    }
+    if (state[QG_LOOP_MODE] == QG_LOOP_MODE_COUNT) {
+        go = (long long)passes < (long long)state[QG_LOOP_LIMIT] ? 1u : 0u;
+    } else {
+        go = *(const int*)state[QG_LOOP_FLAG_ADDRESS] != 0 ? 1u : 0u;
+        if (go && passes >= state[QG_LOOP_LIMIT]) {  // the runaway guard: stop, and tell the host
+            go = 0u;
+            *(volatile unsigned long long*)state[QG_LOOP_TRIP_RECORD] = passes;
+        }
+    }
+    cudaGraphSetConditional(handle, go);
+}
+
+extern "C" __global__ void qgraph_set_branch(const unsigned long long* state, unsigned long long address)
+{
+    unsigned int taken = *(const int*)address != 0 ? 1u : 0u;
+    if (state[QG_BRANCH_BODIES] & QG_BRANCH_BODY_THEN)
+        cudaGraphSetConditional(state[QG_BRANCH_THEN_HANDLE], taken);
+    if (state[QG_BRANCH_BODIES] & QG_BRANCH_BODY_ELSE)
+        cudaGraphSetConditional(state[QG_BRANCH_ELSE_HANDLE], 1u - taken);
+}
+"""
+
+# The slot writer, the WHILE condition and the branch kernel, indexing the state blocks above
+HELPER_SOURCE = "\n".join([_PREAMBLE, c_words("QG_LOOP", LoopState, LOOP_FIELDS),
+                           c_constants("QG_LOOP_MODE", LoopMode),
+                           c_words("QG_BRANCH", BranchState, BRANCH_FIELDS),
+                           c_constants("QG_BRANCH_BODY", BranchBodies), _KERNELS])
