@@ -232,22 +232,26 @@ def _bind_class(kernel_cls: type, src: frontend.KernelSource, fn: Callable) -> t
     # Python names the function in a binding error ("kernel step() missing 1 required positional
     # argument: 'v'"): the kernel's name there costs nothing on the call path
     call.__qualname__ = f"kernel {src.qualname}"
-    # compile(...) binds like a call and compiles that signature without running it
-    code = (f"def compile(_qg_self, {', '.join(params)}):\n"
-            f"    return _qg_self._compile({', '.join(names)})\n")
-    compile_ = generated.function(code, "compile", f"compile binder of kernel {src.qualname}", ns)
-    compile_.__qualname__ = f"kernel {src.qualname}.compile"
-    compile_.__doc__ = ("Compile (or load from the compile cache) the signature of these example arguments "
-                        "without running the kernel; returns the signature's type texts.")
-    # inspect(...) binds like a call too, and reports the code of that signature
-    code = (f"def inspect(_qg_self, {', '.join(params)}):\n"
-            f"    return _qg_self._inspect({', '.join(names)})\n")
-    inspect_ = generated.function(code, "inspect", f"inspect binder of kernel {src.qualname}", ns)
-    inspect_.__qualname__ = f"kernel {src.qualname}.inspect"
-    inspect_.__doc__ = ("The code qgraph generates for the signature of these example arguments (compiled or "
-                        "loaded without running the kernel): a qgraph.KernelCode; print it for a report.")
+    # compile(...) binds like a call and compiles that signature without running it; inspect(...)
+    # binds like a call too, and reports the code of that signature
+    compile_ = _binder("compile", "_compile", src, params, names, ns,
+                       "Compile (or load from the compile cache) the signature of these example arguments "
+                       "without running the kernel; returns the signature's type texts.")
+    inspect_ = _binder("inspect", "_inspect", src, params, names, ns,
+                       "The code qgraph generates for the signature of these example arguments (compiled or "
+                       "loaded without running the kernel): a qgraph.KernelCode; print it for a report.")
     return type(f"Kernel_{src.name}", (kernel_cls,),
                 {"__call__": call, "compile": compile_, "inspect": inspect_, "__slots__": ()})
+
+
+def _binder(method: str, target: str, src, params: list, names: list, ns: dict, doc: str):
+    """kernel.<method>(...): binds its arguments like a call, then runs `Kernel.<target>` on them."""
+    code = (f"def {method}(_qg_self, {', '.join(params)}):\n"
+            f"    return _qg_self.{target}({', '.join(names)})\n")
+    fn = generated.function(code, method, f"{method} binder of kernel {src.qualname}", ns)
+    fn.__qualname__ = f"kernel {src.qualname}.{method}"
+    fn.__doc__ = doc
+    return fn
 
 
 _NO_DEFAULT = object()
