@@ -56,7 +56,8 @@ def components(kind: VectorKind, value: object, name: str) -> np.ndarray:
         raise TypeError(f"argument '{name}': expected {_wanted(kind)} of numbers, got dtype {a.dtype}")
     if target.kind in "iub" and a.dtype.kind == "f" or target.kind == "b" and a.dtype.kind != "b":
         raise TypeError(f"argument '{name}': expected {_wanted(kind)} of {target.name} values, got {a.dtype} values")
-    out = a.astype(target).reshape(-1)
+    with np.errstate(over="ignore"):  # an overflow is reported below, naming the argument
+        out = a.astype(target).reshape(-1)
     if target.kind in "iu" and (out != a.reshape(-1)).any():  # wrapped around
         raise TypeError(f"argument '{name}': {a.tolist()} does not fit in {target.name}")
     if target.kind == "f" and np.isinf(out).any() and (np.isinf(out) & np.isfinite(a.reshape(-1))).any():
