@@ -296,10 +296,7 @@ class TaskGraph:
             self._update(instance, blocks, grids)
             del self._instances[held]
             self._instances[packs] = instance
-        err = driver().cuGraphLaunch(instance.exec, stream)[0]
-        if err:
-            raise kernel_failure(self.name)(err, "cuGraphLaunch")
-        self._stats.replays += 1
+        self.relaunch(instance.exec, stream)
         return instance
 
     def _update(self, instance: _Instance, blocks: list, grids: list) -> None:

@@ -207,6 +207,19 @@ def _free_scalar_fast_path(k: int, a: str, arch: str, ns: dict) -> list[str]:
             f"elif t in _np_scalars: s{k}, v{k} = _np_scalars[t]({a})"]
 
 
+def fixed_scalar_test(k: int, a: str, kind, ns: dict) -> str:
+    """The condition (on `t = type(a)`) under which a Python number converts to the annotated
+    scalar kind on a fast path; anything else (beyond a float's range, inf, nan, a float for an
+    integer) takes the slow path, which checks it and names the argument."""
+    if kind.dtype.kind == "f":
+        ns[f"_fmax{k}"] = float(np.finfo(kind.dtype).max)
+        return f"(t is float or t is int) and -_fmax{k} <= {a} <= _fmax{k}"
+    if kind.dtype.kind == "b":
+        return "t is bool"
+    lo, hi = kind.int_range
+    return f"t is int and {lo} <= {a} <= {hi}"
+
+
 def _fixed_scalar_fast_path(k: int, a: str, fix: str, arch: str, ns: dict) -> list[str]:
     """An annotated scalar: Python numbers convert to the fixed kind."""
     kind = arg_type(fix)
@@ -215,15 +228,8 @@ def _fixed_scalar_fast_path(k: int, a: str, fix: str, arch: str, ns: dict) -> li
     value = f"_conv{k}({a})"
     # a NumPy scalar of the annotated type itself always fits (np.float32(1.0) for `a: qgraph.f32`)
     ns[f"_own{k}"] = kind.dtype.type
-    own = f"elif t is _own{k}: s{k} = _fix{k}; v{k} = {value}"
-    if kind.dtype.kind == "f":  # beyond the type's range (or inf, nan): the slow path checks it
-        ns[f"_fmax{k}"] = float(np.finfo(kind.dtype).max)
-        return [f"if (t is float or t is int) and -_fmax{k} <= {a} <= _fmax{k}: s{k} = _fix{k}; v{k} = {value}",
-                own]
-    if kind.dtype.kind == "b":
-        return [f"if t is bool: s{k} = _fix{k}; v{k} = {value}", own]
-    lo, hi = kind.int_range
-    return [f"if t is int and {lo} <= {a} <= {hi}: s{k} = _fix{k}; v{k} = {value}", own]
+    return [f"if {fixed_scalar_test(k, a, kind, ns)}: s{k} = _fix{k}; v{k} = {value}",
+            f"elif t is _own{k}: s{k} = _fix{k}; v{k} = {value}"]
 
 
 def resolver_lines(names: tuple[str, ...], fixed: tuple[str | None, ...], arch: str, ns: dict,

@@ -14,11 +14,9 @@ from __future__ import annotations
 
 import threading
 
-import numpy as np
-
 from ..args.devices import OtherDevice, device_checks
 from ..args.kinds import FlagKind, ScalarKind, arg_type
-from ..args.resolve import resolver_lines
+from ..args.resolve import fixed_scalar_test, resolver_lines
 from ..driver.device import capturing, driver, kernel_failure, stream_handle
 from ..lang import generated
 from ..runtime.arrays import Ndarray
@@ -82,22 +80,15 @@ def _number_lines(src, ns: dict, n: int) -> list[str]:
     numbers = [k for k, fix in enumerate(fixed) if fix is not None and isinstance(arg_type(fix), ScalarKind)]
     if not numbers:
         return []
-    tests, remember = _probes(src)
+    tests, _ = _probes(src)
     same = [test for k, test in enumerate(tests) if k not in numbers]
     lines = [f"    if {' and '.join(same + [f'm[{n}] is not None', 'stream is None', 'not _steps[0]'])}:"]
-    for k in numbers:
+    for k in numbers:  # converted as argument resolution's fast path converts them (else: the general path)
         kind = arg_type(fixed[k])
         ns[f"_nconv{k}"], ns[f"_nown{k}"] = kind.pack, kind.dtype.type
-        if kind.dtype.kind == "f":
-            ns[f"_nmax{k}"] = float(np.finfo(kind.dtype).max)
-            fits = f"(t is float or t is int) and -_nmax{k} <= a{k} <= _nmax{k}"
-        elif kind.dtype.kind == "b":
-            fits = "t is bool"
-        else:
-            lo, hi = kind.int_range
-            fits = f"t is int and {lo} <= a{k} <= {hi}"
         lines += [f"        t = type(a{k})",
-                  f"        w{k} = _nconv{k}(a{k}) if {fits} or t is _nown{k} else None"]
+                  f"        w{k} = _nconv{k}(a{k}) if {fixed_scalar_test(k, f'a{k}', kind, ns)} or t is _nown{k} "
+                  "else None"]
     held = [f"w{k}" if k in numbers else f"mp[{k}]" for k in range(n)]
     kept = [f"a{k}" if k in numbers else f"m[{k}]" for k in range(n)]
     comma = "," if n == 1 else ""
