@@ -208,16 +208,12 @@ def _free_scalar_fast_path(k: int, a: str, arch: str, ns: dict) -> list[str]:
 
 
 def fixed_scalar_test(k: int, a: str, kind, ns: dict) -> str:
-    """The condition (on `t = type(a)`) under which a Python number converts to the annotated
-    scalar kind on a fast path; anything else (beyond a float's range, inf, nan, a float for an
-    integer) takes the slow path, which checks it and names the argument."""
+    """When (on `t = type(a)`) a Python number converts to an annotated scalar kind on a fast path;
+    the rest (out of range, inf, nan, a float for an int) goes to the slow path, which names it."""
     if kind.dtype.kind == "f":
         ns[f"_fmax{k}"] = float(np.finfo(kind.dtype).max)
         return f"(t is float or t is int) and -_fmax{k} <= {a} <= _fmax{k}"
-    if kind.dtype.kind == "b":
-        return "t is bool"
-    lo, hi = kind.int_range
-    return f"t is int and {lo} <= {a} <= {hi}"
+    return "t is bool" if kind.dtype.kind == "b" else f"t is int and {kind.int_range[0]} <= {a} <= {kind.int_range[1]}"
 
 
 def _fixed_scalar_fast_path(k: int, a: str, fix: str, arch: str, ns: dict) -> list[str]:
