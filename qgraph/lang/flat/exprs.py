@@ -27,8 +27,9 @@ from .values import (
 )
 
 
-class Expressions:
-    """Mixin of lang.flat.flatten.Flattener: `value(node)` lowers an expression."""
+class Expressions(ast.NodeVisitor):
+    """Base of lang.flat.flatten.Flattener: `value(node)` lowers an expression through its
+    `visit_<Node>` method (ast.NodeVisitor's dispatch), or `generic_visit` where it has none."""
 
     # ------------------------------------------------------------------ expressions
 
@@ -42,9 +43,10 @@ class Expressions:
         return value.expr
 
     def value(self, node: ast.expr) -> Val:
-        method = getattr(self, "e_" + type(node).__name__, None)
-        if method is not None:
-            return method(node)
+        return self.visit(node)
+
+    def generic_visit(self, node: ast.AST) -> Val:
+        """An expression no visit_ method lowers: its sub-expressions must be scalars."""
         for field, child in ast.iter_fields(node):
             if isinstance(child, ast.expr):
                 setattr(node, field, self.scalar(child))
@@ -52,7 +54,7 @@ class Expressions:
                 setattr(node, field, [self.scalar(c) if isinstance(c, ast.expr) else c for c in child])
         return Val(None, [node])
 
-    def e_Name(self, node: ast.Name) -> Val:
+    def visit_Name(self, node: ast.Name) -> Val:
         t = self.env.get(node.id)
         if isinstance(t, VectorType):
             return Val(t, [alg.name(n, node) for n, _ in leaves(node.id, t)])
@@ -78,7 +80,7 @@ class Expressions:
             return None
         return Val(t, [alg.cast(t.dtype, alg.literal(c, node), node) for c in value.reshape(-1).tolist()])
 
-    def e_Attribute(self, node: ast.Attribute) -> Val:
+    def visit_Attribute(self, node: ast.Attribute) -> Val:
         constant = self.vector_constant(node)
         if constant is not None:
             return constant
@@ -112,7 +114,7 @@ class Expressions:
         raise self.error(f"a {v.name} has no attribute '{node.attr}' (components .x .y .z .w, methods "
                          f"{', '.join(sorted(_METHODS))})", node)
 
-    def e_Subscript(self, node: ast.Subscript) -> Val:
+    def visit_Subscript(self, node: ast.Subscript) -> Val:
         base = self.value(node.value)
         if isinstance(node.slice, ast.Slice) or any(isinstance(p, ast.Slice) for p in _parts(node.slice)):
             if base.vec or element_type(base.type):
@@ -169,7 +171,7 @@ class Expressions:
             return Val(None, [alg.select(parts[0], [alg.select(parts[1], r, node) for r in rows], node)])
         return Val(vt.vector(cols, v.dtype), [alg.select(parts[0], [r[c] for r in rows], node) for c in range(cols)])
 
-    def e_BinOp(self, node: ast.BinOp) -> Val:
+    def visit_BinOp(self, node: ast.BinOp) -> Val:
         return self.binop(self.value(node.left), node.op, self.value(node.right), node)
 
     def binop(self, left: Val, op: ast.operator, right: Val, node: ast.AST) -> Val:
@@ -223,7 +225,7 @@ class Expressions:
         expr = value.expr if alg.is_simple(value.expr) else self.temp(value.expr)
         return Val(t, [expr] * t.size)
 
-    def e_UnaryOp(self, node: ast.UnaryOp) -> Val:
+    def visit_UnaryOp(self, node: ast.UnaryOp) -> Val:
         operand = self.value(node.operand)
         if not operand.vec:
             node.operand = operand.expr
@@ -232,12 +234,12 @@ class Expressions:
             raise self.error(f"'not' of a {operand.vec.name}: compare components instead", node)
         return Val(operand.vec, [alg.loc(ast.UnaryOp(node.op, c), node) for c in operand.comps])
 
-    def e_Compare(self, node: ast.Compare) -> Val:
+    def visit_Compare(self, node: ast.Compare) -> Val:
         node.left = self.scalar(node.left)
         node.comparators = [self.scalar(c) for c in node.comparators]
         return Val(None, [node])
 
-    def e_IfExp(self, node: ast.IfExp) -> Val:
+    def visit_IfExp(self, node: ast.IfExp) -> Val:
         test = self.condition(node.test)
         saved, self.pre = self.pre, []
         body = self.value(node.body)
@@ -258,5 +260,5 @@ class Expressions:
         self.pre.append(alg.loc(ast.If(test, body_pre + stores(body), else_pre + stores(orelse)), node))
         return Val(t, [alg.name(n, node) for n in names])
 
-    def e_Call(self, node: ast.Call) -> Val:
+    def visit_Call(self, node: ast.Call) -> Val:
         return lower_call(self, node)

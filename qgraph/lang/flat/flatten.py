@@ -128,12 +128,15 @@ class Flattener(Expressions):
         return out
 
     def stmt(self, node: ast.stmt) -> list[ast.stmt]:
-        method = getattr(self, "s_" + type(node).__name__, None)
-        if method is not None:
-            return method(node)
-        return [self.generic(node)]
+        return self.visit(node)
 
-    def s_Assign(self, node: ast.Assign) -> list[ast.stmt]:
+    def generic_visit(self, node: ast.AST) -> list[ast.stmt] | Val:
+        """A statement no visit_ method rewrites keeps its shape, with scalar expressions."""
+        if isinstance(node, ast.stmt):
+            return [self.generic(node)]
+        return super().generic_visit(node)
+
+    def visit_Assign(self, node: ast.Assign) -> list[ast.stmt]:
         value = self.value(node.value)
         if len(node.targets) > 1 and (value.vec or len(value.comps) > 1):
             value = self.share(value)
@@ -142,12 +145,12 @@ class Flattener(Expressions):
             out += self.store(target, value, node)
         return out
 
-    def s_AnnAssign(self, node: ast.AnnAssign) -> list[ast.stmt]:
+    def visit_AnnAssign(self, node: ast.AnnAssign) -> list[ast.stmt]:
         if node.value is None:
             return []
         return self.store(node.target, self.value(node.value), node)
 
-    def s_AugAssign(self, node: ast.AugAssign) -> list[ast.stmt]:
+    def visit_AugAssign(self, node: ast.AugAssign) -> list[ast.stmt]:
         target = node.target
         current = self.load_target(target)
         value = self.value(node.value)
@@ -170,17 +173,17 @@ class Flattener(Expressions):
             out.append(alg.loc(ast.AugAssign(store, node.op, comp), node))
         return out
 
-    def s_Expr(self, node: ast.Expr) -> list[ast.stmt]:
+    def visit_Expr(self, node: ast.Expr) -> list[ast.stmt]:
         value = self.value(node.value)
         if value.vec:  # e.g. a vector atomic: each component is a statement
             return [alg.loc(ast.Expr(c), node) for c in value.comps if not alg.is_simple(c)]
         return [alg.loc(ast.Expr(value.expr), node)]
 
-    def s_If(self, node: ast.If) -> list[ast.stmt]:
+    def visit_If(self, node: ast.If) -> list[ast.stmt]:
         test = self.condition(node.test)
         return [alg.loc(ast.If(test, self.block(node.body), self.block(node.orelse)), node)]
 
-    def s_While(self, node: ast.While) -> list[ast.stmt]:
+    def visit_While(self, node: ast.While) -> list[ast.stmt]:
         saved, self.pre = self.pre, []
         test = self.condition(node.test)
         hoisted, self.pre = self.pre, saved
@@ -193,14 +196,14 @@ class Flattener(Expressions):
         stop = alg.loc(ast.If(alg.loc(ast.UnaryOp(ast.Not(), test), node), [alg.loc(ast.Break(), node)], []), node)
         return [alg.loc(ast.While(alg.const(True, node), hoisted + [stop] + body, []), node)]
 
-    def s_For(self, node: ast.For) -> list[ast.stmt]:
+    def visit_For(self, node: ast.For) -> list[ast.stmt]:
         iter_ = self.value(node.iter)
         if iter_.vec:
             raise self.error("cannot iterate over a vector in a kernel; loop over its indices: "
                              "`for k in range(3): ... v[k]`", node)
         return [alg.loc(ast.For(node.target, iter_.expr, self.block(node.body), self.block(node.orelse)), node)]
 
-    def s_Return(self, node: ast.Return) -> list[ast.stmt]:
+    def visit_Return(self, node: ast.Return) -> list[ast.stmt]:
         if node.value is None:
             self.returns.append(None)
             return [node]

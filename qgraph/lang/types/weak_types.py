@@ -62,8 +62,9 @@ def param_type(kind) -> object:
     return element_type(kind.dtype)
 
 
-class Typer:
-    """Types of expressions in one task, given its parameters' and locals' types."""
+class Typer(ast.NodeVisitor):
+    """Types of expressions in one task, given its parameters' and locals' types: a `visit_<Node>`
+    method per expression it models (ast.NodeVisitor's dispatch); anything else is UNKNOWN."""
 
     def __init__(self, src: KernelSource, env: dict, funcs=None) -> None:
         self.src = src
@@ -71,15 +72,17 @@ class Typer:
         self.funcs = funcs  # lang.types.func_precision.FuncPrecision: the result types of helper calls
 
     def of(self, node: ast.expr) -> object:
-        method = getattr(self, "t_" + type(node).__name__, None)
-        return UNKNOWN if method is None else method(node)
+        return self.visit(node)
 
-    def t_Constant(self, node: ast.Constant) -> str:
+    def generic_visit(self, node: ast.AST) -> str:
+        return UNKNOWN
+
+    def visit_Constant(self, node: ast.Constant) -> str:
         if isinstance(node.value, (bool, int)):
             return INT
         return WEAK if isinstance(node.value, float) else UNKNOWN
 
-    def t_Name(self, node: ast.expr) -> object:
+    def visit_Name(self, node: ast.expr) -> object:
         """A parameter, loop variable or local; else a global (or a global's attribute)."""
         if isinstance(node, ast.Name) and node.id in self.env:
             return self.env[node.id]
@@ -91,9 +94,9 @@ class Typer:
         value = UNRESOLVED if not isinstance(root, ast.Name) or root.id in self.env else self.src.resolve(node)
         return UNKNOWN if value is UNRESOLVED else value_type(value)
 
-    t_Attribute = t_Name
+    visit_Attribute = visit_Name
 
-    def t_Subscript(self, node: ast.Subscript) -> object:
+    def visit_Subscript(self, node: ast.Subscript) -> object:
         if isinstance(node.value, ast.Attribute) and node.value.attr == "shape" \
                 and isinstance(self.of(node.value.value), tuple):
             return INT
@@ -106,7 +109,7 @@ class Typer:
             return UNKNOWN
         return element_type(base[1])
 
-    def t_BinOp(self, node: ast.BinOp) -> object:
+    def visit_BinOp(self, node: ast.BinOp) -> object:
         if negative_int_power(node, self):
             return WEAK
         return self.binop(self.of(node.left), node.op, self.of(node.right))
@@ -124,15 +127,15 @@ class Typer:
             return WEAK
         return result
 
-    def t_UnaryOp(self, node: ast.UnaryOp) -> object:
+    def visit_UnaryOp(self, node: ast.UnaryOp) -> object:
         return INT if isinstance(node.op, ast.Not) else self.of(node.operand)
 
-    def t_Compare(self, node: ast.expr) -> str:
+    def visit_Compare(self, node: ast.expr) -> str:
         return INT
 
-    t_BoolOp = t_Compare
+    visit_BoolOp = visit_Compare
 
-    def t_IfExp(self, node: ast.IfExp) -> object:
+    def visit_IfExp(self, node: ast.IfExp) -> object:
         return join(self.of(node.body), self.of(node.orelse))
 
     def callee(self, node: ast.Call) -> object:
@@ -143,7 +146,7 @@ class Typer:
             return UNRESOLVED
         return _GENERATED.get(getattr(node.func, "id", None)) or self.src.resolve(node.func)
 
-    def t_Call(self, node: ast.Call) -> object:
+    def visit_Call(self, node: ast.Call) -> object:
         if self.funcs is not None and isinstance(node.func, ast.Name) and self.funcs.knows(node.func.id):
             return self.funcs.result(node.func.id, tuple(self.of(a) for a in node.args))
         fn = self.callee(node)
