@@ -11,15 +11,28 @@ argument's by-value kernel parameter bytes in numba's flattened layout (see kind
 
 from __future__ import annotations
 
-import functools
+import dataclasses
 
 import numpy as np
 
 from ..dtypes import as_dtype
+from ..lang.generated import Lines
+from .fast_paths import (
+    ArgPath,
+    array_paths,
+    element_check,
+    emit_chain,
+    fixed_scalar_path,
+    free_scalar_paths,
+    numpy_sig,
+    slow_path,
+    struct_path,
+    vector_path,
+)
 from .interop import device_reader, is_device_dlpack
-from .kinds import BOOL, I64, INT_RANGES, SCALAR_KINDS, WEAK_FLOAT, WEAK_INT, arg_type, array_sig, scalar_sig
-from .structs import RESOLVED_ATTR, STRUCT_EPOCH, is_struct_class, struct_sig
-from .vectors import CONVERTERS, as_elements, element_sig, is_vector_value, value_sig, vector_annotation
+from .kinds import BOOL, WEAK_FLOAT, WEAK_INT, arg_type, scalar_sig
+from .structs import RESOLVED_ATTR, STRUCT_EPOCH, STRUCT_RESOLVERS, is_struct_class, struct_sig
+from .vectors import CONVERTERS, is_vector_value, value_sig, vector_annotation
 
 # --------------------------------------------------------------------------- scalars
 
@@ -102,22 +115,6 @@ def _is_array_like(value: object) -> bool:
 
 # --------------------------------------------------------------------------- slow paths
 
-_NUMPY_SIGS: dict[tuple, str] = {}
-
-
-def numpy_sig(value: np.ndarray, name: str) -> str:
-    """The key text of a NumPy array argument (cached per dtype, ndim and layout)."""
-    key = (value.dtype, value.ndim, value.flags.c_contiguous)
-    sig = _NUMPY_SIGS.get(key)
-    if sig is None:
-        if not value.dtype.isnative:
-            raise TypeError(f"argument '{name}' has non-native byte order ({value.dtype.str}); convert it first: "
-                            f"{name}.astype({name}.dtype.newbyteorder('='))")
-        dtype = as_dtype(value.dtype, f"argument '{name}'")
-        sig = _NUMPY_SIGS[key] = array_sig(dtype, value.ndim, value.flags.c_contiguous)
-    return sig
-
-
 def cpu_slow(value: object, name: str, fixed: str | None) -> tuple[str, object]:
     if is_struct_class(type(value)):
         return struct_resolver(type(value), "cpu")(value)
@@ -175,64 +172,14 @@ def _cuda_slow_value(value: object, name: str, fixed: str | None) -> tuple[str, 
     return sig, abi
 
 
-# --------------------------------------------------------------------------- fast paths
+# --------------------------------------------------------------------------- resolution
 
 
-def _array_fast_path(k: int, a: str, arch: str, on_device: bool = False, hop: str = "") -> list[str]:
-    """A qgraph array (key text and values precomputed on the array), or a NumPy array on cpu.
-    `on_device`: only a cuda array on the launcher's device `_dev`; one on another device runs
-    `hop` (a line with `{a}` for the argument) where given, else takes the slow path."""
-    field = "_host" if arch == "cpu" else "_abi"
-    test = f"{a}._device is _dev" if on_device else f"{a}.{field} is not None"
-    lines = [f"if t is _Ndarray and {test}:", f"    s{k} = {a}._sig; v{k} = {a}.{field}"]
-    if on_device and hop:
-        lines += [f"elif t is _Ndarray and {a}._device is not None:", "    " + hop.format(a=a)]
-    if arch == "cpu":
-        lines += ["elif t is _np_ndarray:", f"    s{k} = _numpy_sig({a}, _names[{k}]); v{k} = {a}"]
-    return lines
-
-
-def _free_scalar_fast_path(k: int, a: str, arch: str, ns: dict) -> list[str]:
-    """An unannotated Python float/int or NumPy scalar: its own type decides the kind."""
-    lo, hi = INT_RANGES[I64]
-    ns["_np_scalars"] = _NUMPY_SCALARS[arch]
-    if arch == "cpu":
-        return [f"elif t is float: s{k} = _WF; v{k} = {a}",
-                f"elif t is int and {lo} <= {a} <= {hi}: s{k} = _WI; v{k} = {a}",
-                f"elif t in _np_scalars: s{k} = _np_scalars[t]; v{k} = {a}"]
-    ns["_pack_d"] = arg_type(WEAK_FLOAT).pack
-    ns["_pack_q"] = arg_type(WEAK_INT).pack
-    return [f"elif t is float: s{k} = _WF; v{k} = _pack_d({a})",
-            f"elif t is int and {lo} <= {a} <= {hi}: s{k} = _WI; v{k} = _pack_q({a})",
-            f"elif t in _np_scalars: s{k}, v{k} = _np_scalars[t]({a})"]
-
-
-def fixed_scalar_test(k: int, a: str, kind, ns: dict) -> str:
-    """When (on `t = type(a)`) a Python number converts to an annotated scalar kind on a fast path;
-    the rest (out of range, inf, nan, a float for an int) goes to the slow path, which names it."""
-    if kind.dtype.kind == "f":
-        ns[f"_fmax{k}"] = float(np.finfo(kind.dtype).max)
-        return f"(t is float or t is int) and -_fmax{k} <= {a} <= _fmax{k}"
-    return "t is bool" if kind.dtype.kind == "b" else f"t is int and {kind.int_range[0]} <= {a} <= {kind.int_range[1]}"
-
-
-def _fixed_scalar_fast_path(k: int, a: str, fix: str, arch: str, ns: dict) -> list[str]:
-    """An annotated scalar: Python numbers convert to the fixed kind."""
-    kind = arg_type(fix)
-    ns[f"_fix{k}"] = fix
-    ns[f"_conv{k}"] = kind.dtype.type if arch == "cpu" else kind.pack
-    value = f"_conv{k}({a})"
-    # a NumPy scalar of the annotated type itself always fits (np.float32(1.0) for `a: qgraph.f32`)
-    ns[f"_own{k}"] = kind.dtype.type
-    return [f"if {fixed_scalar_test(k, a, kind, ns)}: s{k} = _fix{k}; v{k} = {value}",
-            f"elif t is _own{k}: s{k} = _fix{k}; v{k} = {value}"]
-
-
-def resolver_lines(names: tuple[str, ...], fixed: tuple[str | None, ...], arch: str, ns: dict,
-                   array_type: type, indent: str = "    ", elements: tuple | None = None,
-                   mutable_flag: str = "", written: dict | None = None, device_checks: dict | None = None,
-                   hop: str = "") -> list[str]:
-    """Straight-line code assigning s<k> (key text) and v<k> (value) from argument a<k>.
+def resolution(names: tuple[str, ...], fixed: tuple[str | None, ...], arch: str, ns: dict, array_type: type,
+               elements: tuple | None = None, mutable_flag: str = "", written: dict | None = None,
+               device_checks: dict | None = None, hop: str = "") -> Lines:
+    """Straight-line code assigning s<k> (key text) and v<k> (value) from argument a<k>, each
+    argument's fast paths (args.fast_paths) chained before its slow path.
 
     `array_type` is qgraph's Ndarray (its key text and values precomputed); `ns` receives
     the constants the lines use. `elements[k]`, when given, is (element extents, ndim,
@@ -243,81 +190,43 @@ def resolver_lines(names: tuple[str, ...], fixed: tuple[str | None, ...], arch: 
     `written` (cpu: parameter position -> line) are the arrays the kernel writes: a read-only
     NumPy array passed for one is a TypeError naming the line. `device_checks` (cuda:
     args.devices.device_checks) makes the lines raise OtherDevice for arrays on another device,
-    except that a qgraph array there runs `hop` (a line; `{a}` names the argument) where given.
+    except that a qgraph array there runs `hop` (a statement; `{a}` names the argument) where given.
     """
-    unstable = f"; {mutable_flag} = False" if mutable_flag else ""
-    ns.update({"_Ndarray": array_type, "_WF": WEAK_FLOAT, "_WI": WEAK_INT, "_fixed": fixed, "_names": names,
-               "_np_ndarray": np.ndarray, "_numpy_sig": numpy_sig,
+    ns.update({"_Ndarray": array_type, "_fixed": fixed, "_names": names,
                "_slow": cpu_slow if arch == "cpu" else _cuda_slow_value})
-    if device_checks:
-        ns.update(device_checks)
-    lines = []
+    ns.update(device_checks or {})
+    out = Lines()
     for k, fix in enumerate(fixed):
         a = f"a{k}"
         if fix is not None and getattr(arg_type(fix), "is_vector", False):  # `g: qgraph.vec2`: its components
-            ns[f"_fix{k}"], ns[f"_vec{k}"] = fix, functools.partial(CONVERTERS[arch], arg_type(fix))
-            lines.append(f"s{k} = _fix{k}; v{k} = _vec{k}({a}, _names[{k}]){unstable}")
-            continue
-        lines.append(f"t = type({a})")
-        if fix is None:
-            array_lines = _array_fast_path(k, a, arch, bool(device_checks), hop)
-            if arch == "cpu":  # the NumPy array on cpu
-                array_lines[3] += unstable
-                if written and k in written:
-                    ns["_read_only"] = read_only_error
-                    array_lines.insert(4, f"    if not {a}.flags.writeable: raise _read_only(_names[{k}], "
-                                          f"{written[k]})")
-            lines += array_lines + _free_scalar_fast_path(k, a, arch, ns)
-            ns["_structs"] = STRUCT_RESOLVERS[arch]  # struct classes seen before (the slow path adds them)
-            ns["_epoch"] = STRUCT_EPOCH
-            attr = RESOLVED_ATTR[arch]
-            lines += ["elif t in _structs:",  # its resolution cached on it (args.structs), else resolve
-                      f"    c = {a}.{attr}"]
-            if device_checks:  # the cache also says which device its arrays were checked for
-                lines.append(f"    s{k}, v{k} = c[1] if c is not None and c[0] == _epoch[0] and c[2] is _dev "
-                             f"else _struct_on({a})")
-            else:
-                lines.append(f"    s{k}, v{k} = c[1] if c is not None and c[0] == _epoch[0] else _structs[t]({a})")
-            if mutable_flag:  # a nested struct: stable if it cached its own resolution
-                ns["_cached"] = _cached_resolution
-                lines.append(f"    if not _cached({a}, '{attr}', _epoch[0]){unstable}")
-                lines[-1] = lines[-1].replace("; ", ": ", 1)
-        else:  # an annotated parameter is a scalar: no array fast path
-            lines += _fixed_scalar_fast_path(k, a, fix, arch, ns)
-        lines.append("else:")
-        lines.append(f"    s{k}, v{k} = _slow({a}, _names[{k}], _fixed[{k}]){unstable}")
-        if elements is not None and elements[k] is not None:
-            ns[f"_want{k}"] = element_sig(elements[k])
-            ns[f"_elem{k}"] = elements[k]
-            ns["_as_elements"] = as_elements
-            lines.append(f"if s{k} is not _want{k}:")
-            lines.append(f"    s{k} = _as_elements(s{k}, v{k}, _names[{k}], _elem{k})")
-    return [indent + line for line in lines]
-
-
-def read_only_error(name: str, line: int) -> TypeError:
-    return TypeError(f"argument '{name}' is a read-only NumPy array, but the kernel writes into it (line {line}); "
-                     f"pass a writable array (np.array({name}) copies it)")
-
-
-def _numpy_scalar_table(arch: str) -> dict:
-    """NumPy scalar type -> key text (cpu) or -> function giving (key text, bytes) (cuda)."""
-    table: dict = {}
-    for kind in SCALAR_KINDS:
-        if arch == "cpu":
-            table[kind.dtype.type] = kind.sig
+            paths = [vector_path(k, a, fix, arch, ns)]
         else:
-            table[kind.dtype.type] = (lambda sig_, pack_: lambda v: (sig_, pack_(v)))(kind.sig, kind.pack)
-    return table
+            out.line(f"t = type({a})")
+            paths = _argument_paths(k, a, fix, arch, ns, bool(device_checks), hop, (written or {}).get(k))
+        emit_chain(out, paths, k, mutable_flag)
+        if elements is not None and elements[k] is not None:
+            out.add(element_check(k, elements[k], ns))
+    return out
 
 
-_NUMPY_SCALARS = {"cpu": _numpy_scalar_table("cpu"), "cuda": _numpy_scalar_table("cuda")}
+def _argument_paths(k: int, a: str, fix: str | None, arch: str, ns: dict, on_device: bool, hop: str,
+                    written_line: int | None) -> list[ArgPath]:
+    """An argument's fast paths, then its slow path: an annotated scalar is never an array."""
+    if fix is not None:
+        return [fixed_scalar_path(k, a, fix, arch, ns), slow_path(k, a)]
+    return [*array_paths(k, a, arch, ns, on_device, hop, written_line), *free_scalar_paths(k, a, arch, ns),
+            struct_path(k, a, arch, ns, on_device), slow_path(k, a)]
+
+
+def resolver_lines(names: tuple[str, ...], fixed: tuple[str | None, ...], arch: str, ns: dict,
+                   array_type: type, **options) -> list[str]:
+    """`resolution(...)` as the lines of a function body (for launchers still built from text)."""
+    return resolution(names, fixed, arch, ns, array_type, **options).rendered(1)
 
 
 # --------------------------------------------------------------------------- structs
 
 
-STRUCT_RESOLVERS: dict[str, dict] = {"cpu": {}, "cuda": {}}  # per backend: struct class -> resolver
 ARRAY_TYPE: list = [None]  # qgraph.Ndarray, registered by the runtime (above this layer)
 
 
@@ -340,8 +249,6 @@ def _field_annotations(cls: type) -> dict:
 
 
 def _generate_struct_resolver(cls: type, arch: str):
-    import dataclasses
-
     from ..lang import generated
 
     fields = dataclasses.fields(cls)
@@ -356,30 +263,31 @@ def _generate_struct_resolver(cls: type, arch: str):
     attr = RESOLVED_ATTR[arch]
     ns: dict = {"_sigs": {}, "_new": _new_struct_entry, "_cls": cls, "_flat": _flat_leaves, "_epoch": STRUCT_EPOCH}
     cacheable = getattr(cls, "_qg_cacheable", False)
-    lines = [f"    c = obj.{attr}", "    if c is not None and c[0] == _epoch[0]:", "        return c[1]",
-             "    stable = True"] if cacheable else []
-    lines += [f"    a{k} = obj.{f.name}" for k, f in enumerate(fields)]
-    lines += resolver_lines(names, tuple(fixed), arch, ns, ARRAY_TYPE[0],
-                            elements=tuple(elements) if any(e is not None for e in elements) else None,
-                            mutable_flag="stable" if cacheable else "")
-    comma = "," if len(fields) == 1 else ""
-    key = f"({', '.join(f's{k}' for k in range(len(fields)))}{comma})"
-    values = f"({', '.join(f'v{k}' for k in range(len(fields)))}{comma})"
-    lines += [f"    e = _sigs.get({key})",
-              "    if e is None:",
-              f"        e = _sigs[{key}] = _new(_cls, {key})",
-              f"    r = (e[0], _flat({values})) if e[1] else (e[0], {values})"]
+    out = Lines()
+    if cacheable:  # its resolution remembered on it (args.structs) until any assignment
+        out.line(f"c = obj.{attr}")
+        with out.block("if c is not None and c[0] == _epoch[0]:"):
+            out.line("return c[1]")
+        out.line("stable = True")
+    out.line(*(f"a{k} = obj.{f.name}" for k, f in enumerate(fields)))
+    out.add(resolution(names, tuple(fixed), arch, ns, ARRAY_TYPE[0], mutable_flag="stable" if cacheable else "",
+                       elements=tuple(elements) if any(e is not None for e in elements) else None))
+    key, values = _tuple_of("s", len(fields)), _tuple_of("v", len(fields))
+    out.line(f"e = _sigs.get({key})")
+    with out.block("if e is None:"):
+        out.line(f"e = _sigs[{key}] = _new(_cls, {key})")
+    out.line(f"r = (e[0], _flat({values})) if e[1] else (e[0], {values})")
     if cacheable:  # every leaf immutable (nested structs: cached) -> remember it until any assignment
-        lines += ["    if stable:", f"        obj.__dict__['{attr}'] = (_epoch[0], r, None)"]
-    lines.append("    return r")
-    source = "def resolve(obj):\n" + "\n".join(lines) + "\n"
-    return generated.function(source, "resolve", f"resolver of struct {cls.__qualname__} ({arch})", ns)
+        with out.block("if stable:"):
+            out.line(f"obj.__dict__['{attr}'] = (_epoch[0], r, None)")
+    out.line("return r")
+    return generated.function(out.function("resolve(obj)"), "resolve",
+                              f"resolver of struct {cls.__qualname__} ({arch})", ns)
 
 
-def _cached_resolution(value: object, attr: str, epoch: int) -> bool:
-    """Whether `value` is a struct whose resolution was cached in this epoch."""
-    c = getattr(value, attr, None)
-    return c is not None and c[0] == epoch
+def _tuple_of(prefix: str, n: int) -> str:
+    """`(s0, s1)`, `(s0,)`: the tuple display of n numbered locals."""
+    return f"({', '.join(f'{prefix}{k}' for k in range(n))}{',' if n == 1 else ''})"
 
 
 def _new_struct_entry(cls: type, field_sigs: tuple) -> tuple[str, bool]:

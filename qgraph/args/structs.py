@@ -92,6 +92,13 @@ def struct(cls: type | None = None, **dataclass_options):
 # costs one full resolution, as it did before caching.
 STRUCT_EPOCH = [0]
 RESOLVED_ATTR = {"cpu": "_qg_resolved_cpu", "cuda": "_qg_resolved_cuda"}
+STRUCT_RESOLVERS: dict[str, dict] = {"cpu": {}, "cuda": {}}  # per backend: struct class -> resolver (args.resolve)
+
+
+def cached_resolution(value: object, attr: str, epoch: int) -> bool:
+    """Whether `value` is a struct whose resolution was cached in this epoch."""
+    c = getattr(value, attr, None)
+    return c is not None and c[0] == epoch
 
 
 def _track_changes(c: type) -> None:

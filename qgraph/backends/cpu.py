@@ -294,7 +294,7 @@ class CpuLauncher:
 def _leaf_caller(runner, flat, n: int):
     """`run(v0, ..., vn)` calling the runner with every struct argument's leaves in place."""
     values = ", ".join(f"v{k}" for k in range(n))
-    leaves = ", ".join(flat.slot_expr(f).replace("p[", "_v[") for f in range(len(flat.slots)))
-    source = (f"def run({values}, record):\n    _v = ({values}{',' if n == 1 else ''})\n"
-              f"    return _runner({leaves}{', ' if leaves else ''}record)\n")
-    return generated.function(source, "run", f"struct unpacking of kernel {flat.src.qualname}", {"_runner": runner})
+    leaves = [f"v{k}" if j is None else f"v{k}[{j}]" for k, j in flat.slots]  # flat.slots: (argument, leaf)
+    body = generated.Lines().line(f"return _runner({', '.join([*leaves, 'record'])})")
+    return generated.function(body.function(f"run({values}, record)"), "run",
+                              f"struct unpacking of kernel {flat.src.qualname}", {"_runner": runner})

@@ -15,10 +15,12 @@ from __future__ import annotations
 import threading
 
 from ..args.devices import OtherDevice, device_checks
+from ..args.fast_paths import fixed_scalar_path
 from ..args.kinds import FlagKind, ScalarKind, arg_type
-from ..args.resolve import fixed_scalar_test, resolver_lines
+from ..args.resolve import resolution
 from ..driver.device import capturing, driver, kernel_failure, stream_handle
 from ..lang import generated
+from ..lang.generated import Lines
 from ..runtime.arrays import Ndarray
 from . import step_body, step_capture
 from .checks import display_names, element_annotations, fixed_scalar_types, frozen_number_lines
@@ -32,16 +34,19 @@ def forgotten(n: int) -> tuple:
     return (NEVER,) * n + (None, None, None)
 
 
-def resolution_lines(launcher, ns: dict, elsewhere: str, mutable_flag: str = "", hop: str = "") -> list[str]:
+def device_resolution(launcher, ns: dict, elsewhere: str, mutable_flag: str = "", hop: str = "") -> Lines:
     """Argument resolution on the launcher's device; an argument living on another one runs
-    `elsewhere` (a qgraph array runs `hop` where given: args.resolve.resolver_lines)."""
+    `elsewhere` (a qgraph array runs `hop` where given: args.resolve.resolution)."""
     src = launcher.src
-    lines = ["    try:"]
-    lines += resolver_lines(display_names(src), fixed_scalar_types(src), "cuda", ns, Ndarray, indent="        ",
-                            elements=element_annotations(src), mutable_flag=mutable_flag,
-                            device_checks=device_checks(launcher.device), hop=hop)
+    out = Lines()
+    with out.block("try:"):
+        out.add(resolution(display_names(src), fixed_scalar_types(src), "cuda", ns, Ndarray,
+                           elements=element_annotations(src), mutable_flag=mutable_flag,
+                           device_checks=device_checks(launcher.device), hop=hop))
     ns["_OtherDevice"] = OtherDevice
-    return lines + ["    except _OtherDevice:", f"        {elsewhere}"]
+    with out.block("except _OtherDevice:"):
+        out.line(elsewhere)
+    return out
 
 
 def resolve_function(launcher):
@@ -49,11 +54,16 @@ def resolve_function(launcher):
     src = launcher.src
     n = len(src.param_names)
     ns: dict = {}
-    lines = frozen_number_lines(src, ns)
-    lines += resolution_lines(launcher, ns, "raise")
-    lines.append(f"    return ({', '.join(f's{k}' for k in range(n))}{',' if n == 1 else ''})")
-    source = f"def resolve({', '.join(f'a{k}' for k in range(n))}):\n" + "\n".join(lines) + "\n"
-    return generated.function(source, "resolve", f"argument resolution of kernel {src.qualname} (cuda)", ns)
+    out = Lines.of_body(frozen_number_lines(src, ns))
+    out.add(device_resolution(launcher, ns, "raise"))
+    out.line(f"return {_numbered('s', n)}")
+    return generated.function(out.function(f"resolve({', '.join(f'a{k}' for k in range(n))})"), "resolve",
+                              f"argument resolution of kernel {src.qualname} (cuda)", ns)
+
+
+def _numbered(prefix: str, n: int) -> str:
+    """`(s0, s1)`, `(s0,)`, `()`: the tuple display of n numbered locals."""
+    return f"({', '.join(f'{prefix}{k}' for k in range(n))}{',' if n == 1 else ''})"
 
 
 def _probes(src) -> tuple[list[str], list[str]]:
@@ -71,42 +81,58 @@ def _probes(src) -> tuple[list[str], list[str]]:
     return tests, remember
 
 
-def _number_lines(src, ns: dict, n: int) -> list[str]:
+def _locked(out: Lines, body: Lines) -> None:
+    """`body` under the device's lock, made current on this thread first."""
+    with out.block("if _ident() != _dev._thread:"):
+        out.line("_dev.make_current()")
+    out.line("_acquire()")
+    with out.block("try:"):
+        out.add(body)
+    with out.block("finally:"):
+        out.line("_release()")
+
+
+def _same_arguments(n: int, tests: list[str]) -> Lines:
+    """The same-arguments fast path: the very objects of the last call replay its instance."""
+    out, replay = Lines(), Lines()
+    with replay.block("if _again[0] is m:"):  # still so under the lock: replay the instance
+        replay.line(f"r = _glaunch(m[{n}], _stream)[0]")
+        with replay.block("if r:"):
+            replay.line("raise _gfail(r, 'cuGraphLaunch')")
+        replay.line("_stats.replays += 1", "return")
+    out.line("m = _again[0]")
+    with out.block(f"if {' and '.join(tests + ['stream is None', 'not _steps[0]'])}:"):
+        _locked(out, replay)
+    return out
+
+
+def _new_numbers(src, ns: dict, n: int) -> Lines:
     """The new-numbers fast path: a call whose arrays (and other arguments) are the last call's
     and whose annotated numbers are new updates the remembered instance's nodes in place and
     launches it, skipping resolution and the instance rotation of a graph miss (a simulation
     step passing the time). Empty for a kernel without annotated numbers."""
     fixed = fixed_scalar_types(src)
     numbers = [k for k, fix in enumerate(fixed) if fix is not None and isinstance(arg_type(fix), ScalarKind)]
+    out = Lines()
     if not numbers:
-        return []
+        return out
     tests, _ = _probes(src)
     same = [test for k, test in enumerate(tests) if k not in numbers]
-    lines = [f"    if {' and '.join(same + [f'm[{n}] is not None', 'stream is None', 'not _steps[0]'])}:"]
-    for k in numbers:  # converted as argument resolution's fast path converts them (else: the general path)
-        kind = arg_type(fixed[k])
-        ns[f"_nconv{k}"], ns[f"_nown{k}"] = kind.pack, kind.dtype.type
-        lines += [f"        t = type(a{k})",
-                  f"        w{k} = _nconv{k}(a{k}) if {fixed_scalar_test(k, f'a{k}', kind, ns)} or t is _nown{k} "
-                  "else None"]
     held = [f"w{k}" if k in numbers else f"mp[{k}]" for k in range(n)]
     kept = [f"a{k}" if k in numbers else f"m[{k}]" for k in range(n)]
-    comma = "," if n == 1 else ""
-    return lines + [f"        if {' and '.join(f'w{k} is not None' for k in numbers)}:",
-                    f"            mp = m[{n + 2}]",
-                    f"            p = ({', '.join(held)}{comma})",
-                    "            if _ident() != _dev._thread:",
-                    "                _dev.make_current()",
-                    "            _acquire()",
-                    "            try:",
-                    "                if _again[0] is m:",
-                    f"                    inst = m[{n + 1}].renumber(mp, p, ({', '.join(f'a{k}' for k in range(n))}"
-                    f"{comma}), _stream)",
-                    "                    if inst is not None:",
-                    f"                        _again[0] = ({', '.join(kept)}, inst.exec, m[{n + 1}], p)",
-                    "                        return",
-                    "            finally:",
-                    "                _release()"]
+    update = Lines()
+    with update.block("if _again[0] is m:"):
+        update.line(f"inst = m[{n + 1}].renumber(mp, p, {_numbered('a', n)}, _stream)")
+        with update.block("if inst is not None:"):
+            update.line(f"_again[0] = ({', '.join(kept)}, inst.exec, m[{n + 1}], p)", "return")
+    with out.block(f"if {' and '.join(same + [f'm[{n}] is not None', 'stream is None', 'not _steps[0]'])}:"):
+        for k in numbers:  # converted as argument resolution's fast path converts them (else: the general path)
+            path = fixed_scalar_path(k, f"a{k}", fixed[k], "cuda", ns)
+            out.line(f"t = type(a{k})", f"w{k} = {path.value} if {path.guard} else None")
+        with out.block(f"if {' and '.join(f'w{k} is not None' for k in numbers)}:"):
+            out.line(f"mp = m[{n + 2}]", f"p = ({', '.join(held)}{',' if n == 1 else ''})")
+            _locked(out, update)
+    return out
 
 
 def launch_function(launcher, strict: bool = False):
@@ -123,79 +149,72 @@ def launch_function(launcher, strict: bool = False):
                 "_again": launcher.again, "_forgotten": forgotten(n), "_glaunch": d.cuGraphLaunch,
                 "_gfail": kernel_failure(src.name), "_stats": launcher.stats, "_Ndarray": Ndarray,
                 "_steps": step_body.ACTIVE, "_step": step_capture.intercept, "_launcher": launcher}
-    comma = "," if n == 1 else ""
     args = ", ".join(f"a{k}" for k in range(n))
-    lines = frozen_number_lines(src, ns)
+    out = Lines.of_body(frozen_number_lines(src, ns))
     tests, remember = _probes(src)
     if not n:  # no argument to compare: the memory is its instance, or None
         tests.append("m[0] is not None")
     fast = not launcher._debug  # a debug call reads the checks' record after every launch
     if fast:
-        lines += ["    m = _again[0]",
-                  f"    if {' and '.join(tests + ['stream is None', 'not _steps[0]'])}:",
-                  "        if _ident() != _dev._thread:",
-                  "            _dev.make_current()",
-                  "        _acquire()",
-                  "        try:",
-                  "            if _again[0] is m:",  # still so under the lock: replay the instance
-                  f"                r = _glaunch(m[{n}], _stream)[0]",
-                  "                if r:",
-                  "                    raise _gfail(r, 'cuGraphLaunch')",
-                  "                _stats.replays += 1",
-                  "                return",
-                  "        finally:",
-                  "            _release()"]
-        lines += _number_lines(src, ns, n)
-    lines.append("    pure = True")
+        out.add(_same_arguments(n, tests))
+        out.add(_new_numbers(src, ns, n))
     # `pure` stays True when every argument is a qgraph array, a number or a cached struct.
     # An argument on another device sends the call there: a qgraph array straight to that
     # device's strict launch (which routes nothing further), anything else through Kernel._route
+    out.line("pure = True")
     ns["_route"], ns["_hop"] = launcher.kernel._route, launcher.kernel._hop
     hop = "" if strict else f"return _hop({{a}}._device)({args}{', ' if n else ''}stream)"
-    lines += resolution_lines(launcher, ns, f"return _route(({args}{comma}), stream, {strict})", mutable_flag="pure",
-                              hop=hop)
-    lines += ["    if _ident() != _dev._thread:",  # after resolution: a routed call sets only its own device
-              "        _dev.make_current()",
-              f"    key = ({', '.join(f's{k}' for k in range(n))}{comma})",
-              f"    p = ({', '.join(f'v{k}' for k in range(n))}{comma})",
-              f"    call_args = ({args}{comma})"]
+    out.add(device_resolution(launcher, ns, f"return _route({_numbered('a', n)}, stream, {strict})",
+                              mutable_flag="pure", hop=hop))
+    with out.block("if _ident() != _dev._thread:"):  # after resolution: a routed call sets only its own device
+        out.line("_dev.make_current()")
+    out.line(f"key = {_numbered('s', n)}", f"p = {_numbered('v', n)}", f"call_args = {_numbered('a', n)}")
     shape = FlagKind.shape_field
     for k in launcher._flags:
-        lines += [f"    if p[{k}][{shape.start}:{shape.stop}] not in _FLAG_OK:",
-                  f"        raise _flag_error({k}, p[{k}])"]
+        with out.block(f"if p[{k}][{shape.start}:{shape.stop}] not in _FLAG_OK:"):
+            out.line(f"raise _flag_error({k}, p[{k}])")
     # inside a @qgraph.graph function (any thread recording one), the call is recorded, not launched
-    lines += ["    if _steps[0] and _step(_launcher, key, call_args, p, stream):",
-              "        return"]
-    # a stream given with stream= may be capturing into another library's graph: record into it
-    ns["_capturing"], ns["_record"] = capturing, launcher._capture.record
+    with out.block("if _steps[0] and _step(_launcher, key, call_args, p, stream):"):
+        out.line("return")
     # the device's lock: calls from several threads must not interleave their parameter
     # writes, node updates and launches (the GIL serialises Python anyway: no parallelism lost)
-    lines += ["    _acquire()",
-              "    try:",
-              "        _again[0] = _forgotten",  # whatever this call does to the graph instances
-              "        if stream is None:",
-              "            s = _stream",
-              "        else:",
-              "            s = _shandle(stream)",
-              "            if _capturing(s):",
-              "                return _record(key, call_args, p, s)",
-              "        spec = _get(key)",
-              "        if spec is None:",
-              "            spec = _specialise(key, call_args)",
-              "        if spec is not _last[0]:",
-              "            _switch(spec)",
-              # qgraph arrays are freed in order on qgraph's stream, after every launch queued there:
-              # only foreign arrays (their allocators do not wait for it) and other streams need holding
-              "        if not pure or stream is not None:",
-              "            _hold(s, call_args)",
-              "        inst = spec.run(call_args, p, s)"]  # a plain graph replay returns its instance
+    out.line("_acquire()")
+    with out.block("try:"):
+        out.add(_run_locked(launcher, ns, fast, remember, n))
+    with out.block("finally:"):
+        out.line("_release()")
+    return generated.function(out.function(f"launch({args}{', ' if n else ''}stream)"), "launch",
+                              f"launch of kernel {src.qualname} (cuda)", ns)
+
+
+def _run_locked(launcher, ns: dict, fast: bool, remember: list[str], n: int) -> Lines:
+    """Under the lock: the stream (a capturing one records into another library's graph), the
+    specialisation, the run, then what the fast paths remember (or, debugging, the record read)."""
+    ns["_capturing"], ns["_record"] = capturing, launcher._capture.record
+    out = Lines()
+    out.line("_again[0] = _forgotten")  # whatever this call does to the graph instances
+    with out.block("if stream is None:"):
+        out.line("s = _stream")
+    with out.block("else:"):
+        out.line("s = _shandle(stream)")
+        with out.block("if _capturing(s):"):
+            out.line("return _record(key, call_args, p, s)")
+    out.line("spec = _get(key)")
+    with out.block("if spec is None:"):
+        out.line("spec = _specialise(key, call_args)")
+    with out.block("if spec is not _last[0]:"):
+        out.line("_switch(spec)")
+    # qgraph arrays are freed in order on qgraph's stream, after every launch queued there:
+    # only foreign arrays (their allocators do not wait for it) and other streams need holding
+    with out.block("if not pure or stream is not None:"):
+        out.line("_hold(s, call_args)")
+    out.line("inst = spec.run(call_args, p, s)")  # a plain graph replay returns its instance
     if fast:
-        lines += ["        if inst is not None and pure and stream is None and spec.again:",
-                  f"            _again[0] = ({', '.join(remember)}{', ' if n else ''}inst.exec, spec.graph, p)"]
+        with out.block("if inst is not None and pure and stream is None and spec.again:"):
+            out.line(f"_again[0] = ({', '.join(remember)}{', ' if n else ''}inst.exec, spec.graph, p)")
     else:  # every call waits for the device and reads the record of the checks
         ns.update({"_read": launcher._record.read, "_failed": launcher._check_failed})
-        lines += ["        found = _read(s)", "        if found is not None:", "            _failed(spec, found)"]
-    lines += ["    finally:",
-              "        _release()"]
-    source = f"def launch({args}{', ' if n else ''}stream):\n" + "\n".join(lines) + "\n"
-    return generated.function(source, "launch", f"launch of kernel {src.qualname} (cuda)", ns)
+        out.line("found = _read(s)")
+        with out.block("if found is not None:"):
+            out.line("_failed(spec, found)")
+    return out

@@ -14,15 +14,14 @@ from .cuda_program import TaskKernel
 
 def block_expr(tk: TaskKernel) -> str:
     """Python expression of a task's parameter block from `b` (bounds) and `p` (arg bytes)."""
-    parts = [] if tk.bounds_slot is None else [f"b[{tk.bounds_slot}]"]
+    bounds = [] if tk.bounds_slot is None else [f"b[{tk.bounds_slot}]"]
     suffixes = tk.suffixes or {}
     exprs = tk.arg_exprs or tuple(f"p[{k}]" for k in tk.arg_slots)
     args = [e + (f" + {suffixes[k]!r}" if k in suffixes else "") for k, e in zip(tk.arg_slots, exprs)]
+    arrays, scalars = args[:tk.arrays], args[tk.arrays:]  # the ABI's order: arrays, then scalars
     # deterministic reductions' scratch arrays, then debug mode's record, follow the array arguments
     extra = (tk.scratch.abi if tk.scratch is not None else b"") + tk.record
-    if extra:
-        args.insert(tk.arrays, repr(extra))
-    parts += args
+    parts = [*bounds, *arrays, *([repr(extra)] if extra else []), *scalars]
     return " + ".join(parts) if parts else "b''"
 
 

@@ -8,20 +8,67 @@ that file name. With `QGRAPH_DUMP=<dir>` every generated source (Python, and the
 CUDA backend compiles) is also written to `<dir>`, one file per piece of code. Host sources
 are remembered by label, so those generated before `init()` read the dump directory (the
 binders, made at decoration) are written when it does; each generated function keeps its
-source for `kernel.inspect`.
+source for `kernel.inspect`. Host sources are built with `Lines` from structured pieces,
+never edited by position or substring once written.
 """
 
 from __future__ import annotations
 
 import ast
+import contextlib
 import hashlib
 import linecache
 import os
 import re
+from collections.abc import Iterator
 
 _dump_dir: str | None = None
 # label -> the latest host source run under it: what a dump directory set later still gets
 _host_sources: dict[str, str] = {}
+
+
+class Lines:
+    """Generated Python as structured pieces, rendered once: statements at the current depth
+    (`line`), a compound statement's body under `with lines.block("if x:")`, another builder's
+    statements nested where it is added (`add`). A piece composes others instead of patching text."""
+
+    def __init__(self) -> None:
+        self._lines: list[tuple[int, str]] = []  # (depth, statement or header)
+        self._depth = 0
+
+    def line(self, *statements: str) -> Lines:
+        self._lines += [(self._depth, s) for s in statements]
+        return self
+
+    @contextlib.contextmanager
+    def block(self, header: str) -> Iterator[Lines]:
+        """`header` (`if x:`, `try:`, ...) with what is added inside the `with` as its body."""
+        self.line(header)
+        self._depth += 1
+        try:
+            yield self
+        finally:
+            self._depth -= 1
+
+    def add(self, piece: Lines) -> Lines:
+        self._lines += [(self._depth + d, s) for d, s in piece._lines]
+        return self
+
+    @classmethod
+    def of_body(cls, body: list[str]) -> Lines:
+        """A piece from lines of a function body already indented (`    x = 1`), for generators
+        that still return text; each four spaces past the first is a level."""
+        piece = cls()
+        piece._lines = [((len(s) - len(s.lstrip(" "))) // 4 - 1, s.lstrip(" ")) for s in body]
+        return piece
+
+    def rendered(self, depth: int = 0) -> list[str]:
+        """The lines as text, `depth` levels in (a function body is 1)."""
+        return ["    " * (depth + d) + s for d, s in self._lines]
+
+    def function(self, signature: str) -> str:
+        """The source of `def <signature>:` with these statements as its body."""
+        return f"def {signature}:\n" + "\n".join(self.rendered(1)) + "\n"
 
 
 def configure(dump_dir: str | None) -> None:
