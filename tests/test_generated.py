@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import qgraph
+from qgraph.lang.generated import Lines
 
 
 @qgraph.kernel
@@ -97,3 +98,23 @@ def test_cpu_loops_copy_their_index_only_when_arithmetic_reads_it(arch, tmp_path
                    if p.name.startswith("cpu_tasks_of") and "two_loops" in p.name]
         assert len(re.findall(r"\bi = _qg_i64\(", text)) == 1, text  # only the second loop's
         assert re.search(r"x\[_qg_u0_\d+\] = x\[_qg_u0_\d+\] \* a", text), text
+
+
+def test_lines_nest_blocks_and_pieces_where_they_are_added():
+    """Generated sources are composed from pieces (lang.generated.Lines), never edited afterwards:
+    a piece added inside a block takes that block's depth."""
+    piece = Lines().line("x = 1")
+    with piece.block("if x:"):
+        piece.line("y = 2", "z = 3")
+    out = Lines()
+    with out.block("try:"):
+        out.add(piece)
+    with out.block("finally:"):
+        out.line("w = 4")
+    source = out.function("f()")
+    assert source == ("def f():\n    try:\n        x = 1\n        if x:\n            y = 2\n            z = 3\n"
+                      "    finally:\n        w = 4\n")
+    assert Lines.of_body(out.rendered(1)).rendered() == out.rendered()  # text from older generators reads back
+    namespace: dict = {}
+    exec(source, namespace)
+    assert namespace["f"]() is None

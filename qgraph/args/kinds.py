@@ -3,8 +3,8 @@
 A kind owns everything that depends on it: its specialisation-key text (an interned short
 string: the key is a tuple of them and costs one tuple hash per call), its numba type, its
 by-value parameter layout (numba's flattened ABI, with named field offsets computed once),
-how to pack a value into it, and the fast-path lines the generated resolver uses for it.
-A new kind (a struct, a vector array) is one more class here.
+and how to pack a value into it; its fast paths in the generated resolver are pieces in
+args.fast_paths. A new kind (a struct, a vector array) is one more class here.
 
 Layout rule shared by all kinds: every field is 8 bytes, except a scalar, which is its own
 size. The CUDA backend orders parameters arrays first, then scalars by decreasing size, so

@@ -1,9 +1,9 @@
 """Argument resolution: a call's arguments -> (specialisation key, backend values).
 
-Each launcher inlines the lines of `resolver_lines` into its generated call path:
-straight-line fast paths, one per argument, composed from the kinds (qgraph arrays,
-NumPy arrays on cpu, Python and NumPy scalars); everything else (CuPy, PyTorch, numba and
-DLPack arrays) goes through the slow path here.
+Each launcher adds `resolution` (a lang.generated.Lines piece) to its generated call path:
+per argument, straight-line fast paths chained from the kinds' pieces (args.fast_paths:
+qgraph arrays, NumPy arrays on cpu, Python and NumPy scalars, structs); everything else
+(CuPy, PyTorch, numba and DLPack arrays) goes through the slow path here.
 
 Backend values: on CPU, what the numba runner takes (NumPy arrays, scalars); on CUDA, the
 argument's by-value kernel parameter bytes in numba's flattened layout (see kinds).
