@@ -226,11 +226,13 @@ def _bind_class(kernel_cls: type, src: frontend.KernelSource, fn: Callable) -> t
         params.append("*")
     params.append("stream=None")
     names = [p.name if p.source is None else p.source for p in src.params]
-    code = (f"def __call__(_qg_self, {', '.join(params)}):\n"  # _qg_: no parameter can be named so
-            f"    if _qg_self._generation != _qg_state.generation:\n"
-            f"        _qg_self._attach()\n"
-            f"    return _qg_self._launch({', '.join(names)}{', ' if names else ''}stream)\n")
-    call = generated.function(code, "__call__", f"binder of kernel {src.qualname}", ns)
+    body = generated.Lines()
+    with body.block("if _qg_self._generation != _qg_state.generation:"):
+        body.line("_qg_self._attach()")
+    body.line(f"return _qg_self._launch({', '.join([*names, 'stream'])})")
+    # _qg_: no parameter can be named so
+    call = generated.function(body.function(f"__call__(_qg_self, {', '.join(params)})"), "__call__",
+                              f"binder of kernel {src.qualname}", ns)
     # Python names the function in a binding error ("kernel step() missing 1 required positional
     # argument: 'v'"): the kernel's name there costs nothing on the call path
     call.__qualname__ = f"kernel {src.qualname}"
@@ -248,9 +250,9 @@ def _bind_class(kernel_cls: type, src: frontend.KernelSource, fn: Callable) -> t
 
 def _binder(method: str, target: str, src, params: list, names: list, ns: dict, doc: str):
     """kernel.<method>(...): binds its arguments like a call, then runs `Kernel.<target>` on them."""
-    code = (f"def {method}(_qg_self, {', '.join(params)}):\n"
-            f"    return _qg_self.{target}({', '.join(names)})\n")
-    fn = generated.function(code, method, f"{method} binder of kernel {src.qualname}", ns)
+    body = generated.Lines().line(f"return _qg_self.{target}({', '.join(names)})")
+    fn = generated.function(body.function(f"{method}(_qg_self, {', '.join(params)})"), method,
+                            f"{method} binder of kernel {src.qualname}", ns)
     fn.__qualname__ = f"kernel {src.qualname}.{method}"
     fn.__doc__ = doc
     return fn

@@ -9,6 +9,7 @@ what a caller needs differently (a mutable flag, a read-only check, another devi
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -18,6 +19,8 @@ from ..lang.generated import Lines
 from .kinds import I64, INT_RANGES, SCALAR_KINDS, WEAK_FLOAT, WEAK_INT, arg_type, array_sig
 from .structs import RESOLVED_ATTR, STRUCT_EPOCH, STRUCT_RESOLVERS, cached_resolution
 from .vectors import CONVERTERS, as_elements, element_sig
+
+Hop = Callable[[str], str]  # an argument's name -> the statement sending the call to the device it lives on
 
 
 @dataclass(frozen=True)
@@ -63,17 +66,17 @@ def emit_chain(out: Lines, paths: list[ArgPath], k: int, flag: str) -> None:
 # --------------------------------------------------------------------------- the pieces
 
 
-def array_paths(k: int, a: str, arch: str, ns: dict, on_device: bool = False, hop: str = "",
+def array_paths(k: int, a: str, arch: str, ns: dict, on_device: bool = False, hop: Hop | None = None,
                 written_line: int | None = None) -> list[ArgPath]:
     """A qgraph array (key text and values precomputed on the array), or a NumPy array on cpu.
     `on_device`: only a cuda array on the launcher's device `_dev`; one on another device runs
-    `hop` (a statement with `{a}` for the argument) where given, else takes the slow path.
+    `hop(a)` (the statement sending the call there) where given, else takes the slow path.
     `written_line`: the kernel writes the array there, so a read-only NumPy array raises."""
     field = "_host" if arch == "cpu" else "_abi"
     test = f"{a}._device is _dev" if on_device else f"{a}.{field} is not None"
     paths = [ArgPath(f"t is _Ndarray and {test}", f"{a}._sig", f"{a}.{field}")]
     if on_device and hop:
-        paths.append(ArgPath(f"t is _Ndarray and {a}._device is not None", leave=hop.format(a=a)))
+        paths.append(ArgPath(f"t is _Ndarray and {a}._device is not None", leave=hop(a)))
     if arch == "cpu":
         ns["_numpy_sig"], ns["_np_ndarray"] = numpy_sig, np.ndarray
         checks = ()

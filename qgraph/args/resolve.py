@@ -19,6 +19,7 @@ from ..dtypes import as_dtype
 from ..lang.generated import Lines
 from .fast_paths import (
     ArgPath,
+    Hop,
     array_paths,
     element_check,
     emit_chain,
@@ -177,7 +178,7 @@ def _cuda_slow_value(value: object, name: str, fixed: str | None) -> tuple[str, 
 
 def resolution(names: tuple[str, ...], fixed: tuple[str | None, ...], arch: str, ns: dict, array_type: type,
                elements: tuple | None = None, mutable_flag: str = "", written: dict | None = None,
-               device_checks: dict | None = None, hop: str = "") -> Lines:
+               device_checks: dict | None = None, hop: Hop | None = None) -> Lines:
     """Straight-line code assigning s<k> (key text) and v<k> (value) from argument a<k>, each
     argument's fast paths (args.fast_paths) chained before its slow path.
 
@@ -190,7 +191,7 @@ def resolution(names: tuple[str, ...], fixed: tuple[str | None, ...], arch: str,
     `written` (cpu: parameter position -> line) are the arrays the kernel writes: a read-only
     NumPy array passed for one is a TypeError naming the line. `device_checks` (cuda:
     args.devices.device_checks) makes the lines raise OtherDevice for arrays on another device,
-    except that a qgraph array there runs `hop` (a statement; `{a}` names the argument) where given.
+    except that a qgraph array there runs `hop(a<k>)`, a statement, where given.
     """
     ns.update({"_Ndarray": array_type, "_fixed": fixed, "_names": names,
                "_slow": cpu_slow if arch == "cpu" else _cuda_slow_value})
@@ -209,7 +210,7 @@ def resolution(names: tuple[str, ...], fixed: tuple[str | None, ...], arch: str,
     return out
 
 
-def _argument_paths(k: int, a: str, fix: str | None, arch: str, ns: dict, on_device: bool, hop: str,
+def _argument_paths(k: int, a: str, fix: str | None, arch: str, ns: dict, on_device: bool, hop: Hop | None,
                     written_line: int | None) -> list[ArgPath]:
     """An argument's fast paths, then its slow path: an annotated scalar is never an array."""
     if fix is not None:

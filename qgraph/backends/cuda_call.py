@@ -15,7 +15,7 @@ from __future__ import annotations
 import threading
 
 from ..args.devices import OtherDevice, device_checks
-from ..args.fast_paths import fixed_scalar_path
+from ..args.fast_paths import Hop, fixed_scalar_path
 from ..args.kinds import FlagKind, ScalarKind, arg_type
 from ..args.resolve import resolution
 from ..driver.device import capturing, driver, kernel_failure, stream_handle
@@ -34,7 +34,7 @@ def forgotten(n: int) -> tuple:
     return (NEVER,) * n + (None, None, None)
 
 
-def device_resolution(launcher, ns: dict, elsewhere: str, mutable_flag: str = "", hop: str = "") -> Lines:
+def device_resolution(launcher, ns: dict, elsewhere: str, mutable_flag: str = "", hop: Hop | None = None) -> Lines:
     """Argument resolution on the launcher's device; an argument living on another one runs
     `elsewhere` (a qgraph array runs `hop` where given: args.resolve.resolution)."""
     src = launcher.src
@@ -163,7 +163,7 @@ def launch_function(launcher, strict: bool = False):
     # device's strict launch (which routes nothing further), anything else through Kernel._route
     out.line("pure = True")
     ns["_route"], ns["_hop"] = launcher.kernel._route, launcher.kernel._hop
-    hop = "" if strict else f"return _hop({{a}}._device)({args}{', ' if n else ''}stream)"
+    hop = None if strict else lambda a: f"return _hop({a}._device)({args}{', ' if n else ''}stream)"
     out.add(device_resolution(launcher, ns, f"return _route({_numbered('a', n)}, stream, {strict})",
                               mutable_flag="pure", hop=hop))
     with out.block("if _ident() != _dev._thread:"):  # after resolution: a routed call sets only its own device
