@@ -148,6 +148,11 @@ class CudaLauncher:
     def _check_failed(self, spec: Specialisation, words: list[int]) -> None:
         raise check_failure(self.src, spec.sites, words)
 
+    def switch_to(self, spec: Specialisation) -> None:
+        """Make `spec` the last call's specialisation (its stats, stats.iterations) unless it is."""
+        if spec is not self._last[0]:
+            self._switch(spec)
+
     def _switch(self, spec: Specialisation) -> None:
         self._last[0] = spec
         stats = self.stats

@@ -52,8 +52,7 @@ class CaptureRecorder:
         spec = launcher.compiled(key)
         if spec is None:
             raise first_call_error(launcher.src, key)
-        if spec is not launcher._last[0]:
-            launcher._switch(spec)
+        launcher.switch_to(spec)
         if self._control_flow:
             self._record_graph(spec, args, packs, stream)
             return
