@@ -308,26 +308,16 @@ def kernel(fn: Callable | None = None, *, cuda_graph: bool = False, graph_while:
     """
     if graph_while is not None and not isinstance(graph_while, str):
         raise TypeError(f"graph_while must be a parameter name (str), got {graph_while!r}")
-    if graph_cache_size is not None and (not isinstance(graph_cache_size, int) or graph_cache_size < 1):
-        raise ValueError(f"graph_cache_size must be a positive int, got {graph_cache_size!r}")
-    if not isinstance(cuda_graph, bool):
-        raise TypeError(f"cuda_graph must be True or False, got {cuda_graph!r}")
-    for option, value in (("deterministic", deterministic), ("fast_math", fast_math)):
-        if value is not None and not isinstance(value, bool):
-            raise TypeError(f"{option} must be True, False or None, got {value!r}")
     precision = None if default_float is None else float_precision(default_float, "default_float")
-    if max_iterations is not USE_ENVIRONMENT and max_iterations is not None and \
-            (not isinstance(max_iterations, int) or isinstance(max_iterations, bool) or max_iterations < 1):
-        raise ValueError(f"max_iterations must be a positive int or None (no guard), got {max_iterations!r}")
-
     try:
         debug_setting = USE_ENVIRONMENT if debug is None else debug_mode(debug)
     except ValueError as e:
         raise ValueError(f"debug: {e}") from None
     given = {"deterministic": deterministic, "fast_math": fast_math, "default_float": precision,
              "graph_cache_size": graph_cache_size}
+    # checked as it is made (KernelOptions names a bad value); None: the environment decides
     options = KernelOptions(**{name: USE_ENVIRONMENT if value is None else value for name, value in given.items()},
-                            debug=debug_setting, max_iterations=max_iterations,
+                            debug=debug_setting, max_iterations=max_iterations, cuda_graph=cuda_graph,
                             graph_while_host=USE_ENVIRONMENT)
 
     def wrap(f: Callable) -> Kernel:
@@ -339,7 +329,7 @@ def kernel(fn: Callable | None = None, *, cuda_graph: bool = False, graph_while:
         source = globals_used.with_implicit(f, source)
         cls = _bind_class(Kernel, source, f)
         # device control flow lives in graphs: graph_while= and qgraph.loop/cond/repeat regions imply cuda_graph
-        graphs = bool(cuda_graph) or graph_while is not None or any(True for _ in control_regions(source.body))
+        graphs = cuda_graph or graph_while is not None or any(True for _ in control_regions(source.body))
         return cls(f, source, dataclasses.replace(options, cuda_graph=graphs))
 
     return wrap if fn is None else wrap(fn)

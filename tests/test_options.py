@@ -110,3 +110,18 @@ def test_the_cuda_code_cache_key_holds_the_options(monkeypatch):
         assert program.cached
     assert len(set(cache.keys)) == len(variants)  # a key per code option; options that run calls share one
     assert cache.keys[-1] == cache.keys[0]
+
+
+@pytest.mark.parametrize("changes,error,message", [
+    ({"fast_math": "yes"}, TypeError, "fast_math must be True, False or None, got 'yes'"),
+    ({"graph_while_host": 1}, TypeError, "graph_while_host must be True, False or None, got 1"),
+    ({"max_iterations": 0}, ValueError, r"max_iterations must be a positive int or None \(no guard\), got 0"),
+    ({"graph_cache_size": True}, ValueError, "graph_cache_size must be a positive int, got True"),
+    ({"default_float": "f16"}, ValueError, "default_float must be 'f32' or 'f64', got 'f16'"),
+    ({"debug": True}, ValueError, "debug must be None, 'bounds' or 'nan', got True"),
+])
+def test_a_value_no_option_takes_is_refused_however_the_options_are_made(changes, error, message):
+    with pytest.raises(error, match=message):
+        KernelOptions(**changes)
+    with pytest.raises(error, match=message):
+        halved._variant(**changes)

@@ -46,6 +46,18 @@ class KernelOptions:
     graph_cache_size: int = 16  # graphs kept for the kernel per device (LRU)
     graph_while_host: bool = False  # device loops run as the host do-while even where conditional nodes exist
 
+    def __post_init__(self) -> None:
+        """A value no option takes raises here, naming the option, whichever way the options were made."""
+        for name in ("deterministic", "fast_math", "graph_while_host"):
+            _check(self, name, lambda v: isinstance(v, bool), TypeError, "True, False or None")
+        if not isinstance(self.cuda_graph, bool):
+            raise TypeError(f"cuda_graph must be True or False, got {self.cuda_graph!r}")
+        _check(self, "max_iterations", lambda v: v is None or _positive(v), ValueError,
+               "a positive int or None (no guard)")
+        _check(self, "graph_cache_size", _positive, ValueError, "a positive int")
+        _check(self, "default_float", lambda v: v in ("f32", "f64"), ValueError, "'f32' or 'f64'")
+        _check(self, "debug", lambda v: v in (None, "bounds", "nan"), ValueError, "None, 'bounds' or 'nan'")
+
     def resolved(self, settings) -> KernelOptions:
         """These options with every USE_ENVIRONMENT taken from `settings` (a runtime.Settings)."""
         unset = {f.name: getattr(settings, f.name) for f in dataclasses.fields(self)
@@ -55,6 +67,16 @@ class KernelOptions:
     def code_key(self) -> str:
         """The options that change generated code, as text for a code-cache key."""
         return ",".join(f"{f.name}={getattr(self, f.name)}" for f in dataclasses.fields(self) if f.metadata.get("code"))
+
+
+def _positive(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def _check(options: KernelOptions, name: str, valid, error: type, expected: str) -> None:
+    value = getattr(options, name)
+    if value is not USE_ENVIRONMENT and not valid(value):
+        raise error(f"{name} must be {expected}, got {value!r}")
 
 
 DEFAULT_OPTIONS = KernelOptions()  # what a kernel gets with no argument and no environment variable
