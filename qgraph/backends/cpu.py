@@ -94,7 +94,7 @@ class CpuLauncher:
     def _compiled(self, key: tuple, values: tuple, args: tuple):
         """Check the signature `key` and compile its runner (or load it): (runner, program, the
         runner's leaf values, the program's cache hits before)."""
-        runner, program, flat = self._prepare(key, values, args)
+        runner, program, flat = self._prepare(key, args)
         leaves = tuple(values[k] if j is None else values[k][j] for k, j in flat.slots)
         hits = program.cache_hits
         try:
@@ -228,7 +228,7 @@ class CpuLauncher:
         self.stats.cache_loads += from_cache
         self.stats.num_tasks = len(self.src.tasks)
 
-    def _prepare(self, key: tuple, values: tuple, args: tuple):
+    def _prepare(self, key: tuple, args: tuple):
         """Check a new signature and find or generate its program: (runner, program, flat)."""
         if self._bounds is None:
             self._bounds = host_bounds(self.src)
