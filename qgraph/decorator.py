@@ -7,6 +7,7 @@ specialisation key, looks the specialisation up, and launches it.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import threading
 from collections.abc import Callable
@@ -20,8 +21,9 @@ from .lang.front import builtins as lang
 from .lang.front import globals_used
 from .lang.front import parse as frontend
 from .lang.front.regions import control_regions
+from .lang.options import USE_ENVIRONMENT, KernelOptions
 from .runtime.random_state import rng_state
-from .runtime.settings import USE_ENVIRONMENT, debug_mode
+from .runtime.settings import debug_mode
 
 
 @dataclass
@@ -70,20 +72,11 @@ class Kernel:
 
     _qgraph_kind = "kernel"
 
-    def __init__(self, fn: Callable, source: frontend.KernelSource, cuda_graph: bool,
-                 graph_while: str | None, graph_cache_size: int | None, deterministic: bool | None = None,
-                 fast_math: bool | None = None, default_float: str | None = None,
-                 max_iterations=USE_ENVIRONMENT, debug: str | None = None) -> None:
+    def __init__(self, fn: Callable, source: frontend.KernelSource, options: KernelOptions) -> None:
         self._fn = fn
         self._source = source
-        self.cuda_graph = bool(cuda_graph)
-        self.graph_while = graph_while
-        self.graph_cache_size = graph_cache_size
-        self.deterministic = deterministic  # None: QGRAPH_DETERMINISTIC decides
-        self.fast_math = fast_math  # None: QGRAPH_FAST_MATH decides
-        self.default_float = default_float  # "f32", "f64" or None: QGRAPH_DEFAULT_FLOAT decides
-        self.max_iterations = max_iterations  # an int, None (no guard) or USE_ENVIRONMENT
-        self.debug = debug  # "bounds", "nan", False (off) or None: QGRAPH_DEBUG decides
+        self.options = options  # as decorated: USE_ENVIRONMENT where the environment decides
+        self._resolved: tuple = (-1, None)  # (runtime generation, options resolved for it)
         self.stats = KernelStats(num_tasks=len(self._source.tasks))
         self._launchers: dict[str, object] = {}  # per target ("cpu", "cuda:0", ...)
         self._strict: dict = {}  # CudaDevice -> its launcher's strict launch (_hop)
@@ -93,6 +86,33 @@ class Kernel:
         self._generation = -1
         functools.update_wrapper(self, fn)
         runtime.STATE.kernels.add(self)
+
+    @property
+    def cuda_graph(self) -> bool:
+        """Whether calls run a cached CUDA graph (as decorated; QGRAPH_GRAPHS=0 still turns graphs off)."""
+        return self.options.cuda_graph
+
+    @property
+    def graph_while(self) -> str | None:
+        """The parameter `graph_while=` names, or None."""
+        return self._source.graph_while
+
+    # the decorator's settings as docs/api.md names them: None where the environment decides
+    graph_cache_size = property(lambda self: _given(self.options.graph_cache_size))
+    deterministic = property(lambda self: _given(self.options.deterministic))
+    fast_math = property(lambda self: _given(self.options.fast_math))
+    default_float = property(lambda self: _given(self.options.default_float))
+    max_iterations = property(lambda self: self.options.max_iterations)  # USE_ENVIRONMENT, None or an int
+    debug = property(lambda self: None if self.options.debug is USE_ENVIRONMENT
+                     else self.options.debug or False)  # "bounds", "nan", False (off) or None
+
+    def _options_now(self, state) -> KernelOptions:
+        """The options with the environment's defaults filled in: resolved once per runtime generation."""
+        generation, options = self._resolved
+        if generation != state.generation or options is None:
+            options = self.options.resolved(state.settings)
+            self._resolved = (state.generation, options)
+        return options
 
     @property
     def tasks(self) -> tuple[frontend.Task, ...]:
@@ -120,7 +140,9 @@ class Kernel:
                 if found is None:
                     from . import launcher
 
-                    found = self._launchers[target.key] = launcher.for_kernel(self, runtime.STATE, target)
+                    state = runtime.STATE
+                    found = self._launchers[target.key] = launcher.for_kernel(self, state, target,
+                                                                              self._options_now(state))
         return found
 
     def _call_target(self, args: tuple):
@@ -183,10 +205,9 @@ class Kernel:
         self._launchers.clear()
         self._strict.clear()
 
-    def _variant(self, cuda_graph: bool) -> Kernel:
-        """The same kernel with graphs on or off (for side-by-side benchmarks)."""
-        return type(self)(self._fn, self._source, cuda_graph, self.graph_while, self.graph_cache_size,
-                          self.deterministic, self.fast_math, self.default_float, self.max_iterations, self.debug)
+    def _variant(self, **changes) -> Kernel:
+        """The same kernel with some options changed (graphs on or off, for side-by-side benchmarks)."""
+        return type(self)(self._fn, self._source, dataclasses.replace(self.options, **changes))
 
     def _drop(self) -> None:
         """Free compiled code, graphs and buffers (init/reset)."""
@@ -196,7 +217,7 @@ class Kernel:
         self.stats = KernelStats(num_tasks=len(self._source.tasks))
 
     def __repr__(self) -> str:
-        mode = f"graph_while={self.graph_while!r}" if self.graph_while else f"cuda_graph={self.cuda_graph}"
+        mode = f"graph_while={self.graph_while!r}" if self.graph_while else f"cuda_graph={self.options.cuda_graph}"
         return f"<qgraph.kernel {self.__qualname__} ({len(self.tasks)} tasks, {mode})>"
 
 
@@ -259,6 +280,11 @@ def _binder(method: str, target: str, src, params: list, names: list, ns: dict, 
 
 
 _NO_DEFAULT = object()
+
+
+def _given(value: object) -> object:
+    """An option's value as decorated: None where it was left to the environment."""
+    return None if value is USE_ENVIRONMENT else value
 _ATTACH_LOCK = threading.RLock()  # kernels attach to the runtime once, whichever thread calls first
 
 
@@ -286,22 +312,17 @@ def kernel(fn: Callable | None = None, *, cuda_graph: bool = False, graph_while:
     """
     if graph_while is not None and not isinstance(graph_while, str):
         raise TypeError(f"graph_while must be a parameter name (str), got {graph_while!r}")
-    if graph_cache_size is not None and (not isinstance(graph_cache_size, int) or graph_cache_size < 1):
-        raise ValueError(f"graph_cache_size must be a positive int, got {graph_cache_size!r}")
-    if not isinstance(cuda_graph, bool):
-        raise TypeError(f"cuda_graph must be True or False, got {cuda_graph!r}")
-    for option, value in (("deterministic", deterministic), ("fast_math", fast_math)):
-        if value is not None and not isinstance(value, bool):
-            raise TypeError(f"{option} must be True, False or None, got {value!r}")
     precision = None if default_float is None else float_precision(default_float, "default_float")
-    if max_iterations is not USE_ENVIRONMENT and max_iterations is not None and \
-            (not isinstance(max_iterations, int) or isinstance(max_iterations, bool) or max_iterations < 1):
-        raise ValueError(f"max_iterations must be a positive int or None (no guard), got {max_iterations!r}")
-
     try:
-        debug_setting = None if debug is None else (debug_mode(debug) or False)
+        debug_setting = USE_ENVIRONMENT if debug is None else debug_mode(debug)
     except ValueError as e:
         raise ValueError(f"debug: {e}") from None
+    given = {"deterministic": deterministic, "fast_math": fast_math, "default_float": precision,
+             "graph_cache_size": graph_cache_size}
+    # checked as it is made (KernelOptions names a bad value); None: the environment decides
+    options = KernelOptions(**{name: USE_ENVIRONMENT if value is None else value for name, value in given.items()},
+                            debug=debug_setting, max_iterations=max_iterations, cuda_graph=cuda_graph,
+                            graph_while_host=USE_ENVIRONMENT)
 
     def wrap(f: Callable) -> Kernel:
         if isinstance(f, (Kernel, Func)):
@@ -312,9 +333,8 @@ def kernel(fn: Callable | None = None, *, cuda_graph: bool = False, graph_while:
         source = globals_used.with_implicit(f, source)
         cls = _bind_class(Kernel, source, f)
         # device control flow lives in graphs: graph_while= and qgraph.loop/cond/repeat regions imply cuda_graph
-        graphs = bool(cuda_graph) or graph_while is not None or any(True for _ in control_regions(source.body))
-        return cls(f, source, graphs, graph_while, graph_cache_size,
-                   deterministic, fast_math, precision, max_iterations, debug_setting)
+        graphs = cuda_graph or graph_while is not None or any(True for _ in control_regions(source.body))
+        return cls(f, source, dataclasses.replace(options, cuda_graph=graphs))
 
     return wrap if fn is None else wrap(fn)
 

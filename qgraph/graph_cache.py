@@ -28,6 +28,8 @@ from __future__ import annotations
 import enum
 import time
 from collections import OrderedDict
+from collections.abc import Callable
+from typing import NamedTuple, Protocol
 
 from .compiler.cuda_program import TaskKernel
 from .compiler.launch_code import block_expr, generate, grid_expr, signature_with_constants, tile_shape
@@ -38,6 +40,7 @@ from .driver.nodes import GraphNode, add_edge, kernel_node_params, set_shape
 from .driver.params import ParamBuffer
 from .errors import QgraphError
 from .lang.front.regions import DeviceLoop, IfRegion, Region, RepeatLoop, Sequence, Task, loop_limit
+from .lang.options import KernelOptions
 
 INSTANCES = 4  # executable instances per graph (distinct argument sets kept update-free)
 
@@ -84,6 +87,14 @@ class _Instance:
         self.blocks = blocks
 
 
+class _Planned(NamedTuple):
+    """A region's updatable node in a graph's plan: its index into the parameter blocks, and the
+    WhileLoop, IfBranch or TaskKernel that makes it."""
+
+    index: int
+    item: object
+
+
 class GraphState(enum.Enum):
     """Where a TaskGraph stands. Transitions (nothing else is allowed):
 
@@ -97,56 +108,72 @@ class GraphState(enum.Enum):
     CLOSED = "closed"
 
 
+class GraphSpec(Protocol):
+    """What a TaskGraph is built from: a compiled specialisation (backends.cuda_spec.Specialisation)."""
+
+    target: object  # the runtime DeviceState
+    kernels: list[TaskKernel]  # one per task
+    body: Region  # the region tree
+    bounds: Callable  # the host bounds function
+    name: str  # the kernel's, for messages
+    flags: dict[str, tuple]  # loop or branch flag (or repeat count) -> where its pointer is in a call
+    options: KernelOptions  # resolved: max_iterations guards the device loops
+    device_loops: bool  # loop regions as WHILE nodes (else their plain body: the host do-while repeats it)
+    programmatic: bool  # programmatic edges between kernel nodes
+    stop_word: int  # debug mode: device loops end once the word at this address is non-zero (a failed check)
+
+
 class TaskGraph:
     """A graph of a specialisation's region tree and its executable instances.
 
     Tasks become kernel nodes chained in order; a DeviceLoop region becomes a slot writer
     and a WHILE node whose body graph is built from the loop's body region (so loops nest
-    structurally). With `device_loops=False` a loop region is built as its plain body (the
+    structurally). With `spec.device_loops` False a loop region is built as its plain body (the
     host do-while fallback repeats the whole graph instead). With `into=(graph, deps)` the nodes
-    are added to another graph after `deps` (a stream capture of another library's) and
-    nothing is instantiated: `ends` are the nodes later work there depends on.
+    are added to another graph after `deps` (a stream capture of another library's, a step's
+    graph) and nothing is instantiated: `ends` are the nodes later work there depends on;
+    `kernel_deps` are the int handles of the kernel nodes among `deps` (programmatic edges).
+
+    Building walks the region tree twice: `_plan` gives each updatable node (a task's kernel
+    node, a loop's slot writer, a branch's) an index into the parameter blocks, by region;
+    `_add` adds each region's nodes at the index its plan entry names.
     """
 
-    def __init__(self, target, kernels: list[TaskKernel], body: Region, bounds, stats, name: str,
-                 args: tuple, packs: tuple, stream: int, flag_slots: dict[str, tuple],
-                 device_loops: bool, programmatic: bool = False, max_iterations: int | None = None,
-                 stop_word: int = 0, into: tuple | None = None, kernel_deps: frozenset = frozenset()) -> None:
+    def __init__(self, spec: GraphSpec, args: tuple, packs: tuple, stream: int, stats,
+                 into: tuple | None = None, kernel_deps: frozenset = frozenset()) -> None:
         d = driver()
         started = time.perf_counter()
         self.state = GraphState.BUILDING
-        self._device = target.device
+        self._spec = spec
+        self._device = spec.target.device
         self._stats = stats
-        self.name = name
+        self.name = spec.name
         self.graph = None
         self._loops: list = []  # WhileLoops, in pre-order (stats.iterations)
         self._branches: list = []  # IfBranches
         self._instances: dict[tuple, _Instance] = {}
-        self.programmatic = programmatic
-        self._max_iterations = max_iterations
-        self._stop_word = stop_word  # debug mode: device loops end once this word is non-zero (a failed check)
-        self._kernel_deps = kernel_deps  # int handles of kernel nodes among `into`'s deps (programmatic edges)
-        self._nodes: list[GraphNode] = []
-        by_task = {tk.task.index: tk for tk in kernels}
+        self.programmatic = spec.programmatic
+        self._kernel_deps = kernel_deps
+        self._planned: dict[Region, _Planned] = {}  # region -> its updatable node's plan entry
         try:
-            plan = self._plan(body, by_task, target, flag_slots, device_loops)
+            plan = self._plan(spec.body, {tk.task.index: tk for tk in spec.kernels}, [])
+            self._nodes: list[GraphNode | None] = [None] * len(plan)  # by plan index, set as _add adds them
             # a conditional handle belongs to its graph
             self._max_instances = 1 if self._loops or self._branches else INSTANCES
-            self._blocks = self._generate_blocks(plan, kernels, bounds)
+            self._blocks = self._generate_blocks(plan, spec.kernels, spec.bounds)
             blocks, grids = self._blocks(args, packs)
             if into is None:
                 self.graph = check(d.cuGraphCreate(0), "cuGraphCreate")
             graph, deps = into if into is not None else (self.graph, [])
-            self._pending = list(zip(plan, blocks, grids))
-            self.ends = self._add(body, graph, list(deps), by_task, device_loops)
-            self.kernel_nodes = len(kernels) + sum(item.kernel_nodes for item in self._loops + self._branches)
+            self.ends = self._add(spec.body, graph, list(deps), blocks, grids)
+            self.kernel_nodes = len(spec.kernels) + sum(item.kernel_nodes for item in self._loops + self._branches)
             self._template_blocks = list(blocks)  # what every fresh instance starts with
             if into is None:
                 self._instances[packs] = self._instantiate(stream)
         except BaseException as e:
             self.close()
             if isinstance(e, QgraphError):
-                raise QgraphError(f"building the CUDA graph of kernel {name} failed: {e}") from e
+                raise QgraphError(f"building the CUDA graph of kernel {self.name} failed: {e}") from e
             raise
         self.state = GraphState.BUILT
         self.build_seconds = time.perf_counter() - started
@@ -154,76 +181,86 @@ class TaskGraph:
 
     # ------------------------------------------------------------------ building
 
-    def _plan(self, region: Region, by_task: dict, target, flag_slots: dict, device_loops: bool) -> list:
-        """The updatable nodes in build order: a WhileLoop (its slot writer) or a TaskKernel."""
+    def _plan(self, region: Region, by_task: dict, plan: list) -> list:
+        """Append the updatable nodes of `region` to `plan` in build order (a WhileLoop or IfBranch for
+        its slot writer, a TaskKernel), each region's entry recorded in `_planned`; returns `plan`."""
+        spec = self._spec
         if isinstance(region, Task):
-            return [by_task[region.index]]
-        if isinstance(region, DeviceLoop) and not device_loops:  # the host do-while repeats the graph
-            return self._plan(region.body, by_task, target, flag_slots, device_loops)
-        if isinstance(region, (DeviceLoop, RepeatLoop)):
+            self._enter(region, by_task[region.index], plan)
+        elif isinstance(region, DeviceLoop) and not spec.device_loops:  # the host do-while repeats the graph
+            self._plan(region.body, by_task, plan)
+        elif isinstance(region, (DeviceLoop, RepeatLoop)):
             if isinstance(region, RepeatLoop):
-                loop = WhileLoop(target, flag_slots[region.count], len(self._loops), (None, self.name, region),
-                                 LoopMode.COUNT, self._stop_word)
+                loop = WhileLoop(spec.target, spec.flags[region.count], len(self._loops), (None, self.name, region),
+                                 LoopMode.COUNT, spec.stop_word)
             else:
-                loop = WhileLoop(target, flag_slots[region.flag], len(self._loops),
-                                 (loop_limit(region, self._max_iterations), self.name, region),
-                                 LoopMode.WHILE if region.test_first else LoopMode.DO_WHILE, self._stop_word)
+                loop = WhileLoop(spec.target, spec.flags[region.flag], len(self._loops),
+                                 (loop_limit(region, spec.options.max_iterations), self.name, region),
+                                 LoopMode.WHILE if region.test_first else LoopMode.DO_WHILE, spec.stop_word)
             self._loops.append(loop)
-            return [loop] + self._plan(region.body, by_task, target, flag_slots, device_loops)
-        if isinstance(region, IfRegion):
-            branch = IfBranch(target, flag_slots[region.flag], len(self._branches))
+            self._enter(region, loop, plan)
+            self._plan(region.body, by_task, plan)
+        elif isinstance(region, IfRegion):
+            branch = IfBranch(spec.target, spec.flags[region.flag], len(self._branches))
             self._branches.append(branch)
-            return [branch] + [node for body in (region.then, region.orelse)
-                               for node in self._plan(body, by_task, target, flag_slots, device_loops)]
-        return [node for child in region.children
-                for node in self._plan(child, by_task, target, flag_slots, device_loops)]
+            self._enter(region, branch, plan)
+            for body in (region.then, region.orelse):
+                self._plan(body, by_task, plan)
+        else:
+            for child in region.children:
+                self._plan(child, by_task, plan)
+        return plan
 
-    def _add(self, region: Region, graph, deps: list, by_task: dict, device_loops: bool) -> list:
+    def _enter(self, region: Region, item, plan: list) -> None:
+        self._planned[region] = _Planned(len(plan), item)
+        plan.append(item)
+
+    def _add(self, region: Region, graph, deps: list, blocks: list, grids: list) -> list:
         """Add `region` to `graph` after `deps`; returns the nodes later work depends on."""
         if isinstance(region, Sequence):
             for child in region.children:
-                deps = self._add(child, graph, deps, by_task, device_loops)
+                deps = self._add(child, graph, deps, blocks, grids)
             return deps
-        if isinstance(region, DeviceLoop) and not device_loops:
-            return self._add(region.body, graph, deps, by_task, device_loops)
-        item, block, grid = self._pending.pop(0)
+        if isinstance(region, DeviceLoop) and not self._spec.device_loops:  # the host do-while repeats the graph
+            return self._add(region.body, graph, deps, blocks, grids)
+        k, item = self._planned[region]
         if isinstance(region, (DeviceLoop, RepeatLoop)):
-            body, while_node, slot_node = item.add_loop(graph, deps, block)
-            self._nodes.append(slot_node)
-            inner = self._add(region.body, body, [], by_task, device_loops)
+            body, while_node, self._nodes[k] = item.add_loop(graph, deps, blocks[k])
+            inner = self._add(region.body, body, [], blocks, grids)
             # programmatic only behind one kernel node: a body ending in a WHILE or IF node gets a plain edge
             item.add_condition(body, inner, self.programmatic and len(inner) == 1 and self._is_kernel_node(inner[0]))
             return [while_node]
         if isinstance(region, IfRegion):
-            node, then_body, else_body, after = item.add_branch(graph, deps, block, bool(region.then.children),
-                                                                bool(region.orelse.children))
-            self._nodes.append(node)
+            self._nodes[k], then_body, else_body, after = item.add_branch(
+                graph, deps, blocks[k], bool(region.then.children), bool(region.orelse.children))
             for sub, body in ((region.then, then_body), (region.orelse, else_body)):
                 if body is not None:
-                    self._add(sub, body, [], by_task, device_loops)
+                    self._add(sub, body, [], blocks, grids)
             return after
-        tk = item
+        return [self._add_task(region, item, k, graph, deps, blocks[k], grids[k])]
+
+    def _add_task(self, task: Task, tk: TaskKernel, k: int, graph, deps: list, block: bytes, grid):
+        """The kernel node of `task` (plan index `k`), after `deps`."""
         if len(block) != tk.param_size:
-            raise QgraphError(f"task {region.index}: parameter block of {len(block)} bytes for a kernel taking "
+            raise QgraphError(f"task {task.index}: parameter block of {len(block)} bytes for a kernel taking "
                               f"{tk.param_size}; please report this")
-        d = driver()
         buffer = ParamBuffer(tk.param_size)
         buffer.data[:] = block
         params = kernel_node_params(tk.function_for(grid, self.programmatic), grid, tk.block, buffer)
-        handle = check(d.cuGraphAddKernelNode(graph, [], 0, params), f"cuGraphAddKernelNode (task {region.index})")
+        handle = check(driver().cuGraphAddKernelNode(graph, [], 0, params), f"cuGraphAddKernelNode (task {task.index})")
         for dep in deps:
             # a task after a conditional node waits for it to complete (a plain edge); after a task, programmatic
             programmatic = self.programmatic and tk.waits and len(deps) == 1 and self._is_kernel_node(dep)
             add_edge(graph, dep, handle, programmatic)
-        self._nodes.append(GraphNode(block_expr(tk), grid_expr(tk, True), buffer, params, handle, tk, grid))
-        return [handle]
+        self._nodes[k] = GraphNode(block_expr(tk), grid_expr(tk, True), buffer, params, handle, tk, grid)
+        return handle
 
     def loop_passes(self) -> tuple[int, ...]:
         """Passes of each device loop in the last launch (waits for it)."""
         return tuple(loop.passes() for loop in self._loops)
 
     def _is_kernel_node(self, node) -> bool:
-        return any(n.handle is node for n in self._nodes) or int(node) in self._kernel_deps
+        return any(n is not None and n.handle is node for n in self._nodes) or int(node) in self._kernel_deps
 
     # ------------------------------------------------------------------ instances
 

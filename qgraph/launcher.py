@@ -9,16 +9,18 @@ graph or the host do-while fallback (backends/cuda.py).
 
 from __future__ import annotations
 
+from .lang.options import KernelOptions
 from .runtime import CpuState, DeviceState, State
 
 
-def for_kernel(kernel, state: State, target: DeviceState | CpuState):
-    """A launcher for `kernel` on `target` (the CPU, or one CUDA device of the state)."""
+def for_kernel(kernel, state: State, target: DeviceState | CpuState, options: KernelOptions):
+    """A launcher for `kernel` on `target` (the CPU, or one CUDA device of the state), running it
+    with `options` (resolved: no option left to the environment)."""
     if isinstance(target, CpuState):
         from .backends.cpu import CpuLauncher
 
-        return CpuLauncher(kernel, state)
+        return CpuLauncher(kernel, state, options)
     assert isinstance(target, DeviceState)
     from .backends.cuda import CudaLauncher
 
-    return CudaLauncher(kernel, state, target)
+    return CudaLauncher(kernel, state, target, options)

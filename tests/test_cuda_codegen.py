@@ -24,6 +24,7 @@ from qgraph.args.structs import struct_sig
 from qgraph.compiler import cuda_program, ptx_text
 from qgraph.lang.cuda import codegen as cuda_codegen
 from qgraph.lang.lower.lowering import CUDA_ATOMICS, Symbols, lower_funcs
+from qgraph.lang.options import KernelOptions
 
 
 def A(dtype, ndim):
@@ -136,7 +137,8 @@ def test_a_scatter_is_atomic(sm90):
 
 def _compile(kernel, key, fast_math=False, default_float="f64", deterministic=False):
     """As the backend compiles: the flattened source (struct leaves, vector components)."""
-    codes = cuda_program.task_codes(kernel._source, key, deterministic, default_float=default_float)
+    options = KernelOptions(deterministic=deterministic, fast_math=fast_math, default_float=default_float)
+    codes = cuda_program.task_codes(kernel._source, key, options)
     return cuda_program._compile_ptx(codes.flat.src, codes.codes, codes.orders, codes.types,
                                      lower_funcs(codes.symbols), (9, 0), codes.flat.kinds, fast_math)
 
@@ -162,11 +164,10 @@ def test_deterministic_reductions_combine_without_atomics_on_the_target(sm90, tm
     src = tr.positive_sum_and_max._source
     types = [arg_type(s) for s in (A("f8", 1), A("f8", 1), A("f8", 1))]
     symbols = Symbols(dict(CUDA_ATOMICS))
-    dtypes = {n: t.dtype for n, t in zip(src.param_names, types)}
     (task,) = src.tasks
     order = cuda_program.param_order(src, task, types)
-    code = cuda_codegen.cuda_task(src, task, [src.param_names[i] for i in order], symbols, frozenset(), dtypes,
-                                  deterministic=True, n_arrays=3)
+    code = cuda_codegen.cuda_task(src, task, [src.param_names[i] for i in order], symbols, types,
+                                  KernelOptions(deterministic=True))
     assert code.scratch == tuple(scratch_params(list(code.reductions)))
     ptx_list, _, sizes = cuda_program._compile_ptx(src, [code], [order], [types], lower_funcs(symbols), (9, 0), types)
     ptx = ptx_list[0][1]
@@ -190,7 +191,7 @@ def test_a_float_max_into_a_0d_array_compiles(sm90, dtype, width, deterministic)
     on the float's bits goes to the 0-d array passed as one element (numba-cuda's atomics take
     no 0-d array); deterministic mode stores the combined value with a plain store."""
     key = (A(dtype, 1), A(dtype, 1), A(dtype, 0))
-    (code,) = cuda_program.task_codes(tr.largest_change._source, key, deterministic).codes
+    (code,) = cuda_program.task_codes(tr.largest_change._source, key, KernelOptions(deterministic=deterministic)).codes
     assert code.one_element == (frozenset() if deterministic else {"err"})
     ((_, ptx),), _, _ = _compile(tr.largest_change, key, deterministic=deterministic)
     ops = sorted(set(re.findall(r"atom\.global\.(\w+\.\w+)", ptx)))
@@ -303,7 +304,7 @@ def test_debug_mode_checks_integer_divisors_on_the_target(sm90):
     """The divisor check compiles for CUDA: a compare-and-swap into the record per site."""
     key = (A("i8", 1), A("i8", 1), A("i8", 1))
     src = checked_division._source
-    codes = cuda_program.task_codes(src, key, debug="bounds")
+    codes = cuda_program.task_codes(src, key, KernelOptions(debug="bounds"))
     sites = [s for s in codes.debug.sites if s.array in ("//", "%")]
     lines = open(__file__).read().splitlines()
     expected = [("//", lines.index("        q[i] = a[i] // b[i]") + 1), ("%", lines.index("        q[i] %= b[i]") + 1)]

@@ -256,3 +256,70 @@ def test_reset_unloads_the_compiled_modules(cuda):
     assert len(device._modules) == before
     bump(x)  # reloads (from the disk cache) and runs: the second bump
     np.testing.assert_array_equal(x.to_numpy(), np.arange(6.0) + 2)
+
+
+@qgraph.kernel
+def five_tasks(x, flag, n: int):
+    for i in range(x.shape[0]):
+        x[i] = 1.0
+    for i in range(x.shape[0]):
+        x[i] += 2.0
+    for i in range(x.shape[0]):
+        x[i] += 3.0
+    for i in range(x.shape[0]):
+        x[i] += 4.0
+    flag[0] = 0
+
+
+class _FakeControl:
+    """A WhileLoop or IfBranch stand-in: adding it returns a marker node naming the region."""
+
+    kernel_nodes = 0
+
+    def __init__(self, target, slot, index, *rest) -> None:
+        self.slot = slot
+
+    def add_loop(self, graph, deps, block):
+        return (f"body of {self.slot}", f"while {self.slot}", ("slot node", self.slot, block))
+
+    def add_condition(self, body, inner, programmatic) -> None:
+        pass
+
+    def add_branch(self, graph, deps, block, has_then, has_else):
+        return ("branch node", self.slot, block), "then", "else", [f"after {self.slot}"]
+
+
+@pytest.mark.parametrize("device_loops", [True, False])
+def test_the_add_walk_finds_each_regions_plan_entry_by_the_region(monkeypatch, device_loops):
+    """TaskGraph's two walks: _plan indexes each region's node, _add adds it at that index (no
+    list kept in step between them), loop regions built as plain bodies when the host repeats them."""
+    from qgraph import graph_cache
+    from qgraph.graph_cache import TaskGraph
+    from qgraph.lang.front.regions import DeviceLoop, IfRegion, RepeatLoop, Sequence
+
+    monkeypatch.setattr(graph_cache, "WhileLoop", _FakeControl)
+    monkeypatch.setattr(graph_cache, "IfBranch", _FakeControl)
+    t0, t1, t2, t3, t4 = five_tasks.tasks
+    branch = IfRegion("flag", Sequence((t1,)), Sequence((t2,)), t1.lineno)
+    repeat = RepeatLoop("n", Sequence((t3,)), t3.lineno)
+    body = Sequence((t0, DeviceLoop("flag", Sequence((branch, repeat)), t0.lineno), t4))
+    kernels = [type("TK", (), {"task": t})() for t in five_tasks.tasks]
+    spec = type("Spec", (), {"target": None, "name": "five_tasks", "options": qgraph.lang.options.DEFAULT_OPTIONS,
+                             "device_loops": device_loops, "stop_word": 0,
+                             "flags": {"flag": "flag slot", "n": "n slot"}})()
+    graph = TaskGraph.__new__(TaskGraph)
+    graph._spec, graph.name, graph.programmatic, graph._kernel_deps = spec, "five_tasks", False, frozenset()
+    graph._loops, graph._branches, graph._planned = [], [], {}
+    plan = graph._plan(body, {tk.task.index: tk for tk in kernels}, [])
+    graph._nodes = [None] * len(plan)
+    added = []
+    monkeypatch.setattr(graph, "_add_task", lambda task, tk, k, g, deps, block, grid: added.append((task, k)) or k)
+    blocks = [f"block {k}" for k in range(len(plan))]
+    ends = graph._add(body, "graph", [], blocks, [None] * len(plan))
+    assert [graph._planned[t].index for t, _ in added] == [k for _, k in added]
+    assert [t.index for t, _ in added] == [0, 1, 2, 3, 4]
+    assert all(plan[k].task is t for t, k in added)
+    loop_entries = [k for k, item in enumerate(plan) if isinstance(item, _FakeControl)]
+    assert [graph._nodes[k] for k in loop_entries] == [(kind, plan[k].slot, f"block {k}") for k, kind in zip(
+        loop_entries, (["slot node"] if device_loops else []) + ["branch node", "slot node"])]
+    assert len(plan) == 5 + 2 + device_loops and ends == [graph._planned[t4].index]

@@ -5,13 +5,14 @@ from __future__ import annotations
 import ast
 import os
 
-from ..args.kinds import FlagKind
+from ..args.kinds import FlagKind, arg_type
 from ..args.resolve import type_annotation
 from ..args.vectors import is_vector_value
 from ..errors import QgraphSyntaxError
+from ..lang.flat.view import FlatSource, flat_source
 from ..lang.front.parse import UNRESOLVED, KernelSource, syntax_error
 from ..lang.front.regions import RepeatLoop, control_regions, flags_of
-from ..runtime.settings import USE_ENVIRONMENT
+from ..lang.options import KernelOptions
 
 
 def fixed_scalar_types(src: KernelSource) -> tuple[str | None, ...]:
@@ -102,8 +103,6 @@ def _arrays_a_func_writes(func: KernelSource, call: ast.Call, visiting: frozense
 
 def check_repeat_counts(src: KernelSource, key: tuple[str, ...]) -> None:
     """TypeError unless every qgraph.repeat count is an integer scalar."""
-    from ..args.kinds import arg_type
-
     for region in control_regions(src.body):
         if isinstance(region, RepeatLoop) and region.count in src.param_names:
             kind = arg_type(key[src.param_names.index(region.count)])
@@ -147,26 +146,6 @@ def compile_error(src: KernelSource, key: tuple[str, ...], error: Exception, tas
     return syntax_error(message, src.filename, lineno)
 
 
-def default_float(kernel, settings) -> str:
-    """The kernel's `default_float=` option ("f32"/"f64"), else QGRAPH_DEFAULT_FLOAT."""
-    return settings.default_float if kernel.default_float is None else kernel.default_float
-
-
-def max_iterations(kernel, settings) -> int | None:
-    """The kernel's `max_iterations=` option (None: no guard), else QGRAPH_MAX_ITERATIONS."""
-    return settings.max_iterations if kernel.max_iterations is USE_ENVIRONMENT else kernel.max_iterations
-
-
-def is_fast_math(kernel, settings) -> bool:
-    """The kernel's `fast_math=` option, else QGRAPH_FAST_MATH."""
-    return settings.fast_math if kernel.fast_math is None else kernel.fast_math
-
-
-def is_deterministic(kernel, settings) -> bool:
-    """The kernel's `deterministic=` option, else QGRAPH_DETERMINISTIC."""
-    return settings.deterministic if kernel.deterministic is None else kernel.deterministic
-
-
 def check_outside_values(src: KernelSource, key: tuple[str, ...]) -> None:
     """A list, dict or set read from the module or the enclosing function is an error naming it
     and the line, the same on both backends (numba's own words differ per backend)."""
@@ -182,7 +161,6 @@ def check_outside_values(src: KernelSource, key: tuple[str, ...]) -> None:
 def check_deterministic(src: KernelSource, key: tuple[str, ...]) -> None:
     """In deterministic mode a float scatter (an atomic whose target varies by iteration)
     would sum in a different order each run: reject it, naming the line."""
-    from ..args.kinds import arg_type
     from ..lang.lower.updates import task_updates
 
     for task in src.tasks:
@@ -194,6 +172,25 @@ def check_deterministic(src: KernelSource, key: tuple[str, ...]) -> None:
                     "the loop variables (a scatter), which cannot be made bit-identical cheaply; accumulate in an "
                     "integer array (fixed point), give each iteration its own element, or turn deterministic "
                     "mode off for this kernel", lineno)
+
+
+def check_signature(src: KernelSource, key: tuple[str, ...], args: tuple, bounds, options: KernelOptions) -> FlatSource:
+    """The checks of a new signature, the same on both backends and in this order, and its flat
+    view (lang.flat.view): flag shapes, loop bounds (`bounds`, the host bounds function, run
+    on `args`), outside values, flag types (struct fields included), qgraph.repeat counts,
+    and with `options.deterministic` the float scatters it rejects."""
+    for k in flag_params(src):
+        shape = tuple(getattr(args[k], "shape", ()))  # not an array: check_flag_types says so
+        if shape not in ((), (1,)):
+            raise flag_shape_error(src, k, shape)
+    check_bounds(src, key, bounds, args)
+    check_outside_values(src, key)
+    flat = flat_source(src, [arg_type(sig) for sig in key], options.default_float)
+    check_flag_types(flat.src, flat.key)
+    check_repeat_counts(flat.src, flat.key)
+    if options.deterministic:
+        check_deterministic(flat.src, flat.key)
+    return flat
 
 
 def check_bounds(src, key: tuple, bounds, args: tuple) -> None:

@@ -6,7 +6,6 @@ import threading
 
 import numpy as np
 
-from ..args.kinds import arg_type
 from ..args.resolve import resolver_lines
 from ..compiler.compile_signals import interruptible_compile
 from ..compiler.numba_adapter import is_compile_error, is_typing_stage
@@ -15,20 +14,15 @@ from ..errors import runaway_error
 from ..lang import generated
 from ..lang.cpu.codegen import counted_loops
 from ..lang.cpu.loops import RunnerStatus
-from ..lang.flat.view import flat_source
 from ..lang.front.regions import loop_limit
-from ..lang.lower.debug_checks import INTERRUPT_WORD, RECORD_WORDS, UNIT_WORD, DebugPlan
+from ..lang.lower.debug_checks import INTERRUPT_WORD, RECORD_WORDS, UNIT_WORD
+from ..lang.options import KernelOptions
 from ..lang.types.weak_types import param_type
 from ..runtime.arrays import Ndarray
 from . import step_body
 from .checks import (
-    check_bounds,
-    check_deterministic,
-    check_flag_types,
-    check_outside_values,
-    check_repeat_counts,
+    check_signature,
     compile_error,
-    default_float,
     display_names,
     element_annotations,
     fixed_scalar_types,
@@ -36,38 +30,32 @@ from .checks import (
     flag_shape_error,
     frozen_number_lines,
     host_bounds,
-    is_deterministic,
-    is_fast_math,
-    max_iterations,
     written_params,
 )
-from .debug_report import check_failure, kernel_debug_mode, task_exception
+from .debug_report import check_failure, task_exception
 
 
 class CpuLauncher:
     """Runs a kernel's numba runner; numba compiles one overload per signature."""
 
-    def __init__(self, kernel, state) -> None:
+    def __init__(self, kernel, state, options: KernelOptions) -> None:
         self.kernel = kernel
         self.src = kernel._source
         self.stats = kernel.stats
+        # resolved once (Kernel._options_now). On the CPU deterministic mode only rejects float scatters:
+        # numba's parallel loops split their range statically among its threads and combine the
+        # threads' partials in order, so for a given thread count reductions are already bit-identical
+        self.options = options
         self._specs: dict[tuple, object] = {}
         self._programs: dict[frozenset, object] = {}  # by the set of 0-d array parameters
         self._program_of: dict[tuple, object] = {}  # signature -> its CpuProgram (sites, units)
-        self._debug = kernel_debug_mode(kernel, state.settings)
         # the runner's record: debug checks' first failure, and the unit of tasks running (lang.lower.debug_checks)
         self._record = np.zeros(RECORD_WORDS, np.int64)
         self._debug_lock = threading.Lock()  # debug calls from several threads: one record, read after each
         self._bounds = None
         self._cache_dir = state.settings.cache_dir
-        # numba's parallel loops split their range statically among its threads and combine the
-        # threads' partials in order: for a given thread count, reductions are already bit-identical
-        self._deterministic = is_deterministic(kernel, state.settings)
-        self._fast_math = is_fast_math(kernel, state.settings)
-        self._default_float = default_float(kernel, state.settings)
         self._flags = flag_params(self.src)
         self._lock = threading.Lock()  # first calls from several threads compile a signature once
-        self._max_iterations = max_iterations(kernel, state.settings)
         self._loops = counted_loops(self.src.body)  # the runner's counts, in this order
         self._last = [None]  # the runner's (status, loop, passes per loop) of the last call
         stats = self.stats
@@ -106,7 +94,7 @@ class CpuLauncher:
     def _compiled(self, key: tuple, values: tuple, args: tuple):
         """Check the signature `key` and compile its runner (or load it): (runner, program, the
         runner's leaf values, the program's cache hits before)."""
-        runner, program, flat = self._prepare(key, values, args)
+        runner, program, flat = self._prepare(key, args)
         leaves = tuple(values[k] if j is None else values[k][j] for k, j in flat.slots)
         hits = program.cache_hits
         try:
@@ -159,7 +147,7 @@ class CpuLauncher:
                       f"        raise _flag_error(_src, {k}, v{k}.shape)"]
         run = ["    try:", f"        r = runner({values}{', ' if n else ''}_rec)", "    except Exception as e:",
                "        raise _task_error(key, e) from None"]
-        if self._debug:  # a failed check: its record, read now (one call at a time, so records do not mix)
+        if self.options.debug:  # a failed check: its record, read now (one call at a time, so records do not mix)
             run = ["    with _debug_lock:"] + ["    " + line for line in run] + \
                   ["        if _rec[0]:", "            _check_failed(key)"]
         lines += run
@@ -240,33 +228,22 @@ class CpuLauncher:
         self.stats.cache_loads += from_cache
         self.stats.num_tasks = len(self.src.tasks)
 
-    def _prepare(self, key: tuple, values: tuple, args: tuple):
+    def _prepare(self, key: tuple, args: tuple):
         """Check a new signature and find or generate its program: (runner, program, flat)."""
-        for k in self._flags:
-            if values[k].shape not in ((), (1,)):
-                raise flag_shape_error(self.src, k, values[k].shape)
         if self._bounds is None:
             self._bounds = host_bounds(self.src)
-        check_bounds(self.src, key, self._bounds, args)  # the same errors as on CUDA
-        check_outside_values(self.src, key)
-        flat = flat_source(self.src, [arg_type(sig) for sig in key], self._default_float)
-        check_flag_types(flat.src, flat.key)  # every flag, struct fields included
-        check_repeat_counts(flat.src, flat.key)
-        if self._deterministic:
-            check_deterministic(flat.src, flat.key)
+        flat = check_signature(self.src, key, args, self._bounds, self.options)  # the same checks as on CUDA
         src = flat.src
         names = frozenset(name for name, kind in zip(src.param_names, flat.kinds) if kind.ndim == 0)
-        types = {name: param_type(kind) for name, kind in zip(src.param_names, flat.kinds)}
+        types = tuple((name, param_type(kind)) for name, kind in zip(src.param_names, flat.kinds))
         # the generated code depends on the leaves' names, types and vector elements (not on contiguity)
-        program_key = (names, tuple(types.items()), tuple(getattr(k, "element", None) for k in flat.kinds))
+        program_key = (names, types, tuple(getattr(k, "element", None) for k in flat.kinds))
         program = self._programs.get(program_key)
         if program is None:
             from ..compiler.cpu_program import CpuProgram
 
-            debug = DebugPlan.of(self._debug, src.param_names, flat.kinds) if self._debug else None
-            program = self._programs[program_key] = CpuProgram(src, self._cache_dir, names, self._fast_math,
-                                                               (types, self._default_float), flat.funcs.defs,
-                                                               self._max_iterations, debug)
+            program = self._programs[program_key] = CpuProgram(src, self._cache_dir, self.options, flat.kinds,
+                                                               flat.funcs.defs)
         self._program_of[key] = program
         runner = program.runner
         if flat.has_structs:  # the runner takes each struct's leaves: unpack them (values hold them in order)
@@ -281,7 +258,7 @@ class CpuLauncher:
             self._interrupted()
         loop = self._loops[status[1]]
         if status[0] == RunnerStatus.RUNAWAY:
-            raise runaway_error(self.src.name, loop, loop_limit(loop, self._max_iterations))
+            raise runaway_error(self.src.name, loop, loop_limit(loop, self.options.max_iterations))
         what = f"flag '{loop.flag}'" if hasattr(loop, "flag") else f"qgraph.repeat({loop.count})"
         raise KeyboardInterrupt(f"kernel {self.src.name} was interrupted in its device loop (line {loop.lineno}, "
                                 f"{what}) after {status[2 + status[1]]} passes; the next call starts afresh")

@@ -14,111 +14,27 @@ from __future__ import annotations
 import warnings
 
 from .. import conditional
-from ..args.kinds import FlagKind, arg_type
+from ..args.kinds import FlagKind
 from ..compiler.compile_signals import interruptible_compile
-from ..compiler.cuda_program import TaskKernel, build_program, compile_tasks
-from ..compiler.launch_code import block_expr, generate, grid_expr, signature_with_constants, tile_shape
+from ..compiler.cuda_program import build_program, compile_tasks
 from ..compiler.numba_adapter import is_compile_error
-from ..driver.device import driver, kernel_failure
-from ..driver.params import ParamBuffer
 from ..errors import FallbackWarning
-from ..graph_cache import GraphCache, TaskGraph
+from ..graph_cache import GraphCache
 from ..lang.cpu.codegen import counted_loops
-from ..lang.flat.view import flat_name, flat_source
+from ..lang.flat.view import flat_name
 from ..lang.front.regions import RepeatLoop, control_regions, is_root_loop
+from ..lang.options import KernelOptions
 from ..runtime import DeviceState
 from . import cuda_call, outer_capture
-from .checks import (
-    check_bounds,
-    check_deterministic,
-    check_flag_types,
-    check_outside_values,
-    check_repeat_counts,
-    compile_error,
-    default_float,
-    flag_params,
-    flag_shape_error,
-    host_bounds,
-    is_deterministic,
-    is_fast_math,
-    max_iterations,
-)
-from .debug_report import DeviceRecord, check_failure, kernel_debug_mode
-
-_BOUNDS_MEMO = 16  # eager calls remember the loop bounds of this many recent argument sets
-
-
-class EagerRunner:
-    """Launches a specialisation's tasks one by one on the call's stream."""
-
-    def __init__(self, kernels: list[TaskKernel], bounds, name: str) -> None:
-        self.kernels = kernels
-        self.buffers = [ParamBuffer(tk.param_size) for tk in kernels]
-        d = driver()
-        # _keep: the driver reads each buffer's `extra` array by address; it lives as long as `run`
-        constants = {"_bounds": bounds, "_memo": {}, "_tile": tile_shape,
-                     "_launch": d.cuLaunchKernel, "_fail": kernel_failure(name), "_keep": self.buffers,
-                     "_memo_size": _BOUNDS_MEMO}
-        lines = []
-        shapes = list(dict.fromkeys(grid_expr(tk, False) for tk in kernels if tk.tiled))
-        if any(tk.parallel for tk in kernels):
-            lines += ["    bn = _memo.get(p)",
-                      "    if bn is None:",
-                      "        if len(_memo) >= _memo_size:",
-                      "            _memo.clear()",
-                      "        b, n, c = _bounds(*args)",
-                      f"        bn = _memo[p] = (b, n, ({''.join(shape + ', ' for shape in shapes)}))",
-                      "    b, n, t = bn"]
-        for k, (tk, buf) in enumerate(zip(kernels, self.buffers)):
-            constants[f"f{k}"] = tk.function
-            constants[f"buf{k}"] = buf.data
-            constants[f"ex{k}"] = buf.extra
-            indent = "    "
-            if tk.param_size:
-                lines.append(f"    buf{k}[:] = {block_expr(tk)}")
-            if tk.parallel:
-                lines.append(f"    if n[{tk.bounds_slot}]:")
-                indent = "        "
-            if tk.tiled:  # its (gx, gy, gz, bx, by), computed with the bounds (t: one per distinct shape)
-                shape = f"t[{shapes.index(grid_expr(tk, False))}]"
-                lines.append(f"{indent}r = _launch(f{k}, *{shape}, 1, 0, stream, 0, ex{k})[0]")
-            else:
-                lines.append(f"{indent}r = _launch(f{k}, {grid_expr(tk, False)}, 1, 1, {tk.block}, 1, 1, 0, "
-                             f"stream, 0, ex{k})[0]")
-            lines.append(f"{indent}if r:")
-            lines.append(f"{indent}    raise _fail(r, 'launching task {k}')")
-        source = f"def run({signature_with_constants('args, p, stream', constants)}):\n" + "\n".join(lines) + "\n"
-        self.run = generate(source, "run", constants, f"eager launch of kernel {name}")
-
-
-class _Spec:
-    """One compiled specialisation and how it runs now."""
-
-    __slots__ = ("key", "kernels", "run", "graph", "uses_graph", "host_loop", "nodes", "flags", "host_runner",
-                 "sites", "captured_run", "again")
-
-    def __init__(self, key: tuple, kernels: list[TaskKernel], flags: dict) -> None:
-        self.key = key
-        self.kernels = kernels
-        self.flags = flags  # device-loop flag -> (argument, struct leaf or None): where its pointer is
-        self.run = None
-        self.graph = None
-        self.uses_graph = False
-        self.host_loop = False
-        self.nodes = 0
-        self.host_runner = None  # the conditional.HostLoop of the host fallback
-        self.sites = []  # debug mode: what each check's number means (lang.lower.debug_checks)
-        self.captured_run = None  # eager launches into another library's stream capture (outer_capture)
-        # the same-arguments fast path may replay it (cuda_call): not with struct or vector arguments,
-        # which can change behind the same object
-        self.again = not any(getattr(arg_type(s), "is_struct", False) or getattr(arg_type(s), "is_vector", False)
-                             for s in key)
+from .checks import check_signature, compile_error, flag_params, flag_shape_error, host_bounds
+from .cuda_spec import DeviceKernel, EagerRunner, Specialisation
+from .debug_report import DeviceRecord, check_failure
 
 
 class CudaLauncher:
     """Runs a kernel's calls on the CUDA device of the current runtime."""
 
-    def __init__(self, kernel, state, target: DeviceState) -> None:
+    def __init__(self, kernel, state, target: DeviceState, options: KernelOptions) -> None:
         self.kernel = kernel
         self.src = src = kernel._source
         self.stats = kernel.stats
@@ -127,30 +43,27 @@ class CudaLauncher:
         self.lifetimes = target.lifetimes
         self.settings = state.settings
         self.code_cache = target.code_cache
-        self._bounds = None
-        self._specs: dict[tuple, _Spec] = {}
+        self.options = options  # resolved once (Kernel._options_now)
+        self._bounds = host_bounds(src)
+        self._specs: dict[tuple, Specialisation] = {}
         self._last: list = [None]
         self._flags = flag_params(src)
-        self._deterministic = is_deterministic(kernel, state.settings)
-        self._fast_math = is_fast_math(kernel, state.settings)
-        self._default_float = default_float(kernel, state.settings)
-        self._max_iterations = max_iterations(kernel, state.settings)
-        self._debug = kernel_debug_mode(kernel, state.settings)
-        self._record = DeviceRecord(self.device) if self._debug else None
-        self._capture = outer_capture.CaptureRecorder(self, EagerRunner)  # calls on streams other libraries capture
+        self._record = DeviceRecord(self.device) if options.debug else None
+        self._capture = outer_capture.CaptureRecorder(self)  # calls on streams other libraries capture
         loops = self._loops = counted_loops(src.body)  # stats.iterations, in this order
         regions = list(control_regions(src.body))
         # the flag of a loop around the whole body: it can run as the host do-while (the fallback)
         self._root_flag = loops[0].flag if is_root_loop(src.body) else None
-        self.use_graphs = kernel.cuda_graph and state.settings.graphs
-        capacity = kernel.graph_cache_size or state.settings.graph_cache_size
-        self.graphs = GraphCache(capacity, self.device, self._evicted)
+        self.use_graphs = options.cuda_graph and state.settings.graphs
+        self.graphs = GraphCache(options.graph_cache_size, self.device, self._evicted)
         self.while_mode, self.while_reason = None, None
         if regions:
             self.while_mode, self.while_reason = conditional.while_strategy(
                 self.device.info.compute_capability, self.device.info.driver_version,
-                graphs=self.use_graphs,
-                force_host=state.settings.graph_while_host or getattr(kernel, "_force_host_loop", False))
+                graphs=self.use_graphs, force_host=options.graph_while_host)
+        # what every specialisation here shares, and builds its graphs with
+        self._shared = DeviceKernel(target, src.body, src.name, self._bounds, options, self._record,
+                                    self.while_mode == "device", state.settings.programmatic_edges)
         self.stats.used_graph = False
         self.stats.graph_nodes = 0
         self.stats.host_loop = False
@@ -167,9 +80,7 @@ class CudaLauncher:
         if self._resolve is None:
             self._resolve = cuda_call.resolve_function(self)
         key = self._resolve(*args)
-        with self.target.lock:
-            if key not in self._specs:
-                self._specialise(key, args)
+        self.specialisation(key, args)
         return key
 
     def inspect(self, args: tuple):
@@ -181,16 +92,14 @@ class CudaLauncher:
             self._resolve = cuda_call.resolve_function(self)
         key = self._resolve(*args)
         with self.target.lock:
-            flat = self._checked(key, args)
+            flat = check_signature(self.src, key, args, self._bounds, self.options)
             try:
                 program = build_program(self.src, key, self.device.info.compute_capability, self.device.link_ptx,
-                                        self.code_cache, self._deterministic, self._fast_math, self._default_float,
-                                        flat, self._debug, fresh=True)
+                                        self.code_cache, self.options, flat, fresh=True)
             except Exception as e:
                 if is_compile_error(e):
                     raise compile_error(self.src, key, e, getattr(e, "qgraph_task", None)) from e
                 raise
-            check_repeat_counts(flat.src, flat.key)
             resources = self._resources(program)
         return inspection.cuda_code(self.kernel, key, program, resources, inspection.host_sources(self.kernel, self))
 
@@ -231,15 +140,20 @@ class CudaLauncher:
 
     def _guard(self) -> tuple:
         root = next((loop for loop in self._loops if getattr(loop, "flag", None) == self._root_flag), None)
-        return (self._max_iterations, self.src.name, root)
+        return (self.options.max_iterations, self.src.name, root)
 
     def _flag_error(self, index: int, flag_bytes: bytes) -> TypeError:
         return flag_shape_error(self.src, index, FlagKind.shape_of(flag_bytes))
 
-    def _check_failed(self, spec: _Spec, words: list[int]) -> None:
+    def _check_failed(self, spec: Specialisation, words: list[int]) -> None:
         raise check_failure(self.src, spec.sites, words)
 
-    def _switch(self, spec: _Spec) -> None:
+    def switch_to(self, spec: Specialisation) -> None:
+        """Make `spec` the last call's specialisation (its stats, stats.iterations) unless it is."""
+        if spec is not self._last[0]:
+            self._switch(spec)
+
+    def _switch(self, spec: Specialisation) -> None:
         self._last[0] = spec
         stats = self.stats
         stats.used_graph = spec.uses_graph
@@ -251,46 +165,41 @@ class CudaLauncher:
 
     # ------------------------------------------------------------------ specialisation
 
-    def _checked(self, key: tuple, args: tuple):
-        """The flat view of a new signature, after the checks a call makes before compiling it."""
-        src = self.src
-        if self._bounds is None:
-            self._bounds = host_bounds(src)
-        check_bounds(src, key, self._bounds, args)
-        check_outside_values(src, key)
-        flat = flat_source(src, [arg_type(s) for s in key], self._default_float)
-        check_flag_types(flat.src, flat.key)  # every flag, struct fields included
-        if self._deterministic:
-            check_deterministic(flat.src, flat.key)
-        return flat
+    def specialisation(self, key: tuple, args: tuple) -> Specialisation:
+        """The specialisation of signature `key`, compiled now from `args` if new (a step's call
+        is recorded, not run: its graph is built from compiled tasks)."""
+        spec = self._specs.get(key)
+        if spec is None:
+            with self.target.lock:
+                spec = self._specs.get(key)
+                if spec is None:
+                    spec = self._specialise(key, args)
+        return spec
 
-    def _specialise(self, key: tuple, args: tuple) -> _Spec:
+    def compiled(self, key: tuple) -> Specialisation | None:
+        """The specialisation of signature `key` if a call compiled it already."""
+        return self._specs.get(key)
+
+    def _specialise(self, key: tuple, args: tuple) -> Specialisation:
         src = self.src
-        flat = self._checked(key, args)
+        flat = check_signature(src, key, args, self._bounds, self.options)  # the same checks as on the CPU
         try:
             with interruptible_compile(src.name):
-                kernels, debug, from_cache = compile_tasks(src, key, self.device, self.code_cache,
-                                                           self._deterministic, self._fast_math,
-                                                           self._default_float, flat, self._debug)
+                kernels, debug, from_cache = compile_tasks(src, key, self.device, self.code_cache, self.options, flat)
         except Exception as e:
             if is_compile_error(e):
                 raise compile_error(src, key, e, getattr(e, "qgraph_task", None)) from e
             raise
-        check_repeat_counts(flat.src, flat.key)
         names = [r.count if isinstance(r, RepeatLoop) else r.flag for r in control_regions(src.body)]
         flags = {name: flat.slots[flat.src.param_names.index(flat_name(name))] for name in names}
-        spec = _Spec(key, kernels, flags)
-        if debug is not None:
-            spec.sites = debug.sites
-            for tk in kernels:
-                tk.record = self._record.abi
+        spec = Specialisation(key, kernels, flags, debug.sites if debug is not None else [], self._shared)
         self._assign_runner(spec)
         self._specs[key] = spec
         self.stats.specialisations += 1
         self.stats.cache_loads += from_cache
         return spec
 
-    def _assign_runner(self, spec: _Spec) -> None:
+    def _assign_runner(self, spec: Specialisation) -> None:
         """Choose how this specialisation runs; graphs are built on its first call."""
         name = self.src.name
         if self.while_mode == "host":
@@ -300,11 +209,11 @@ class CudaLauncher:
                 runs = {tk.task.index: EagerRunner([tk], self._bounds, name).run
                         for tk in spec.kernels}
                 spec.host_runner = conditional.HostTree(self.target, self.src.body, runs, spec.flags, self._loops,
-                                                        self._max_iterations, name)
+                                                        self.options.max_iterations, name)
                 spec.run = spec.host_runner.run
                 return
         if not self.use_graphs:
-            eager = EagerRunner(spec.kernels, self._bounds, name)
+            eager = spec.eager()
             spec.run = eager.run
             if self.while_mode == "host":
                 spec.host_runner = conditional.HostLoop(self.target, eager.run, None, spec.flags[self._root_flag],
@@ -314,12 +223,9 @@ class CudaLauncher:
         spec.uses_graph = True
         spec.run = self._build_runner(spec)
 
-    def _build_runner(self, spec: _Spec):
+    def _build_runner(self, spec: Specialisation):
         def build_and_run(args, packs, stream):
-            graph = TaskGraph(self.target, spec.kernels, self.src.body, self._bounds, self.stats, self.src.name,
-                              args, packs, stream, spec.flags, device_loops=self.while_mode == "device",
-                              programmatic=self.settings.programmatic_edges, max_iterations=self._max_iterations,
-                              stop_word=self._record.pointer if self._record is not None else 0)
+            graph = spec.build_graph(args, packs, stream, self.stats)
             self.stats.builds += 1
             self.stats.build_seconds = graph.build_seconds
             spec.graph = graph

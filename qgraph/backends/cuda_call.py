@@ -154,7 +154,7 @@ def launch_function(launcher, strict: bool = False):
     tests, remember = _probes(src)
     if not n:  # no argument to compare: the memory is its instance, or None
         tests.append("m[0] is not None")
-    fast = not launcher._debug  # a debug call reads the checks' record after every launch
+    fast = not launcher.options.debug  # a debug call reads the checks' record after every launch
     if fast:
         out.add(_same_arguments(n, tests))
         out.add(_new_numbers(src, ns, n))

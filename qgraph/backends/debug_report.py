@@ -18,11 +18,6 @@ from ..lang.front.parse import KernelSource
 from ..lang.lower.debug_checks import DIVISOR_AXIS, FINITE_AXIS, RECORD_WORDS, Site
 
 
-def kernel_debug_mode(kernel, settings) -> str | None:
-    """The kernel's `debug=` option, else QGRAPH_DEBUG: None, "bounds" or "nan"."""
-    return settings.debug if kernel.debug is None else (kernel.debug or None)
-
-
 def _where(src: KernelSource, lineno: int) -> str:
     return f"kernel {src.name}, line {lineno} ({src.filename}:{lineno})"
 

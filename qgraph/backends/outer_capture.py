@@ -39,9 +39,8 @@ def control_flow_error(src, why: str | None) -> QgraphError:
 class CaptureRecorder:
     """Records a launcher's calls on capturing streams; owns what recorded graphs still use."""
 
-    def __init__(self, launcher, eager_runner: type) -> None:
+    def __init__(self, launcher) -> None:
         self._launcher = launcher
-        self._eager_runner = eager_runner  # backends.cuda.EagerRunner
         self._control_flow = any(True for _ in control_regions(launcher.src.body))
         self._recorded: list[TaskGraph] = []  # their loop state lives as long as the launcher
 
@@ -50,30 +49,23 @@ class CaptureRecorder:
         launcher = self._launcher
         if self._control_flow and launcher.while_mode != "device":
             raise control_flow_error(launcher.src, launcher.while_reason)
-        spec = launcher._specs.get(key)
+        spec = launcher.compiled(key)
         if spec is None:
             raise first_call_error(launcher.src, key)
-        if spec is not launcher._last[0]:
-            launcher._switch(spec)
+        launcher.switch_to(spec)
         if self._control_flow:
             self._record_graph(spec, args, packs, stream)
             return
         if spec.captured_run is None:
-            spec.captured_run = self._eager_runner(spec.kernels, launcher._bounds, launcher.src.name).run
+            spec.captured_run = spec.eager().run
         spec.captured_run(args, packs, stream)
 
     def _record_graph(self, spec, args: tuple, packs: tuple, stream: int) -> None:
         """Device control flow: the specialisation's nodes, conditional ones included, added straight
         to the capturing graph after the stream's capture dependencies."""
-        launcher = self._launcher
         graph, deps = capture_graph(stream)
-        record = launcher._record
         with relaxed_capture_mode():  # the loops' state is allocated on qgraph's stream, outside the capture
-            recorded = TaskGraph(launcher.target, spec.kernels, launcher.src.body, launcher._bounds, launcher.stats,
-                                 launcher.src.name, args, packs, stream, spec.flags, device_loops=True,
-                                 programmatic=launcher.settings.programmatic_edges,
-                                 max_iterations=launcher._max_iterations,
-                                 stop_word=record.pointer if record is not None else 0, into=(graph, deps))
+            recorded = spec.build_graph(args, packs, stream, self._launcher.stats, into=(graph, deps))
         self._recorded.append(recorded)
         set_capture_dependencies(stream, recorded.ends)
 

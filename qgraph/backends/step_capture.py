@@ -34,12 +34,13 @@ _WRITTEN: dict[int, frozenset] = {}  # id(kernel source) -> positions of the arr
 
 
 class StepCall:
-    """One kernel call inside a step: its launcher, signature, arguments and parameter bytes."""
+    """One kernel call inside a step: its launcher, signature, specialisation (compiled),
+    arguments and parameter bytes."""
 
-    __slots__ = ("launcher", "key", "args", "packs")
+    __slots__ = ("launcher", "key", "spec", "args", "packs")
 
-    def __init__(self, launcher, key: tuple, args: tuple, packs: tuple) -> None:
-        self.launcher, self.key, self.args, self.packs = launcher, key, args, packs
+    def __init__(self, launcher, key: tuple, spec, args: tuple, packs: tuple) -> None:
+        self.launcher, self.key, self.spec, self.args, self.packs = launcher, key, spec, args, packs
 
 
 def intercept(launcher, key: tuple, args: tuple, packs: tuple, stream) -> bool:
@@ -50,11 +51,8 @@ def intercept(launcher, key: tuple, args: tuple, packs: tuple, stream) -> bool:
     if stream is not None:
         raise QgraphError(f"kernel {launcher.src.name} was given stream= inside a @qgraph.graph function: its "
                           "calls run in the step's graph, on the stream the step is called with; drop stream=")
-    if launcher._specs.get(key) is None:  # compile now: the graph is built from compiled tasks
-        with launcher.target.lock:
-            if launcher._specs.get(key) is None:
-                launcher._specialise(key, args)
-    calls.append(StepCall(launcher, key, args, packs))
+    spec = launcher.specialisation(key, args)  # compiled now: the step's graph is built from compiled tasks
+    calls.append(StepCall(launcher, key, spec, args, packs))
     return True
 
 
@@ -178,15 +176,9 @@ class BuiltStep:
                     raise QgraphError(f"kernel {launcher.src.name} has device control flow that runs on the host "
                                       f"here ({launcher.while_reason}), so it cannot be part of a @qgraph.graph "
                                       "step; call it outside the step")
-                spec = launcher._specs[call.key]
-                record = launcher._record
-                part = TaskGraph(target, spec.kernels, launcher.src.body, launcher._bounds, stats,
-                                 launcher.src.name, call.args, call.packs, stream, spec.flags,
-                                 device_loops=launcher.while_mode == "device",
-                                 programmatic=launcher.settings.programmatic_edges,
-                                 max_iterations=launcher._max_iterations,
-                                 stop_word=record.pointer if record is not None else 0,
-                                 into=(into, [n for i in waits for n in ends[i]]), kernel_deps=kernel_handles)
+                part = call.spec.build_graph(call.args, call.packs, stream, stats,
+                                             into=(into, [n for i in waits for n in ends[i]]),
+                                             kernel_deps=kernel_handles)
                 self.parts.append(part)
                 ends.append(part.ends)
                 kernel_handles = kernel_handles | {int(n.handle) for n in part._nodes if n.kernel is not None}

@@ -118,7 +118,6 @@ def profile(tasks: int, cc: tuple[int, int], cprofile: int = 0) -> dict:
     found: dict[str, float] = {}
     import numpy as np
 
-    from ..backends.checks import default_float, is_fast_math
     from ..compiler import cuda_program
     from ..compiler import numba_adapter as adapter
     from ..compiler.code_cache import CodeCache
@@ -150,8 +149,7 @@ def profile(tasks: int, cc: tuple[int, int], cprofile: int = 0) -> dict:
         if profiler is not None:
             profiler.enable()
         program = cuda_program.build_program(kernel._source, key, cc, lambda ptx: _link(timer, ptx, cc), cache,
-                                             fast_math=is_fast_math(kernel, environ),
-                                             default_float=default_float(kernel, environ))
+                                             kernel.options.resolved(environ))
         if profiler is not None:
             profiler.disable()
     found["compile (build_program)"] = time.perf_counter() - started

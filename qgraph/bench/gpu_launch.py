@@ -79,10 +79,9 @@ def gpu_loop_rows(tasks: int, iterations: int, budget: float, repeat: int) -> li
     counter, flag = qgraph.ndarray(qgraph.i32, (1,)), qgraph.ndarray(qgraph.i32, (1,))
     raw = RawGraphs(device, arrays, size, a, counter, flag)
     args = arrays + [counter, flag, size, a]
-    fallback = module.loop._variant(cuda_graph=True)
-    fallback._force_host_loop = True  # the same kernel on the host do-while path, side by side
-    unguarded = module.loop._variant(cuda_graph=True)
-    unguarded.max_iterations = None  # the runaway guard's cost: the same loop without it
+    # the same kernel on the host do-while path, side by side; the runaway guard's cost: the loop without it
+    fallback = module.loop._variant(cuda_graph=True, graph_while_host=True)
+    unguarded = module.loop._variant(cuda_graph=True, max_iterations=None)
 
     def run(fn):
         def call() -> None:

@@ -78,7 +78,7 @@ def offline_qgraph_ptx(kernel, args: tuple, cc: tuple[int, int] = (9, 0)) -> lis
     move, this raises with the name of what is missing."""
     from ..args.kinds import arg_type
     from ..args.vectors import as_elements
-    from ..backends.checks import default_float, element_annotations, fixed_scalar_types, is_fast_math
+    from ..backends.checks import element_annotations, fixed_scalar_types
     from ..compiler import cuda_program, ptx_text
     from ..compiler import numba_adapter as adapter
     from ..lang.lower.lowering import lower_funcs
@@ -91,12 +91,13 @@ def offline_qgraph_ptx(kernel, args: tuple, cc: tuple[int, int] = (9, 0)) -> lis
     elements = element_annotations(src) or ()  # `x: qgraph.vec3[:]` reads a plain array as vectors
     key = tuple(as_elements(s, a, f"argument {k}", e) if e is not None and not arg_type(s).element else s
                 for k, (s, a, e) in enumerate(zip(key, args, elements or (None,) * len(key))))
-    codes = cuda_program.task_codes(src, key, default_float=default_float(kernel, settings))
+    options = kernel.options.resolved(settings)
+    codes = cuda_program.task_codes(src, key, options)
 
     with adapter.assumed_compute_capability(cc):
         ptx_list, _, _ = cuda_program._compile_ptx(
             codes.flat.src, codes.codes, codes.orders, codes.types, lower_funcs(codes.symbols), tuple(cc),
-            codes.flat.kinds, is_fast_math(kernel, settings), together=False)
+            codes.flat.kinds, options.fast_math, options.debug is not None, together=False)
     if tuple(cc) >= cuda_program.PDL_COMPUTE_CAPABILITY:
         return [ptx_text.add_grid_dependency_control(ptx) for _, ptx in ptx_list]
     return [ptx for _, ptx in ptx_list]

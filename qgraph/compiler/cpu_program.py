@@ -18,6 +18,7 @@ from ..lang.front.parse import KernelSource
 from ..lang.lower.debug_checks import DebugPlan
 from ..lang.lower.lowering import PREFIX
 from ..lang.lower.math_calls import MAX, MIN, ROUNDING_FUNCTIONS
+from ..lang.options import DEFAULT_OPTIONS, KernelOptions
 from . import numba_adapter as adapter
 from .cpu_interrupts import chunk_functions, interrupted
 from .cpu_math import cpu_math
@@ -38,11 +39,13 @@ def _trip_count(start, stop, step):
 class CpuProgram:
     """The numba runner(s) of one kernel; numba compiles one overload per signature."""
 
-    def __init__(self, src: KernelSource, cache_dir: str | None, zero_d: frozenset[str] = frozenset(),
-                 fast_math: bool = False, precision: tuple[dict, str] | None = None, funcs: list | None = None,
-                 max_iterations: int | None = None, debug: DebugPlan | None = None) -> None:
-        module = cpu_codegen.cpu_module(src, zero_d, "fast_math" if fast_math else "", precision, funcs,
-                                        max_iterations, debug)
+    def __init__(self, src: KernelSource, cache_dir: str | None, options: KernelOptions = DEFAULT_OPTIONS,
+                 kinds: list | None = None, funcs: list | None = None) -> None:
+        """`src` flattened (lang.flat.view) with argument kinds `kinds` (None: untyped code) and
+        @qgraph.func specialisations `funcs`; `options` resolved (debug mode needs `kinds`)."""
+        debug = DebugPlan.of(options.debug, src.param_names, kinds) if options.debug else None
+        module = cpu_codegen.cpu_module(src, options, kinds, funcs, debug)
+        fast_math = options.fast_math
         self.fingerprint = module.fingerprint
         self.unit_tasks = module.unit_tasks
         self.sites = debug.sites if debug is not None else []

@@ -29,7 +29,7 @@ from ..lang.front.parse import KernelSource, Task
 from ..lang.lower.debug_checks import DebugPlan
 from ..lang.lower.fingerprint import fingerprint_of
 from ..lang.lower.lowering import CUDA_ATOMICS, CUDA_MATH, Symbols, lower_funcs, module_of
-from ..lang.types.weak_types import param_type
+from ..lang.options import DEFAULT_OPTIONS, KernelOptions
 from . import numba_adapter as adapter
 from . import ptx_text
 from .code_cache import CodeCache, entry_key
@@ -104,31 +104,24 @@ class TaskCodes:
     debug: DebugPlan | None = None  # debug mode's checks, and what each site number means
 
 
-def task_codes(src: KernelSource, key: tuple[str, ...], deterministic: bool = False,
-               default_float: str = "f64", flat: FlatSource | None = None, debug: str | None = None) -> TaskCodes:
-    """Generate every node task's kernel function for one argument signature.
+def task_codes(src: KernelSource, key: tuple[str, ...], options: KernelOptions = DEFAULT_OPTIONS,
+               flat: FlatSource | None = None) -> TaskCodes:
+    """Generate every node task's kernel function for one argument signature, with `options`
+    (resolved: lang.options).
 
-    `default_float` ("f32"/"f64") is the precision of floats nothing else decides (lang.types.precision).
     Struct arguments are flattened into their leaves and vector code into components first
-    (lang.flat.view): argument indices below are leaf indices. `debug` ("bounds"/"nan") adds
-    debug mode's checks (lang.lower.debug_checks)."""
-    flat = flat or flat_source(src, [arg_type(s) for s in key], default_float)
+    (lang.flat.view; `flat` when the caller has it already): argument indices below are leaf
+    indices. `options.debug` ("bounds"/"nan") adds debug mode's checks (lang.lower.debug_checks)."""
+    flat = flat or flat_source(src, [arg_type(s) for s in key], options.default_float)
     src, types = flat.src, flat.kinds
-    plan = DebugPlan.of(debug, src.param_names, types) if debug else None
-    precision = ({name: param_type(t) for name, t in zip(src.param_names, types)}, default_float)
-    addressed = {name: t.ndim for name, t in zip(src.param_names, types)
-                 if t.is_array and t.ndim in (2, 3) and t.contiguous and not t.large}
+    plan = DebugPlan.of(options.debug, src.param_names, types) if options.debug else None
     symbols = Symbols(dict(CUDA_ATOMICS), specialised=list(flat.funcs.defs), math_paths=dict(CUDA_MATH))
-    zero_d = frozenset(name for name, t in zip(src.param_names, types) if t.ndim == 0)
-    dtypes = {name: t.dtype for name, t in zip(src.param_names, types) if t.is_array}
     node_tasks = list(src.tasks)  # one kernel (and graph node) each
     orders, codes, task_types, suffixes = [], [], [], []
     for task in node_tasks:
         order = param_order(src, task, types)
         orders.append(order)
-        n_arrays = sum(1 for k in order if types[k].is_array)
-        code = cuda_codegen.cuda_task(src, task, [src.param_names[k] for k in order], symbols, zero_d, dtypes,
-                                      deterministic, n_arrays, precision, addressed, plan)
+        code = cuda_codegen.cuda_task(src, task, [src.param_names[k] for k in order], symbols, types, options, plan)
         codes.append(code)
         these, suffix = list(types), {}
         for k, name in enumerate(src.param_names):
@@ -153,13 +146,13 @@ class Program:
 
 
 def build_program(src: KernelSource, key: tuple[str, ...], cc: tuple[int, int], link, cache: CodeCache,
-                  deterministic: bool = False, fast_math: bool = False, default_float: str = "f64",
-                  flat: FlatSource | None = None, debug: str | None = None, fresh: bool = False) -> Program:
+                  options: KernelOptions = DEFAULT_OPTIONS, flat: FlatSource | None = None,
+                  fresh: bool = False) -> Program:
     """Generate, compile and link (or load from the disk cache) every task of one specialisation
     for compute capability `cc`; `link(ptx_list)` makes the cubin (the device's JIT linker, or
     ptxas and nvlink offline). Needs no device: benchmarks/cuda_compile_offline.py profiles it.
     `fresh`: compile even on a cache hit (the PTX exists only in a compile: kernel.inspect)."""
-    generated_codes = task_codes(src, key, deterministic, default_float, flat, debug)
+    generated_codes = task_codes(src, key, options, flat)
     flat = generated_codes.flat
     src, types = flat.src, flat.kinds
     codes, orders, task_types = generated_codes.codes, generated_codes.orders, generated_codes.types
@@ -167,8 +160,8 @@ def build_program(src: KernelSource, key: tuple[str, ...], cc: tuple[int, int], 
     fingerprint = fingerprint_of(src, [c.function for c in codes] + [f for f, _, _ in func_defs],
                                  [s for _, _, s in func_defs])
     waits = tuple(cc) >= PDL_COMPUTE_CAPABILITY
-    ckey = entry_key("tasks", fingerprint, ",".join(key), f"sm_{cc[0]}{cc[1]}", f"pdl={waits}",
-                     f"deterministic={deterministic}", f"fast_math={fast_math}", f"debug={debug}", toolchain_versions())
+    ckey = entry_key("tasks", fingerprint, ",".join(key), f"sm_{cc[0]}{cc[1]}", f"pdl={waits}", options.code_key(),
+                     toolchain_versions())
 
     # with QGRAPH_DUMP set, compile even on a cache hit: the task source and PTX are only
     # produced by a compile, and the dump must hold every generated source
@@ -177,8 +170,8 @@ def build_program(src: KernelSource, key: tuple[str, ...], cc: tuple[int, int], 
         manifest, cubin = cached
         return Program(generated_codes, manifest["entries"], manifest["param_sizes"], cubin, True, waits)
     with rare_collections():  # numba's allocations would run the collector every few ms (compiler.compile_gc)
-        ptx_list, entries, sizes = _compile_ptx(src, codes, orders, task_types, func_defs, cc, types, fast_math,
-                                                debug is not None)
+        ptx_list, entries, sizes = _compile_ptx(src, codes, orders, task_types, func_defs, cc, types,
+                                                options.fast_math, options.debug is not None)
     if waits:
         variants = []
         for name, ptx in ptx_list:
@@ -195,17 +188,14 @@ def build_program(src: KernelSource, key: tuple[str, ...], cc: tuple[int, int], 
     return Program(generated_codes, entries, sizes, cubin, False, waits, tuple(ptx_list))
 
 
-def compile_tasks(src: KernelSource, key: tuple[str, ...], device: CudaDevice,
-                  cache: CodeCache, deterministic: bool = False, fast_math: bool = False,
-                  default_float: str = "f64", flat: FlatSource | None = None,
-                  debug: str | None = None) -> tuple[list[TaskKernel], DebugPlan | None, bool]:
+def compile_tasks(src: KernelSource, key: tuple[str, ...], device: CudaDevice, cache: CodeCache,
+                  options: KernelOptions = DEFAULT_OPTIONS,
+                  flat: FlatSource | None = None) -> tuple[list[TaskKernel], DebugPlan | None, bool]:
     """Compile (or load from the disk cache) every task of one specialisation and load it: the task
-    kernels, with `debug` the plan of its checks (what each site number means), and whether the
-    code came from the disk cache.
-
-    `deterministic`: reductions combine through per-task scratch arrays in a fixed order."""
-    program = build_program(src, key, device.info.compute_capability, device.link_ptx, cache, deterministic,
-                            fast_math, default_float, flat, debug)
+    kernels, with `options.debug` the plan of its checks (what each site number means), and
+    whether the code came from the disk cache. With `options.deterministic` reductions combine
+    through per-task scratch arrays in a fixed order."""
+    program = build_program(src, key, device.info.compute_capability, device.link_ptx, cache, options, flat)
     generated_codes, entries, sizes, cubin, waits = (program.codes, program.entries, program.sizes,
                                                      program.cubin, program.waits)
     flat = generated_codes.flat

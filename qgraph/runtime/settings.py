@@ -13,6 +13,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ..errors import QgraphError
+from ..lang.options import DEFAULT_OPTIONS, USE_ENVIRONMENT
+
+__all__ = ["USE_ENVIRONMENT", "Settings", "debug_mode"]  # USE_ENVIRONMENT: kernel options left to the environment
 
 ARCHES = ("cuda", "cpu")
 ON = ("1", "true", "on", "yes")
@@ -50,32 +53,23 @@ def arch_name(text: str | None, source: str) -> str | None:
     return name
 
 
-class _UseEnvironment:
-    """A kernel option left to its environment variable (shows as such in signatures)."""
-
-    def __repr__(self) -> str:
-        return "<from the environment>"
-
-
-USE_ENVIRONMENT = _UseEnvironment()
-
-
 @dataclass(frozen=True)
 class Settings:
-    """What the environment variables say, read by init()."""
+    """What the environment variables say, read by init(). The kernel options' defaults are
+    lang.options.DEFAULT_OPTIONS (one place), which a kernel's own arguments override."""
 
     graphs: bool = True  # QGRAPH_GRAPHS=0 turns CUDA graphs off
-    graph_while_host: bool = False  # QGRAPH_GRAPH_WHILE=host forces the host do-while
+    graph_while_host: bool = DEFAULT_OPTIONS.graph_while_host  # QGRAPH_GRAPH_WHILE=host forces the host do-while
     cache_dir: str | None = None  # QGRAPH_CACHE_DIR; None when the disk cache is off
-    graph_cache_size: int = 16  # QGRAPH_GRAPH_CACHE_SIZE: graphs kept per kernel (LRU)
+    graph_cache_size: int = DEFAULT_OPTIONS.graph_cache_size  # QGRAPH_GRAPH_CACHE_SIZE: graphs per kernel (LRU)
     programmatic_edges: bool = True  # QGRAPH_PDL=0: plain edges between graph kernel nodes
     dump_dir: str | None = None  # QGRAPH_DUMP=<dir>: write every generated source there
     arch: str | None = None  # QGRAPH_ARCH, for init(arch=None)
-    deterministic: bool = False  # QGRAPH_DETERMINISTIC=1: bit-identical reductions by default
-    fast_math: bool = False  # QGRAPH_FAST_MATH=1: fast-math code generation by default
-    default_float: str = "f64"  # QGRAPH_DEFAULT_FLOAT=float32: literals' precision where nothing decides
-    max_iterations: int | None = 10_000_000  # QGRAPH_MAX_ITERATIONS: the runaway guard of device loops (0: none)
-    debug: str | None = None  # QGRAPH_DEBUG=1 ("bounds") or =nan: bounds-checked (and finiteness-checked) code
+    deterministic: bool = DEFAULT_OPTIONS.deterministic  # QGRAPH_DETERMINISTIC=1: bit-identical reductions
+    fast_math: bool = DEFAULT_OPTIONS.fast_math  # QGRAPH_FAST_MATH=1: fast-math code generation
+    default_float: str = DEFAULT_OPTIONS.default_float  # QGRAPH_DEFAULT_FLOAT=float32: where nothing decides
+    max_iterations: int | None = DEFAULT_OPTIONS.max_iterations  # QGRAPH_MAX_ITERATIONS: the guard (0: none)
+    debug: str | None = DEFAULT_OPTIONS.debug  # QGRAPH_DEBUG=1 ("bounds") or =nan: checked code
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] = os.environ) -> Settings:

@@ -34,7 +34,9 @@ from ..lower.lowering import (
     view_assignments,
 )
 from ..lower.updates import Reduction, UpdateRewriter, combine, task_updates
+from ..options import DEFAULT_OPTIONS, KernelOptions
 from ..types.precision import weak_typed
+from ..types.weak_types import param_type
 from . import loops as cpu_loops
 from .loops import IndexByCounter, RunnerStatus, counted_loop, flag_value, outer_loop, runner_status, trip_count
 
@@ -192,23 +194,29 @@ def _reduction_frame(src: KernelSource, task: Task, found: list[Reduction],
     return [rewriter.visit(s) for s in before], [rewriter.visit(s) for s in after]
 
 
-def cpu_module(src: KernelSource, zero_d: frozenset[str] = frozenset(), options: str = "",
-               precision: tuple[dict, str] | None = None, funcs: list | None = None,
-               max_iterations: int | None = None, debug: DebugPlan | None = None) -> CpuModule:
+def cpu_module(src: KernelSource, options: KernelOptions = DEFAULT_OPTIONS, kinds: list | None = None,
+               funcs: list | None = None, debug: DebugPlan | None = None) -> CpuModule:
     """One function per unit of tasks, and a runner that walks the region tree calling them.
 
     Within a sequence, runs of parallel tasks that numba can analyse share a function, so
     numba fuses adjacent loops where that is safe, as it would for the same loops written
     by hand; every other boundary between tasks is a call, which numba never reorders. A
-    device loop becomes a do-while on its flag. Parallel loops index the 0-d array
-    parameters in `zero_d` through 1-element views. `precision` (parameter types, default
-    float) types Python numbers weakly (lang.types.precision). `src` is flattened (lang.flat.view),
-    `funcs` its @qgraph.func specialisations. With device loops the runner returns
+    device loop becomes a do-while on its flag, guarded by `options.max_iterations`. `kinds`
+    are the argument kinds of `src`'s parameters: parallel loops index the 0-d arrays
+    through 1-element views, and Python numbers are typed weakly against them and
+    `options.default_float` (lang.types.precision); None leaves the code untyped. `src` is
+    flattened (lang.flat.view), `funcs` its @qgraph.func specialisations, `debug` the plan of
+    `options.debug`. With device loops the runner returns
     (status, loop, passes of each loop), the status a cpu_loops.RunnerStatus; without device
     loops it returns None, or CHUNK_INTERRUPTED when Ctrl-C stopped a chunked parallel loop.
     The runner takes the record array `_qg_record` after the parameters and writes the number
     of the unit it runs into it, so an exception from a task can name the task.
     """
+    zero_d = frozenset(n for n, k in zip(src.param_names, kinds or ()) if k.ndim == 0)
+    precision = None
+    if kinds is not None:
+        precision = ({n: param_type(k) for n, k in zip(src.param_names, kinds)}, options.default_float)
+    max_iterations = options.max_iterations
     symbols = Symbols(specialised=list(funcs or []))
     defs: list[ast.stmt] = []
     units: list[tuple[str, bool]] = []
@@ -296,9 +304,10 @@ def cpu_module(src: KernelSource, zero_d: frozenset[str] = frozenset(), options:
         runner_body = runner_body[:1] + defs.pop().body
     defs.append(function_def(RUNNER, list(src.param_names) + [RECORD], runner_body, src.lineno))
     func_defs = lower_funcs(symbols)
-    # `options` (compile flags such as fast math) are part of the fingerprint: numba's cache
-    # index does not key on them, so each setting gets symbols and cache entries of its own
-    fingerprint = fingerprint_of(src, [f for f, _, _ in func_defs] + defs, [s for _, _, s in func_defs], options)
+    # the options that change code (compile flags such as fast math) are part of the fingerprint: numba's
+    # cache index does not key on them, so each setting gets symbols and cache entries of its own
+    fingerprint = fingerprint_of(src, [f for f, _, _ in func_defs] + defs, [s for _, _, s in func_defs],
+                                 options.code_key())
     # numba names compiled code after module, qualname and a per-process counter, so two
     # kernels compiled by different processes can emit the same symbol, and a process
     # loading both from the disk cache links whichever it loaded first. Names unique to the

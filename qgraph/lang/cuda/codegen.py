@@ -28,7 +28,9 @@ from ..lower.lowering import (
     task_name,
 )
 from ..lower.updates import Reduction, UpdateRewriter
+from ..options import DEFAULT_OPTIONS, KernelOptions
 from ..types.precision import weak_typed
+from ..types.weak_types import param_type
 from . import reductions
 from .addressing import Addressing32, loop_floors
 from .loops import ContinueToReturn, CountedLoops, as_list, flat_indices, thread_index, tiled_loops
@@ -109,32 +111,36 @@ def _reduction_kinds(src: KernelSource, found: list[Reduction], dtypes: dict) ->
     return kinds
 
 
-def cuda_task(src: KernelSource, task: Task, param_order: list[str], symbols: Symbols,
-              zero_d: frozenset[str] = frozenset(), dtypes: dict | None = None,
-              deterministic: bool = False, n_arrays: int | None = None,
-              precision: tuple[dict, str] | None = None, addressed: dict[str, int] | None = None,
-              debug: DebugPlan | None = None) -> CudaTaskCode:
+def cuda_task(src: KernelSource, task: Task, param_order: list[str], symbols: Symbols, kinds: list,
+              options: KernelOptions = DEFAULT_OPTIONS, debug: DebugPlan | None = None) -> CudaTaskCode:
     """The kernel function of one task, taking `param_order` after the bound parameters.
 
     A parallel task runs one iteration per thread; one with reductions (see lang.lower.updates)
     runs a grid-stride loop and combines its partials per block (lang.cuda.reductions).
-    `dtypes` maps array parameters to their NumPy dtypes (reduction partials are typed).
-    `deterministic` combines reductions in a fixed order through scratch arrays, extra
-    parameters placed after the first `n_arrays` (array) parameters of `param_order`.
+    `kinds` are the argument kinds of `src`'s parameters (array dtypes type reduction partials;
+    Python numbers are typed weakly against them and `options.default_float`, lang.types.precision).
+    `options.deterministic` combines reductions in a fixed order through scratch arrays, extra
+    parameters placed after the array parameters of `param_order`.
     numba-cuda's atomics take no 0-d array, so a 0-d parameter the task updates atomically
     is passed to it as a 1-element array (`CudaTaskCode.one_element`): its `x[()]` and
-    `atomic.<op>(x, (), v)` become `x[0]` and `atomic.<op>(x, 0, v)`. `precision`
-    (parameter types, default float) types Python numbers weakly (lang.types.precision);
-    `addressed` (array parameter -> ndim) are indexed with 32-bit offsets (lang.cuda.addressing).
-    `debug` adds debug mode's checks (lang.lower.debug_checks) and the record parameter after the
-    scratch arrays.
+    `atomic.<op>(x, (), v)` become `x[0]` and `atomic.<op>(x, 0, v)`. C-contiguous 2-D and
+    3-D arrays below 2^31 elements are indexed with 32-bit offsets (lang.cuda.addressing).
+    `debug` (the specialisation's plan for `options.debug`) adds debug mode's checks
+    (lang.lower.debug_checks) and the record parameter after the scratch arrays.
     """
+    kind_of = dict(zip(src.param_names, kinds))
+    zero_d = frozenset(name for name, t in kind_of.items() if t.ndim == 0)
+    dtypes = {name: t.dtype for name, t in kind_of.items() if t.is_array}
+    addressed = {name: t.ndim for name, t in kind_of.items()
+                 if t.is_array and t.ndim in (2, 3) and t.contiguous and not t.large}
+    precision = ({name: param_type(t) for name, t in kind_of.items()}, options.default_float)
+    n_arrays = sum(1 for name in param_order if kind_of[name].is_array)
+    deterministic = options.deterministic
     at = task.body[0]
     local_names = task_locals(src, task)
     statements = task.body
-    if precision is not None:
-        statements = weak_typed(src, task.body, precision[0], task.loop_vars, local_names, precision[1],
-                                funcs=symbols.typing_funcs(precision[1]))
+    statements = weak_typed(src, task.body, precision[0], task.loop_vars, local_names, precision[1],
+                            funcs=symbols.typing_funcs(precision[1]))
     updates = None
     if task.parallel:
         updates = UpdateRewriter(task, set(src.param_names), src.resolve, src.error, symbols.atomic,
@@ -146,14 +152,14 @@ def cuda_task(src: KernelSource, task: Task, param_order: list[str], symbols: Sy
     # 2-D blocks for multi-dimensional loops, except deterministic reductions (their per-block slots need a 1-D grid)
     tiled = task.parallel and len(task.dims) > 1 and not (found and deterministic)
     if task.parallel and found:
-        kinds = _reduction_kinds(src, found, dtypes or {})
+        targets = _reduction_kinds(src, found, dtypes)
         rewriter = CallRewriter(src, local_names, symbols)
         init = [rewriter.visit(s) for s in reductions.initial_partials(found, at)]
         if deterministic:
-            combine = [rewriter.visit(s) for s in reductions.deterministic_combine(found, at, kinds)]
+            combine = [rewriter.visit(s) for s in reductions.deterministic_combine(found, at, targets)]
             scratch = tuple(reductions.scratch_params(found))
         else:
-            combine = [rewriter.visit(s) for s in reductions.block_combine(found, at, symbols.atomic, kinds)]
+            combine = [rewriter.visit(s) for s in reductions.block_combine(found, at, symbols.atomic, targets)]
         if tiled:  # the launch caps the grid at one wave
             body = init + tiled_loops(task, body, at, early_return=False) + combine
         else:
@@ -170,7 +176,7 @@ def cuda_task(src: KernelSource, task: Task, param_order: list[str], symbols: Sy
     counted = CountedLoops(lambda func: src.resolve(func) is range if isinstance(func, ast.Name)
                             and func.id not in local_names else False)
     body = [s for stmt in body for s in as_list(counted.visit(stmt))]
-    floats = FloatSubAsAdd({name for name, dtype in (dtypes or {}).items() if dtype.kind == "f"})
+    floats = FloatSubAsAdd({name for name, dtype in dtypes.items() if dtype.kind == "f"})
     body = [floats.visit(s) for s in body]
     if debug is not None:
         body = debug.apply(body, CUDA_ATOMICS.values())
@@ -180,7 +186,7 @@ def cuda_task(src: KernelSource, task: Task, param_order: list[str], symbols: Sy
         rewriter = Addressing32({n: d for n, d in addressed.items() if n not in task.stored},
                                 loop_floors(task) if task.parallel else {})
         body = [rewriter.visit(s) for s in body]
-    split = len(param_order) if n_arrays is None else n_arrays
+    split = n_arrays
     record = [RECORD] if debug is not None else []
     params = list(bounds) + list(param_order[:split]) + list(scratch) + record + list(param_order[split:])
     fdef = function_def(task_name(task), params, body, task.lineno)

@@ -1,0 +1,130 @@
+"""A compiled CUDA specialisation as one object: what it is made of, how it runs, its graphs.
+
+`Specialisation` owns one signature's task kernels, the places of its flags, and what every
+specialisation of the kernel on that device shares (`DeviceKernel`: the region tree, the host
+bounds function, the resolved options, the debug record, how loops and edges are built). It
+builds its own graphs (`build_graph`: the kernel's own, a part of a @qgraph.graph step, or
+nodes added to another library's stream capture) and its eager launches (`EagerRunner`), so
+nothing outside the launcher reads the launcher's fields to build them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ..args.kinds import arg_type
+from ..compiler.cuda_program import TaskKernel
+from ..compiler.launch_code import block_expr, generate, grid_expr, signature_with_constants, tile_shape
+from ..driver.device import driver, kernel_failure
+from ..driver.params import ParamBuffer
+from ..graph_cache import TaskGraph
+from ..lang.front.regions import Region
+from ..lang.options import KernelOptions
+from .debug_report import DeviceRecord
+
+_BOUNDS_MEMO = 16  # eager calls remember the loop bounds of this many recent argument sets
+
+
+@dataclass(frozen=True)
+class DeviceKernel:
+    """What every specialisation of one kernel on one device shares, fixed by its launcher."""
+
+    target: object  # the runtime DeviceState
+    body: Region  # the kernel's region tree
+    name: str
+    bounds: Callable  # the host bounds function: args -> (packed bounds, counts, extents)
+    options: KernelOptions  # resolved
+    record: DeviceRecord | None  # debug mode's record of a failed check (None: debug off)
+    device_loops: bool  # loop regions become WHILE nodes (else the host do-while repeats the graph)
+    programmatic: bool  # programmatic edges between kernel nodes where the device has them
+
+
+class Specialisation:
+    """One compiled signature on one device and how it runs now (graph_cache.GraphSpec)."""
+
+    __slots__ = ("key", "kernels", "flags", "sites", "target", "body", "name", "bounds", "options", "record",
+                 "device_loops", "programmatic", "run", "graph", "uses_graph", "host_loop", "nodes", "host_runner",
+                 "captured_run", "again")
+
+    def __init__(self, key: tuple, kernels: list[TaskKernel], flags: dict, sites: list, shared: DeviceKernel) -> None:
+        self.key = key
+        self.kernels = kernels
+        self.flags = flags  # loop or branch flag (or repeat count) -> (argument, struct leaf or None)
+        self.sites = sites  # debug mode: what each check's number means (lang.lower.debug_checks)
+        self.target, self.body, self.name, self.bounds = shared.target, shared.body, shared.name, shared.bounds
+        self.options, self.record = shared.options, shared.record
+        self.device_loops, self.programmatic = shared.device_loops, shared.programmatic
+        if shared.options.debug:  # every task kernel takes the record after its scratch arrays
+            for tk in kernels:
+                tk.record = shared.record.abi
+        self.run = None
+        self.graph = None
+        self.uses_graph = False
+        self.host_loop = False
+        self.nodes = 0
+        self.host_runner = None  # the conditional.HostLoop of the host fallback
+        self.captured_run = None  # eager launches into another library's stream capture (outer_capture)
+        # the same-arguments fast path may replay it (cuda_call): not with struct or vector arguments,
+        # which can change behind the same object
+        self.again = not any(getattr(arg_type(s), "is_struct", False) or getattr(arg_type(s), "is_vector", False)
+                             for s in key)
+
+    @property
+    def stop_word(self) -> int:
+        """Debug mode: the device address device loops watch (they end once a check failed); else 0."""
+        return self.record.pointer if self.record is not None else 0
+
+    def build_graph(self, args: tuple, packs: tuple, stream: int, stats, into: tuple | None = None,
+                    kernel_deps: frozenset = frozenset()) -> TaskGraph:
+        """A graph of this specialisation for these arguments (graph_cache.TaskGraph); `into=(graph,
+        deps)` adds the nodes to another graph after `deps` instead (`kernel_deps`: which of those
+        are kernel nodes, for programmatic edges). `stats` counts its replays and node updates."""
+        return TaskGraph(self, args, packs, stream, stats, into, kernel_deps)
+
+    def eager(self) -> EagerRunner:
+        """Launches of the tasks one by one, on the stream of each call."""
+        return EagerRunner(self.kernels, self.bounds, self.name)
+
+
+class EagerRunner:
+    """Launches a specialisation's tasks one by one on the call's stream."""
+
+    def __init__(self, kernels: list[TaskKernel], bounds, name: str) -> None:
+        self.kernels = kernels
+        self.buffers = [ParamBuffer(tk.param_size) for tk in kernels]
+        d = driver()
+        # _keep: the driver reads each buffer's `extra` array by address; it lives as long as `run`
+        constants = {"_bounds": bounds, "_memo": {}, "_tile": tile_shape,
+                     "_launch": d.cuLaunchKernel, "_fail": kernel_failure(name), "_keep": self.buffers,
+                     "_memo_size": _BOUNDS_MEMO}
+        lines = []
+        shapes = list(dict.fromkeys(grid_expr(tk, False) for tk in kernels if tk.tiled))
+        if any(tk.parallel for tk in kernels):
+            lines += ["    bn = _memo.get(p)",
+                      "    if bn is None:",
+                      "        if len(_memo) >= _memo_size:",
+                      "            _memo.clear()",
+                      "        b, n, c = _bounds(*args)",
+                      f"        bn = _memo[p] = (b, n, ({''.join(shape + ', ' for shape in shapes)}))",
+                      "    b, n, t = bn"]
+        for k, (tk, buf) in enumerate(zip(kernels, self.buffers)):
+            constants[f"f{k}"] = tk.function
+            constants[f"buf{k}"] = buf.data
+            constants[f"ex{k}"] = buf.extra
+            indent = "    "
+            if tk.param_size:
+                lines.append(f"    buf{k}[:] = {block_expr(tk)}")
+            if tk.parallel:
+                lines.append(f"    if n[{tk.bounds_slot}]:")
+                indent = "        "
+            if tk.tiled:  # its (gx, gy, gz, bx, by), computed with the bounds (t: one per distinct shape)
+                shape = f"t[{shapes.index(grid_expr(tk, False))}]"
+                lines.append(f"{indent}r = _launch(f{k}, *{shape}, 1, 0, stream, 0, ex{k})[0]")
+            else:
+                lines.append(f"{indent}r = _launch(f{k}, {grid_expr(tk, False)}, 1, 1, {tk.block}, 1, 1, 0, "
+                             f"stream, 0, ex{k})[0]")
+            lines.append(f"{indent}if r:")
+            lines.append(f"{indent}    raise _fail(r, 'launching task {k}')")
+        source = f"def run({signature_with_constants('args, p, stream', constants)}):\n" + "\n".join(lines) + "\n"
+        self.run = generate(source, "run", constants, f"eager launch of kernel {name}")
