@@ -251,10 +251,7 @@ def _like(a: Ndarray) -> Ndarray:
 def _fill(a: Ndarray, value: float) -> None:
     from .tape_kernels import FILL, index_rank
 
-    if a._element is not None:  # an array of vectors: filled directly
-        a.fill(value)
-    else:
-        FILL[index_rank(a)](a, value)
+    FILL[index_rank(a)](a, a._element(value) if a._element is not None else value)  # a vector for vector arrays
 
 
 @dataclass(frozen=True)

@@ -33,24 +33,24 @@ def _copy3(dst, src):
 
 
 @kernel
-def _fill0(dst, value: float):
+def _fill0(dst, value):
     dst[()] = value
 
 
 @kernel
-def _fill1(dst, value: float):
+def _fill1(dst, value):
     for i in range(dst.shape[0]):
         dst[i] = value
 
 
 @kernel
-def _fill2(dst, value: float):
+def _fill2(dst, value):
     for i, j in ndrange(dst.shape[0], dst.shape[1]):
         dst[i, j] = value
 
 
 @kernel
-def _fill3(dst, value: float):
+def _fill3(dst, value):
     for i, j, k in ndrange(dst.shape[0], dst.shape[1], dst.shape[2]):
         dst[i, j, k] = value
 
