@@ -1,5 +1,5 @@
 """What Ctrl-C checks cost plain CPU kernels: each kernel compiled with its parallel loop run
-in timed chunks (a Ctrl-C check between them, lang.cpu_loops) and as one loop (as before),
+in timed chunks (a Ctrl-C check between them, lang.cpu.loops) and as one loop (as before),
 timed side by side in interleaved rounds in one process.
 
     python benchmarks/cpu_interrupt_cost.py [--n 16777216] [--repeat 7]
@@ -20,7 +20,7 @@ import numpy as np
 
 import qgraph
 from qgraph.bench.timing import interleaved_seconds
-from qgraph.lang import cpu_loops
+from qgraph.lang.cpu import loops as cpu_loops
 
 BUILDS = {"one loop": False, "chunked": True}
 

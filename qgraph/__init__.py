@@ -16,7 +16,7 @@ from .compiler.numba_probes import install_gate as install_numba_probe_gate
 from .decorator import Func, Kernel, KernelStats, compile, func, kernel
 from .dtypes import f32, f64, i8, i16, i32, i64, u8, u16, u32, u64
 from .errors import FallbackWarning, QgraphError, QgraphSyntaxError
-from .lang.builtins import (
+from .lang.front.builtins import (
     atomic_add,
     atomic_max,
     atomic_min,
@@ -31,7 +31,7 @@ from .lang.builtins import (
     repeat,
     serial,
 )
-from .lang.vector_types import (
+from .lang.types.vector_types import (
     cross,
     determinant,
     dot,

@@ -307,7 +307,7 @@ class HostTree:
 
     def __init__(self, target: DeviceState, body, task_runs: dict, slots: dict, loops: list,
                  kernel_limit: int | None, kernel_name: str) -> None:
-        from .lang.regions import DeviceLoop, IfRegion, RepeatLoop, Sequence, loop_limit
+        from .lang.front.regions import DeviceLoop, IfRegion, RepeatLoop, Sequence, loop_limit
 
         self._types = (DeviceLoop, IfRegion, RepeatLoop, Sequence)
         self._limit = lambda loop: loop_limit(loop, kernel_limit)

@@ -15,9 +15,11 @@ from dataclasses import dataclass, field
 from . import runtime
 from .dtypes import float_precision
 from .errors import QgraphError
-from .lang import builtins as lang
-from .lang import frontend, generated, globals_used
-from .lang.regions import control_regions
+from .lang import generated
+from .lang.front import builtins as lang
+from .lang.front import globals_used
+from .lang.front import parse as frontend
+from .lang.front.regions import control_regions
 from .runtime.random_state import rng_state
 from .runtime.settings import USE_ENVIRONMENT, debug_mode
 

@@ -37,7 +37,7 @@ from .driver.loop_state import LoopMode
 from .driver.nodes import GraphNode, add_edge, kernel_node_params, set_shape
 from .driver.params import ParamBuffer
 from .errors import QgraphError
-from .lang.regions import DeviceLoop, IfRegion, Region, RepeatLoop, Sequence, Task, loop_limit
+from .lang.front.regions import DeviceLoop, IfRegion, Region, RepeatLoop, Sequence, Task, loop_limit
 
 INSTANCES = 4  # executable instances per graph (distinct argument sets kept update-free)
 

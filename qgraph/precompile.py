@@ -105,7 +105,7 @@ def example_argument(text: str, arch: str):
     element = tuple(int(n) for n in found["element"].split("x")[1:])
     shape = (1,) * int(found["ndim"]) + element
     if element:  # an array of vectors or matrices
-        from .lang.vector_types import matrix, vector
+        from .lang.types.vector_types import matrix, vector
         from .runtime.arrays import ndarray
 
         if len(element) > 2 or found["strided"]:

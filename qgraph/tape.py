@@ -80,12 +80,13 @@ class _Call:
     """One recorded call: the kernel, the values its adjoint reads (copies where a later call
     overwrote them), and the arrays as the user passed them (whose gradients it accumulates)."""
 
-    __slots__ = ("kernel", "values", "arrays")
+    __slots__ = ("kernel", "values", "arrays", "step")
 
-    def __init__(self, kernel, values: list, arrays: tuple) -> None:
+    def __init__(self, kernel, values: list, arrays: tuple, step) -> None:
         self.kernel = kernel
         self.values = values
         self.arrays = arrays
+        self.step = step  # (the calls list, the step function) of the @qgraph.graph call it was made in, or None
 
 
 class Tape:
@@ -101,12 +102,14 @@ class Tape:
         self._busy = False  # the tape's own calls (copies, fills, adjoints) are not recorded
         self._previous = None
         self._entered = False
+        self._home = None  # the step body the tape was entered in (its calls are not grouped)
         self.stats = TapeStats()
 
     def __enter__(self) -> Tape:
         if self._entered:
             raise QgraphError("qgraph.Tape: this tape is recording already; a tape is entered once at a time")
         self._entered = True
+        self._home = step_body.current_body()
         self._previous = step_body.push_tape(self)
         return self
 
@@ -141,7 +144,10 @@ class Tape:
                     values[k] = self._snapshot(a)
                 elif when is not None:
                     self._readers.setdefault(id(a), []).append((None, k))
-            call = _Call(kernel, values, tuple(args))
+            step = step_body.current_body()
+            if step is not None and self._home is not None and step[0] is self._home[0]:
+                step = None  # the tape lives inside this step: its backward is captured with it
+            call = _Call(kernel, values, tuple(args), step)
             for readers in self._readers.values():  # this call's live reads, now that it exists
                 for n, (owner, k) in enumerate(readers):
                     if owner is None:
@@ -192,17 +198,27 @@ class Tape:
                 seeds[loss] = 1.0
             for a, seed in seeds.items():
                 self._seed(a, seed)
-            for call in reversed(self._calls):
-                found = {}
-                for p, a in zip(call.kernel._source.params, call.arrays):
-                    if isinstance(a, Ndarray):
-                        g = self.gradient(a)
-                        if g is not None:
-                            found[p.name] = g
-                if found:
-                    launch_adjoint(call.kernel, tuple(call.values), found)
+            if step_body.current_body() is not None:  # inside a step: the adjoints are captured with it
+                for call in reversed(self._calls):
+                    self._adjoint(call)
+            else:
+                for group in _step_groups(reversed(self._calls)):
+                    if group[0].step is None:
+                        self._adjoint(group[0])
+                    else:  # the calls of one @qgraph.graph call: their adjoints as one captured step
+                        _backward_step(group[0].step[1])(self, group)
         finally:
             self._busy = False
+
+    def _adjoint(self, call: _Call) -> None:
+        found = {}
+        for p, a in zip(call.kernel._source.params, call.arrays):
+            if isinstance(a, Ndarray):
+                g = self.gradient(a)
+                if g is not None:
+                    found[p.name] = g
+        if found:
+            launch_adjoint(call.kernel, tuple(call.values), found)
 
     def _seed(self, a, seed) -> None:
         if not isinstance(a, Ndarray) or a.dtype.kind != "f":
@@ -235,6 +251,37 @@ class Tape:
         self._written.clear()
         self._temporary.clear()
         self.stats = TapeStats()
+
+
+def _step_groups(calls):
+    """Consecutive calls made in one @qgraph.graph call, together; other calls alone."""
+    group: list[_Call] = []
+    for call in calls:
+        if group and (call.step is None or group[0].step is None or call.step[0] is not group[0].step[0]):
+            yield group
+            group = []
+        group.append(call)
+    if group:
+        yield group
+
+
+_BACKWARD: dict = {}  # step function -> the @qgraph.graph function running its calls' adjoints
+
+
+def _backward_step(fn):
+    """The captured backward of step function `fn`: one GraphFunction per step, so its graph is
+    built once and replayed, with node updates where arrays or numbers changed."""
+    found = _BACKWARD.get(fn)
+    if found is None:
+        from .step import GraphFunction
+
+        def backward(tape: Tape, calls: list) -> None:
+            for call in calls:
+                tape._adjoint(call)
+
+        backward.__name__ = backward.__qualname__ = f"{getattr(fn, '__name__', 'step')}.backward"
+        found = _BACKWARD[fn] = GraphFunction(backward, None)
+    return found
 
 
 def _like(a: Ndarray) -> Ndarray:
@@ -283,7 +330,7 @@ def _adjoint_reads(kernel, key: tuple) -> dict[str, str]:
     arrays the adjoint of a call of signature `key` reads (every float array differentiated:
     a superset)."""
     from .args.kinds import arg_type
-    from .lang.flat_view import flat_source
+    from .lang.flat.view import flat_source
 
     src = kernel._source
     found = _READS.get((id(src), key))

@@ -5,8 +5,8 @@ step they are captured with the rest of the step instead of running eagerly."""
 from __future__ import annotations
 
 from .decorator import kernel
-from .lang.builtins import ndrange
-from .lang.vector_types import element_of
+from .lang.front.builtins import ndrange
+from .lang.types.vector_types import element_of
 
 
 @kernel

@@ -15,7 +15,7 @@ import ast
 
 from .args.resolve import scalar_annotation
 from .backends.checks import written_params
-from .lang.frontend import UNRESOLVED
+from .lang.front.parse import UNRESOLVED
 
 _SCALARS = {"bool": "bool", "int": "int", "i8": "int", "i16": "int", "i32": "int", "i64": "int", "u8": "int",
             "u16": "int", "u32": "int", "u64": "int"}

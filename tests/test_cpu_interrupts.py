@@ -1,4 +1,4 @@
-"""Ctrl-C during a plain CPU kernel (compiler.cpu_interrupts, lang.cpu_loops): a lone parallel
+"""Ctrl-C during a plain CPU kernel (compiler.cpu_interrupts, lang.cpu.loops): a lone parallel
 loop runs in timed chunks with a check between them, so SIGINT stops it within a chunk, as a
 KeyboardInterrupt naming the kernel and the loop's line, and the next call works. The chunked
 loop computes what the one loop did, for every loop form."""

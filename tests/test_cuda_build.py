@@ -44,7 +44,7 @@ def test_a_specialisation_builds_then_loads_from_the_cache_without_a_device(sm90
 
 def _compile(kernel, key, together):
     from qgraph.args.kinds import arg_type
-    from qgraph.lang.lowering import lower_funcs
+    from qgraph.lang.lower.lowering import lower_funcs
 
     src = kernel._source
     codes = cuda_program.task_codes(src, key)

@@ -22,8 +22,8 @@ import qgraph
 from qgraph.args.kinds import arg_type, array_sig, scalar_sig
 from qgraph.args.structs import struct_sig
 from qgraph.compiler import cuda_program, ptx_text
-from qgraph.lang import cuda_codegen
-from qgraph.lang.lowering import CUDA_ATOMICS, Symbols, lower_funcs
+from qgraph.lang.cuda import codegen as cuda_codegen
+from qgraph.lang.lower.lowering import CUDA_ATOMICS, Symbols, lower_funcs
 
 
 def A(dtype, ndim):
@@ -157,7 +157,7 @@ def _compile_with(kernel, key, fast_math=False, default_float="f64"):
 
 
 def test_deterministic_reductions_combine_without_atomics_on_the_target(sm90, tmp_path):
-    from qgraph.lang.cuda_reductions import scratch_params
+    from qgraph.lang.cuda.reductions import scratch_params
 
     src = tr.positive_sum_and_max._source
     types = [arg_type(s) for s in (A("f8", 1), A("f8", 1), A("f8", 1))]
@@ -265,7 +265,7 @@ def test_index_math_has_no_wraparound_and_no_division(sm90):
         assert not [i for i in code if re.match(r"(div|rem)\.[su]", i)]
         assert not [i for i in code if ".f64" in i and not i.startswith("cvt.rn.f32.f64")]  # eps2: one cvt
     assert len(_instructions(stencil)) < 80  # 67 on numba-cuda 0.30.4 (the 1-D mapping took 234)
-    assert "mad.lo.s32" in stencil  # 32-bit element offsets (lang.cuda_addressing)
+    assert "mad.lo.s32" in stencil  # 32-bit element offsets (lang.cuda.addressing)
 
 
 def test_a_stencils_neighbours_share_one_offset(sm90):

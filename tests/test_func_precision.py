@@ -1,4 +1,4 @@
-"""@qgraph.func helpers under weak typing (lang.func_precision): a helper is typed per call's
+"""@qgraph.func helpers under weak typing (lang.types.func_precision): a helper is typed per call's
 argument types, and the caller sees the type of what it returns, so `fx = 0.0; fx += g(...)`
 accumulates in float32 when the helper returns float32. Results go to float64 arrays, so the
 precision the arithmetic ran in shows (float32 arithmetic leaves float32-representable values);

@@ -1,4 +1,4 @@
-"""Module-level values a kernel reads (lang.globals_used): arrays are read at call time (and
+"""Module-level values a kernel reads (lang.front.globals_used): arrays are read at call time (and
 can be written), numbers are compile-time constants checked at every call: never stale."""
 
 from __future__ import annotations

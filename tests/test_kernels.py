@@ -344,7 +344,7 @@ def test_loop_variables_are_signed_integers(arch):
 def serial_range_forms(out, a, b, step):
     for i in range(out.shape[0]):
         total = 0
-        for j in range(a, b):  # a counted loop on CUDA (lang.cuda_loops.CountedLoops)
+        for j in range(a, b):  # a counted loop on CUDA (lang.cuda.loops.CountedLoops)
             if j % 3 == 0:
                 continue
             total += j

@@ -182,3 +182,18 @@ def test_numba_stays_in_the_compiler_layer():
     private = sorted(name for name, path in _modules().items()
                      if "numba.core" in path.read_text() and not name.startswith("qgraph.compiler"))
     assert private == []
+
+
+def _own_dispatch(source: str) -> list[int]:
+    """Lines that look a method up by a node's type name (`getattr(self, "s_" + type(node).__name__)`)."""
+    return [n.lineno for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Call)
+            and getattr(n.func, "id", None) == "getattr" and len(n.args) > 1 and isinstance(n.args[0], ast.Name)
+            and isinstance(n.args[1], (ast.BinOp, ast.JoinedStr)) and "__name__" in ast.unparse(n.args[1])]
+
+
+def test_ast_passes_dispatch_through_node_visitor():
+    """Every pass over kernel code is an ast.NodeVisitor or NodeTransformer: a `visit_<Node>` method per
+    node it handles, `generic_visit` for the rest; no pass keeps a method prefix of its own."""
+    assert _own_dispatch("def f(self, node):\n    return getattr(self, 'e_' + type(node).__name__)(node)\n") == [2]
+    found = {name: lines for name, path in _modules().items() if (lines := _own_dispatch(path.read_text()))}
+    assert found == {}, f"use visit_<Node> methods (ast.NodeVisitor) instead of a prefix of its own: {found}"

@@ -156,7 +156,7 @@ def mirrored(u, out, w):
 
 
 def test_two_and_three_dimensional_indexing_keeps_python_semantics(arch):
-    """On CUDA these subscripts use 32-bit offsets (lang.cuda_addressing)."""
+    """On CUDA these subscripts use 32-bit offsets (lang.cuda.addressing)."""
     u = np.random.default_rng(4).random((33, 70))
     out, w = np.zeros_like(u), np.ones_like(u)
     call(mirrored, u, out, w)
@@ -175,7 +175,7 @@ def neighbours(u, out, w):
 
 def test_neighbour_subscripts_share_an_offset_and_keep_python_semantics(arch):
     """Subscripts at loop variables plus literals that stay non-negative share one offset on CUDA
-    (lang.cuda_addressing); a delta that could go negative (`j - 1` from 0) still wraps around."""
+    (lang.cuda.addressing); a delta that could go negative (`j - 1` from 0) still wraps around."""
     u = np.random.default_rng(5).random((12, 9))
     out, w = np.zeros_like(u), np.zeros_like(u)
     call(neighbours, u, out, w)

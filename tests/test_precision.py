@@ -133,7 +133,7 @@ def test_math_and_float_of_an_index_follow_the_array(arch):
 
 @qgraph.func
 def blend(a, b, i):
-    """Python numbers here take the types the call sites pass (lang.func_precision)."""
+    """Python numbers here take the types the call sites pass (lang.types.func_precision)."""
     return a * 0.1 + b / 3 + i * 0.5 + inner(a)
 
 

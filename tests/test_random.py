@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import qgraph
-from qgraph.lang import random_bits as philox
+from qgraph.lang.lower import random_bits as philox
 
 
 @qgraph.kernel(cuda_graph=True)

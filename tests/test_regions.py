@@ -7,8 +7,8 @@ import dataclasses
 import numpy as np
 
 import qgraph
-from qgraph.lang.debug_checks import RECORD_WORDS
-from qgraph.lang.regions import DeviceLoop, Sequence, Task, device_loops, leaf_tasks
+from qgraph.lang.front.regions import DeviceLoop, Sequence, Task, device_loops, leaf_tasks
+from qgraph.lang.lower.debug_checks import RECORD_WORDS
 
 
 @qgraph.kernel(graph_while="flag")

@@ -1,6 +1,6 @@
 """Every update form into every target shape, for every dtype and context, against NumPy on
-both backends (lang.updates classifies the updates; lang.cuda_reductions, compiler.cpu_atomics
-and lang.flatten_calls generate them).
+both backends (lang.lower.updates classifies the updates; lang.cuda.reductions, compiler.cpu_atomics
+and lang.flat.calls generate them).
 
 A context is how the updates run: `reduction` (loop-invariant targets in a parallel loop),
 `deterministic` (the same with deterministic=True), `atomic` (atomics whose old value is used,

@@ -1,4 +1,4 @@
-"""Vectors and matrices as values outside arrays (args.vectors, lang.flatten's constants):
+"""Vectors and matrices as values outside arrays (args.vectors, lang.flat.flatten's constants):
 module-level and closure constants, parameters that change per call without a recompile,
 struct fields, and `qgraph.vec2(v)` of a vector value; on both backends, against NumPy."""
 

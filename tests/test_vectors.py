@@ -1,4 +1,4 @@
-"""Small vectors and matrices in kernels (lang.flatten): every operation against NumPy on
+"""Small vectors and matrices in kernels (lang.flat.flatten): every operation against NumPy on
 random data, on both backends; arrays of vectors, component atomics and reductions,
 @qgraph.func helpers written once for 2 and 3 components, and the errors."""
 

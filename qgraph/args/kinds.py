@@ -61,7 +61,7 @@ class ScalarKind(ArgKind):
     """A by-value number: one parameter of the dtype's size.
 
     A weak kind ("float", "int": a plain Python number) is passed as float64/int64 but takes
-    the precision of what it combines with in the kernel (lang.precision, NEP 50)."""
+    the precision of what it combines with in the kernel (lang.types.precision, NEP 50)."""
 
     def __init__(self, dtype: np.dtype, weak: bool = False) -> None:
         self.dtype = dtype
@@ -133,7 +133,7 @@ class ArrayKind(ArgKind):
     """An array passed by value as numba's flattened array struct.
 
     `large`: 2**31 elements or more. Smaller C-contiguous 2-D/3-D arrays are addressed with
-    32-bit offsets on CUDA (lang.cuda_addressing); a large one is a key text of its own
+    32-bit offsets on CUDA (lang.cuda.addressing); a large one is a key text of its own
     (",large"), so its kernels keep numba's 64-bit indexing."""
 
     def __init__(self, dtype: np.dtype, ndim: int, contiguous: bool, large: bool = False,
@@ -223,7 +223,7 @@ def numba_abi(ptr: int, shape: tuple[int, ...], strides: tuple[int, ...], itemsi
 
 class VectorKind(ArgKind):
     """A small vector or matrix passed by value (`g: qgraph.vec2`, or a `qgraph.vec2(...)`
-    value): the kernel takes one scalar parameter per component (lang.flat_view), as it
+    value): the kernel takes one scalar parameter per component (lang.flat.view), as it
     takes a struct's leaves, so a new value changes parameter bytes, never the code.
     Its value is the tuple of its components (cpu: NumPy scalars; cuda: packed bytes)."""
 

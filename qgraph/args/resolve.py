@@ -155,7 +155,7 @@ def cuda_slow(value: object, name: str, fixed: str | None) -> tuple[str, bytes, 
                         "runs on cuda; create arrays after qgraph.init('cuda'), or copy it with "
                         "qgraph.from_numpy(a.to_numpy())")
     if isinstance(value, np.ndarray):
-        if name.startswith("global "):  # a module-level array the kernel reads (lang.globals_used)
+        if name.startswith("global "):  # a module-level array the kernel reads (lang.front.globals_used)
             name = name[len("global "):]
             raise TypeError(f"the kernel reads the module-level NumPy array '{name}', which is in host memory, but "
                             f"qgraph runs on cuda; make it a device array where it is defined ({name} = "

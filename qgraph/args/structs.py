@@ -3,7 +3,7 @@
 A struct is one argument for the caller and its leaf fields for the kernel: its kind's key
 text names the class and every field's kind, its value is the tuple of its leaves' values
 (CPU: arrays and numbers; CUDA: parameter bytes) in field order, nested structs inlined.
-The kernel takes each leaf as a parameter of its own (lang.flat_view), so a field that
+The kernel takes each leaf as a parameter of its own (lang.flat.view), so a field that
 points to another array on a later call changes parameter bytes (a graph node update),
 never the specialisation.
 

@@ -16,7 +16,7 @@ from .kinds import VectorKind, arg_type, array_sig, is_vector_shape, vector_kind
 
 
 def is_vector_value(value: object) -> bool:
-    """What `qgraph.vec2(...)` returns (lang.vector_types.VectorValue) with a vector or matrix shape.
+    """What `qgraph.vec2(...)` returns (lang.types.vector_types.VectorValue) with a vector or matrix shape.
     A plain NumPy array is an array argument, never a vector."""
     return getattr(type(value), "_qgraph_vector", False) and is_vector_shape(value.shape)
 
@@ -29,7 +29,7 @@ def vector_annotation(annotation: object) -> str | None:
 
 
 def type_name(kind: VectorKind) -> str:
-    """The qgraph name of a vector kind's type: vec2, mat33, vec3_float64 (as lang.vector_types names it)."""
+    """The qgraph name of a vector kind's type: vec2, mat33, vec3_float64 (as lang.types.vector_types names it)."""
     suffix = "" if kind.dtype == np.float32 else f"_{kind.dtype.name}"
     return ("vec" if len(kind.shape) == 1 else "mat") + "".join(map(str, kind.shape)) + suffix
 

@@ -9,8 +9,8 @@ from ..args.kinds import FlagKind
 from ..args.resolve import type_annotation
 from ..args.vectors import is_vector_value
 from ..errors import QgraphSyntaxError
-from ..lang.frontend import UNRESOLVED, KernelSource, syntax_error
-from ..lang.regions import RepeatLoop, control_regions, flags_of
+from ..lang.front.parse import UNRESOLVED, KernelSource, syntax_error
+from ..lang.front.regions import RepeatLoop, control_regions, flags_of
 from ..runtime.settings import USE_ENVIRONMENT
 
 
@@ -34,7 +34,7 @@ def display_names(src: KernelSource) -> tuple[str, ...]:
 
 def element_annotations(src: KernelSource) -> tuple | None:
     """(element extents, ndim, dtype) of each parameter annotated `qgraph.vec3[:]` & co, or None."""
-    from ..lang.vector_types import ArrayType
+    from ..lang.types.vector_types import ArrayType
 
     found = []
     for p in src.params:
@@ -73,7 +73,7 @@ def written_params(src: KernelSource) -> dict[int, int]:
 def _written_names(src: KernelSource, nodes: list[ast.AST], visiting: frozenset) -> dict[str, int]:
     """Name -> first line among `nodes` where the array it names is written, directly or by
     the @qgraph.funcs it is passed to (`visiting`: the funcs on the way, against recursion)."""
-    from ..lang import builtins as lang
+    from ..lang.front import builtins as lang
 
     atomics = tuple(lang.ATOMICS.values())
     found: dict[str, int] = {}
@@ -172,7 +172,7 @@ def is_deterministic(kernel, settings) -> bool:
 def check_outside_values(src: KernelSource, key: tuple[str, ...]) -> None:
     """A list, dict or set read from the module or the enclosing function is an error naming it
     and the line, the same on both backends (numba's own words differ per backend)."""
-    from ..lang.globals_used import unusable_globals
+    from ..lang.front.globals_used import unusable_globals
 
     for owner, name, type_name, line in unusable_globals(src):
         signature = ", ".join(f"{n}: {t}" for n, t in zip(src.param_names, key))
@@ -185,7 +185,7 @@ def check_deterministic(src: KernelSource, key: tuple[str, ...]) -> None:
     """In deterministic mode a float scatter (an atomic whose target varies by iteration)
     would sum in a different order each run: reject it, naming the line."""
     from ..args.kinds import arg_type
-    from ..lang.updates import task_updates
+    from ..lang.lower.updates import task_updates
 
     for task in src.tasks:
         for target, op, lineno in task_updates(src, task)[1]:
@@ -217,8 +217,8 @@ def check_bounds(src, key: tuple, bounds, args: tuple) -> None:
 
 
 def host_bounds(src: KernelSource):
-    """The host function evaluating every parallel loop's bounds (lang.bounds.bounds_function)."""
-    from ..lang.bounds import bounds_function
+    """The host function evaluating every parallel loop's bounds (lang.lower.bounds.bounds_function)."""
+    from ..lang.lower.bounds import bounds_function
 
     ns = dict(src.globals)
     ns.update(src.closure)
@@ -292,7 +292,7 @@ def stale_number_error(src: KernelSource, k: int, now: object):
 
 def stale_vector_error(src: KernelSource, k: int, then, now: object):
     from ..errors import QgraphError
-    from ..lang.vector_types import type_of_value
+    from ..lang.types.vector_types import type_of_value
 
     holder, name = src.frozen[k]
     where, origin = _where(holder)

@@ -13,12 +13,12 @@ from ..compiler.numba_adapter import is_compile_error, is_typing_stage
 from ..driver.device import stream_handle
 from ..errors import runaway_error
 from ..lang import generated
-from ..lang.cpu_codegen import counted_loops
-from ..lang.cpu_loops import RunnerStatus
-from ..lang.debug_checks import INTERRUPT_WORD, RECORD_WORDS, UNIT_WORD, DebugPlan
-from ..lang.flat_view import flat_source
-from ..lang.regions import loop_limit
-from ..lang.weak_types import param_type
+from ..lang.cpu.codegen import counted_loops
+from ..lang.cpu.loops import RunnerStatus
+from ..lang.flat.view import flat_source
+from ..lang.front.regions import loop_limit
+from ..lang.lower.debug_checks import INTERRUPT_WORD, RECORD_WORDS, UNIT_WORD, DebugPlan
+from ..lang.types.weak_types import param_type
 from ..runtime.arrays import Ndarray
 from . import step_body
 from .checks import (
@@ -55,7 +55,7 @@ class CpuLauncher:
         self._programs: dict[frozenset, object] = {}  # by the set of 0-d array parameters
         self._program_of: dict[tuple, object] = {}  # signature -> its CpuProgram (sites, units)
         self._debug = kernel_debug_mode(kernel, state.settings)
-        # the runner's record: debug checks' first failure, and the unit of tasks running (lang.debug_checks)
+        # the runner's record: debug checks' first failure, and the unit of tasks running (lang.lower.debug_checks)
         self._record = np.zeros(RECORD_WORDS, np.int64)
         self._debug_lock = threading.Lock()  # debug calls from several threads: one record, read after each
         self._bounds = None

@@ -23,9 +23,9 @@ from ..driver.device import driver, kernel_failure
 from ..driver.params import ParamBuffer
 from ..errors import FallbackWarning
 from ..graph_cache import GraphCache, TaskGraph
-from ..lang.cpu_codegen import counted_loops
-from ..lang.flat_view import flat_name, flat_source
-from ..lang.regions import RepeatLoop, control_regions, is_root_loop
+from ..lang.cpu.codegen import counted_loops
+from ..lang.flat.view import flat_name, flat_source
+from ..lang.front.regions import RepeatLoop, control_regions, is_root_loop
 from ..runtime import DeviceState
 from . import cuda_call, outer_capture
 from .checks import (
@@ -107,7 +107,7 @@ class _Spec:
         self.host_loop = False
         self.nodes = 0
         self.host_runner = None  # the conditional.HostLoop of the host fallback
-        self.sites = []  # debug mode: what each check's number means (lang.debug_checks)
+        self.sites = []  # debug mode: what each check's number means (lang.lower.debug_checks)
         self.captured_run = None  # eager launches into another library's stream capture (outer_capture)
         # the same-arguments fast path may replay it (cuda_call): not with struct or vector arguments,
         # which can change behind the same object

@@ -1,6 +1,6 @@
 """What a task reports, as the Python exception a user expects.
 
-Debug mode's failed checks (lang.debug_checks) arrive in an int64 record array, written on
+Debug mode's failed checks (lang.lower.debug_checks) arrive in an int64 record array, written on
 the device or in a CPU loop and read by the launcher when the call completes: an index out
 of bounds becomes IndexError, a non-finite store FloatingPointError and an integer division
 by zero ZeroDivisionError, naming the kernel, the source line, the array, the index and the
@@ -14,8 +14,8 @@ from __future__ import annotations
 import ctypes
 import linecache
 
-from ..lang.debug_checks import DIVISOR_AXIS, FINITE_AXIS, RECORD_WORDS, Site
-from ..lang.frontend import KernelSource
+from ..lang.front.parse import KernelSource
+from ..lang.lower.debug_checks import DIVISOR_AXIS, FINITE_AXIS, RECORD_WORDS, Site
 
 
 def kernel_debug_mode(kernel, settings) -> str | None:

@@ -19,7 +19,7 @@ from __future__ import annotations
 from ..driver.nodes import capture_graph, relaxed_capture_mode, set_capture_dependencies
 from ..errors import QgraphError
 from ..graph_cache import TaskGraph
-from ..lang.regions import control_regions
+from ..lang.front.regions import control_regions
 
 
 def first_call_error(src, key: tuple) -> QgraphError:

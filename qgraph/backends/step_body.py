@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 ACTIVE = [0]  # threads running a step's body or recording a qgraph.Tape now
 _CALLS: dict[int, list] = {}  # thread ident -> the calls its body has made so far
+_BODIES: dict[int, Callable] = {}  # thread ident -> the step function whose body it is running
 _TAPES: dict[int, object] = {}  # thread ident -> the qgraph.Tape recording its kernel calls
 _LOCK = threading.Lock()
 
@@ -50,14 +51,24 @@ def run_body(fn: Callable, args: tuple, kwargs: dict) -> tuple[list, object]:
     calls: list = []
     with _LOCK:
         _CALLS[ident] = calls
+        _BODIES[ident] = fn
         ACTIVE[0] += 1
     try:
         result = fn(*args, **kwargs)
     finally:
         with _LOCK:
             del _CALLS[ident]
+            del _BODIES[ident]
             ACTIVE[0] -= 1
     return calls, result
+
+
+def current_body() -> tuple[list, Callable] | None:
+    """(the calls list, the step function) of the body this thread is running, or None: a tape
+    groups the calls of one step call, to run their adjoints as one captured step too."""
+    ident = threading.get_ident()
+    calls = _CALLS.get(ident)
+    return None if calls is None else (calls, _BODIES[ident])
 
 
 def body_calls() -> list | None:

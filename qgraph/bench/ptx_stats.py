@@ -81,7 +81,7 @@ def offline_qgraph_ptx(kernel, args: tuple, cc: tuple[int, int] = (9, 0)) -> lis
     from ..backends.checks import default_float, element_annotations, fixed_scalar_types, is_fast_math
     from ..compiler import cuda_program, ptx_text
     from ..compiler import numba_adapter as adapter
-    from ..lang.lowering import lower_funcs
+    from ..lang.lower.lowering import lower_funcs
     from ..runtime.settings import Settings
 
     settings = Settings.from_environ()

@@ -42,7 +42,7 @@ def interrupted():
 
 
 # Plain parallel loops run their outer range in chunks, each a parallel loop of its own, and
-# check for Ctrl-C between chunks (lang.cpu_codegen). A chunk is sized to take about
+# check for Ctrl-C between chunks (lang.cpu.codegen). A chunk is sized to take about
 # CHUNK_TARGET_NS: the first one FIRST_CHUNK_WORK iterations (outer times inner, so a small
 # kernel stays one chunk), each next one from the time the last one took.
 FIRST_CHUNK_WORK = 1 << 18

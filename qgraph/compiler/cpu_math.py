@@ -1,7 +1,7 @@
 """`math` functions numba compiles for CUDA but not for the CPU, as CPU functions.
 
 numba's CPU target has no `math.fmod` or `math.remainder`; kernels calling them get these
-instead (lang.lowering maps the calls per backend), with CPython's results: fmod through
+instead (lang.lower.lowering maps the calls per backend), with CPython's results: fmod through
 NumPy's, remainder by CPython's algorithm (a NaN where CPython raises)."""
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ _COMPILED: dict = {}
 
 
 def cpu_math() -> dict:
-    """Generated name -> compiled function (lang.lowering.CPU_MATH names them)."""
+    """Generated name -> compiled function (lang.lower.lowering.CPU_MATH names them)."""
     if not _COMPILED:
         _COMPILED.update({"_qg_fmod": adapter.njit(fmod, parallel=False, cache=None),
                           "_qg_remainder": adapter.njit(remainder, parallel=False, cache=None)})

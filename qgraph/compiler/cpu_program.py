@@ -12,11 +12,12 @@ import ast
 import os
 import sys
 
-from ..lang import cpu_codegen, generated
-from ..lang.debug_checks import DebugPlan
-from ..lang.frontend import KernelSource
-from ..lang.lowering import PREFIX
-from ..lang.math_calls import MAX, MIN, ROUNDING_FUNCTIONS
+from ..lang import generated
+from ..lang.cpu import codegen as cpu_codegen
+from ..lang.front.parse import KernelSource
+from ..lang.lower.debug_checks import DebugPlan
+from ..lang.lower.lowering import PREFIX
+from ..lang.lower.math_calls import MAX, MIN, ROUNDING_FUNCTIONS
 from . import numba_adapter as adapter
 from .cpu_interrupts import chunk_functions, interrupted
 from .cpu_math import cpu_math
@@ -60,7 +61,7 @@ class CpuProgram:
             injected[PREFIX + name] = cpu_atomics.BY_NAME[name]
         injected.update(random_functions("cpu"))  # compiled when a kernel draws (numba compiles lazily)
         injected.update(cpu_math())
-        injected.update({MIN: min, MAX: max})  # numba's CPU min/max follow Python's rule (lang.math_calls)
+        injected.update({MIN: min, MAX: max})  # numba's CPU min/max follow Python's rule (lang.lower.math_calls)
         injected.update({name: cpu for name, (cpu, _) in ROUNDING_FUNCTIONS.items()})  # numba's are right
         if debug is not None:
             from .debug_functions import cpu_functions

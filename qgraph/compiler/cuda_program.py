@@ -21,14 +21,15 @@ import numpy as np
 from ..args.kinds import ArgKind, arg_type, array_kind
 from ..driver.device import CudaDevice, check, driver, owned
 from ..errors import QgraphError
-from ..lang import cuda_codegen, generated
-from ..lang.cuda_reductions import dtype_name
-from ..lang.debug_checks import DebugPlan
-from ..lang.fingerprint import fingerprint_of
-from ..lang.flat_view import FlatSource, flat_source
-from ..lang.frontend import KernelSource, Task
-from ..lang.lowering import CUDA_ATOMICS, CUDA_MATH, Symbols, lower_funcs, module_of
-from ..lang.weak_types import param_type
+from ..lang import generated
+from ..lang.cuda import codegen as cuda_codegen
+from ..lang.cuda.reductions import dtype_name
+from ..lang.flat.view import FlatSource, flat_source
+from ..lang.front.parse import KernelSource, Task
+from ..lang.lower.debug_checks import DebugPlan
+from ..lang.lower.fingerprint import fingerprint_of
+from ..lang.lower.lowering import CUDA_ATOMICS, CUDA_MATH, Symbols, lower_funcs, module_of
+from ..lang.types.weak_types import param_type
 from . import numba_adapter as adapter
 from . import ptx_text
 from .code_cache import CodeCache, entry_key
@@ -107,10 +108,10 @@ def task_codes(src: KernelSource, key: tuple[str, ...], deterministic: bool = Fa
                default_float: str = "f64", flat: FlatSource | None = None, debug: str | None = None) -> TaskCodes:
     """Generate every node task's kernel function for one argument signature.
 
-    `default_float` ("f32"/"f64") is the precision of floats nothing else decides (lang.precision).
+    `default_float` ("f32"/"f64") is the precision of floats nothing else decides (lang.types.precision).
     Struct arguments are flattened into their leaves and vector code into components first
-    (lang.flat_view): argument indices below are leaf indices. `debug` ("bounds"/"nan") adds
-    debug mode's checks (lang.debug_checks)."""
+    (lang.flat.view): argument indices below are leaf indices. `debug` ("bounds"/"nan") adds
+    debug mode's checks (lang.lower.debug_checks)."""
     flat = flat or flat_source(src, [arg_type(s) for s in key], default_float)
     src, types = flat.src, flat.kinds
     plan = DebugPlan.of(debug, src.param_names, types) if debug else None

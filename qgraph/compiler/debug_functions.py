@@ -1,4 +1,4 @@
-"""The functions debug-mode task code calls (lang.debug_checks), for each backend.
+"""The functions debug-mode task code calls (lang.lower.debug_checks), for each backend.
 
 Written once in Python and compiled by numba for the CPU and by numba-cuda for the GPU. They
 differ only in the compare-and-swap that lets the first failure win the record, reached as
@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import types
 
-from ..lang.debug_checks import BAD_VALUE, CHECK_DIVISOR, CHECK_INDEX
+from ..lang.lower.debug_checks import BAD_VALUE, CHECK_DIVISOR, CHECK_INDEX
 
 _backend = None  # each backend's copy of the functions below sees its own module here
 

@@ -41,7 +41,7 @@ def grid_expr(tk: TaskKernel, at_least_one: bool) -> str:
 
 
 MAX_GRID_YZ = 65535
-MAX_INDEX = 1 << 48  # the generated code masks indices to 48 bits (lang.cuda_codegen)
+MAX_INDEX = 1 << 48  # the generated code masks indices to 48 bits (lang.cuda.codegen)
 
 
 def tile_shape(counts: tuple[int, ...], threads: int, limit: int = 0) -> tuple[int, int, int, int, int]:

@@ -208,9 +208,9 @@ _MIN_MAX: dict = {}
 
 def _python_min_max() -> dict:
     """min/max device functions with Python's rule (numba-cuda's float min/max drop NaNs), and
-    rounding with Python's and NumPy's result types (lang.math_calls)."""
+    rounding with Python's and NumPy's result types (lang.lower.math_calls)."""
     if not _MIN_MAX:
-        from ..lang.math_calls import PYTHON_RULE, ROUNDING_FUNCTIONS
+        from ..lang.lower.math_calls import PYTHON_RULE, ROUNDING_FUNCTIONS
 
         _MIN_MAX.update({name: cuda_device_function(f) for name, f in PYTHON_RULE.items()})
         _MIN_MAX.update({name: cuda_device_function(f) for name, (_, f) in ROUNDING_FUNCTIONS.items()})

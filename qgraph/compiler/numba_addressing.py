@@ -1,4 +1,4 @@
-"""numba-cuda intrinsics for 32-bit element offsets (the code generation in lang.cuda_addressing).
+"""numba-cuda intrinsics for 32-bit element offsets (the code generation in lang.cuda.addressing).
 
 Part of the numba adapter: numba-cuda internals (`intrinsic`, `make_array`, llvmlite IR)
 stay in qgraph.compiler.
@@ -12,8 +12,8 @@ _ADDRESSING: dict = {}
 def addressing() -> dict:
     """`_qg_ld2/3(a, i, j[, k])` and `_qg_st2/3(a, i, j[, k], v)`: elements of C-contiguous
     arrays below 2**31 elements addressed with a 32-bit offset, as `int` index math in CUDA
-    C++ would (lang.cuda_addressing rewrites subscripts into them). `_qg_thread_x(mask)`: the
-    global x thread index (lang.cuda_loops). `_qg_ldd2/3(a, i, j[, k], di, dj[, dk])` and
+    C++ would (lang.cuda.addressing rewrites subscripts into them). `_qg_thread_x(mask)`: the
+    global x thread index (lang.cuda.loops). `_qg_ldd2/3(a, i, j[, k], di, dj[, dk])` and
     `_qg_std2/3(..., v)`: the element at non-negative `i + di, j + dj[, k + dk]` (literal deltas),
     for stencils: neighbours share the offset of `i, j[, k]` and differ by a stride or a constant.
 

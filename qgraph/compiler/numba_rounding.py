@@ -2,7 +2,7 @@
 
 Part of the numba adapter (numba-cuda's `intrinsic` and llvmlite IR stay in qgraph.compiler).
 NVVM contracts `a * b + c` into one fused multiply-add by default, the CPU backend does
-not: code that must give the same bits on both (lang.random_bits) multiplies through
+not: code that must give the same bits on both (lang.lower.random_bits) multiplies through
 `mul.rn` in inline PTX, which neither LLVM nor ptxas fuses.
 """
 

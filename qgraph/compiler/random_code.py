@@ -1,4 +1,4 @@
-"""The random-number draws (lang.random_bits) compiled for each backend, once per process.
+"""The random-number draws (lang.lower.random_bits) compiled for each backend, once per process.
 
 The functions are plain Python calling each other; each backend gets its own copies whose
 globals point at that backend's compiled callees (numba.njit on the CPU, device functions
@@ -18,7 +18,7 @@ def random_functions(target: str) -> dict:
     """Generated name -> compiled draw function for `target` ("cpu" or "cuda")."""
     found = _COMPILED.get(target)
     if found is None:
-        from ..lang import random_bits
+        from ..lang.lower import random_bits
 
         if target == "cpu":
             def jit(f):

@@ -15,7 +15,7 @@ from ..args import resolve
 from ..args.kinds import array_sig, numba_abi
 from ..driver.device import owned
 from ..dtypes import as_dtype
-from ..lang.vector_types import element_of
+from ..lang.types.vector_types import element_of
 from . import state as runtime
 
 

@@ -1,6 +1,6 @@
 """The state of in-kernel random numbers: the seed, and per target an array [seed, epoch].
 
-Kernels that draw read the array (an implicit parameter, lang.globals_used) and advance
+Kernels that draw read the array (an implicit parameter, lang.front.globals_used) and advance
 its epoch once per call or device-loop pass.
 """
 

@@ -3,7 +3,7 @@
 The adjoint of a kernel is a kernel of its own kind (`adjoint_source`): the same parameters
 plus one gradient array per differentiated array (`_qg_adj_<name>`, the same kind as the
 array), its tasks in reverse order, each task's body replaced, per signature, by its
-adjoint (`adjoint_task`, called by lang.flat_view once the task is scalars and arrays only).
+adjoint (`adjoint_task`, called by lang.flat.view once the task is scalars and arrays only).
 So both backends compile it unchanged, with the forward pass's options, caches, graphs,
 reductions and atomics.
 """
@@ -14,10 +14,10 @@ import ast
 import dataclasses
 from dataclasses import dataclass
 
-from ..frontend import KernelSource, Param
-from ..globals_used import RNG_STATE
-from ..regions import Region, Sequence, Task
-from ..weak_types import INT, Typer, infer_locals, param_type
+from ..front.globals_used import RNG_STATE
+from ..front.parse import KernelSource, Param
+from ..front.regions import Region, Sequence, Task
+from ..types.weak_types import INT, Typer, infer_locals, param_type
 from .ir import Let, render, walk
 from .reverse import adjoint_name, adjoint_statements
 from .three_address import three_address

@@ -1,6 +1,6 @@
 """The three-address form a task's adjoint is built from: every value one named operation.
 
-A flattened task body (lang.flat_view: scalars and arrays only) becomes a list of these
+A flattened task body (lang.flat.view: scalars and arrays only) becomes a list of these
 statements (lang.adjoint.three_address): `Let` names one value (an operation over atoms,
 an array load, a copy), `Store` and `Atomic` are the body's effects on arrays, and `Branch`,
 `CountedLoop` and `WhileLoop` keep the structure. Names are assigned once, except the

@@ -5,7 +5,7 @@ array with a gradient and flows into a store or atomic on such an array. Only ac
 get an adjoint (`_qg_d_<name>`), so an update like `x[i] += dt * v[i]` has an adjoint that
 reads no primal value at all. The reverse sweep walks the statements backwards: an operation
 adds its result's adjoint, times each partial derivative (lang.adjoint.rules), into its
-active operands'; a load adds into the gradient array's element (`+=`, which lang.updates
+active operands'; a load adds into the gradient array's element (`+=`, which lang.lower.updates
 makes atomic or a reduction where threads can collide); a store reads and clears the
 gradient of the element it overwrote; `+=` on an array passes the element's gradient on.
 Branches are re-taken, counted loops run backwards, recomputing each pass the values that
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import ast
 
-from ..weak_types import FLOATS
+from ..types.weak_types import FLOATS
 from .ir import Atomic, Body, Branch, CountedLoop, Jump, Let, Store, WhileLoop, names_in, range_call, render, walk
 from .rules import MINUS_ONE, ONE, callee_name, partials
 
@@ -56,7 +56,7 @@ class Reverse:
     def __init__(self, src, body: Body, types: dict, grads: set[str], resolve, prefix: str) -> None:
         self.src = src
         self.body = body
-        self.types = types  # name -> weak type (lang.weak_types)
+        self.types = types  # name -> weak type (lang.types.weak_types)
         self.grads = grads  # arrays whose gradients the adjoint accumulates
         self.resolve = resolve
         self.prefix = prefix

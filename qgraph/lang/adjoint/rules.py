@@ -15,7 +15,7 @@ import math
 
 import numpy as np
 
-from ..vector_algebra import MATH
+from ..flat.vector_algebra import MATH
 
 ONE, MINUS_ONE = "one", "minus_one"
 

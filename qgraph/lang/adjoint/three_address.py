@@ -14,8 +14,8 @@ from __future__ import annotations
 import ast
 import copy
 
-from .. import builtins as lang
-from ..frontend import KernelSource
+from ..front import builtins as lang
+from ..front.parse import KernelSource
 from .ir import Atomic, Body, Branch, CountedLoop, Jump, Let, Store, WhileLoop, names_in
 
 
@@ -251,7 +251,7 @@ class ThreeAddress:
         elif isinstance(target, ast.Subscript) and self.array_of(target.value) is not None:
             if isinstance(node.op, (ast.Add, ast.Sub)):
                 self.store(target, self.atom(node.value), node.op, line)
-            else:  # a *= v on a thread's own element (lang.updates rejects shared ones): load, multiply, store
+            else:  # a *= v on a thread's own element (lang.lower.updates rejects shared ones): load, multiply, store
                 old = self.atom(copy.deepcopy(target))
                 self.store(target, self.let(ast.BinOp(old, node.op, self.atom(node.value)), line), None, line)
         else:

@@ -1,0 +1,135 @@
+"""How the CPU runner's loops run (lang.cpu.codegen). A parallel task's outer range: indexed by
+numba's prange counter itself, and, for a lone parallel loop, in timed chunks with a Ctrl-C
+check between them (compiler.cpu_interrupts), so a long plain kernel stops within about 0.2 s.
+A device loop or repeat: counted, with the runaway guard and a Ctrl-C check after each pass;
+how the runner stopped is a RunnerStatus, which the launcher (backends.cpu) reads back.
+"""
+
+from __future__ import annotations
+
+import ast
+import enum
+
+from ..front.regions import Dim, RepeatLoop, Task, loop_limit
+from ..lower.debug_checks import INTERRUPT_WORD, RECORD
+from ..lower.lowering import binop, call, name_node
+
+# Lone parallel loops run in chunks with a Ctrl-C check between them (`outer_loop`); False
+# generates the loop of earlier releases (benchmarks/cpu_interrupt_cost.py compares both)
+CHUNK_PARALLEL_LOOPS = True
+
+
+class RunnerStatus(enum.IntEnum):
+    """How a CPU runner with counted loops stopped: the first of the (status, loop, passes of
+    each loop) it returns."""
+
+    DONE = 0
+    RUNAWAY = 1  # a device loop ran max_iterations passes with its flag still set (the guard)
+    INTERRUPTED = 2  # Ctrl-C after a pass of a device loop or repeat
+    CHECK_FAILED = 3  # a debug check failed (lang.lower.debug_checks; the record says which)
+    CHUNK_INTERRUPTED = 4  # Ctrl-C between the chunks of a lone parallel loop (outer_loop)
+
+
+class IndexByCounter(ast.NodeTransformer):
+    """`x[i]`, `x[i, j]` -> `x[u]`, `x[u, j]`: a parallel loop's stores and loads indexed by the
+    prange counter itself. numba fuses adjacent parallel loops only when each one's array
+    accesses are indexed by its own loop index; through the signed copy `i` it kept 8 loops
+    apart (8 gufuncs: 1.2-1.4 s to compile against 0.47 s fused, as numba fuses the same loops
+    written by hand). The signed `i` stays for arithmetic (`i - 1`, `min(i, 3)`)."""
+
+    def __init__(self, var: str, counter: str) -> None:
+        self.var, self.counter = var, counter
+
+    def _swap(self, index: ast.expr) -> ast.expr:
+        if isinstance(index, ast.Name) and index.id == self.var:
+            return ast.copy_location(ast.Name(self.counter, ast.Load()), index)
+        return index
+
+    def visit_Subscript(self, node: ast.Subscript) -> ast.AST:
+        self.generic_visit(node)
+        if isinstance(node.slice, ast.Tuple) and node.slice.elts:
+            node.slice.elts[0] = self._swap(node.slice.elts[0])
+        else:
+            node.slice = self._swap(node.slice)
+        return node
+
+
+def trip_count(dim: Dim) -> ast.expr:
+    """The iteration count of a dimension, as an expression."""
+    if dim.step is None:
+        return call("max", [ast.Constant(0), binop(dim.stop, ast.Sub(), dim.start, dim.stop)], dim.stop)
+    return call("_qg_trip_count", [dim.start, dim.stop, dim.step], dim.stop)
+
+
+def outer_loop(task: Task, counter: str, count: ast.expr | None, iter_: ast.expr, body: list[ast.stmt],
+                chunked: bool, at: ast.AST, start: ast.expr | None = None) -> list[ast.stmt]:
+    """`for counter in iter_: body`, or with `chunked` the same iterations (`count` of them,
+    from 0 as the prange's literal-0 form counts, or from `start` for `prange(start, stop)`)
+    in chunks, each a parallel loop of its own, sized to take about 0.2 s
+    (compiler.cpu_interrupts): between chunks, Ctrl-C ends the unit and marks the record's
+    INTERRUPT_WORD, so a plain kernel stops within a chunk instead of at its end."""
+    if not chunked or count is None:
+        return [ast.copy_location(ast.For(name_node(counter, at, True), iter_, body, []), at)]
+    t = task.index
+    work = f"_qg_cw_{t}" if len(task.dims) > 1 else "1"
+    head = [f"_qg_cn_{t} = {ast.unparse(count)}", f"_qg_cb_{t} = 0", f"_qg_cs_{t} = _qg_first_chunk({work})"]
+    value = f"_qg_co_{t} + _qg_cv_{t}"
+    if start is not None:  # a signed index from `start`, as prange(start, stop) gave it
+        head.append(f"_qg_c0_{t} = {ast.unparse(start)}")
+        value = f"_qg_c0_{t} + _qg_i64({value})"
+    loop = _parse(f"while _qg_cb_{t} < _qg_cn_{t}:\n"
+                  f"    _qg_ct_{t} = _qg_clock_ns()\n"
+                  f"    _qg_cl_{t} = min(_qg_cs_{t}, _qg_cn_{t} - _qg_cb_{t})\n"
+                  f"    _qg_co_{t} = _qg_u64(_qg_cb_{t})\n"
+                  f"    for _qg_cv_{t} in _qg_prange(_qg_cl_{t}):\n"
+                  f"        {counter} = {value}\n"
+                  f"    _qg_cb_{t} += _qg_cl_{t}\n"
+                  f"    if _qg_interrupted():\n"
+                  f"        {RECORD}[{INTERRUPT_WORD}] = {t + 1}\n"
+                  f"        return {int(RunnerStatus.CHUNK_INTERRUPTED)}\n"
+                  f"    _qg_cs_{t} = _qg_next_chunk(_qg_cs_{t}, _qg_clock_ns() - _qg_ct_{t})", at)
+    loop.body[3].body += body
+    return [_parse(line, at) for line in head] + [loop]
+
+
+def _parse(code: str, at: ast.AST) -> ast.stmt:
+    stmt = ast.parse(code).body[0]
+    for node in ast.walk(stmt):
+        ast.copy_location(node, at)
+    return stmt
+
+
+def runner_status(status: RunnerStatus, loop: int, n_loops: int) -> str:
+    """The runner's return value: (status, the loop it stopped in or -1, passes of each loop)."""
+    return f"({int(status)}, {loop}, {', '.join(f'_qg_n{k}' for k in range(n_loops))})"
+
+
+def flag_value(flag: str, zero_d: frozenset[str]) -> str:
+    """A flag parameter's value as generated code reads it (a 0-d parameter through `[()]`)."""
+    return f"{flag}[()]" if flag in zero_d else f"{flag}[0]"
+
+
+def counted_loop(region, k: int, n_loops: int, body: list[ast.stmt], zero_d: frozenset[str],
+                 kernel_limit: int | None, at: ast.AST, debug: bool = False) -> list[ast.stmt]:
+    """A loop that counts its passes (`_qg_n<k>`, of its last entry), stops at the runaway guard
+    and checks for Ctrl-C (and in debug mode for a failed check) after each pass: do-while or
+    while on a flag, or `count` passes."""
+    def stop(status: RunnerStatus) -> str:
+        return f"    return {runner_status(status, k, n_loops)}"
+
+    checks = [f"if {RECORD}[0] != 0:\n{stop(RunnerStatus.CHECK_FAILED)}"] if debug else []
+    if isinstance(region, RepeatLoop):
+        tail = [f"_qg_n{k} += 1", f"if _qg_interrupted():\n{stop(RunnerStatus.INTERRUPTED)}"] + checks
+        loop = ast.For(_parse("_qg_pass = 0", at).targets[0], _parse(f"range({region.count})", at).value,
+                       body + [_parse(line, at) for line in tail], [])
+        return [_parse(f"_qg_n{k} = 0", at), ast.fix_missing_locations(ast.copy_location(loop, at))]
+    flag = flag_value(region.flag, zero_d)
+    limit = loop_limit(region, kernel_limit)
+    tail = [f"_qg_n{k} += 1", f"if {flag} == 0:\n    break"]
+    if limit is not None:
+        tail.append(f"if _qg_n{k} >= {int(limit)}:\n{stop(RunnerStatus.RUNAWAY)}")
+    tail.append(f"if _qg_interrupted():\n{stop(RunnerStatus.INTERRUPTED)}")
+    tail += checks
+    test = _parse(f"{flag} != 0", at).value if region.test_first else ast.Constant(True)
+    loop = ast.While(test, body + [_parse(line, at) for line in tail], [])
+    return [_parse(f"_qg_n{k} = 0", at), ast.fix_missing_locations(ast.copy_location(loop, at))]

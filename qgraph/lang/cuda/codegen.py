@@ -1,0 +1,189 @@
+"""CUDA code generation: one kernel function per task and signature.
+
+Parallel tasks get one thread per iteration, with the launch bounds passed in as leading
+by-value parameters; serial tasks run in one thread. A multi-dimensional loop runs on 2-D
+thread blocks (`tiled`, see lang.cuda.loops): x over the last dimension, y over the one
+before, z over the first of three, so neighbouring iterations share cache lines both ways.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+
+from ..front.parse import KernelSource, Task
+from ..lower.debug_checks import RECORD, DebugPlan
+from ..lower.lowering import (
+    CUDA_ATOMICS,
+    CallRewriter,
+    Symbols,
+    ZeroDIndex,
+    assign,
+    atomic_array,
+    dotted,
+    function_def,
+    lower_statements,
+    name_node,
+    task_locals,
+    task_name,
+)
+from ..lower.updates import Reduction, UpdateRewriter
+from ..types.precision import weak_typed
+from . import reductions
+from .addressing import Addressing32, loop_floors
+from .loops import ContinueToReturn, CountedLoops, as_list, flat_indices, thread_index, tiled_loops
+
+
+@dataclass(frozen=True)
+class CudaTaskCode:
+    """One task as a CUDA kernel function: its code and by-value parameter order."""
+
+    task: Task
+    function: ast.FunctionDef
+    bound_params: tuple[str, ...]  # leading int64 launch-bound parameters
+    params: tuple[str, ...]  # kernel parameters, in the kernel's argument order
+    one_element: frozenset[str] = frozenset()  # 0-d array parameters passed as shape (1,)
+    reductions: tuple[Reduction, ...] = ()  # when non-empty: a grid-stride loop, launched capped
+    scratch: tuple[str, ...] = ()  # deterministic mode's scratch arrays (after the array parameters)
+    tiled: bool = False  # runs on 2-D blocks (tiled_loops); its launch shape comes from launch_code.tile_shape
+
+
+def cuda_bound_params(task: Task) -> tuple[str, ...]:
+    if not task.parallel:
+        return ()
+    ndim = len(task.dims)
+    if ndim == 1:
+        return ("_qg_s0", "_qg_d0", "_qg_n")
+    starts = tuple(f"_qg_s{k}" for k in range(ndim))
+    counts = tuple(f"_qg_c{k}" for k in range(ndim))
+    return starts + counts + ("_qg_n",)  # as lang.lower.bounds packs them
+
+
+def _one_element_targets(body: list[ast.stmt], zero_d: frozenset[str]) -> frozenset[str]:
+    """0-d array parameters the lowered body updates with an atomic `atomic.<op>(x, (), v)`
+    (or `atomic.<op>(x.view(t), (), v)`, a float min/max reduction's combine)."""
+    found = set()
+    paths = set(CUDA_ATOMICS.values())
+    for stmt in body:
+        for node in ast.walk(stmt):
+            if not (isinstance(node, ast.Call) and len(node.args) == 3 and ast.unparse(node.func) in paths):
+                continue
+            array = atomic_array(node.args[0])
+            if array is not None and array.id in zero_d and isinstance(node.args[1], ast.Tuple) \
+                    and not node.args[1].elts:
+                found.add(array.id)
+    return frozenset(found)
+
+
+class FloatSubAsAdd(ast.NodeTransformer):
+    """`atomic.sub(x, i, v)` on a float array -> `atomic.add(x, i, -(v))`: numba-cuda's float
+    atomic sub is a compare-and-swap loop, its add one instruction (`atom/red.add.f32/f64`).
+    `a - v` and `a + (-v)` are the same IEEE operation: results and old values are unchanged."""
+
+    def __init__(self, float_arrays: set[str]) -> None:
+        self.float_arrays = float_arrays
+        self.sub, self.add = CUDA_ATOMICS["atomic_sub"], CUDA_ATOMICS["atomic_add"]
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        self.generic_visit(node)
+        if len(node.args) == 3 and ast.unparse(node.func) == self.sub:
+            array = atomic_array(node.args[0])
+            if array is not None and array.id in self.float_arrays:
+                node.func = dotted(self.add, node.func)
+                node.args[2] = ast.copy_location(ast.UnaryOp(ast.USub(), node.args[2]), node.args[2])
+        return node
+
+
+def _reduction_kinds(src: KernelSource, found: list[Reduction], dtypes: dict) -> dict:
+    """(kind, itemsize) of each reduction target; the GPU has atomics for 32- and 64-bit only."""
+    kinds = {}
+    for r in found:
+        dtype = dtypes.get(r.target)
+        if dtype is None:
+            continue
+        if dtype.kind not in "iuf" or dtype.itemsize < 4:
+            raise src.error(f"a reduction into '{r.target}' ({dtype.name}) cannot run on CUDA: the GPU has atomics "
+                            "for 32- and 64-bit integers and floats only; reduce into an int32, int64, float32 "
+                            "or float64 array", r.lineno)
+        kinds[r.target] = (dtype.kind, dtype.itemsize)
+    return kinds
+
+
+def cuda_task(src: KernelSource, task: Task, param_order: list[str], symbols: Symbols,
+              zero_d: frozenset[str] = frozenset(), dtypes: dict | None = None,
+              deterministic: bool = False, n_arrays: int | None = None,
+              precision: tuple[dict, str] | None = None, addressed: dict[str, int] | None = None,
+              debug: DebugPlan | None = None) -> CudaTaskCode:
+    """The kernel function of one task, taking `param_order` after the bound parameters.
+
+    A parallel task runs one iteration per thread; one with reductions (see lang.lower.updates)
+    runs a grid-stride loop and combines its partials per block (lang.cuda.reductions).
+    `dtypes` maps array parameters to their NumPy dtypes (reduction partials are typed).
+    `deterministic` combines reductions in a fixed order through scratch arrays, extra
+    parameters placed after the first `n_arrays` (array) parameters of `param_order`.
+    numba-cuda's atomics take no 0-d array, so a 0-d parameter the task updates atomically
+    is passed to it as a 1-element array (`CudaTaskCode.one_element`): its `x[()]` and
+    `atomic.<op>(x, (), v)` become `x[0]` and `atomic.<op>(x, 0, v)`. `precision`
+    (parameter types, default float) types Python numbers weakly (lang.types.precision);
+    `addressed` (array parameter -> ndim) are indexed with 32-bit offsets (lang.cuda.addressing).
+    `debug` adds debug mode's checks (lang.lower.debug_checks) and the record parameter after the
+    scratch arrays.
+    """
+    at = task.body[0]
+    local_names = task_locals(src, task)
+    statements = task.body
+    if precision is not None:
+        statements = weak_typed(src, task.body, precision[0], task.loop_vars, local_names, precision[1],
+                                funcs=symbols.typing_funcs(precision[1]))
+    updates = None
+    if task.parallel:
+        updates = UpdateRewriter(task, set(src.param_names), src.resolve, src.error, symbols.atomic,
+                                 reductions.partial_update)
+    body = lower_statements(src, statements, local_names, symbols, updates)
+    found = list(updates.reductions.values()) if updates is not None else []
+    bounds = cuda_bound_params(task)
+    scratch: tuple[str, ...] = ()
+    # 2-D blocks for multi-dimensional loops, except deterministic reductions (their per-block slots need a 1-D grid)
+    tiled = task.parallel and len(task.dims) > 1 and not (found and deterministic)
+    if task.parallel and found:
+        kinds = _reduction_kinds(src, found, dtypes or {})
+        rewriter = CallRewriter(src, local_names, symbols)
+        init = [rewriter.visit(s) for s in reductions.initial_partials(found, at)]
+        if deterministic:
+            combine = [rewriter.visit(s) for s in reductions.deterministic_combine(found, at, kinds)]
+            scratch = tuple(reductions.scratch_params(found))
+        else:
+            combine = [rewriter.visit(s) for s in reductions.block_combine(found, at, symbols.atomic, kinds)]
+        if tiled:  # the launch caps the grid at one wave
+            body = init + tiled_loops(task, body, at, early_return=False) + combine
+        else:
+            loop = reductions.grid_stride_loop(flat_indices(task, at) + body, at)
+            body = init + [assign("_qg_t0", thread_index(at), at)] + loop + combine
+    elif tiled:
+        body = tiled_loops(task, body, at)
+    elif task.parallel:
+        body = [ContinueToReturn().visit(s) for s in body]
+        guard = ast.copy_location(ast.If(
+            ast.copy_location(ast.Compare(name_node("_qg_t", at), [ast.GtE()], [name_node("_qg_n", at)]), at),
+            [ast.copy_location(ast.Return(None), at)], []), at)
+        body = [assign("_qg_t", thread_index(at), at), guard] + flat_indices(task, at) + body
+    counted = CountedLoops(lambda func: src.resolve(func) is range if isinstance(func, ast.Name)
+                            and func.id not in local_names else False)
+    body = [s for stmt in body for s in as_list(counted.visit(stmt))]
+    floats = FloatSubAsAdd({name for name, dtype in (dtypes or {}).items() if dtype.kind == "f"})
+    body = [floats.visit(s) for s in body]
+    if debug is not None:
+        body = debug.apply(body, CUDA_ATOMICS.values())
+    one_element = _one_element_targets(body, zero_d)
+    body = [ZeroDIndex(one_element, frozenset(CUDA_ATOMICS.values()), rename=False).visit(s) for s in body]
+    if addressed:
+        rewriter = Addressing32({n: d for n, d in addressed.items() if n not in task.stored},
+                                loop_floors(task) if task.parallel else {})
+        body = [rewriter.visit(s) for s in body]
+    split = len(param_order) if n_arrays is None else n_arrays
+    record = [RECORD] if debug is not None else []
+    params = list(bounds) + list(param_order[:split]) + list(scratch) + record + list(param_order[split:])
+    fdef = function_def(task_name(task), params, body, task.lineno)
+    return CudaTaskCode(task, fdef, bounds, tuple(param_order), one_element, tuple(found), scratch, tiled)
+
+

@@ -1,0 +1,210 @@
+"""A kernel as code generation sees it for one signature: scalars, arrays and nothing else.
+
+`flat_source` runs lang.flat.flatten over every task: struct parameters become one parameter
+per leaf field (in the order `slots` records, so the launcher can find each leaf's value),
+vector code becomes component code, and each @qgraph.func the tasks call is specialised
+for its argument types (`FuncSpecs`). The result is a KernelSource of the same shape as
+the one the front end built, so both backends compile it unchanged.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import dataclasses
+from dataclasses import dataclass
+
+from ...args.kinds import is_vector_kind
+from ...errors import QgraphSyntaxError
+from ..front.globals_used import func_array_globals
+from ..front.parse import KernelSource, Param, _analyse_names, collect_names
+from ..front.regions import Dim, Region, RepeatLoop, Sequence, Task, with_bodies
+from ..lower.lowering import function_def
+from ..types.vector_types import VectorType
+from .draws import random_prologue
+from .flatten import GLOBALS, Flattener
+from .values import Val, by_value_type, is_struct, leaves
+
+
+class _Counter:
+    """Temporaries are numbered across a whole kernel, so no two tasks share one."""
+
+    def __init__(self) -> None:
+        self.next = 0
+
+
+class FuncSpecs:
+    """@qgraph.func specialisations: one function per (func, argument types)."""
+
+    def __init__(self) -> None:
+        self.entries: dict[tuple, tuple[str, object]] = {}  # key -> (name, return type)
+        self.defs: list[tuple[ast.FunctionDef, object, KernelSource]] = []  # (def, Func, source with GLOBALS)
+        self._active: set[tuple] = set()
+
+    def snapshot(self) -> tuple[int, int]:
+        return len(self.entries), len(self.defs)
+
+    def restore(self, mark: tuple[int, int]) -> None:
+        for key in list(self.entries)[mark[0]:]:
+            del self.entries[key]
+        del self.defs[mark[1]:]
+
+    def call(self, fl: Flattener, fn, args: list[Val], node: ast.AST) -> Val:
+        types = tuple(_arg_type(a) for a in args)
+        key = (id(fn), types)
+        entry = self.entries.get(key)
+        if entry is None:
+            if key in self._active:
+                raise fl.error(f"{fn.__name__} calls itself: recursive @qgraph.func helpers are not supported", node)
+            self._active.add(key)
+            try:
+                entry = self._build(fn, types)
+            finally:
+                self._active.discard(key)
+            self.entries[key] = entry
+        name, ret = entry
+        flat_args = []
+        for a in args:
+            if is_struct(a.type):
+                flat_args += [ast.copy_location(ast.Name(n, ast.Load()), node) for n, _ in leaves(a.expr.id, a.type)]
+            else:
+                flat_args += a.comps
+        call = ast.copy_location(ast.Call(ast.copy_location(ast.Name(name, ast.Load()), node), flat_args, []), node)
+        if not isinstance(ret, VectorType):
+            return Val(None, [call])
+        names = [f"_qg_v{fl.counter.next + k}" for k in range(ret.size)]
+        fl.counter.next += ret.size
+        target = ast.Tuple([ast.copy_location(ast.Name(n, ast.Store()), node) for n in names], ast.Store())
+        fl.pre.append(ast.copy_location(ast.Assign([ast.copy_location(target, node)], call), node))
+        return Val(ret, [ast.copy_location(ast.Name(n, ast.Load()), node) for n in names])
+
+    def _build(self, fn, types: tuple) -> tuple[str, object]:
+        src = fn._source
+        arrays = func_array_globals(src)
+        if arrays:
+            raise src.error(f"{fn.__name__} reads the module-level array '{arrays[0]}': a @qgraph.func reads arrays "
+                            "through its parameters; pass it in from the kernel", src.fn_def)
+        spec_src = dataclasses.replace(src, globals={**src.globals, **GLOBALS})
+        env, params = {}, []
+        for p, t in zip(src.params, types):
+            if t is not None:
+                env[p.name] = t
+            params += [n for n, _ in leaves(p.name, t)] if isinstance(t, VectorType) or is_struct(t) else [p.name]
+        fdef = copy.deepcopy(src.fn_def)
+        fl = Flattener(spec_src, env, self, taken=_all_names(fdef), counter=_Counter())
+        body = fl.run(fdef.body)
+        vectors = {r for r in fl.returns if isinstance(r, VectorType)}
+        if len({r.shape for r in vectors}) > 1 or (vectors and len(vectors) != len(set(fl.returns))):
+            raise src.error(f"{fn.__name__} returns values of different shapes; a @qgraph.func returns one type",
+                            src.fn_def)
+        ret = next(iter(vectors)) if vectors else None
+        name = f"_qg_f{len(self.defs)}_{fn.__name__}"
+        self.defs.append((function_def(name, params, body, src.lineno), fn, spec_src))
+        return name, ret
+
+
+def _arg_type(a: Val) -> object:
+    if isinstance(a.type, VectorType) or is_struct(a.type) or getattr(a.type, "element", None):
+        return a.type
+    return None
+
+
+def _all_names(tree: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} | \
+        {a.arg for a in ast.walk(tree) if isinstance(a, ast.arg)}
+
+
+@dataclass
+class FlatSource:
+    """One signature's flattened kernel: `src` (leaf parameters), their kinds, and where
+    each leaf's value is: `slots[f] = (argument index, leaf position or None)`."""
+
+    src: KernelSource
+    kinds: list
+    slots: list[tuple[int, int | None]]
+    funcs: FuncSpecs
+    adjoint_reads: dict = dataclasses.field(default_factory=dict)  # adjoint task index -> arrays it reads
+
+    @property
+    def key(self) -> tuple[str, ...]:
+        return tuple(k.sig for k in self.kinds)
+
+    def slot_expr(self, flat: int) -> str:
+        """The Python expression of a leaf's value from `p`, the call's values per argument."""
+        k, j = self.slots[flat]
+        return f"p[{k}]" if j is None else f"p[{k}][{j}]"
+
+    @property
+    def has_structs(self) -> bool:
+        return any(j is not None for _, j in self.slots)
+
+
+def flat_name(path: str) -> str:
+    """`s.flag` -> `s__flag` (a struct field's parameter name)."""
+    return path.replace(".", "__")
+
+
+def flat_source(src: KernelSource, kinds: list, default_float: str = "f64") -> FlatSource:
+    """`src` flattened for arguments of `kinds` (see the module docstring): a struct or a
+    vector argument is one parameter per leaf (a vector's leaves are its components)."""
+    params: list[Param] = []
+    flat_kinds: list = []
+    slots: list[tuple[int, int | None]] = []
+    env: dict = {}
+    for k, (p, kind) in enumerate(zip(src.params, kinds)):
+        env[p.name] = by_value_type(kind)  # a vector argument is a vector in the kernel
+        if is_struct(kind) or is_vector_kind(kind):
+            for j, (name, leaf) in enumerate(leaves(p.name, kind)):
+                params.append(Param(name, None, p.keyword_only))
+                flat_kinds.append(leaf)
+                slots.append((k, j))
+        else:
+            params.append(p)
+            flat_kinds.append(kind)
+            slots.append((k, None))
+    specs = FuncSpecs()
+    counter = _Counter()
+    taken = _all_names(src.fn_def)
+    base = dataclasses.replace(src, globals={**src.globals, **GLOBALS})
+    tasks: dict[int, Task] = {}
+    for task in src.tasks:
+        fl = Flattener(base, env, specs, taken, counter, task, default_float)
+        body = fl.run(copy.deepcopy(task.body))
+        if fl.random_draws:
+            body = random_prologue(task, task.body[0]) + body
+        dims = tuple(Dim(*(None if e is None else _bound(fl, e) for e in (d.start, d.stop, d.step)))
+                     for d in task.dims)
+        tasks[task.index] = Task(task.index, task.parallel, task.lineno, body, task.loop_vars, dims,
+                                 bound_names=frozenset(collect_names([e for d in dims for e in (d.start, d.stop, d.step)
+                                                                      if e is not None]).loaded))
+    reads: dict[int, frozenset[str]] = {}
+    if src.adjoint is not None:  # each task's body becomes its adjoint, now that it is scalars and arrays
+        from ..adjoint import adjoint_task
+
+        kinds_by_name = {p.name: kind for p, kind in zip(params, flat_kinds)}
+        for index, task in tasks.items():
+            tasks[index], reads[index] = adjoint_task(base, task, kinds_by_name, specs.defs)
+    ordered = [tasks[t.index] for t in src.tasks]
+    names = [p.name for p in params]
+    _analyse_names(ordered, set(names), src.filename)
+    flat = dataclasses.replace(base, params=tuple(params), tasks=tuple(ordered), body=_rebuild(src.body, tasks),
+                               graph_while=flat_name(src.graph_while) if src.graph_while else None)
+    return FlatSource(flat, flat_kinds, slots, specs, reads)
+
+
+def _bound(fl: Flattener, expr: ast.expr) -> ast.expr:
+    out = fl.scalar(copy.deepcopy(expr))
+    if fl.pre:
+        raise QgraphSyntaxError("loop bounds cannot use vector values", fl.src.filename, expr.lineno)
+    return out
+
+
+def _rebuild(region: Region, tasks: dict[int, Task]) -> Region:
+    if isinstance(region, Task):
+        return tasks[region.index]
+    if isinstance(region, Sequence):
+        return Sequence(tuple(_rebuild(c, tasks) for c in region.children))
+    region = with_bodies(region, lambda body: _rebuild(body, tasks))
+    if isinstance(region, RepeatLoop):
+        return dataclasses.replace(region, count=flat_name(region.count))
+    return dataclasses.replace(region, flag=flat_name(region.flag))
