@@ -38,6 +38,11 @@ def pop_tape(previous) -> None:
         ACTIVE[0] -= 1
 
 
+def tape_recording() -> bool:
+    """Whether a qgraph.Tape records this thread's kernel calls."""
+    return threading.get_ident() in _TAPES
+
+
 def tape_call(launcher, args: tuple, key: tuple) -> None:
     """Both launchers' hook, before a call runs: the thread's tape (if any) records it."""
     tape = _TAPES.get(threading.get_ident())
