@@ -55,6 +55,7 @@ from .runtime import current_arch, device, device_count, device_info, init, rese
 from .runtime.arrays import Ndarray, from_numpy, ndarray
 from .runtime.random_state import seed
 from .step import GraphFunction, StepStats, graph, while_loop
+from .tape import Tape, TapeStats
 from .torch_op import torch_op
 
 install_numba_probe_gate()  # before anything imports numba: probes a compile never uses are skipped
@@ -72,5 +73,5 @@ __all__ = [
     "sync", "u8", "u16", "u32", "u64",
     "cross", "determinant", "dot", "inverse", "mat22", "mat33", "mat44", "matrix", "norm", "norm_sqr", "normalized",
     "outer", "randint", "randn", "random", "seed", "struct", "trace", "transpose", "vec2", "vec3", "vec4", "vector",
-    "cond", "loop", "repeat", "while_loop", "torch_op", "TaskCode",
+    "cond", "loop", "repeat", "while_loop", "torch_op", "TaskCode", "Tape", "TapeStats",
 ]

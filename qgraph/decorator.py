@@ -84,6 +84,7 @@ class Kernel:
         self._rng_at = names.index(globals_used.RNG_STATE) if globals_used.RNG_STATE in names else None
         self._launch = None
         self._generation = -1
+        self._adjoints: dict = {}  # (arrays with gradients) -> the adjoint Kernel (qgraph.tape)
         functools.update_wrapper(self, fn)
         runtime.STATE.kernels.add(self)
 
@@ -191,6 +192,12 @@ class Kernel:
         launcher, args = self._launcher_for(args)
         return launcher.inspect(args)
 
+    def _grad(self, *args):
+        """grad(): the adjoint kernel of the arrays with gradients among `args`, run on them."""
+        from .tape import run_adjoint
+
+        run_adjoint(self, args)
+
     def _launcher_for(self, args: tuple) -> tuple:
         """(launcher, args) of a call with `args` made outside the call path (compile, inspect)."""
         self._attach()
@@ -265,8 +272,11 @@ def _bind_class(kernel_cls: type, src: frontend.KernelSource, fn: Callable) -> t
     inspect_ = _binder("inspect", "_inspect", src, params, names, ns,
                        "The code qgraph generates for the signature of these example arguments (compiled or "
                        "loaded without running the kernel): a qgraph.KernelCode; print it for a report.")
+    grad = _binder("grad", "_grad", src, params, names, ns,
+                   "Run the adjoint of a call with these arguments: the gradients of its outputs, in the `.grad` "
+                   "of its array arguments (requires_grad=True), flow back into the `.grad` of its inputs.")
     return type(f"Kernel_{src.name}", (kernel_cls,),
-                {"__call__": call, "compile": compile_, "inspect": inspect_, "__slots__": ()})
+                {"__call__": call, "compile": compile_, "inspect": inspect_, "grad": grad, "__slots__": ()})
 
 
 def _binder(method: str, target: str, src, params: list, names: list, ns: dict, doc: str):

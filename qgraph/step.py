@@ -69,9 +69,10 @@ class GraphFunction:
             from .driver.device import stream_handle
 
             stream = stream_handle(stream)
-        replayed, result = runner.replay_same(args, kwargs, runner.own_stream if stream is None else stream)
-        if replayed:
-            return result
+        if not step_body.tape_recording():  # a tape must see the body's calls: it runs again under one
+            replayed, result = runner.replay_same(args, kwargs, runner.own_stream if stream is None else stream)
+            if replayed:
+                return result
         calls, result = step_body.run_body(self._fn, args, kwargs)
         if not calls:  # nothing to launch
             self.stats.kernel_calls = self.stats.graph_nodes = 0

@@ -11,9 +11,43 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-ACTIVE = [0]  # threads running a step's body now
+ACTIVE = [0]  # threads running a step's body or recording a qgraph.Tape now
 _CALLS: dict[int, list] = {}  # thread ident -> the calls its body has made so far
+_BODIES: dict[int, Callable] = {}  # thread ident -> the step function whose body it is running
+_TAPES: dict[int, object] = {}  # thread ident -> the qgraph.Tape recording its kernel calls
 _LOCK = threading.Lock()
+
+
+def push_tape(tape) -> object | None:
+    """Make `tape` record this thread's kernel calls: the tape it replaces (None), for pop_tape."""
+    ident = threading.get_ident()
+    with _LOCK:
+        previous = _TAPES.get(ident)
+        _TAPES[ident] = tape
+        ACTIVE[0] += 1
+    return previous
+
+
+def pop_tape(previous) -> None:
+    ident = threading.get_ident()
+    with _LOCK:
+        if previous is None:
+            _TAPES.pop(ident, None)
+        else:
+            _TAPES[ident] = previous
+        ACTIVE[0] -= 1
+
+
+def tape_recording() -> bool:
+    """Whether a qgraph.Tape records this thread's kernel calls."""
+    return threading.get_ident() in _TAPES
+
+
+def tape_call(launcher, args: tuple, key: tuple) -> None:
+    """Both launchers' hook, before a call runs: the thread's tape (if any) records it."""
+    tape = _TAPES.get(threading.get_ident())
+    if tape is not None:
+        tape.record(launcher.kernel, args, key)
 
 
 def run_body(fn: Callable, args: tuple, kwargs: dict) -> tuple[list, object]:
@@ -22,14 +56,24 @@ def run_body(fn: Callable, args: tuple, kwargs: dict) -> tuple[list, object]:
     calls: list = []
     with _LOCK:
         _CALLS[ident] = calls
+        _BODIES[ident] = fn
         ACTIVE[0] += 1
     try:
         result = fn(*args, **kwargs)
     finally:
         with _LOCK:
             del _CALLS[ident]
+            del _BODIES[ident]
             ACTIVE[0] -= 1
     return calls, result
+
+
+def current_body() -> tuple[list, Callable] | None:
+    """(the calls list, the step function) of the body this thread is running, or None: a tape
+    groups the calls of one step call, to run their adjoints as one captured step too."""
+    ident = threading.get_ident()
+    calls = _CALLS.get(ident)
+    return None if calls is None else (calls, _BODIES[ident])
 
 
 def body_calls() -> list | None:
@@ -42,8 +86,9 @@ def in_body() -> bool:
     return threading.get_ident() in _CALLS
 
 
-def count_call(launcher) -> None:
-    """The CPU launch's hook: a kernel call made in a step's body, run as it is made."""
+def count_call(launcher, args: tuple, key: tuple) -> None:
+    """The CPU launch's hook: a kernel call made in a step's body (run as it is made), or under a tape."""
+    tape_call(launcher, args, key)
     calls = _CALLS.get(threading.get_ident())
     if calls is not None:
         calls.append(launcher)

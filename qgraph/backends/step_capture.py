@@ -28,7 +28,7 @@ from ..errors import QgraphError
 from ..graph_cache import TaskGraph, _Instance
 from ..runtime.arrays import Ndarray
 from .checks import written_params
-from .step_body import body_calls
+from .step_body import body_calls, tape_call
 
 _WRITTEN: dict[int, frozenset] = {}  # id(kernel source) -> positions of the array parameters it writes
 
@@ -44,7 +44,9 @@ class StepCall:
 
 
 def intercept(launcher, key: tuple, args: tuple, packs: tuple, stream) -> bool:
-    """The kernels' launch hook: record the call if this thread is running a step's body."""
+    """The kernels' launch hook: a tape records the call; it is recorded instead of launched if
+    this thread is running a step's body."""
+    tape_call(launcher, args, key)
     calls = body_calls()
     if calls is None:
         return False

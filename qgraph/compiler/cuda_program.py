@@ -40,6 +40,7 @@ from .toolchain import toolchain_versions
 BLOCK = 256  # threads per block for parallel tasks (capped by each kernel's own limit)
 PDL_COMPUTE_CAPABILITY = (9, 0)  # griddepcontrol and programmatic graph edges: Hopper and newer
 TRIGGER = "_qg_trigger"  # entry-name suffix of each task's launch_dependents variant
+TRIGGER_BLOCKS = 8  # the largest grid (blocks) whose graph node uses that variant
 
 @dataclass
 class TaskKernel:
@@ -65,8 +66,11 @@ class TaskKernel:
 
     def function_for(self, grid, programmatic: bool):
         """The variant for a graph node of `grid` blocks (a count or a tile shape):
-        launch_dependents only for one-wave grids."""
-        if programmatic and self.trigger_function is not None and blocks_in(grid) <= self.wave:
+        launch_dependents only for grids of a few blocks (TRIGGER_BLOCKS), whose launch
+        latency is most of their time: on an H100 it made a chain of 200 dependent 256-block
+        kernels 1.8x slower (benchmarks/ballistic_grad.py) and the README's relax 5-25%
+        slower, while 8 one-block tasks ran 14% faster with it."""
+        if programmatic and self.trigger_function is not None and blocks_in(grid) <= min(self.wave, TRIGGER_BLOCKS):
             return self.trigger_function
         return self.function
 

@@ -37,10 +37,11 @@ class Ndarray:
     _qgraph_array = True  # how the argument layer (below the runtime) recognises it
 
     __slots__ = ("_shape", "_dtype", "_size", "_host", "_free", "_ptr", "_device", "_sig", "_abi",
-                 "_element", "__weakref__")
+                 "_element", "grad", "__weakref__")
 
-    def __init__(self, dtype, shape) -> None:
+    def __init__(self, dtype, shape, requires_grad: bool = False) -> None:
         state = runtime.ensure_init()
+        self.grad: Ndarray | None = None  # the gradient array, with requires_grad (kernel.grad, qgraph.Tape)
         element = element_of(dtype)
         self._element = dtype if element is not None else None
         self._dtype = as_dtype(element.dtype if element is not None else dtype)
@@ -54,6 +55,8 @@ class Ndarray:
             self._free = self._device = None
             self._ptr = 0
             self._abi = None
+            if requires_grad:
+                self.requires_grad = True
             return
         device = state.current().device
         self._host = None
@@ -67,6 +70,8 @@ class Ndarray:
         self._abi = numba_abi(self._ptr, self._shape, tuple(reversed(strides)), itemsize)
         device.memset(self._ptr, b"\0", self._size * itemsize)
         device.sync_stream()  # usable from any stream once this returns
+        if requires_grad:
+            self.requires_grad = True
 
     # ------------------------------------------------------------------ properties
 
@@ -107,6 +112,28 @@ class Ndarray:
     def __repr__(self) -> str:
         where = self.device if self._device is None else f"cuda:{self._device.info.ordinal}"
         return f"qgraph.Ndarray({self._dtype.name}, shape={self._shape}, device={where})"
+
+    @property
+    def requires_grad(self) -> bool:
+        """Whether the array has a gradient (`.grad`, zero-filled, the same shape and dtype), which
+        kernel.grad and qgraph.Tape.backward accumulate into. Setting it False drops the gradient."""
+        return self.grad is not None
+
+    @requires_grad.setter
+    def requires_grad(self, value: bool) -> None:
+        if not value:
+            self.grad = None
+        elif self.grad is None:
+            if self._dtype.kind != "f":
+                raise TypeError(f"requires_grad: a {self._dtype.name} array has no gradient; only float32 and "
+                                "float64 arrays do")
+            index_shape = self._shape[:len(self._shape) - len(element_of(self._element).shape)] \
+                if self._element is not None else self._shape
+            if self._device is not None:  # on the array's own device
+                with runtime.device(self._device.info.ordinal):
+                    self.grad = Ndarray(self._element or self._dtype, index_shape)
+            else:
+                self.grad = Ndarray(self._element or self._dtype, index_shape)
 
     # ------------------------------------------------------------------ data movement
 
@@ -171,16 +198,16 @@ def _rebuilt(dtype, shape: tuple, contents: np.ndarray, ordinal: int | None = No
 resolve.ARRAY_TYPE[0] = Ndarray  # struct resolvers (args layer) test for it by identity
 
 
-def ndarray(dtype, shape) -> Ndarray:
+def ndarray(dtype, shape, requires_grad: bool = False) -> Ndarray:
     """A zero-filled array: device memory on cuda, host memory on cpu. `shape` may be ().
 
     `dtype` may be a vector or matrix type: `ndarray(qgraph.vec3, (n,))` has shape (n, 3)
-    and its kernels read `x[i]` as a vec3."""
-    return Ndarray(dtype, shape)
+    and its kernels read `x[i]` as a vec3. `requires_grad=True` gives it a zero-filled `.grad`."""
+    return Ndarray(dtype, shape, requires_grad)
 
 
-def from_numpy(a) -> Ndarray:
-    """A new Ndarray holding a copy of `a`."""
+def from_numpy(a, requires_grad: bool = False) -> Ndarray:
+    """A new Ndarray holding a copy of `a` (`requires_grad=True`: with a zero-filled `.grad`)."""
     a = np.asarray(a)
-    arr = Ndarray(a.dtype, a.shape)
+    arr = Ndarray(a.dtype, a.shape, requires_grad)
     return arr.from_numpy(a)

@@ -48,9 +48,11 @@ class Addressing32(ast.NodeTransformer):
     """Subscripts of the arrays in `arrays` (name -> ndim) with a full index as offset calls.
 
     A subscript whose every index is a loop variable of `floors` plus or minus a literal that
-    keeps it non-negative (`u[i - 1, j, k + 1]`, no wraparound possible) becomes
-    `_qg_ldd/_qg_std`: all such neighbours of one array share the offset of `i, j, k`, as
-    `c - plane`, `c + 1` do in hand-written CUDA C++ (a 3-D stencil's addressing halves)."""
+    keeps it non-negative (`u[i - 1, j, k + 1]`, no wraparound possible), or a non-negative
+    literal (a vector's component, `x[i, 2]`), becomes `_qg_ldd/_qg_std`: all such neighbours
+    of one array share the offset of `i, j, k`, as `c - plane`, `c + 1` do in hand-written
+    CUDA C++ (a 3-D stencil's addressing halves; a vec3 update's loads are not repeated after
+    its stores, since LLVM sees the components' addresses differ)."""
 
     def __init__(self, arrays: dict[str, int], floors: dict[str, int] | None = None) -> None:
         self.arrays = arrays
@@ -61,6 +63,11 @@ class Addressing32(ast.NodeTransformer):
         that keeps it non-negative; else None."""
         bases, deltas = [], []
         for e in elts:
+            constant = _literal(e)
+            if constant is not None and constant >= 0:  # a vector's component: x[i, 1] is x[i, 0] + 1
+                bases.append(ast.copy_location(ast.Constant(0), e))
+                deltas.append(ast.copy_location(ast.Constant(constant), e))
+                continue
             delta = 0
             if isinstance(e, ast.BinOp) and isinstance(e.op, (ast.Add, ast.Sub)) and _literal(e.right) is not None:
                 delta = _literal(e.right) * (1 if isinstance(e.op, ast.Add) else -1)

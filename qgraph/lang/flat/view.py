@@ -123,6 +123,7 @@ class FlatSource:
     kinds: list
     slots: list[tuple[int, int | None]]
     funcs: FuncSpecs
+    adjoint_reads: dict = dataclasses.field(default_factory=dict)  # adjoint task index -> arrays it reads
 
     @property
     def key(self) -> tuple[str, ...]:
@@ -176,12 +177,19 @@ def flat_source(src: KernelSource, kinds: list, default_float: str = "f64") -> F
         tasks[task.index] = Task(task.index, task.parallel, task.lineno, body, task.loop_vars, dims,
                                  bound_names=frozenset(collect_names([e for d in dims for e in (d.start, d.stop, d.step)
                                                                       if e is not None]).loaded))
+    reads: dict[int, frozenset[str]] = {}
+    if src.adjoint is not None:  # each task's body becomes its adjoint, now that it is scalars and arrays
+        from ..adjoint import adjoint_task
+
+        kinds_by_name = {p.name: kind for p, kind in zip(params, flat_kinds)}
+        for index, task in tasks.items():
+            tasks[index], reads[index] = adjoint_task(base, task, kinds_by_name, specs.defs)
     ordered = [tasks[t.index] for t in src.tasks]
     names = [p.name for p in params]
     _analyse_names(ordered, set(names), src.filename)
     flat = dataclasses.replace(base, params=tuple(params), tasks=tuple(ordered), body=_rebuild(src.body, tasks),
                                graph_while=flat_name(src.graph_while) if src.graph_while else None)
-    return FlatSource(flat, flat_kinds, slots, specs)
+    return FlatSource(flat, flat_kinds, slots, specs, reads)
 
 
 def _bound(fl: Flattener, expr: ast.expr) -> ast.expr:

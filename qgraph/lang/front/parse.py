@@ -70,6 +70,7 @@ class KernelSource:
     graph_while: str | None = None
     body: Region | None = None  # the region tree every backend walks (None for a func)
     frozen: tuple = ()  # (module dict or closure cell, name) of numbers compiled in (lang.front.globals_used)
+    adjoint: object = None  # lang.adjoint.AdjointOf: this is the adjoint of a kernel (its tasks replaced per signature)
 
     @property
     def param_names(self) -> tuple[str, ...]:

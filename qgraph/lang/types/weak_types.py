@@ -164,6 +164,8 @@ class Typer(ast.NodeVisitor):
             result = INT if fn in SAME_AS_ARGS else None
             for arg in node.args:
                 t = self.of(arg)
+                if t is None:  # an argument not typed yet: so is the call (infer_locals comes back)
+                    return None
                 result = t if result is None else join(result, t)
             if result == INT and fn not in SAME_AS_ARGS and fn not in (np.floor, np.ceil, np.trunc):
                 return WEAK  # math.sqrt(2) is a Python float

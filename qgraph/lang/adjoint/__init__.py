@@ -1,0 +1,98 @@
+"""Reverse-mode adjoints of kernels, generated from each task's own flattened source.
+
+The adjoint of a kernel is a kernel of its own kind (`adjoint_source`): the same parameters
+plus one gradient array per differentiated array (`_qg_adj_<name>`, the same kind as the
+array), its tasks in reverse order, each task's body replaced, per signature, by its
+adjoint (`adjoint_task`, called by lang.flat.view once the task is scalars and arrays only).
+So both backends compile it unchanged, with the forward pass's options, caches, graphs,
+reductions and atomics.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+from dataclasses import dataclass
+
+from ..front.globals_used import RNG_STATE
+from ..front.parse import KernelSource, Param
+from ..front.regions import Region, Sequence, Task
+from ..types.weak_types import INT, Typer, infer_locals, param_type
+from .ir import Let, render, walk
+from .reverse import adjoint_name, adjoint_statements
+from .three_address import three_address
+
+
+@dataclass(frozen=True)
+class AdjointOf:
+    """What makes a KernelSource an adjoint: the primal's array parameters with gradients."""
+
+    grads: tuple[str, ...]
+    primal_tasks: int  # the primal's task count (adjoint task k is primal task count - 1 - k)
+
+
+def adjoint_source(src: KernelSource, grads: tuple[str, ...]) -> KernelSource:
+    """The adjoint kernel of `src` for gradients of the array parameters `grads`."""
+    if src.graph_while is not None:
+        raise src.error(f"kernel {src.name}: cannot differentiate a graph_while kernel yet; "
+                        "call its body kernel in a Python loop under qgraph.Tape", src.lineno)
+    if RNG_STATE in src.param_names:
+        raise src.error(f"kernel {src.name}: cannot differentiate a kernel that draws random numbers; "
+                        "draw them in a kernel of their own and pass the array", src.lineno)
+    _check_straight(src, src.body)
+    by_name = {p.name: p for p in src.params}
+    extra = tuple(Param(adjoint_name(name), by_name[name].annotation, False) for name in grads)
+    tasks = tuple(dataclasses.replace(t, index=k) for k, t in enumerate(reversed(src.tasks)))
+    return dataclasses.replace(src, name=f"{src.name}_adjoint", qualname=f"{src.qualname}.adjoint",
+                               params=src.params + extra, tasks=tasks, body=Sequence(tasks),
+                               adjoint=AdjointOf(tuple(grads), len(src.tasks)))
+
+
+def _check_straight(src: KernelSource, region: Region) -> None:
+    if isinstance(region, Sequence):
+        for child in region.children:
+            _check_straight(src, child)
+    elif not isinstance(region, Task):
+        raise src.error(f"kernel {src.name}: cannot differentiate device control flow (qgraph.loop, qgraph.cond, "
+                        "qgraph.repeat) yet; run the loop from Python under qgraph.Tape",
+                        getattr(region, "lineno", src.lineno))
+
+
+def adjoint_task(src: KernelSource, task: Task, kinds: dict, funcs: list) -> tuple[Task, frozenset[str]]:
+    """`task` (flattened, of the adjoint source `src`) with its body replaced by its adjoint:
+    (the task, the array parameters whose values the adjoint reads)."""
+    grads = {name for name in src.adjoint.grads if name in kinds and kinds[name].dtype.kind == "f"}
+    arrays = {name for name, kind in kinds.items() if kind.is_array}
+    defs = {d.name: d for d, _, _ in funcs}
+    prefix = f"t{task.index}_"
+    body = three_address(src, task.body, arrays, defs, prefix)
+    types = _types(src, body, kinds, task.loop_vars)
+    resolve = _resolver(src)
+    stmts, reads = adjoint_statements(src, body, types, grads, resolve, prefix)
+    for s in stmts:
+        ast.fix_missing_locations(ast.copy_location(s, ast.Pass(lineno=task.lineno, col_offset=0)))
+    return dataclasses.replace(task, body=stmts or [ast.Pass(lineno=task.lineno, col_offset=0)]), frozenset(reads)
+
+
+def _types(src: KernelSource, body, kinds: dict, loop_vars: tuple[str, ...]) -> dict:
+    env = {name: param_type(kind) for name, kind in kinds.items()}
+    for v in loop_vars:
+        env[v] = INT
+    typer = Typer(src, env)
+    stmts = render(body.stmts)
+    lets = {s.target for s in walk(body.stmts) if isinstance(s, Let)}
+    infer_locals(typer, stmts, lets)
+    return typer.env
+
+
+def _resolver(src: KernelSource):
+    def resolve(func: ast.expr) -> object:
+        try:
+            return src.resolve(func)
+        except Exception:  # noqa: BLE001 - no rule for what cannot be resolved
+            return None
+
+    return resolve
+
+
+__all__ = ["AdjointOf", "adjoint_name", "adjoint_source", "adjoint_task"]

@@ -1,0 +1,368 @@
+"""Reverse-mode gradients of kernel calls: `kernel.grad(...)` and `qgraph.Tape`.
+
+The adjoint of a kernel is a kernel too (lang.adjoint): one per set of arrays with
+gradients, made on first use and kept by the primal kernel, so it is compiled, cached,
+graphed and captured like any other. A Tape records the kernel calls its thread makes
+(the launchers tell it before each call runs) and runs their adjoints in reverse.
+
+In-place code is correct by construction: before a call overwrites an array that the
+adjoint of an earlier recorded call (or of this one) must read, the tape copies the array
+and hands the copy to that adjoint; an array no adjoint reads is never copied (the update
+`x[i] += dt * v[i]` has an adjoint that reads nothing). Arrays a recorded call writes that
+have no `.grad` get a temporary gradient for the backward pass (intermediate state), so a
+gradient never stops silently at an array the user did not mark.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+
+import numpy as np
+
+from .backends import step_body
+from .backends.checks import _written_names
+from .errors import QgraphError
+from .lang.adjoint import adjoint_source
+from .runtime import state as runtime
+from .runtime.arrays import Ndarray
+
+
+def adjoint_kernel(kernel, grads: tuple[str, ...]):
+    """The adjoint Kernel of `kernel` for gradients of the array parameters `grads` (made once)."""
+    found = kernel._adjoints.get(grads)
+    if found is None:
+        from .decorator import Kernel
+
+        src = adjoint_source(kernel._source, grads)
+        found = Kernel(kernel._fn, src, kernel.cuda_graph, None, kernel.graph_cache_size, kernel.deterministic,
+                       kernel.fast_math, kernel.default_float, kernel.max_iterations, kernel.debug)
+        kernel._adjoints[grads] = found
+    return found
+
+
+def launch_adjoint(kernel, values: tuple, grads: dict[str, Ndarray], stream=None) -> None:
+    """Run the adjoint of `kernel` on a call's `values` with the gradient arrays `grads` (by name)."""
+    names = tuple(p.name for p in kernel._source.params if p.name in grads)
+    adjoint = adjoint_kernel(kernel, names)
+    if adjoint._generation != runtime.STATE.generation:
+        adjoint._attach()
+    adjoint._launch(*values, *(grads[n] for n in names), stream)
+
+
+def run_adjoint(kernel, values: tuple) -> None:
+    """kernel.grad(...): the adjoint of one call, with the `.grad` of its array arguments."""
+    grads = {p.name: v.grad for p, v in zip(kernel._source.params, values)
+             if isinstance(v, Ndarray) and v.grad is not None}
+    if not grads:
+        raise QgraphError(f"kernel {kernel._source.name}.grad: no argument has a gradient; make the arrays to "
+                          "differentiate with qgraph.ndarray(..., requires_grad=True) or set a.requires_grad = True")
+    launch_adjoint(kernel, values, grads)
+
+
+@dataclass
+class TapeStats:
+    """What a tape holds: the calls recorded, the arrays it copied before a call overwrote them
+    (and their bytes), and the temporary gradients of arrays without `.grad` (their bytes)."""
+
+    calls: int = 0
+    snapshots: int = 0
+    snapshot_bytes: int = 0
+    temporary_grads: int = 0
+    temporary_grad_bytes: int = 0
+
+    @property
+    def extra_bytes(self) -> int:
+        return self.snapshot_bytes + self.temporary_grad_bytes
+
+
+class _Call:
+    """One recorded call: the kernel, the values its adjoint reads (copies where a later call
+    overwrote them), and the arrays as the user passed them (whose gradients it accumulates)."""
+
+    __slots__ = ("kernel", "values", "arrays", "step")
+
+    def __init__(self, kernel, values: list, arrays: tuple, step) -> None:
+        self.kernel = kernel
+        self.values = values
+        self.arrays = arrays
+        self.step = step  # (the calls list, the step function) of the @qgraph.graph call it was made in, or None
+
+
+class Tape:
+    """Records the kernel calls this thread makes inside `with qgraph.Tape() as tape:`;
+    `tape.backward(loss)` runs their adjoints in reverse (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self._calls: list[_Call] = []
+        self._readers: dict[int, list[tuple[_Call, int]]] = {}  # id(array) -> (call, position) reading it live
+        self._arrays: dict[int, Ndarray] = {}  # id -> every array the recorded calls passed
+        self._written: set[int] = set()  # ids of arrays a recorded call wrote
+        self._temporary: dict[int, Ndarray] = {}  # id(array) -> its gradient for this tape (no .grad of its own)
+        self._busy = False  # the tape's own calls (copies, fills, adjoints) are not recorded
+        self._previous = None
+        self._entered = False
+        self._home = None  # the step body the tape was entered in (its calls are not grouped)
+        self.stats = TapeStats()
+
+    def __enter__(self) -> Tape:
+        if self._entered:
+            raise QgraphError("qgraph.Tape: this tape is recording already; a tape is entered once at a time")
+        self._entered = True
+        self._home = step_body.current_body()
+        self._previous = step_body.push_tape(self)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        step_body.pop_tape(self._previous)
+        self._entered = False
+        self._previous = None
+
+    # -- recording ---------------------------------------------------------------------------
+
+    def record(self, kernel, args: tuple, key: tuple) -> None:
+        """Called by the launchers before `kernel` runs on `args` (see step_body.tape_call)."""
+        if self._busy or kernel._source.adjoint is not None:
+            return
+        info = _kernel_facts(kernel)
+        self._busy = True
+        try:
+            values = list(args)
+            for k in info.written:  # copy what earlier adjoints read before this call overwrites it
+                a = args[k]
+                if isinstance(a, Ndarray):
+                    self._copy_for_readers(a)
+            reads = _adjoint_reads(kernel, key)
+            for k, a in enumerate(args):
+                if not isinstance(a, Ndarray):
+                    continue
+                self._arrays[id(a)] = a
+                if k in info.written:
+                    self._written.add(id(a))
+                when = reads.get(kernel._source.params[k].name)
+                if when == "before" and k in info.written:
+                    values[k] = self._snapshot(a)
+                elif when is not None:
+                    self._readers.setdefault(id(a), []).append((None, k))
+            step = step_body.current_body()
+            if step is not None and self._home is not None and step[0] is self._home[0]:
+                step = None  # the tape lives inside this step: its backward is captured with it
+            call = _Call(kernel, values, tuple(args), step)
+            for readers in self._readers.values():  # this call's live reads, now that it exists
+                for n, (owner, k) in enumerate(readers):
+                    if owner is None:
+                        readers[n] = (call, k)
+            self._calls.append(call)
+            self.stats.calls += 1
+        finally:
+            self._busy = False
+
+    def _copy_for_readers(self, a: Ndarray) -> None:
+        readers = self._readers.pop(id(a), None)
+        if readers:
+            copy = self._snapshot(a)
+            for call, k in readers:
+                call.values[k] = copy
+
+    def _snapshot(self, a: Ndarray) -> Ndarray:
+        from .tape_kernels import COPY, index_rank
+
+        copy = _like(a)
+        COPY[index_rank(a)](copy, a)
+        self.stats.snapshots += 1
+        self.stats.snapshot_bytes += a.nbytes
+        return copy
+
+    # -- the backward pass -------------------------------------------------------------------
+
+    def gradient(self, a: Ndarray) -> Ndarray | None:
+        """The gradient array of `a` in this tape: its `.grad`, else the tape's temporary one."""
+        return a.grad if a.grad is not None else self._temporary.get(id(a))
+
+    def backward(self, loss: Ndarray | None = None, grads: dict | None = None) -> None:
+        """Run the recorded calls' adjoints in reverse. `loss`: its gradient is set to ones first;
+        `grads={array: seed}`: each array's gradient is set to its seed (an array or a number)."""
+        if loss is None and not grads:
+            raise QgraphError("Tape.backward: give the loss array (backward(loss)) or seeds "
+                              "(backward(grads={array: seed}))")
+        self._busy = True
+        try:
+            for id_ in self._written:  # intermediate state: a gradient for the backward pass
+                a = self._arrays[id_]
+                if a.grad is None and id_ not in self._temporary and a.dtype.kind == "f":
+                    self._temporary[id_] = g = _like(a)
+                    self.stats.temporary_grads += 1
+                    self.stats.temporary_grad_bytes += g.nbytes
+            seeds = dict(grads or {})
+            if loss is not None:
+                seeds[loss] = 1.0
+            for a, seed in seeds.items():
+                self._seed(a, seed)
+            if step_body.current_body() is not None:  # inside a step: the adjoints are captured with it
+                for call in reversed(self._calls):
+                    self._adjoint(call)
+            else:
+                for group in _step_groups(reversed(self._calls)):
+                    if group[0].step is None:
+                        self._adjoint(group[0])
+                    else:  # the calls of one @qgraph.graph call: their adjoints as one captured step
+                        _backward_step(group[0].step[1])(self, group)
+        finally:
+            self._busy = False
+
+    def _adjoint(self, call: _Call) -> None:
+        found = {}
+        for p, a in zip(call.kernel._source.params, call.arrays):
+            if isinstance(a, Ndarray):
+                g = self.gradient(a)
+                if g is not None:
+                    found[p.name] = g
+        if found:
+            launch_adjoint(call.kernel, tuple(call.values), found)
+
+    def _seed(self, a, seed) -> None:
+        if not isinstance(a, Ndarray) or a.dtype.kind != "f":
+            raise TypeError(f"Tape.backward: a seed is given for {a!r}, which is not a float qgraph array")
+        g = self.gradient(a)
+        if g is None:
+            a.requires_grad = True
+            g = a.grad
+        if isinstance(seed, (int, float)):
+            _fill(g, float(seed))
+        else:
+            g.from_numpy(np.broadcast_to(np.asarray(seed, dtype=g.dtype), g.shape))
+
+    def zero(self) -> None:
+        """Zero the gradients of every array the recorded calls passed (their .grad and the tape's)."""
+        self._busy = True
+        try:
+            for a in self._arrays.values():
+                g = self.gradient(a)
+                if g is not None:
+                    _fill(g, 0.0)
+        finally:
+            self._busy = False
+
+    def reset(self) -> None:
+        """Forget the recorded calls, copies and temporary gradients (the arrays' .grad stay)."""
+        self._calls.clear()
+        self._readers.clear()
+        self._arrays.clear()
+        self._written.clear()
+        self._temporary.clear()
+        self.stats = TapeStats()
+
+
+def _step_groups(calls):
+    """Consecutive calls made in one @qgraph.graph call, together; other calls alone."""
+    group: list[_Call] = []
+    for call in calls:
+        if group and (call.step is None or group[0].step is None or call.step[0] is not group[0].step[0]):
+            yield group
+            group = []
+        group.append(call)
+    if group:
+        yield group
+
+
+_BACKWARD: dict = {}  # step function -> the @qgraph.graph function running its calls' adjoints
+
+
+def _backward_step(fn):
+    """The captured backward of step function `fn`: one GraphFunction per step, so its graph is
+    built once and replayed, with node updates where arrays or numbers changed."""
+    found = _BACKWARD.get(fn)
+    if found is None:
+        from .step import GraphFunction
+
+        def backward(tape: Tape, calls: list) -> None:
+            for call in calls:
+                tape._adjoint(call)
+
+        backward.__name__ = backward.__qualname__ = f"{getattr(fn, '__name__', 'step')}.backward"
+        found = _BACKWARD[fn] = GraphFunction(backward, None)
+    return found
+
+
+def _like(a: Ndarray) -> Ndarray:
+    """A zero-filled array of `a`'s kind on `a`'s device."""
+    from .tape_kernels import index_rank
+
+    shape = a.shape[:index_rank(a)]
+    if a._device is not None:
+        with runtime.device(a._device.info.ordinal):
+            return Ndarray(a._element or a.dtype, shape)
+    return Ndarray(a._element or a.dtype, shape)
+
+
+def _fill(a: Ndarray, value: float) -> None:
+    from .tape_kernels import FILL, index_rank
+
+    FILL[index_rank(a)](a, a._element(value) if a._element is not None else value)  # a vector for vector arrays
+
+
+@dataclass(frozen=True)
+class _Facts:
+    written: frozenset[int]  # parameter positions the kernel writes
+    written_by_task: tuple[frozenset[str], ...]  # per task, in launch order: the arrays it writes
+
+
+_FACTS: dict[int, tuple[object, _Facts]] = {}
+
+
+def _kernel_facts(kernel) -> _Facts:
+    found = _FACTS.get(id(kernel))
+    if found is None or found[0] is not kernel._source:
+        src = kernel._source
+        by_task = tuple(frozenset(_written_names(src, [n for s in t.body for n in ast.walk(s)], frozenset()))
+                        for t in src.tasks)
+        names = set().union(*by_task) if by_task else set()
+        facts = _Facts(frozenset(k for k, p in enumerate(src.params) if p.name in names), by_task)
+        found = _FACTS[id(kernel)] = (src, facts)
+    return found[1]
+
+
+_READS: dict[tuple, dict[str, str]] = {}
+
+
+def _adjoint_reads(kernel, key: tuple) -> dict[str, str]:
+    """Array parameter -> "before" (its value before the call) or "after" (after it), for the
+    arrays the adjoint of a call of signature `key` reads (every float array differentiated:
+    a superset)."""
+    from .args.kinds import arg_type
+    from .lang.flat.view import flat_source
+
+    src = kernel._source
+    found = _READS.get((id(src), key))
+    if found is not None:
+        return found
+    kinds = [arg_type(sig) for sig in key]
+    grads = tuple(p.name for p, kind in zip(src.params, kinds)
+                  if getattr(kind, "is_array", False) and kind.dtype.kind == "f")
+    flat = flat_source(adjoint_source(src, grads), kinds + [kinds[src.param_names.index(g)] for g in grads],
+                       kernel_default_float(kernel))
+    facts = _kernel_facts(kernel)
+    n = len(src.tasks)
+    found = {}
+    for adjoint_index, reads in flat.adjoint_reads.items():
+        t = n - 1 - adjoint_index  # the primal task
+        for name in reads:
+            later = any(name in facts.written_by_task[u] for u in range(t, n))
+            earlier = any(name in facts.written_by_task[u] for u in range(t))
+            if later and earlier:
+                raise QgraphError(f"kernel {src.name}: the gradient of the task at line {src.tasks[t].lineno} needs "
+                                  f"`{name}` as the tasks before it left it, and a later task of the same kernel "
+                                  f"overwrites it; split the kernel there (a tape copies arrays between calls)")
+            when = "before" if later else "after"
+            if found.get(name, when) != when:
+                raise QgraphError(f"kernel {src.name}: its tasks' gradients need `{name}` both before and after "
+                                  "the kernel writes it; split the kernel")
+            found[name] = when
+    _READS[(id(src), key)] = found
+    return found
+
+
+def kernel_default_float(kernel) -> str:
+    from .backends.checks import default_float
+
+    return default_float(kernel, runtime.STATE.settings)

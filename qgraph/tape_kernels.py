@@ -1,0 +1,64 @@
+"""The small kernels a qgraph.Tape runs: copies (snapshots of arrays a later call overwrites)
+and fills (seeds and zeroed gradients), one per index rank, so that inside a @qgraph.graph
+step they are captured with the rest of the step instead of running eagerly."""
+
+from __future__ import annotations
+
+from .decorator import kernel
+from .lang.front.builtins import ndrange
+from .lang.types.vector_types import element_of
+
+
+@kernel
+def _copy0(dst, src):
+    dst[()] = src[()]
+
+
+@kernel
+def _copy1(dst, src):
+    for i in range(dst.shape[0]):
+        dst[i] = src[i]
+
+
+@kernel
+def _copy2(dst, src):
+    for i, j in ndrange(dst.shape[0], dst.shape[1]):
+        dst[i, j] = src[i, j]
+
+
+@kernel
+def _copy3(dst, src):
+    for i, j, k in ndrange(dst.shape[0], dst.shape[1], dst.shape[2]):
+        dst[i, j, k] = src[i, j, k]
+
+
+@kernel
+def _fill0(dst, value):
+    dst[()] = value
+
+
+@kernel
+def _fill1(dst, value):
+    for i in range(dst.shape[0]):
+        dst[i] = value
+
+
+@kernel
+def _fill2(dst, value):
+    for i, j in ndrange(dst.shape[0], dst.shape[1]):
+        dst[i, j] = value
+
+
+@kernel
+def _fill3(dst, value):
+    for i, j, k in ndrange(dst.shape[0], dst.shape[1], dst.shape[2]):
+        dst[i, j, k] = value
+
+
+COPY = (_copy0, _copy1, _copy2, _copy3)
+FILL = (_fill0, _fill1, _fill2, _fill3)
+
+
+def index_rank(a) -> int:
+    """The number of indices a kernel uses on `a` (an array of vectors: fewer, one per vector axis)."""
+    return a.ndim - (len(element_of(a._element).shape) if a._element is not None else 0)
