@@ -35,8 +35,7 @@ def adjoint_kernel(kernel, grads: tuple[str, ...]):
         from .decorator import Kernel
 
         src = adjoint_source(kernel._source, grads)
-        found = Kernel(kernel._fn, src, kernel.cuda_graph, None, kernel.graph_cache_size, kernel.deterministic,
-                       kernel.fast_math, kernel.default_float, kernel.max_iterations, kernel.debug)
+        found = Kernel(kernel._fn, src, kernel.options)  # the forward pass's options
         kernel._adjoints[grads] = found
     return found
 
@@ -363,6 +362,4 @@ def _adjoint_reads(kernel, key: tuple) -> dict[str, str]:
 
 
 def kernel_default_float(kernel) -> str:
-    from .backends.checks import default_float
-
-    return default_float(kernel, runtime.STATE.settings)
+    return kernel._options_now(runtime.STATE).default_float
