@@ -194,9 +194,13 @@ class Kernel:
 
     def _grad(self, *args):
         """grad(): the adjoint kernel of the arrays with gradients among `args`, run on them."""
-        from .tape import run_adjoint
+        from .backends.adjoint_calls import run_adjoint
 
         run_adjoint(self, args)
+
+    def _sibling(self, source: frontend.KernelSource) -> Kernel:
+        """A kernel of another source with this one's options (the adjoint, lang.adjoint)."""
+        return Kernel(self._fn, source, self.options)
 
     def _launcher_for(self, args: tuple) -> tuple:
         """(launcher, args) of a call with `args` made outside the call path (compile, inspect)."""

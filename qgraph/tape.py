@@ -21,42 +21,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from .backends import step_body
+from .backends.adjoint_calls import launch_adjoint
 from .backends.checks import _written_names
 from .errors import QgraphError
 from .lang.adjoint import adjoint_source
 from .runtime import state as runtime
 from .runtime.arrays import Ndarray
-
-
-def adjoint_kernel(kernel, grads: tuple[str, ...]):
-    """The adjoint Kernel of `kernel` for gradients of the array parameters `grads` (made once)."""
-    found = kernel._adjoints.get(grads)
-    if found is None:
-        from .decorator import Kernel
-
-        src = adjoint_source(kernel._source, grads)
-        found = Kernel(kernel._fn, src, kernel.options)  # the forward pass's options
-        kernel._adjoints[grads] = found
-    return found
-
-
-def launch_adjoint(kernel, values: tuple, grads: dict[str, Ndarray], stream=None) -> None:
-    """Run the adjoint of `kernel` on a call's `values` with the gradient arrays `grads` (by name)."""
-    names = tuple(p.name for p in kernel._source.params if p.name in grads)
-    adjoint = adjoint_kernel(kernel, names)
-    if adjoint._generation != runtime.STATE.generation:
-        adjoint._attach()
-    adjoint._launch(*values, *(grads[n] for n in names), stream)
-
-
-def run_adjoint(kernel, values: tuple) -> None:
-    """kernel.grad(...): the adjoint of one call, with the `.grad` of its array arguments."""
-    grads = {p.name: v.grad for p, v in zip(kernel._source.params, values)
-             if isinstance(v, Ndarray) and v.grad is not None}
-    if not grads:
-        raise QgraphError(f"kernel {kernel._source.name}.grad: no argument has a gradient; make the arrays to "
-                          "differentiate with qgraph.ndarray(..., requires_grad=True) or set a.requires_grad = True")
-    launch_adjoint(kernel, values, grads)
 
 
 @dataclass
