@@ -15,16 +15,13 @@ gradient never stops silently at an array the user did not mark.
 
 from __future__ import annotations
 
-import ast
 from dataclasses import dataclass
 
 import numpy as np
 
 from .backends import step_body
-from .backends.adjoint_calls import launch_adjoint
-from .backends.checks import _written_names
+from .backends.adjoint_calls import adjoint_reads, kernel_facts, launch_adjoint
 from .errors import QgraphError
-from .lang.adjoint import adjoint_source
 from .runtime import state as runtime
 from .runtime.arrays import Ndarray
 
@@ -93,7 +90,7 @@ class Tape:
         """Called by the launchers before `kernel` runs on `args` (see step_body.tape_call)."""
         if self._busy or kernel._source.adjoint is not None:
             return
-        info = _kernel_facts(kernel)
+        info = kernel_facts(kernel)
         self._busy = True
         try:
             values = list(args)
@@ -101,7 +98,7 @@ class Tape:
                 a = args[k]
                 if isinstance(a, Ndarray):
                     self._copy_for_readers(a)
-            reads = _adjoint_reads(kernel, key)
+            reads = adjoint_reads(kernel, key)
             for k, a in enumerate(args):
                 if not isinstance(a, Ndarray):
                     continue
@@ -268,68 +265,3 @@ def _fill(a: Ndarray, value: float) -> None:
     from .tape_kernels import FILL, index_rank
 
     FILL[index_rank(a)](a, a._element(value) if a._element is not None else value)  # a vector for vector arrays
-
-
-@dataclass(frozen=True)
-class _Facts:
-    written: frozenset[int]  # parameter positions the kernel writes
-    written_by_task: tuple[frozenset[str], ...]  # per task, in launch order: the arrays it writes
-
-
-_FACTS: dict[int, tuple[object, _Facts]] = {}
-
-
-def _kernel_facts(kernel) -> _Facts:
-    found = _FACTS.get(id(kernel))
-    if found is None or found[0] is not kernel._source:
-        src = kernel._source
-        by_task = tuple(frozenset(_written_names(src, [n for s in t.body for n in ast.walk(s)], frozenset()))
-                        for t in src.tasks)
-        names = set().union(*by_task) if by_task else set()
-        facts = _Facts(frozenset(k for k, p in enumerate(src.params) if p.name in names), by_task)
-        found = _FACTS[id(kernel)] = (src, facts)
-    return found[1]
-
-
-_READS: dict[tuple, dict[str, str]] = {}
-
-
-def _adjoint_reads(kernel, key: tuple) -> dict[str, str]:
-    """Array parameter -> "before" (its value before the call) or "after" (after it), for the
-    arrays the adjoint of a call of signature `key` reads (every float array differentiated:
-    a superset)."""
-    from .args.kinds import arg_type
-    from .lang.flat.view import flat_source
-
-    src = kernel._source
-    found = _READS.get((id(src), key))
-    if found is not None:
-        return found
-    kinds = [arg_type(sig) for sig in key]
-    grads = tuple(p.name for p, kind in zip(src.params, kinds)
-                  if getattr(kind, "is_array", False) and kind.dtype.kind == "f")
-    flat = flat_source(adjoint_source(src, grads), kinds + [kinds[src.param_names.index(g)] for g in grads],
-                       kernel_default_float(kernel))
-    facts = _kernel_facts(kernel)
-    n = len(src.tasks)
-    found = {}
-    for adjoint_index, reads in flat.adjoint_reads.items():
-        t = n - 1 - adjoint_index  # the primal task
-        for name in reads:
-            later = any(name in facts.written_by_task[u] for u in range(t, n))
-            earlier = any(name in facts.written_by_task[u] for u in range(t))
-            if later and earlier:
-                raise QgraphError(f"kernel {src.name}: the gradient of the task at line {src.tasks[t].lineno} needs "
-                                  f"`{name}` as the tasks before it left it, and a later task of the same kernel "
-                                  f"overwrites it; split the kernel there (a tape copies arrays between calls)")
-            when = "before" if later else "after"
-            if found.get(name, when) != when:
-                raise QgraphError(f"kernel {src.name}: its tasks' gradients need `{name}` both before and after "
-                                  "the kernel writes it; split the kernel")
-            found[name] = when
-    _READS[(id(src), key)] = found
-    return found
-
-
-def kernel_default_float(kernel) -> str:
-    return kernel._options_now(runtime.STATE).default_float

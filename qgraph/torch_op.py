@@ -48,10 +48,14 @@ def _scalar_type(src, param) -> str:
     return _SCALARS.get(text, "int" if "int" in text else "float")
 
 
-def torch_op(kernel, name: str | None = None):
+def torch_op(kernel, name: str | None = None, functional: bool = False):
     """Register `kernel` as the PyTorch custom operator `qgraph::<name>` (default: the kernel's
     name) and return it (`torch.ops.qgraph.<name>`). Its tensor parameters are those the kernel
-    indexes; those it writes are declared mutated. Needs PyTorch 2.4 or newer."""
+    indexes. By default those it writes are declared mutated. With `functional=True` the
+    operator writes copies instead and returns them (one tensor, or a tuple in parameter
+    order), and it takes part in torch.autograd: its backward pass runs the kernel's adjoint
+    (lang.adjoint), so gradients flow into every float tensor argument, the written ones' initial
+    values included. Needs PyTorch 2.4 or newer."""
     try:
         import torch
     except ImportError:
@@ -73,6 +77,11 @@ def torch_op(kernel, name: str | None = None):
     tensors = [p.name for p in params if p.name in arrays]
     if not tensors:
         raise TypeError(f"kernel {src.name} indexes none of its parameters: a custom operator needs a tensor")
+    if functional:
+        from .torch_autograd import functional_op
+
+        return functional_op(torch, kernel, op_name, params, annotations, tensors,
+                             [p.name for p in params if p.name in written and p.name in arrays])
     namespace = {"torch": torch, "_kernel": kernel, "_numpy": _numpy_views}
     source = (f"def {op_name}({annotations}) -> None:\n"
               f"    if {tensors[0]}.is_cuda:  # on PyTorch's stream: ordered with its work, captured with it\n"

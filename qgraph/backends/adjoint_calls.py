@@ -7,10 +7,16 @@ graphed and captured like any other (qgraph.Tape runs them in reverse).
 
 from __future__ import annotations
 
+import ast
+from dataclasses import dataclass
+
+from ..args.kinds import arg_type
 from ..errors import QgraphError
 from ..lang.adjoint import adjoint_source
+from ..lang.flat.view import flat_source
 from ..runtime import state as runtime
 from ..runtime.arrays import Ndarray
+from .checks import _written_names
 
 
 def adjoint_kernel(kernel, grads: tuple[str, ...]):
@@ -33,9 +39,85 @@ def launch_adjoint(kernel, values: tuple, grads: dict[str, Ndarray], stream=None
 
 def run_adjoint(kernel, values: tuple) -> None:
     """kernel.grad(...): the adjoint of one call, with the `.grad` of its array arguments."""
-    grads = {p.name: v.grad for p, v in zip(kernel._source.params, values)
-             if isinstance(v, Ndarray) and v.grad is not None}
+    grads = {p.name: g for p, v in zip(kernel._source.params, values) for g in [_gradient_of(v)] if g is not None}
     if not grads:
         raise QgraphError(f"kernel {kernel._source.name}.grad: no argument has a gradient; make the arrays to "
                           "differentiate with qgraph.ndarray(..., requires_grad=True) or set a.requires_grad = True")
     launch_adjoint(kernel, values, grads)
+
+
+@dataclass(frozen=True)
+class _Facts:
+    written: frozenset[int]  # parameter positions the kernel writes
+    written_by_task: tuple[frozenset[str], ...]  # per task, in launch order: the arrays it writes
+
+
+_FACTS: dict[int, tuple[object, _Facts]] = {}
+
+
+def _gradient_of(value):
+    """The gradient array of an argument: a qgraph array's `.grad`; a PyTorch tensor with
+    requires_grad, its `.grad` (made zero-filled when it has none yet, as autograd would)."""
+    if isinstance(value, Ndarray):
+        return value.grad
+    if getattr(value, "requires_grad", False) and type(value).__module__.startswith("torch"):
+        if value.grad is None:
+            import torch
+
+            value.grad = torch.zeros_like(value)
+        return value.grad
+    return None
+
+
+def kernel_facts(kernel) -> _Facts:
+    found = _FACTS.get(id(kernel))
+    if found is None or found[0] is not kernel._source:
+        src = kernel._source
+        by_task = tuple(frozenset(_written_names(src, [n for s in t.body for n in ast.walk(s)], frozenset()))
+                        for t in src.tasks)
+        names = set().union(*by_task) if by_task else set()
+        facts = _Facts(frozenset(k for k, p in enumerate(src.params) if p.name in names), by_task)
+        found = _FACTS[id(kernel)] = (src, facts)
+    return found[1]
+
+
+_READS: dict[tuple, dict[str, str]] = {}
+
+
+def adjoint_reads(kernel, key: tuple) -> dict[str, str]:
+    """Array parameter -> "before" (its value before the call) or "after" (after it), for the
+    arrays the adjoint of a call of signature `key` reads (every float array differentiated:
+    a superset)."""
+
+    src = kernel._source
+    found = _READS.get((id(src), key))
+    if found is not None:
+        return found
+    kinds = [arg_type(sig) for sig in key]
+    grads = tuple(p.name for p, kind in zip(src.params, kinds)
+                  if getattr(kind, "is_array", False) and kind.dtype.kind == "f")
+    flat = flat_source(adjoint_source(src, grads), kinds + [kinds[src.param_names.index(g)] for g in grads],
+                       kernel_default_float(kernel))
+    facts = kernel_facts(kernel)
+    n = len(src.tasks)
+    found = {}
+    for adjoint_index, reads in flat.adjoint_reads.items():
+        t = n - 1 - adjoint_index  # the primal task
+        for name in reads:
+            later = any(name in facts.written_by_task[u] for u in range(t, n))
+            earlier = any(name in facts.written_by_task[u] for u in range(t))
+            if later and earlier:
+                raise QgraphError(f"kernel {src.name}: the gradient of the task at line {src.tasks[t].lineno} needs "
+                                  f"`{name}` as the tasks before it left it, and a later task of the same kernel "
+                                  f"overwrites it; split the kernel there (a tape copies arrays between calls)")
+            when = "before" if later else "after"
+            if found.get(name, when) != when:
+                raise QgraphError(f"kernel {src.name}: its tasks' gradients need `{name}` both before and after "
+                                  "the kernel writes it; split the kernel")
+            found[name] = when
+    _READS[(id(src), key)] = found
+    return found
+
+
+def kernel_default_float(kernel) -> str:
+    return kernel._options_now(runtime.STATE).default_float
