@@ -48,6 +48,7 @@ class Report:
     nested: list = field(default_factory=list)  # see bench.nested_loops
     first_calls: list = field(default_factory=list)  # see bench.cpu.first_call_rows
     compile_time: list = field(default_factory=list)  # see bench.compile_time
+    gradients: dict = field(default_factory=dict)  # see bench.gradients
     seconds: float = 0.0
 
     def figures(self) -> dict:
@@ -57,7 +58,8 @@ class Report:
         return {"rows": rows, "headline": self.headline, "cpu": cpu, "reductions": self.reductions,
                 "relax": self.relax, "cpu_sums": self.cpu_sums, "compute": self.compute,
                 "cpu_compute": self.cpu_compute, "structs": self.structs, "examples": self.examples,
-                "nested": self.nested, "first_calls": self.first_calls, "compile_time": self.compile_time}
+                "nested": self.nested, "first_calls": self.first_calls, "compile_time": self.compile_time,
+                "gradients": self.gradients}
 
     def busy(self) -> list[str]:
         """The figures whose rounds say the machine was busy while they were timed (timing.is_busy)."""
@@ -107,7 +109,7 @@ def run(quick: bool = False, arch: str | None = None, cpu_sizes=None, show_progr
     iterations = 200 if quick else LOOP_ITERATIONS
     loop_tasks = (1, 8) if quick else (1, 8, 32)
     arches = compile_time.usable_arches()
-    steps = 1 + len(tasks) * len(sizes) + len(loop_tasks) + 6 + 2 * len(arches)
+    steps = 1 + len(tasks) * len(sizes) + len(loop_tasks) + 7 + 2 * len(arches)
     with StepBar("qgraph bench", steps, show_progress) as bar:
         bar.step("warming up the GPU")
         warm_up_gpu(0.5 if quick else 2.0)
@@ -136,6 +138,10 @@ def run(quick: bool = False, arch: str | None = None, cpu_sizes=None, show_progr
 
         bar.step("vector examples")
         report.examples = examples_bench.run(quick, budget, repeat)  # on CUDA, then on the CPU
+        from . import gradients
+
+        bar.step("gradients")
+        report.gradients = gradients.run(repeats=5 if quick else 20)
         from . import compute_suite
 
         bar.step("compute")
@@ -248,6 +254,9 @@ def _gpu_table(report: Report) -> str:
     from .examples_bench import table as examples_table
 
     lines.append(examples_table(report.examples))
+    from .gradients import table as gradients_table
+
+    lines.append(gradients_table(report.gradients))
     return "\n".join(lines)
 
 
