@@ -113,7 +113,7 @@ def _runner(torch, kernel, names: list[str]):
     def run(values: tuple) -> None:
         first = next(v for v in values if isinstance(v, torch.Tensor))
         if first.is_cuda:  # on PyTorch's stream: ordered with its work, captured with it
-            kernel(*values, stream=torch.cuda.current_stream().cuda_stream)
+            kernel(*_host(list(values), torch), stream=torch.cuda.current_stream().cuda_stream)
         else:
             kernel(*_host(list(values), torch))
     return run
@@ -124,12 +124,14 @@ def _adjoint(torch, kernel, values: list, adjoints: dict) -> None:
         raise QgraphError(f"kernel {kernel._source.name}: no float tensor to take a gradient for")
     first = next(v for v in values if isinstance(v, torch.Tensor))
     if first.is_cuda:
-        launch_adjoint(kernel, tuple(values), adjoints, stream=torch.cuda.current_stream().cuda_stream)
+        launch_adjoint(kernel, tuple(_host(values, torch)), {n: a.detach() for n, a in adjoints.items()},
+                       stream=torch.cuda.current_stream().cuda_stream)
     else:
         view = {n: a.numpy() for n, a in adjoints.items()}
         launch_adjoint(kernel, tuple(_host(values, torch)), view)
 
 
 def _host(values: list, torch) -> list:
-    """CPU tensors as NumPy views (what the CPU backend takes); CUDA tensors as they are."""
-    return [v.detach().numpy() if isinstance(v, torch.Tensor) and not v.is_cuda else v for v in values]
+    """Tensors detached (the kernel reads and writes their memory): CPU ones as NumPy views (what
+    the CPU backend takes), CUDA ones as tensors (read through __cuda_array_interface__)."""
+    return [(v.detach() if v.is_cuda else v.detach().numpy()) if isinstance(v, torch.Tensor) else v for v in values]
