@@ -107,17 +107,19 @@ class ThreeAddress:
         array = self.array_of(node.value)
         if array is None:
             return node  # x.shape[0]
-        base = ast.Name(array, ast.Load())
         parts = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
-        index = tuple(self.atom(p) for p in parts)
-        key = (base.id, _dump(index))
+        return self.load(array, tuple(self.atom(p) for p in parts), line, ast.unparse(node))
+
+    def load(self, array: str, index: tuple, line: int, text: str) -> ast.expr:
+        """The value of `array[index]` (atoms) here: what the task stored there, else a load."""
+        key = (array, _dump(index))
         if key in self.memory:
             return self.memory[key]
-        value = ast.Subscript(ast.Name(base.id, ast.Load()), _index(index), ast.Load())
-        if base.id in self.written:
-            return self.let(value, line, "unknown", array=base.id, index=index,
-                            why=f"`{ast.unparse(node)}` is read after this task wrote `{base.id}`")
-        return self.let(value, line, "load", array=base.id, index=index)
+        value = ast.Subscript(ast.Name(array, ast.Load()), _index(index), ast.Load())
+        if array in self.written:
+            return self.let(value, line, "unknown", array=array, index=index,
+                            why=f"`{text}` is read after this task wrote `{array}`")
+        return self.let(value, line, "load", array=array, index=index)
 
     def bool_op(self, node: ast.BoolOp, line: int) -> ast.expr:
         acc = self.atom(node.values[0])
@@ -262,13 +264,11 @@ class ThreeAddress:
         parts = target.slice.elts if isinstance(target.slice, ast.Tuple) else [target.slice]
         index = tuple(self.atom(p) for p in parts)
         key = (array, _dump(index))
-        old = self.memory.get(key)
+        # a += v: the element's old value, so a later read of a[index] is known (old + v)
+        old = self.load(array, index, line, ast.unparse(target)) if op is not None else None
         self.emit(Store(array, index, value, op, line))
         self.forget(array)
-        if op is None:
-            self.memory[key] = value
-        elif old is not None:
-            self.memory[key] = self.let(ast.BinOp(old, op, value), line)
+        self.memory[key] = value if op is None else self.let(ast.BinOp(old, op, value), line)
 
     def forget(self, array: str) -> None:
         """Stores to `array` at one index: what is known of its other elements no longer holds."""
@@ -336,7 +336,7 @@ class ThreeAddress:
             raise self.error(f"the loop `for {ast.unparse(node.target)} in {ast.unparse(it)}` (use range)", node)
         if self.resolve(it.func) is lang.serial:
             it = it.args[0]
-        args = [self.atom(a) for a in it.args]
+        args = [_constant(a) or self.atom(a) for a in it.args]  # range(n - 1, -1, -1): a constant step
         start, stop, step = (ast.Constant(0), args[0], ast.Constant(1)) if len(args) == 1 else \
             (args[0], args[1], args[2] if len(args) == 3 else ast.Constant(1))
         before_env = dict(self.env)
@@ -390,6 +390,15 @@ def three_address(src: KernelSource, body: list[ast.stmt], arrays: set[str], fun
     builder.out = builder.body.stmts
     builder.block(body)
     return builder.body
+
+
+def _constant(node: ast.expr) -> ast.Constant | None:
+    """A literal number (`-1` included) as one constant."""
+    try:
+        value = ast.literal_eval(node)
+    except ValueError:
+        return None
+    return ast.Constant(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 def _dump(atoms: tuple) -> str:
