@@ -524,3 +524,50 @@ def test_deterministic_gradients_repeat_bit_for_bit(arch):
             assert np.array_equal(first[k], again[k])
     small = [uniform(6), w, np.zeros(2)]
     check_gradients(deterministic_sum, *small)
+
+
+# --------------------------------------------------------------------------- structs
+
+
+@qgraph.struct
+class Scaled:
+    x: object
+    k: float
+
+
+@qgraph.kernel
+def with_struct(s: Scaled, w, out):
+    for i in range(out.shape[0]):
+        out[i] = s.k * s.x[i] ** 2 * w[i] + math.sin(w[i])
+
+
+def test_struct_arguments_pass_gradients_of_the_other_arrays(arch):
+    fields = Scaled(qgraph.from_numpy(uniform(N)), 1.5)
+    check_gradients(with_struct, fields, uniform(N), np.zeros(N))
+
+
+@pytest.mark.xfail(strict=True, reason="arrays inside a struct get no gradient, silently: kernel.grad "
+                                       "(tape.run_adjoint) should say so when a struct field has requires_grad")
+def test_a_struct_field_with_a_gradient_is_an_error(arch):
+    x = qgraph.from_numpy(uniform(N), requires_grad=True)
+    w, out = qgraph.from_numpy(uniform(N), requires_grad=True), qgraph.ndarray(qgraph.f64, (N,), requires_grad=True)
+    with_struct(Scaled(x, 1.5), w, out)
+    out.grad.fill(1.0)
+    with pytest.raises(qgraph.QgraphError, match="struct"):
+        with_struct.grad(Scaled(x, 1.5), w, out)
+
+
+@pytest.mark.xfail(strict=True, reason="kernel.grad runs the adjoint on the arrays as the call left them: a call that "
+                                       "overwrote what its adjoint reads gets a wrong gradient, silently; it should "
+                                       "raise and point to qgraph.Tape (which keeps a copy)")
+def test_kernel_grad_of_a_call_that_overwrote_what_its_adjoint_reads(arch):
+    @qgraph.kernel
+    def square(x):
+        for i in range(x.shape[0]):
+            x[i] = x[i] * x[i]
+
+    x = qgraph.from_numpy(uniform(N), requires_grad=True)
+    square(x)
+    x.grad.fill(1.0)
+    with pytest.raises(qgraph.QgraphError, match="Tape"):
+        square.grad(x)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import ast
 
 from ..weak_types import FLOATS, INT
+from . import ir
 from .ir import Atomic, Body, Branch, CountedLoop, Jump, Let, Store, WhileLoop, names_in, range_call, render, walk
 from .rules import MINUS_ONE, ONE, callee_name, partials
 
@@ -66,7 +67,7 @@ class Reverse:
         self.declared: set[str] = set()  # primal names recomputed inside blocks (declared up front)
 
     def error(self, message: str, line: int) -> Exception:
-        return self.src.error(f"cannot differentiate: {message}", line)
+        return ir.cannot(self.src, message, line)
 
     def fresh(self) -> str:
         self.count += 1

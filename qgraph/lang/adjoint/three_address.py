@@ -16,7 +16,7 @@ import copy
 
 from .. import builtins as lang
 from ..frontend import KernelSource
-from .ir import Atomic, Body, Branch, CountedLoop, Jump, Let, Store, WhileLoop, names_in
+from .ir import Atomic, Body, Branch, CountedLoop, Jump, Let, Store, WhileLoop, cannot, names_in
 
 
 class ThreeAddress:
@@ -40,7 +40,7 @@ class ThreeAddress:
 
     def error(self, message: str, node) -> Exception:
         line = node if isinstance(node, int) else getattr(node, "lineno", None)
-        return self.src.error(f"cannot differentiate: {message}", line)
+        return cannot(self.src, message, line)
 
     def fresh(self, hint: str = "a") -> str:
         self.count += 1
