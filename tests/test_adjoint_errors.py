@@ -120,8 +120,9 @@ def test_a_product_over_a_loop_needs_its_carried_value(arch):
 
 
 def test_a_value_read_after_the_task_wrote_the_array(arch):
-    _raises(read_after_write, _arrays(4, 4, 4), r"the gradient needs `y\[\(i \+ 1\) % y.shape\[0\]\]` is read "
-            "after this task wrote `y`", "# read-after-write line")
+    _raises(read_after_write, _arrays(4, 4, 4), r"the gradient needs `y\[\(i \+ 1\) % y.shape\[0\]\]`, read "
+            r"after this task wrote `y` \(it cannot be read back; split the task or keep the value in a local\)",
+            "# read-after-write line")
 
 
 def test_graph_while_kernels(arch):
@@ -207,3 +208,17 @@ def through_while_free(x, y):
         while k * 0.25 < x[i]:
             k += 1
         y[i] = x[i] * k
+
+
+def test_a_gather_in_a_deterministic_kernel(arch):
+    @qgraph.kernel(deterministic=True)
+    def gather(x, idx, y):
+        for i in range(y.shape[0]):  # gather line
+            y[i] = x[idx[i]] * 2.0
+
+    x, y = _arrays(4, 4)
+    idx = qgraph.from_numpy(np.array([0, 1, 1, 3], np.int32))
+    gather(x, idx, y)
+    message = r"deterministic mode: '_qg_adj_x' is updated with a float atomic add whose element depends on the loop"
+    with pytest.raises(qgraph.QgraphSyntaxError, match=message + r" variables \(a scatter\)"):
+        gather.grad(x, idx, y)
