@@ -536,6 +536,95 @@ def test_deterministic_gradients_repeat_bit_for_bit(arch):
     check_gradients(deterministic_sum, *small)
 
 
+# --------------------------------------------------------------------------- larger programs
+
+
+@qgraph.func
+def poly(a, n):
+    s = 0.0
+    for k in range(n):
+        s += a ** k / (k + 1.0)
+    return s
+
+
+@qgraph.func
+def early(a, b):
+    if a > 0.5:
+        if b > 0.5:
+            return a * b
+        c = a + b
+    else:
+        c = a - b
+    c = c * c
+    return c + a
+
+
+@qgraph.kernel
+def helper_loops_and_data_bounds(x, y, cnt, out):
+    for i in range(x.shape[0]):
+        t = x[i]
+        if y[i] > 0.5:
+            t = t * y[i]
+        s = 0.0
+        for k in range(cnt[i]):
+            s += poly(t, 3) * y[k]
+        for k in range(i):
+            s += early(x[k], y[i])
+        out[i] = s + t
+
+
+@qgraph.kernel
+def vector_accumulator(x: V3[:], out: V3[:], z):
+    for i in range(x.shape[0]):
+        acc = V3(0.0, 0.0, 0.0)
+        for k in range(x.shape[0]):
+            acc += x[k] * z[i]
+        out[i] = acc * qgraph.norm(x[i])
+        z[i] = qgraph.dot(acc, acc)
+
+
+@qgraph.kernel
+def element_history(x, y, loss):
+    for i in range(x.shape[0]):
+        y[i] = x[i]
+        y[i] += x[i] * x[i]
+        y[i] = y[i] * 2.0
+        if x[i] > 0.5:
+            y[i] = y[i] * x[i]
+        w = int(x[i] * 4.0)
+        loss[()] += y[i] * x[w]
+        for _ in range(3):
+            y[i] = y[i] * 0.5 + x[i]
+
+
+@qgraph.kernel
+def serial_locals(x, out):
+    s = 0.0
+    for k in qgraph.serial(range(x.shape[0])):
+        s += x[k] * x[k]
+    out[0] = math.sqrt(s)
+    for k in qgraph.serial(range(x.shape[0] - 1, 0, -2)):
+        out[1] += x[k] * s
+
+
+def test_helpers_with_loops_and_data_dependent_bounds(arch):
+    counts = np.array([0, 1, 2, 3, 2, 1], np.int32)  # trip counts read from an array
+    check_gradients(helper_loops_and_data_bounds, uniform(6), uniform(6), counts, np.zeros(6))
+
+
+def test_a_vector_accumulator(arch):
+    x = RNG.standard_normal((4, 3))
+    check_gradients(vector_accumulator, x, np.zeros((4, 3)), uniform(4), tape=True)  # z: read, then overwritten
+
+
+def test_stores_and_reads_of_one_element_with_branches(arch):
+    check_gradients(element_history, uniform(6), np.zeros(6), np.zeros(()))
+
+
+def test_serial_task_locals_and_a_strided_serial_loop(arch):
+    check_gradients(serial_locals, uniform(5), np.zeros(2))
+
+
 # --------------------------------------------------------------------------- structs
 
 
@@ -609,7 +698,9 @@ CUDA_CASES = [
     (reductions, (F4, F4, F4)), (gathers, (F8, I4, F8, F8)), (scatters, (F8, I8, F8, F8)),
     (in_place, (F8, F8, _s("f8"))), (serial_tasks, (F8, F8)), (two_tasks, (F8, F8, F8, F8)),
     (stencil_2d, (_a("f8", 2), _a("f8", 2))), (stencil_3d, (_a("f8", 3), F8, _a("f8", 3))),
-    (deterministic_sum, (F8, F8, F8)),
+    (deterministic_sum, (F8, F8, F8)), (helper_loops_and_data_bounds, (F8, F8, I4, F8)),
+    (vector_accumulator, (_a("f8", 1, (3,)), _a("f8", 1, (3,)), F8)), (element_history, (F8, F8, _a("f8", 0))),
+    (serial_locals, (F8, F8)),
 ]
 
 

@@ -289,20 +289,21 @@ class ThreeAddress:
             side.extend(out)
             ends.append((self.env, self.memory))
         (then_env, then_memory), (else_env, else_memory) = ends
-        self.env = {}
-        for name in then_env.keys() & else_env.keys():
-            a, b = then_env[name], else_env[name]
-            if dump((a,)) == dump((b,)):
-                self.env[name] = a
-                continue
-            merged = self.fresh("m")
-            for side, value in ((branch.then, a), (branch.orelse, b)):
-                side.append(Let(merged, value, line, "copy", blocks=self.blocks + (branch,)))
-                self.body.lets.setdefault(merged, []).append(side[-1])
-            self.env[name] = ast.Name(merged, ast.Load())
-        self.memory = {k: v for k, v in then_memory.items()
-                       if k in else_memory and dump((v,)) == dump((else_memory[k],))}
+        # a local, or an array element the branches stored, known on both sides: one merge name
+        self.env = {k: self.merge(branch, then_env[k], else_env[k], line) for k in then_env.keys() & else_env.keys()}
+        self.memory = {k: self.merge(branch, then_memory[k], else_memory[k], line)
+                       for k in then_memory.keys() & else_memory.keys()}
         self.emit(branch)
+
+    def merge(self, branch: Branch, a: ast.expr, b: ast.expr, line: int) -> ast.expr:
+        """`a` (the value at the end of the then side) or `b` (else), as one atom after `branch`."""
+        if dump((a,)) == dump((b,)):
+            return a
+        merged = self.fresh("m")
+        for side, value in ((branch.then, a), (branch.orelse, b)):
+            side.append(Let(merged, value, line, "copy", blocks=self.blocks + (branch,)))
+            self.body.lets.setdefault(merged, []).append(side[-1])
+        return ast.Name(merged, ast.Load())
 
     def loop_carried(self, body: list[ast.stmt], line: int) -> frozenset[str]:
         """Locals the loop body assigns that exist before it: updated in place, from pass to pass."""
