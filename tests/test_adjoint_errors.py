@@ -222,3 +222,40 @@ def test_a_gather_in_a_deterministic_kernel(arch):
     message = r"deterministic mode: '_qg_adj_x' is updated with a float atomic add whose element depends on the loop"
     with pytest.raises(qgraph.QgraphSyntaxError, match=message + r" variables \(a scatter\)"):
         gather.grad(x, idx, y)
+
+
+@qgraph.kernel
+def with_break(x, y):
+    for i in range(x.shape[0]):
+        s = 0.0
+        for k in range(x.shape[1]):  # break line
+            if x[i, k] > 0.7:
+                break
+            s += x[i, k] * 2.0
+        y[i] = s
+
+
+@qgraph.kernel
+def with_gamma(x, y):
+    for i in range(x.shape[0]):
+        y[i] = math.gamma(x[i] + 1.0)  # gamma line
+
+
+@qgraph.kernel
+def uses_the_old_value(x, total, y):
+    for i in range(x.shape[0]):
+        old = qgraph.atomic_add(total, 0, x[i])
+        y[i] = old * x[i]  # old-value line
+
+
+def test_a_gradient_through_a_loop_with_break(arch):
+    _raises(with_break, _arrays((3, 4), 3), "a gradient through a loop with break or continue", "# break line")
+
+
+def test_a_function_without_a_derivative_rule(arch):
+    _raises(with_gamma, _arrays(4, 4), "`math.gamma` has no derivative rule", "# gamma line")
+
+
+def test_the_value_an_atomic_returned(arch):
+    _raises(uses_the_old_value, _arrays(4, 1, 4), "the gradient needs the value qgraph.atomic_add returned",
+            "old = qgraph.atomic_add")

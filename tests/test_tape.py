@@ -243,3 +243,59 @@ def test_a_tape_inside_a_graph_step(arch):
     assert forward_backward.stats.kernel_calls > STEPS + 1
     if arch == "cuda":
         assert forward_backward.stats.replays >= 3
+
+
+@qgraph.kernel
+def triple_in_place(a):
+    for i in range(a.shape[0]):
+        a[i] = 3.0 * a[i]
+
+
+@qgraph.kernel
+def model_two_tasks(x, y, loss):
+    for i in range(x.shape[0]):
+        y[i] = math.sin(x[i]) * x[i]
+    for i in range(x.shape[0]):
+        loss[0] += y[i] * y[i]
+
+
+def test_a_later_call_overwriting_what_an_earlier_adjoint_reads(arch):
+    """square_into's adjoint reads a; triple_in_place then overwrites a (its own adjoint reads
+    nothing): the tape copies a before that call. The loss reads both."""
+    a0 = RNG.uniform(0.2, 0.9, 5)
+
+    def run(start):
+        a = qgraph.from_numpy(start, requires_grad=True)
+        b, loss = qgraph.ndarray(qgraph.f64, (5,)), qgraph.ndarray(qgraph.f64, (1,))
+        with qgraph.Tape() as tape:
+            square_into(a, b)
+            triple_in_place(a)
+            total(b, loss)
+            total(a, loss)
+        return a, loss, tape
+
+    a, loss, tape = run(a0)
+    tape.backward(loss)
+    assert tape.stats.snapshots == 1 and tape.stats.snapshot_bytes == a0.nbytes
+    np.testing.assert_allclose(a.grad.to_numpy(), central_differences(lambda s: run(s)[1].to_numpy()[0], a0),
+                               rtol=1e-6, atol=1e-9)
+
+
+def test_an_intermediate_array_overwritten_by_the_next_call_of_the_same_kernel(arch):
+    """The second task's adjoint reads y as the first task left it; the next call overwrites y."""
+    x0 = RNG.uniform(0.2, 0.9, 5)
+
+    def run(start):
+        x = qgraph.from_numpy(start, requires_grad=True)
+        y, loss = qgraph.ndarray(qgraph.f64, (5,)), qgraph.ndarray(qgraph.f64, (1,))
+        with qgraph.Tape() as tape:
+            model_two_tasks(x, y, loss)
+            triple_in_place(x)
+            model_two_tasks(x, y, loss)
+        return x, loss, tape
+
+    x, loss, tape = run(x0)
+    tape.backward(loss)
+    assert tape.stats.snapshots >= 1
+    np.testing.assert_allclose(x.grad.to_numpy(), central_differences(lambda s: run(s)[1].to_numpy()[0], x0),
+                               rtol=1e-6, atol=1e-9)
