@@ -299,3 +299,30 @@ def test_an_intermediate_array_overwritten_by_the_next_call_of_the_same_kernel(a
     assert tape.stats.snapshots >= 1
     np.testing.assert_allclose(x.grad.to_numpy(), central_differences(lambda s: run(s)[1].to_numpy()[0], x0),
                                rtol=1e-6, atol=1e-9)
+
+
+@qgraph.kernel(cuda_graph=True)
+def ballistic_graphed(x: V3[:], v: V3[:], g: V3, dt: float, drag: float):
+    for i in range(x.shape[0]):
+        v[i] += dt * (g - drag * v[i])
+        x[i] += dt * v[i]
+
+
+def test_a_cuda_graph_kernel_on_a_tape(arch):
+    """Its adjoint is a cuda_graph=True kernel too (a graph replay per call on CUDA)."""
+    x0, v0, target = _state()
+    _, v, loss, tape = in_place(x0, v0, target)
+    tape.backward(loss)
+    x = qgraph.from_numpy(x0)
+    vg = qgraph.from_numpy(v0, requires_grad=True)
+    lg = qgraph.ndarray(qgraph.f64, (1,))
+    with qgraph.Tape() as graphed:
+        for _ in range(STEPS):
+            ballistic_graphed(x, vg, GRAVITY, DT, DRAG)
+        mse(x, qgraph.from_numpy(target), lg)
+    graphed.backward(lg)
+    np.testing.assert_allclose(vg.grad.to_numpy(), v.grad.to_numpy(), rtol=1e-12, atol=1e-14)
+    if arch == "cuda":
+        from qgraph.tape import adjoint_kernel
+
+        assert adjoint_kernel(ballistic_graphed, ("x", "v")).stats.used_graph
