@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -11,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from qgraph.examples import heat_diffusion, jacobi, particles
+from qgraph.examples import ballistic_control, heat_diffusion, jacobi, particles
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
@@ -130,6 +131,29 @@ def test_jacobi_main(cpu, capsys):
     assert "NOT converged" in capsys.readouterr().out
 
 
+def test_ballistic_control_learns_the_velocities(cpu):
+    r = ballistic_control.run(n=32, steps=30, iterations=12)
+    assert r.arch == "cpu" and len(r.losses) == 12
+    assert all(b < 0.5 * a for a, b in zip(r.losses, r.losses[1:]))  # a convex quadratic: steady descent
+    assert r.final_loss < 1e-4 * r.losses[0]
+    assert r.snapshots == 0  # the update is linear: the tape copies nothing
+    assert r.extra_bytes == 2 * 32 * 12 + 8  # temporary gradients of x, v (vec3 float32) and the loss
+
+
+def test_ballistic_control_main_prints_the_loss_and_plots(cpu, capsys, tmp_path):
+    path = tmp_path / "loss.png"
+    assert ballistic_control.main(["--n", "16", "--steps", "20", "--iterations", "15", "--plot", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "ballistic control: 16 particles on cpu" in out and out.count("  iteration ") == 15 and "OK" in out
+    if importlib.util.find_spec("matplotlib") is None:
+        assert "no plot: matplotlib is not installed" in out and not path.exists()
+    else:
+        assert f"loss plot written to {path}" in out and path.stat().st_size > 0
+    assert ballistic_control.main(["--n", "16", "--steps", "20", "--iterations", "1", "--plot", ""]) == 1
+    out = capsys.readouterr().out
+    assert "NOT converged" in out and "plot" not in out
+
+
 HELPERS = {"mpm88_kernels": "mpm88", "stable_fluids_kernels": "stable_fluids", "stable_fluids_vector": "stable_fluids",
            "ranks": "heat_multi_gpu", "command_line": "heat_diffusion"}  # modules the examples import -> a user
 
@@ -160,6 +184,7 @@ def test_modules_the_examples_import_say_so_when_run():
     ("heat_diffusion", ["--max-steps", "0"], "argument --max-steps: must be at least 1, got 0"),
     ("jacobi", ["--n", "1"], "argument --n: must be at least 2 (a 1 x 1 system has no off-diagonal), got 1"),
     ("particles", ["--n", "0"], "argument --n: must be at least 1, got 0"),
+    ("ballistic_control", ["--iterations", "0"], "argument --iterations: must be at least 1, got 0"),
     ("mpm88", ["--steps", "-3"], "argument --steps: must be at least 1, got -3"),
     ("nbody", ["--n", "1"], "argument --n: must be at least 2 (one body has no energy to check), got 1"),
     ("nbody", ["--n", "ten"], "argument --n: expected an integer, got 'ten'"),

@@ -107,6 +107,11 @@ class Body:
     carried: dict[str, str] = field(default_factory=dict)  # variables loops update in place -> source name
 
 
+def cannot(src, message: str, line: int | None) -> Exception:
+    """The error for what the adjoint of kernel `src` (an adjoint source) cannot differentiate."""
+    return src.error(f"kernel {src.name.removesuffix('_adjoint')}: cannot differentiate: {message}", line)
+
+
 def names_in(node: ast.AST) -> set[str]:
     return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
 

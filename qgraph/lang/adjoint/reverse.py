@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import ast
 
-from ..types.weak_types import FLOATS
+from ..types.weak_types import FLOATS, INT
+from . import ir
 from .ir import Atomic, Body, Branch, CountedLoop, Jump, Let, Store, WhileLoop, names_in, range_call, render, walk
 from .rules import MINUS_ONE, ONE, callee_name, partials
 
@@ -66,7 +67,7 @@ class Reverse:
         self.declared: set[str] = set()  # primal names recomputed inside blocks (declared up front)
 
     def error(self, message: str, line: int) -> Exception:
-        return self.src.error(f"cannot differentiate: {message}", line)
+        return ir.cannot(self.src, message, line)
 
     def fresh(self) -> str:
         self.count += 1
@@ -76,7 +77,9 @@ class Reverse:
 
     def _activity(self) -> set[str]:
         lets = [s for s in walk(self.body.stmts) if isinstance(s, Let)]
-        is_float = {let.target for let in lets if self.types.get(let.target) in FLOATS}
+        # integers and bools carry no gradient; a value the weak types could not place (a call
+        # they do not model, such as math.exp2) may be a float: it gets one, or its rule's error
+        is_float = {let.target for let in lets if self.types.get(let.target) != INT}
         varied: set[str] = set()
         changed = True
         while changed:
@@ -191,7 +194,11 @@ class Reverse:
         if not isinstance(loop.step, ast.Constant) or not isinstance(loop.step.value, int) or loop.step.value == 0:
             raise self.error("a gradient through a loop whose step is not a constant", loop.line)
         step = loop.step.value
-        changing = {let.target for let in walk(loop.body) if isinstance(let, Let) and let.target in self.body.carried}
+        # what loops carry changes from pass to pass, except a variable made fresh in each pass
+        # (an inner loop's accumulator set inside this one: its first Let is in the body)
+        inside = {id(s) for s in walk(loop.body)}
+        changing = {let.target for let in walk(loop.body) if isinstance(let, Let) and let.target in self.body.carried
+                    and id(self.body.lets[let.target][0]) not in inside}
         recompute = self.recompute(loop.body, _free(body), changing, loop)
         trips, r = self.fresh(), self.fresh()
         if step > 0:  # max(0, (stop - start + step - 1) // step)

@@ -16,7 +16,8 @@ import copy
 
 from ..front import builtins as lang
 from ..front.parse import KernelSource
-from .ir import Atomic, Body, Branch, CountedLoop, Jump, Let, Store, WhileLoop, names_in
+from .ir import Atomic, Body, Branch, CountedLoop, Jump, Let, Store, WhileLoop, cannot, names_in
+from .source_facts import arrays_stored, constant, dump, index_expr, one_exit, result_arity
 
 
 class ThreeAddress:
@@ -40,7 +41,7 @@ class ThreeAddress:
 
     def error(self, message: str, node) -> Exception:
         line = node if isinstance(node, int) else getattr(node, "lineno", None)
-        return self.src.error(f"cannot differentiate: {message}", line)
+        return cannot(self.src, message, line)
 
     def fresh(self, hint: str = "a") -> str:
         self.count += 1
@@ -107,17 +108,20 @@ class ThreeAddress:
         array = self.array_of(node.value)
         if array is None:
             return node  # x.shape[0]
-        base = ast.Name(array, ast.Load())
         parts = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
-        index = tuple(self.atom(p) for p in parts)
-        key = (base.id, _dump(index))
+        return self.load(array, tuple(self.atom(p) for p in parts), line, ast.unparse(node))
+
+    def load(self, array: str, index: tuple, line: int, text: str) -> ast.expr:
+        """The value of `array[index]` (atoms) here: what the task stored there, else a load."""
+        key = (array, dump(index))
         if key in self.memory:
             return self.memory[key]
-        value = ast.Subscript(ast.Name(base.id, ast.Load()), _index(index), ast.Load())
-        if base.id in self.written:
-            return self.let(value, line, "unknown", array=base.id, index=index,
-                            why=f"`{ast.unparse(node)}` is read after this task wrote `{base.id}`")
-        return self.let(value, line, "load", array=base.id, index=index)
+        value = ast.Subscript(ast.Name(array, ast.Load()), index_expr(index), ast.Load())
+        if array in self.written:
+            why = f"`{text}`, read after this task wrote `{array}` (it cannot be read back; split the task or keep " \
+                  "the value in a local)"
+            return self.let(value, line, "unknown", array=array, index=index, why=why)
+        return self.let(value, line, "load", array=array, index=index)
 
     def bool_op(self, node: ast.BoolOp, line: int) -> ast.expr:
         acc = self.atom(node.values[0])
@@ -181,7 +185,7 @@ class ThreeAddress:
         atom = self.atom(value)
         self.emit(Atomic(name, target.id, index_atoms, atom, line))
         self.forget(target.id)
-        old = ast.Subscript(ast.Name(target.id, ast.Load()), _index(index_atoms), ast.Load())
+        old = ast.Subscript(ast.Name(target.id, ast.Load()), index_expr(index_atoms), ast.Load())
         return self.let(old, line, "returned", index=index_atoms, why=f"the value qgraph.atomic_{name} returned")
 
     # -- statements --------------------------------------------------------------------------
@@ -261,14 +265,12 @@ class ThreeAddress:
         array = self.array_of(target.value)
         parts = target.slice.elts if isinstance(target.slice, ast.Tuple) else [target.slice]
         index = tuple(self.atom(p) for p in parts)
-        key = (array, _dump(index))
-        old = self.memory.get(key)
+        key = (array, dump(index))
+        # a += v: the element's old value, so a later read of a[index] is known (old + v)
+        old = self.load(array, index, line, ast.unparse(target)) if op is not None else None
         self.emit(Store(array, index, value, op, line))
         self.forget(array)
-        if op is None:
-            self.memory[key] = value
-        elif old is not None:
-            self.memory[key] = self.let(ast.BinOp(old, op, value), line)
+        self.memory[key] = value if op is None else self.let(ast.BinOp(old, op, value), line)
 
     def forget(self, array: str) -> None:
         """Stores to `array` at one index: what is known of its other elements no longer holds."""
@@ -287,20 +289,21 @@ class ThreeAddress:
             side.extend(out)
             ends.append((self.env, self.memory))
         (then_env, then_memory), (else_env, else_memory) = ends
-        self.env = {}
-        for name in then_env.keys() & else_env.keys():
-            a, b = then_env[name], else_env[name]
-            if _dump((a,)) == _dump((b,)):
-                self.env[name] = a
-                continue
-            merged = self.fresh("m")
-            for side, value in ((branch.then, a), (branch.orelse, b)):
-                side.append(Let(merged, value, line, "copy", blocks=self.blocks + (branch,)))
-                self.body.lets.setdefault(merged, []).append(side[-1])
-            self.env[name] = ast.Name(merged, ast.Load())
-        self.memory = {k: v for k, v in then_memory.items()
-                       if k in else_memory and _dump((v,)) == _dump((else_memory[k],))}
+        # a local, or an array element the branches stored, known on both sides: one merge name
+        self.env = {k: self.merge(branch, then_env[k], else_env[k], line) for k in then_env.keys() & else_env.keys()}
+        self.memory = {k: self.merge(branch, then_memory[k], else_memory[k], line)
+                       for k in then_memory.keys() & else_memory.keys()}
         self.emit(branch)
+
+    def merge(self, branch: Branch, a: ast.expr, b: ast.expr, line: int) -> ast.expr:
+        """`a` (the value at the end of the then side) or `b` (else), as one atom after `branch`."""
+        if dump((a,)) == dump((b,)):
+            return a
+        merged = self.fresh("m")
+        for side, value in ((branch.then, a), (branch.orelse, b)):
+            side.append(Let(merged, value, line, "copy", blocks=self.blocks + (branch,)))
+            self.body.lets.setdefault(merged, []).append(side[-1])
+        return ast.Name(merged, ast.Load())
 
     def loop_carried(self, body: list[ast.stmt], line: int) -> frozenset[str]:
         """Locals the loop body assigns that exist before it: updated in place, from pass to pass."""
@@ -318,7 +321,7 @@ class ThreeAddress:
                 self.env[name] = ast.Name(variable, ast.Load())
                 self.body.carried[variable] = name
                 made.add(name)
-        for array in _arrays_stored(body, self.arrays):  # an earlier pass may have written anything there
+        for array in arrays_stored(body, self.arrays):  # an earlier pass may have written anything there
             self.forget(array)
         return frozenset(made)
 
@@ -336,7 +339,7 @@ class ThreeAddress:
             raise self.error(f"the loop `for {ast.unparse(node.target)} in {ast.unparse(it)}` (use range)", node)
         if self.resolve(it.func) is lang.serial:
             it = it.args[0]
-        args = [self.atom(a) for a in it.args]
+        args = [constant(a) or self.atom(a) for a in it.args]  # range(n - 1, -1, -1): a constant step
         start, stop, step = (ast.Constant(0), args[0], ast.Constant(1)) if len(args) == 1 else \
             (args[0], args[1], args[2] if len(args) == 3 else ast.Constant(1))
         before_env = dict(self.env)
@@ -346,7 +349,7 @@ class ThreeAddress:
         self.env[node.target.id] = ast.Name(var, ast.Load())
         out, _ = self.capture(lambda: self.block(node.body), loop)
         loop.body = out
-        for array in _arrays_stored(node.body, self.arrays):
+        for array in arrays_stored(node.body, self.arrays):
             self.forget(array)
         self.end_loop(made, before_env)
         self.emit(loop)
@@ -360,7 +363,7 @@ class ThreeAddress:
         test_body, test = self.capture(lambda: self.atom(node.test), loop)
         body, _ = self.capture(lambda: self.block(node.body), loop)
         loop.test_body, loop.test, loop.body = test_body, test, body
-        for array in _arrays_stored(node.body, self.arrays):
+        for array in arrays_stored(node.body, self.arrays):
             self.forget(array)
         self.end_loop(made, before_env)
         self.emit(loop)
@@ -369,13 +372,13 @@ class ThreeAddress:
 
     def inline(self, fdef: ast.FunctionDef, args: list[ast.expr], at: ast.AST):
         """A @qgraph.func call, inlined: its result as an atom, or a tuple of atoms."""
-        arity = _result_arity(fdef)
+        arity = result_arity(fdef)
         results = [self.fresh("r") for _ in range(max(arity, 1))]
         saved = self.env, self.carried
         self.env = {p.arg: a for p, a in zip(fdef.args.args, args)}
         self.carried = {}
         try:
-            self.block(_one_exit(copy.deepcopy(fdef.body), results, arity, self, fdef))
+            self.block(one_exit(copy.deepcopy(fdef.body), results, arity, self.error, fdef))
             missing = [r for r in results if r not in self.env]
             if missing:
                 raise self.error(f"{fdef.name} does not return a value on every path", at)
@@ -390,60 +393,6 @@ def three_address(src: KernelSource, body: list[ast.stmt], arrays: set[str], fun
     builder.out = builder.body.stmts
     builder.block(body)
     return builder.body
-
-
-def _dump(atoms: tuple) -> str:
-    return "|".join(ast.dump(a) for a in atoms)
-
-
-def _index(atoms: tuple) -> ast.expr:
-    return atoms[0] if len(atoms) == 1 else ast.Tuple(list(atoms), ast.Load())
-
-
-def _arrays_stored(body: list[ast.stmt], arrays: set[str]) -> set[str]:
-    found = set()
-    for n in (n for s in body for n in ast.walk(s)):
-        if isinstance(n, ast.Subscript) and isinstance(n.ctx, ast.Store) and isinstance(n.value, ast.Name):
-            found.add(n.value.id)
-        elif isinstance(n, ast.Call) and n.args and isinstance(n.args[0], ast.Name) \
-                and isinstance(n.func, ast.Attribute) and n.func.attr.startswith("atomic_"):
-            found.add(n.args[0].id)
-    return found & arrays
-
-
-def _result_arity(fdef: ast.FunctionDef) -> int:
-    """0 for a single value, else the length of the tuples `fdef` returns."""
-    for n in ast.walk(fdef):
-        if isinstance(n, ast.Return) and isinstance(n.value, ast.Tuple):
-            return len(n.value.elts)
-    return 0
-
-
-def _one_exit(stmts: list[ast.stmt], results: list[str], arity: int, builder: ThreeAddress, fdef) -> list[ast.stmt]:
-    """`stmts` with every return turned into assignments to `results` and the code after it
-    moved into the branches that do not return (a return inside a loop is an error)."""
-    out: list[ast.stmt] = []
-    for k, s in enumerate(stmts):
-        if isinstance(s, ast.Return):
-            if s.value is None:
-                raise builder.error(f"{fdef.name} returns no value", s)
-            values = s.value.elts if arity else [s.value]
-            out += [ast.copy_location(ast.Assign([ast.Name(r, ast.Store())], v), s) for r, v in zip(results, values)]
-            return out
-        if isinstance(s, ast.If) and _returns(s):
-            rest = stmts[k + 1:]
-            s.body = _one_exit(s.body + copy.deepcopy(rest), results, arity, builder, fdef)
-            s.orelse = _one_exit(s.orelse + copy.deepcopy(rest), results, arity, builder, fdef)
-            out.append(s)
-            return out
-        if isinstance(s, (ast.For, ast.While)) and _returns(s):
-            raise builder.error(f"a return inside a loop in {fdef.name}", s)
-        out.append(s)
-    return out
-
-
-def _returns(node: ast.AST) -> bool:
-    return any(isinstance(n, ast.Return) for n in ast.walk(node))
 
 
 __all__ = ["three_address", "names_in"]
