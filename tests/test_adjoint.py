@@ -645,8 +645,6 @@ def test_struct_arguments_pass_gradients_of_the_other_arrays(arch):
     check_gradients(with_struct, fields, uniform(N), np.zeros(N))
 
 
-@pytest.mark.xfail(strict=True, reason="arrays inside a struct get no gradient, silently: kernel.grad "
-                                       "(tape.run_adjoint) should say so when a struct field has requires_grad")
 def test_a_struct_field_with_a_gradient_is_an_error(arch):
     x = qgraph.from_numpy(uniform(N), requires_grad=True)
     w, out = qgraph.from_numpy(uniform(N), requires_grad=True), qgraph.ndarray(qgraph.f64, (N,), requires_grad=True)
@@ -656,9 +654,6 @@ def test_a_struct_field_with_a_gradient_is_an_error(arch):
         with_struct.grad(Scaled(x, 1.5), w, out)
 
 
-@pytest.mark.xfail(strict=True, reason="kernel.grad runs the adjoint on the arrays as the call left them: a call that "
-                                       "overwrote what its adjoint reads gets a wrong gradient, silently; it should "
-                                       "raise and point to qgraph.Tape (which keeps a copy)")
 def test_kernel_grad_of_a_call_that_overwrote_what_its_adjoint_reads(arch):
     @qgraph.kernel
     def square(x):

@@ -39,16 +39,31 @@ def launch_adjoint(kernel, values: tuple, grads: dict[str, Ndarray], stream=None
 
 def run_adjoint(kernel, values: tuple) -> None:
     """kernel.grad(...): the adjoint of one call, with the `.grad` of its array arguments."""
-    grads = {p.name: g for p, v in zip(kernel._source.params, values) for g in [_gradient_of(v)] if g is not None}
+    src = kernel._source
+    for p, v in zip(src.params, values):
+        fields = getattr(v, "__dataclass_fields__", None)
+        if fields and any(isinstance(getattr(v, f), Ndarray) and getattr(v, f).grad is not None for f in fields):
+            raise QgraphError(f"kernel {src.name}.grad: the struct argument '{p.name}' holds an array with a "
+                              "gradient; arrays inside a @qgraph.struct get none. Pass that array as an argument "
+                              "of its own to differentiate it")
+    grads = {p.name: g for p, v in zip(src.params, values) for g in [_gradient_of(v)] if g is not None}
     if not grads:
         raise QgraphError(f"kernel {kernel._source.name}.grad: no argument has a gradient; make the arrays to "
                           "differentiate with qgraph.ndarray(..., requires_grad=True) or set a.requires_grad = True")
+    facts = kernel_facts(kernel)
+    for name, when in adjoint_reads(kernel, kernel._compile(*values)).items():
+        k = src.param_names.index(name) if name in src.param_names else None  # a struct leaf: not checked
+        if when == "before" and k in facts.written:
+            raise QgraphError(f"kernel {src.name}.grad: its adjoint needs '{name}' as it was before the call, which "
+                              f"the call overwrote (line {facts.lines.get(name, src.lineno)}); record the call under "
+                              "qgraph.Tape, which keeps a copy, and call tape.backward")
     launch_adjoint(kernel, values, grads)
 
 
 @dataclass(frozen=True)
 class _Facts:
     written: frozenset[int]  # parameter positions the kernel writes
+    lines: dict  # array name -> the first line writing it
     written_by_task: tuple[frozenset[str], ...]  # per task, in launch order: the arrays it writes
 
 
@@ -76,7 +91,8 @@ def kernel_facts(kernel) -> _Facts:
         by_task = tuple(frozenset(_written_names(src, [n for s in t.body for n in ast.walk(s)], frozenset()))
                         for t in src.tasks)
         names = set().union(*by_task) if by_task else set()
-        facts = _Facts(frozenset(k for k, p in enumerate(src.params) if p.name in names), by_task)
+        lines = _written_names(src, [n for t in src.tasks for s in t.body for n in ast.walk(s)], frozenset())
+        facts = _Facts(frozenset(k for k, p in enumerate(src.params) if p.name in names), lines, by_task)
         found = _FACTS[id(kernel)] = (src, facts)
     return found[1]
 
