@@ -326,3 +326,36 @@ def test_a_cuda_graph_kernel_on_a_tape(arch):
         from qgraph.tape import adjoint_kernel
 
         assert adjoint_kernel(ballistic_graphed, ("x", "v")).stats.used_graph
+
+
+def _simulation(x, v, target, loss):
+    for _ in range(STEPS):
+        ballistic(x, v, GRAVITY, DT, DRAG)
+    mse(x, target, loss)
+
+
+simulation_step = qgraph.graph(_simulation)
+
+
+def test_a_graph_step_called_under_a_tape_gets_a_captured_backward(arch):
+    """A @qgraph.graph call on a tape: its calls are recorded (the same-arguments replay does
+    not hide them), and their adjoints run as one step of their own, built once and replayed."""
+    from qgraph.tape import _backward_step
+
+    x0, v0, target = _state()
+    _, v, loss, tape = in_place(x0, v0, target)
+    tape.backward(loss)
+    t = qgraph.from_numpy(target)
+    for _ in range(3):
+        xg = qgraph.from_numpy(x0, requires_grad=True)
+        vg = qgraph.from_numpy(v0, requires_grad=True)
+        lg = qgraph.ndarray(qgraph.f64, (1,))
+        with qgraph.Tape() as steps_tape:
+            simulation_step(xg, vg, t, lg)
+        assert steps_tape.stats.calls == STEPS + 1
+        steps_tape.backward(lg)
+        np.testing.assert_allclose(vg.grad.to_numpy(), v.grad.to_numpy(), rtol=1e-12, atol=1e-14)
+    backward = _backward_step(_simulation)
+    assert backward.stats.kernel_calls == STEPS + 1
+    if arch == "cuda":
+        assert backward.stats.builds == 1 and backward.stats.replays == 3

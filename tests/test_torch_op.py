@@ -4,6 +4,8 @@ Needs PyTorch (skipped without it)."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -79,3 +81,77 @@ def test_the_operator_under_torch_compile(cuda, mode):
 def test_what_cannot_be_an_operator():
     with pytest.raises(TypeError, match="qgraph.torch_op takes a @qgraph.kernel"):
         qgraph.torch_op(print)
+
+
+@qgraph.kernel
+def sine_mix(x, w, y, scale: float):
+    for i in range(x.shape[0]):
+        y[i] += scale * math.sin(x[i]) * w[i % 4]
+
+
+@qgraph.kernel
+def scatter_squares(x, idx, y):
+    for i in range(x.shape[0]):
+        y[idx[i]] += x[i] * x[i]
+
+
+def _functional(kernel, name):
+    if not hasattr(_functional, "made"):
+        _functional.made = {}
+    if name not in _functional.made:
+        _functional.made[name] = qgraph.torch_op(kernel, name=name, functional=True)
+    return _functional.made[name]
+
+
+def _sine_mix_reference(x, w, y0):
+    return y0 + 1.5 * torch.sin(x) * w[torch.arange(x.shape[0], device=x.device) % 4]
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "torch.compile"])
+def test_a_functional_operator_takes_part_in_autograd(arch, compiled):
+    """Gradients of a loss through the kernel reach every float tensor, the written one's
+    initial value included, as torch computes them for the same formula."""
+    op = _functional(sine_mix, "sine_mix_f")
+    dev = _device(arch)
+    gen = torch.Generator().manual_seed(3)
+    values = [torch.randn(n, dtype=torch.float64, generator=gen).to(dev) for n in (32, 4, 32)]
+    ours = [v.clone().requires_grad_() for v in values]
+    theirs = [v.clone().requires_grad_() for v in values]
+
+    def loss(x, w, y0):
+        return (op(x, w, y0, 1.5) ** 2).sum()
+
+    (torch.compile(loss) if compiled else loss)(*ours).backward()
+    (_sine_mix_reference(*theirs) ** 2).sum().backward()
+    for a, b in zip(ours, theirs):
+        torch.testing.assert_close(a.grad, b.grad)
+
+
+def test_a_functional_operator_returns_a_copy_and_leaves_its_arguments(arch):
+    op = _functional(sine_mix, "sine_mix_f")
+    dev = _device(arch)
+    x, w, y0 = torch.ones(8, dtype=torch.float64, device=dev), torch.ones(4, dtype=torch.float64, device=dev), \
+        torch.zeros(8, dtype=torch.float64, device=dev)
+    y = op(x, w, y0, 2.0)
+    torch.testing.assert_close(y, torch.full_like(y0, 2.0 * math.sin(1.0)))
+    assert float(y0.abs().sum()) == 0.0
+
+
+def test_a_functional_scatter_gives_integer_tensors_no_gradient(arch):
+    op = _functional(scatter_squares, "scatter_squares_f")
+    dev = _device(arch)
+    x = torch.randn(16, dtype=torch.float64, device=dev, requires_grad=True)
+    idx = torch.randint(0, 4, (16,), device=dev)
+    op(x, idx, torch.zeros(4, dtype=torch.float64, device=dev)).sum().backward()
+    torch.testing.assert_close(x.grad, 2 * x.detach())
+    assert idx.grad is None
+
+
+def test_a_functional_operator_of_a_kernel_that_writes_nothing_is_an_error():
+    @qgraph.kernel
+    def reads_only(x, n: int):
+        for i in range(x.shape[0]):
+            n = n + x[i]
+
+    with pytest.raises(TypeError, match="writes none of its tensors"):
+        qgraph.torch_op(reads_only, name="reads_only_f", functional=True)
