@@ -323,7 +323,7 @@ def test_a_cuda_graph_kernel_on_a_tape(arch):
     graphed.backward(lg)
     np.testing.assert_allclose(vg.grad.to_numpy(), v.grad.to_numpy(), rtol=1e-12, atol=1e-14)
     if arch == "cuda":
-        from qgraph.tape import adjoint_kernel
+        from qgraph.backends.adjoint_calls import adjoint_kernel
 
         assert adjoint_kernel(ballistic_graphed, ("x", "v")).stats.used_graph
 

@@ -119,8 +119,8 @@ def adjoint_reads(kernel, key: tuple) -> dict[str, str]:
     found = {}
     for adjoint_index, reads in flat.adjoint_reads.items():
         t = n - 1 - adjoint_index  # the primal task
-        for name in reads:
-            later = any(name in facts.written_by_task[u] for u in range(t, n))
+        for name, clobbered in reads.items():  # clobbered: task t itself may overwrite what it read
+            later = clobbered or any(name in facts.written_by_task[u] for u in range(t + 1, n))
             earlier = any(name in facts.written_by_task[u] for u in range(t))
             if later and earlier:
                 raise QgraphError(f"kernel {src.name}: the gradient of the task at line {src.tasks[t].lineno} needs "

@@ -60,7 +60,8 @@ def _check_straight(src: KernelSource, region: Region) -> None:
 
 def adjoint_task(src: KernelSource, task: Task, kinds: dict, funcs: list) -> tuple[Task, frozenset[str]]:
     """`task` (flattened, of the adjoint source `src`) with its body replaced by its adjoint:
-    (the task, the array parameters whose values the adjoint reads)."""
+    (the task, the array parameters whose values the adjoint reads -> whether this task may have
+    overwritten the elements read)."""
     grads = {name for name in src.adjoint.grads if name in kinds and kinds[name].dtype.kind == "f"}
     arrays = {name for name, kind in kinds.items() if kind.is_array}
     defs = {d.name: d for d, _, _ in funcs}
@@ -71,7 +72,7 @@ def adjoint_task(src: KernelSource, task: Task, kinds: dict, funcs: list) -> tup
     stmts, reads = adjoint_statements(src, body, types, grads, resolve, prefix)
     for s in stmts:
         ast.fix_missing_locations(ast.copy_location(s, ast.Pass(lineno=task.lineno, col_offset=0)))
-    return dataclasses.replace(task, body=stmts or [ast.Pass(lineno=task.lineno, col_offset=0)]), frozenset(reads)
+    return dataclasses.replace(task, body=stmts or [ast.Pass(lineno=task.lineno, col_offset=0)]), reads
 
 
 def _types(src: KernelSource, body, kinds: dict, loop_vars: tuple[str, ...]) -> dict:

@@ -63,7 +63,12 @@ class Reverse:
         self.prefix = prefix
         self.count = 0
         self.active = self._activity()
-        self.reads: set[str] = set()  # arrays whose values the adjoint reads
+        # arrays whose values the adjoint reads -> whether the task may have overwritten an element read
+        self.reads: dict[str, bool] = {}
+        self.stores: dict[str, list] = {}
+        for st in ir.walk(body.stmts):
+            if isinstance(st, (Store, Atomic)):
+                self.stores.setdefault(st.array, []).append(st.index)
         self.declared: set[str] = set()  # primal names recomputed inside blocks (declared up front)
 
     def error(self, message: str, line: int) -> Exception:
@@ -237,7 +242,8 @@ class Reverse:
                 if let.kind in ("unknown", "returned"):
                     raise self.error(f"the gradient needs {let.why}", let.line)
                 if let.kind == "load":
-                    self.reads.add(let.array)
+                    clobbered = any(_may_alias(let.index, index) for index in self.stores.get(let.array, ()))
+                    self.reads[let.array] = self.reads.get(let.array, False) or clobbered
                 todo += names_in(let.value)
                 for b in let.blocks:
                     if id(b) in inside and id(b) not in blocks:
@@ -313,8 +319,15 @@ def _stores(node: ast.AST) -> set[str]:
     return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
 
 
-def adjoint_statements(src, body: Body, types: dict, grads: set[str], resolve, prefix: str) -> tuple[list, set[str]]:
-    """(the adjoint task body's statements, the arrays whose values it reads)."""
+def _may_alias(a: tuple, b: tuple) -> bool:
+    """Whether two subscripts may name one element: not when a position holds two different constants."""
+    return not any(isinstance(x, ast.Constant) and isinstance(y, ast.Constant) and x.value != y.value
+                   for x, y in zip(a, b))
+
+
+def adjoint_statements(src, body: Body, types: dict, grads: set[str], resolve, prefix: str) -> tuple[list, dict]:
+    """(the adjoint task body's statements, the arrays whose values it reads: name -> whether
+    the task itself may have overwritten what is read, so only their value before it will do)."""
     rev = Reverse(src, body, types, grads, resolve, prefix)
     sweep = rev.sweep(body.stmts)
     forward = rev.recompute(body.stmts, _free(sweep), set(), None)

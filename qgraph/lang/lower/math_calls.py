@@ -46,7 +46,7 @@ _SAME_AS_MATH = {"sqrt": "sqrt", "exp": "exp", "exp2": "exp2", "expm1": "expm1",
                  "log10": "log10", "log1p": "log1p", "sin": "sin", "cos": "cos", "tan": "tan", "arcsin": "asin",
                  "arccos": "acos", "arctan": "atan", "arctan2": "atan2", "sinh": "sinh", "cosh": "cosh",
                  "tanh": "tanh", "arcsinh": "asinh", "arccosh": "acosh", "arctanh": "atanh", "hypot": "hypot",
-                 "fabs": "fabs", "copysign": "copysign", "isnan": "isnan", "isinf": "isinf",
+                 "fabs": "fabs", "copysign": "copysign", "fmod": "fmod", "isnan": "isnan", "isinf": "isinf",
                  "isfinite": "isfinite", "degrees": "degrees", "radians": "radians", "rad2deg": "degrees",
                  "deg2rad": "radians"}
 NUMPY_AS_MATH = {getattr(np, name): f"_qg_math.{fn}" for name, fn in _SAME_AS_MATH.items()}

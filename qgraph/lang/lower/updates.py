@@ -47,6 +47,17 @@ def _names(expr: ast.AST) -> set[str]:
     return {n.id for n in ast.walk(expr) if isinstance(n, ast.Name)}
 
 
+def _updates(body: list[ast.stmt]):
+    """(array name, index) of every `a[idx] op= v` and `qgraph.atomic_*(a, idx, v)` in `body`."""
+    for node in (n for stmt in body for n in ast.walk(stmt)):
+        if isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Subscript) \
+                and isinstance(node.target.value, ast.Name):
+            yield node.target.value.id, node.target.slice
+        elif isinstance(node, ast.Call) and len(node.args) == 3 and isinstance(node.args[0], ast.Name) \
+                and getattr(node.func, "attr", getattr(node.func, "id", None)) in _ATOMIC_OPS:
+            yield node.args[0].id, node.args[1]
+
+
 def _index_elements(index: ast.expr) -> list[ast.expr]:
     return list(index.elts) if isinstance(index, ast.Tuple) else [index]
 
@@ -57,9 +68,19 @@ class _Classifier:
         self.task_locals = set(task.stored) | set(task.loop_vars)
         self.arrays = arrays
         self.error = error
+        self.shared: set[str] = set()
+        self.shared = {name for name, index in _updates(task.body) if self.kind(ast.Name(name), index) != "private"}
 
     def kind(self, target: ast.expr, index: ast.expr) -> str | None:
-        """'private', 'reduction', 'atomic', or None when `target` is not an array parameter."""
+        """'private', 'reduction', 'atomic', or None when `target` is not an array parameter.
+        An update at the loop's own index of an array that other updates of the task share is
+        atomic too: `a[i] += v` beside `a[i + 1] += w` (a stencil's adjoint) races otherwise."""
+        found = self._kind(target, index)
+        if found == "private" and target.id in self.shared:
+            return "atomic"
+        return found
+
+    def _kind(self, target: ast.expr, index: ast.expr) -> str | None:
         if not isinstance(target, ast.Name) or target.id not in self.arrays or target.id in self.task_locals:
             return None
         elements = _index_elements(index)
