@@ -11,7 +11,9 @@ import tempfile
 
 import pytest
 
-# Keep test compilations out of the user's cache, but shared across this session's tests.
+# Keep test compilations out of the user's cache, but shared across this session's tests: made by the
+# first process (pytest, or pytest-xdist's controller) and inherited by the xdist workers and the tests'
+# subprocesses, so one compile serves all (qgraph and numba write cache entries atomically).
 os.environ.setdefault("QGRAPH_CACHE_DIR", tempfile.mkdtemp(prefix="qgraph-test-cache-"))
 
 import qgraph  # noqa: E402

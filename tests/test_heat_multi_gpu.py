@@ -20,6 +20,16 @@ pytest.importorskip("torch.distributed")
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "heat_multi_gpu.py"
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_numba_thread_per_rank():
+    """The ranks share the machine's cores: on the CPU, each runs its sweeps on one numba thread, as
+    torchrun's OMP_NUM_THREADS=1 does below (two threads per rank on 2 cores doubled the ranks' time).
+    Spawned ranks read the variable at their start; this process's threads are already set."""
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("NUMBA_NUM_THREADS", "1")
+        yield
+
+
 def reference(rows: int, cols: int, steps: int) -> np.ndarray:
     return heat.numpy_reference(heat.initial_field(rows, cols), steps)
 

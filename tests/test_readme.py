@@ -39,3 +39,12 @@ print(change.to_numpy()[0] <= 1e-6, flag.to_numpy()[0])
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["True", "0"]
+
+
+def test_the_test_command_s_parallel_runner_is_in_the_test_extra():
+    """`-n`/`--dist` are pytest-xdist's options: the extra the same command installs must bring it."""
+    command = re.search(r"<!-- front-door -->\n```sh\n.*\n(.*)\n```", readme()).group(1)
+    with open(os.path.join(ROOT, "pyproject.toml")) as f:  # no tomllib before Python 3.11
+        extra = re.search(r"^test = \[(.*)\]$", f.read(), re.M).group(1)
+    assert ".[test]" in command and " -n " in command
+    assert '"pytest-xdist>=' in extra
