@@ -12,9 +12,12 @@ import tempfile
 import pytest
 
 # Keep test compilations out of the user's cache, but shared across this session's tests: made by the
-# first process (pytest, or pytest-xdist's controller) and inherited by the xdist workers and the tests'
-# subprocesses, so one compile serves all (qgraph and numba write cache entries atomically).
+# first process (pytest, or pytest-xdist's controller) and inherited by the tests' subprocesses, so one
+# compile serves all. Each xdist worker keeps a directory of its own inside it: two processes compiling
+# the same kernel into one numba cache at once crashed a subprocess (SIGSEGV) in a CI run.
 os.environ.setdefault("QGRAPH_CACHE_DIR", tempfile.mkdtemp(prefix="qgraph-test-cache-"))
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ["QGRAPH_CACHE_DIR"] = os.path.join(os.environ["QGRAPH_CACHE_DIR"], os.environ["PYTEST_XDIST_WORKER"])
 
 import qgraph  # noqa: E402
 
