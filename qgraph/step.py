@@ -69,7 +69,7 @@ class GraphFunction:
             from .driver.device import stream_handle
 
             stream = stream_handle(stream)
-        if not step_body.tape_recording():  # a tape must see the body's calls: it runs again under one
+        if not (step_body.ACTIVE[0] and step_body.tape_recording()):  # a tape must see the body's calls
             replayed, result = runner.replay_same(args, kwargs, runner.own_stream if stream is None else stream)
             if replayed:
                 return result

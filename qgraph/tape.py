@@ -15,6 +15,7 @@ gradient never stops silently at an array the user did not mark.
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -98,6 +99,10 @@ class Tape:
                 a = args[k]
                 if isinstance(a, Ndarray):
                     self._copy_for_readers(a)
+            step = step_body.current_body()
+            if step is not None and self._home is not None and step[0] is self._home[0]:
+                step = None  # the tape lives inside this step: its backward is captured with it
+            call = _Call(kernel, values, tuple(args), step)
             reads = adjoint_reads(kernel, key)
             for k, a in enumerate(args):
                 if not isinstance(a, Ndarray):
@@ -108,16 +113,8 @@ class Tape:
                 when = reads.get(kernel._source.params[k].name)
                 if when == "before" and k in info.written:
                     values[k] = self._snapshot(a)
-                elif when is not None:
-                    self._readers.setdefault(id(a), []).append((None, k))
-            step = step_body.current_body()
-            if step is not None and self._home is not None and step[0] is self._home[0]:
-                step = None  # the tape lives inside this step: its backward is captured with it
-            call = _Call(kernel, values, tuple(args), step)
-            for readers in self._readers.values():  # this call's live reads, now that it exists
-                for n, (owner, k) in enumerate(readers):
-                    if owner is None:
-                        readers[n] = (call, k)
+                elif when is not None:  # read live: copied if a later call overwrites it
+                    self._readers.setdefault(id(a), []).append((call, k))
             self._calls.append(call)
             self.stats.calls += 1
         finally:
@@ -231,7 +228,7 @@ def _step_groups(calls):
         yield group
 
 
-_BACKWARD: dict = {}  # step function -> the @qgraph.graph function running its calls' adjoints
+_BACKWARD: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # step function -> its adjoints' step
 
 
 def _backward_step(fn):

@@ -8,7 +8,8 @@ graphed and captured like any other (qgraph.Tape runs them in reverse).
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass
+import weakref
+from dataclasses import dataclass, field
 
 from ..args.kinds import arg_type
 from ..errors import QgraphError
@@ -16,7 +17,7 @@ from ..lang.adjoint import adjoint_source
 from ..lang.flat.view import flat_source
 from ..runtime import state as runtime
 from ..runtime.arrays import Ndarray
-from .checks import _written_names
+from .checks import _written_names, written_params
 
 
 def adjoint_kernel(kernel, grads: tuple[str, ...]):
@@ -55,19 +56,9 @@ def run_adjoint(kernel, values: tuple) -> None:
         k = src.param_names.index(name) if name in src.param_names else None  # a struct leaf: not checked
         if when == "before" and k in facts.written:
             raise QgraphError(f"kernel {src.name}.grad: its adjoint needs '{name}' as it was before the call, which "
-                              f"the call overwrote (line {facts.lines.get(name, src.lineno)}); record the call under "
+                              f"the call overwrote (line {facts.written[k]}); record the call under "
                               "qgraph.Tape, which keeps a copy, and call tape.backward")
     launch_adjoint(kernel, values, grads)
-
-
-@dataclass(frozen=True)
-class _Facts:
-    written: frozenset[int]  # parameter positions the kernel writes
-    lines: dict  # array name -> the first line writing it
-    written_by_task: tuple[frozenset[str], ...]  # per task, in launch order: the arrays it writes
-
-
-_FACTS: dict[int, tuple[object, _Facts]] = {}
 
 
 def _gradient_of(value):
@@ -84,20 +75,26 @@ def _gradient_of(value):
     return None
 
 
+@dataclass(frozen=True)
+class _Facts:
+    """What the tape and kernel.grad ask of a kernel, found once per kernel."""
+
+    written: dict[int, int]  # parameter position -> first line writing that array (checks.written_params)
+    written_by_task: tuple[frozenset[str], ...]  # per task, in launch order: the arrays it writes
+    reads: dict = field(default_factory=dict)  # signature -> adjoint_reads' answer
+
+
+_FACTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # kernel -> its _Facts
+
+
 def kernel_facts(kernel) -> _Facts:
-    found = _FACTS.get(id(kernel))
-    if found is None or found[0] is not kernel._source:
+    found = _FACTS.get(kernel)
+    if found is None:
         src = kernel._source
         by_task = tuple(frozenset(_written_names(src, [n for s in t.body for n in ast.walk(s)], frozenset()))
                         for t in src.tasks)
-        names = set().union(*by_task) if by_task else set()
-        lines = _written_names(src, [n for t in src.tasks for s in t.body for n in ast.walk(s)], frozenset())
-        facts = _Facts(frozenset(k for k, p in enumerate(src.params) if p.name in names), lines, by_task)
-        found = _FACTS[id(kernel)] = (src, facts)
-    return found[1]
-
-
-_READS: dict[tuple, dict[str, str]] = {}
+        found = _FACTS[kernel] = _Facts(written_params(src), by_task)
+    return found
 
 
 def adjoint_reads(kernel, key: tuple) -> dict[str, str]:
@@ -106,15 +103,15 @@ def adjoint_reads(kernel, key: tuple) -> dict[str, str]:
     a superset)."""
 
     src = kernel._source
-    found = _READS.get((id(src), key))
+    facts = kernel_facts(kernel)
+    found = facts.reads.get(key)
     if found is not None:
         return found
     kinds = [arg_type(sig) for sig in key]
     grads = tuple(p.name for p, kind in zip(src.params, kinds)
                   if getattr(kind, "is_array", False) and kind.dtype.kind == "f")
     flat = flat_source(adjoint_source(src, grads), kinds + [kinds[src.param_names.index(g)] for g in grads],
-                       kernel_default_float(kernel))
-    facts = kernel_facts(kernel)
+                       kernel._options_now(runtime.STATE).default_float)
     n = len(src.tasks)
     found = {}
     for adjoint_index, reads in flat.adjoint_reads.items():
@@ -131,9 +128,5 @@ def adjoint_reads(kernel, key: tuple) -> dict[str, str]:
                 raise QgraphError(f"kernel {src.name}: its tasks' gradients need `{name}` both before and after "
                                   "the kernel writes it; split the kernel")
             found[name] = when
-    _READS[(id(src), key)] = found
+    facts.reads[key] = found
     return found
-
-
-def kernel_default_float(kernel) -> str:
-    return kernel._options_now(runtime.STATE).default_float

@@ -12,8 +12,7 @@ import threading
 from collections.abc import Callable
 
 ACTIVE = [0]  # threads running a step's body or recording a qgraph.Tape now
-_CALLS: dict[int, list] = {}  # thread ident -> the calls its body has made so far
-_BODIES: dict[int, Callable] = {}  # thread ident -> the step function whose body it is running
+_BODIES: dict[int, tuple[list, Callable]] = {}  # thread ident -> (the calls its body made so far, the step function)
 _TAPES: dict[int, object] = {}  # thread ident -> the qgraph.Tape recording its kernel calls
 _LOCK = threading.Lock()
 
@@ -55,14 +54,12 @@ def run_body(fn: Callable, args: tuple, kwargs: dict) -> tuple[list, object]:
     ident = threading.get_ident()
     calls: list = []
     with _LOCK:
-        _CALLS[ident] = calls
-        _BODIES[ident] = fn
+        _BODIES[ident] = (calls, fn)
         ACTIVE[0] += 1
     try:
         result = fn(*args, **kwargs)
     finally:
         with _LOCK:
-            del _CALLS[ident]
             del _BODIES[ident]
             ACTIVE[0] -= 1
     return calls, result
@@ -71,24 +68,23 @@ def run_body(fn: Callable, args: tuple, kwargs: dict) -> tuple[list, object]:
 def current_body() -> tuple[list, Callable] | None:
     """(the calls list, the step function) of the body this thread is running, or None: a tape
     groups the calls of one step call, to run their adjoints as one captured step too."""
-    ident = threading.get_ident()
-    calls = _CALLS.get(ident)
-    return None if calls is None else (calls, _BODIES[ident])
+    return _BODIES.get(threading.get_ident())
 
 
 def body_calls() -> list | None:
     """The calls collected so far by the body this thread is running, or None outside a body."""
-    return _CALLS.get(threading.get_ident())
+    body = _BODIES.get(threading.get_ident())
+    return None if body is None else body[0]
 
 
 def in_body() -> bool:
     """Whether this thread is running a step's body (a step called there joins the outer one)."""
-    return threading.get_ident() in _CALLS
+    return threading.get_ident() in _BODIES
 
 
 def count_call(launcher, args: tuple, key: tuple) -> None:
     """The CPU launch's hook: a kernel call made in a step's body (run as it is made), or under a tape."""
     tape_call(launcher, args, key)
-    calls = _CALLS.get(threading.get_ident())
-    if calls is not None:
-        calls.append(launcher)
+    body = _BODIES.get(threading.get_ident())
+    if body is not None:
+        body[0].append(launcher)

@@ -68,8 +68,7 @@ def adjoint_task(src: KernelSource, task: Task, kinds: dict, funcs: list) -> tup
     prefix = f"t{task.index}_"
     body = three_address(src, task.body, arrays, defs, prefix)
     types = _types(src, body, kinds, task.loop_vars)
-    resolve = _resolver(src)
-    stmts, reads = adjoint_statements(src, body, types, grads, resolve, prefix)
+    stmts, reads = adjoint_statements(src, body, types, grads, src.resolve, prefix)
     for s in stmts:
         ast.fix_missing_locations(ast.copy_location(s, ast.Pass(lineno=task.lineno, col_offset=0)))
     return dataclasses.replace(task, body=stmts or [ast.Pass(lineno=task.lineno, col_offset=0)]), reads
@@ -84,16 +83,6 @@ def _types(src: KernelSource, body, kinds: dict, loop_vars: tuple[str, ...]) -> 
     lets = {s.target for s in walk(body.stmts) if isinstance(s, Let)}
     infer_locals(typer, stmts, lets)
     return typer.env
-
-
-def _resolver(src: KernelSource):
-    def resolve(func: ast.expr) -> object:
-        try:
-            return src.resolve(func)
-        except Exception:  # noqa: BLE001 - no rule for what cannot be resolved
-            return None
-
-    return resolve
 
 
 __all__ = ["AdjointOf", "adjoint_name", "adjoint_source", "adjoint_task"]
