@@ -37,7 +37,14 @@ from .driver.loop_state import (
     LoopState,
     write_field,
 )
-from .driver.nodes import GraphNode, add_conditional_node, add_edge, add_while_node, kernel_node_params
+from .driver.nodes import (
+    GraphNode,
+    add_conditional_node,
+    add_edge,
+    add_while_node,
+    conditional_handle,
+    kernel_node_params,
+)
 from .driver.params import ParamBuffer
 from .errors import runaway_error
 from .runtime import DeviceState
@@ -101,11 +108,15 @@ class WhileLoop:
     pass count into pinned host memory, which qgraph.sync() reads (DeviceState.check_guards).
     """
 
-    kernel_nodes = 2  # the slot writer and the condition kernel
-
     def __init__(self, target: DeviceState, flag_slot: tuple[int, int | None], number: int = 0,
-                 guard: tuple = (None, "", None), mode: LoopMode = LoopMode.DO_WHILE, stop_word: int = 0) -> None:
+                 guard: tuple = (None, "", None), mode: LoopMode = LoopMode.DO_WHILE, stop_word: int = 0,
+                 count_part: tuple[int, bool] = (1, False)) -> None:
         d = driver()
+        self.kernel_nodes = 2  # the slot writer and the condition kernel (and a gate per unrolled copy)
+        # a repeat loop unrolled U times: (U, False) runs count // U passes of U copies, (U, True) count % U
+        divisor, remainder = count_part
+        self.scale = 1 if remainder else divisor  # body runs per pass (stats.iterations)
+        self.remainder = remainder  # the second WHILE node of an unrolled repeat loop
         self._device = target.device
         self._target = target
         self._helpers = helpers(target)
@@ -130,7 +141,7 @@ class WhileLoop:
         k, j = flag_slot  # the flag's (or count's) value: p[k], or leaf j of a struct argument p[k]
         value = f"p[{k}]" if j is None else f"p[{k}][{j}]"
         if mode == LoopMode.COUNT:  # (state, 0, the count as 8 bytes)
-            self.slot_expr = f"{self._constant} + _zero8 + _int64_bytes({value})"
+            self.slot_expr = f"{self._constant} + _zero8 + _int64_bytes({value}, {divisor}, {remainder})"
         else:
             self.slot_expr = f"{self._constant} + {value}[{address.start}:{address.stop}] + {self._limit}"
 
@@ -158,6 +169,23 @@ class WhileLoop:
             add_edge(body, dep, node, programmatic)
         self._buffers.append(cond)
 
+    def add_gate(self, body, deps: list, programmatic: bool):
+        """Between unrolled copies of the body: the condition kernel sets an IF node's handle, so the
+        next copy runs only where the loop goes on (a pass counted, the guard checked, as at the end
+        of a pass). Returns (the IF node's body graph, [IF node])."""
+        d = driver()
+        gate = ParamBuffer(CONDITION_PARAMS)
+        handle = conditional_handle(body, self._device.context)
+        gate.data[:] = int(handle).to_bytes(8, "little") + self.slot.to_bytes(8, "little")
+        params = kernel_node_params(self._helpers.condition, 1, 1, gate)
+        node = check(d.cuGraphAddKernelNode(body, [], 0, params), "adding a gate between unrolled copies")
+        for dep in deps:
+            add_edge(body, dep, node, programmatic)
+        self._buffers.append(gate)
+        self.kernel_nodes += 1
+        _, if_node, copy = add_conditional_node(body, self._device.context, [node], "IF", handle)
+        return copy, [if_node]
+
     def constants(self) -> dict:
         limit = NO_LIMIT if self.limit is None else self.limit
         return {self._constant: self.slot.to_bytes(8, "little"), self._limit: limit.to_bytes(8, "little"),
@@ -174,7 +202,7 @@ class WhileLoop:
         value = ctypes.c_uint64(0)
         passes = LoopState.passes
         self._device.copy_to_host(ctypes.addressof(value), self.slot + passes.offset, passes.size)
-        return value.value
+        return value.value * self.scale
 
     def close(self) -> None:
         """Free the state block and the trip record (once; the caller made sure no launch is queued)."""
@@ -184,9 +212,13 @@ class WhileLoop:
             release()
 
 
-def _int64_bytes(scalar: bytes) -> bytes:
-    """A repeat count's parameter bytes (int8 to int64, little-endian) as 8 signed bytes."""
-    return int.from_bytes(scalar, "little", signed=True).to_bytes(8, "little", signed=True)
+def _int64_bytes(scalar: bytes, divisor: int = 1, remainder: bool = False) -> bytes:
+    """A repeat count's parameter bytes (int8 to int64, little-endian) as 8 signed bytes; unrolled
+    `divisor` times, the passes of its main loop (count // divisor) or of its remainder loop."""
+    count = int.from_bytes(scalar, "little", signed=True)
+    if divisor > 1:
+        count = max(count, 0) % divisor if remainder else max(count, 0) // divisor
+    return count.to_bytes(8, "little", signed=True)
 
 
 class IfBranch:

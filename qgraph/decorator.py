@@ -305,7 +305,7 @@ _ATTACH_LOCK = threading.RLock()  # kernels attach to the runtime once, whicheve
 def kernel(fn: Callable | None = None, *, cuda_graph: bool = False, graph_while: str | None = None,
            graph_cache_size: int | None = None, deterministic: bool | None = None,
            fast_math: bool | None = None, default_float=None, max_iterations=USE_ENVIRONMENT,
-           debug: bool | str | None = None):
+           debug: bool | str | None = None, unroll=USE_ENVIRONMENT):
     """Compile a function's top-level statements into offloaded tasks.
 
     `cuda_graph=True` captures a call's tasks into a cached CUDA graph; `graph_while="flag"`
@@ -323,6 +323,8 @@ def kernel(fn: Callable | None = None, *, cuda_graph: bool = False, graph_while:
     IndexError naming the line, array, index and shape when the call completes; on CUDA every
     call then waits for the device); `debug="nan"` also checks that every float stored is
     finite (FloatingPointError). The default is QGRAPH_DEBUG.
+    `unroll=n` runs n copies of each device loop's body per pass of its CUDA WHILE node (a loop's
+    own unroll= wins; None: qgraph chooses per loop); the default is QGRAPH_UNROLL (auto).
     """
     if graph_while is not None and not isinstance(graph_while, str):
         raise TypeError(f"graph_while must be a parameter name (str), got {graph_while!r}")
@@ -336,7 +338,7 @@ def kernel(fn: Callable | None = None, *, cuda_graph: bool = False, graph_while:
     # checked as it is made (KernelOptions names a bad value); None: the environment decides
     options = KernelOptions(**{name: USE_ENVIRONMENT if value is None else value for name, value in given.items()},
                             debug=debug_setting, max_iterations=max_iterations, cuda_graph=cuda_graph,
-                            graph_while_host=USE_ENVIRONMENT)
+                            graph_while_host=USE_ENVIRONMENT, unroll=unroll)
 
     def wrap(f: Callable) -> Kernel:
         if isinstance(f, (Kernel, Func)):

@@ -19,8 +19,7 @@ Node updates affect later launches only and the driver copies the parameter bloc
 the update, so back-to-back calls with different arguments need no sync. A WHILE graph
 keeps a single instance (its conditional handle belongs to the graph).
 
-Lifecycle: see GraphState (BUILDING -> BUILT -> CLOSED); a replay after close raises
-QgraphError instead of reaching the driver.
+Lifecycle: GraphState (BUILDING -> BUILT -> CLOSED); a replay after close raises QgraphError.
 """
 
 from __future__ import annotations
@@ -39,6 +38,7 @@ from .driver.loop_state import LoopMode
 from .driver.nodes import GraphNode, add_edge, kernel_node_params, set_shape
 from .driver.params import ParamBuffer
 from .errors import QgraphError
+from .graph_unroll import Gated, count_part, loop_passes, unrolled
 from .lang.front.regions import DeviceLoop, IfRegion, Region, RepeatLoop, Sequence, Task, loop_limit
 from .lang.options import KernelOptions
 
@@ -155,8 +155,10 @@ class TaskGraph:
         self.programmatic = spec.programmatic
         self._kernel_deps = kernel_deps
         self._planned: dict[Region, _Planned] = {}  # region -> its updatable node's plan entry
+        self._open_loops: list[WhileLoop] = []  # while adding: the loops around the region being added
+        body = unrolled(spec.body, spec.options.unroll) if spec.device_loops else spec.body  # graph_unroll
         try:
-            plan = self._plan(spec.body, {tk.task.index: tk for tk in spec.kernels}, [])
+            plan = self._plan(body, {tk.task.index: tk for tk in spec.kernels}, [])
             self._nodes: list[GraphNode | None] = [None] * len(plan)  # by plan index, set as _add adds them
             # a conditional handle belongs to its graph
             self._max_instances = 1 if self._loops or self._branches else INSTANCES
@@ -165,8 +167,9 @@ class TaskGraph:
             if into is None:
                 self.graph = check(d.cuGraphCreate(0), "cuGraphCreate")
             graph, deps = into if into is not None else (self.graph, [])
-            self.ends = self._add(spec.body, graph, list(deps), blocks, grids)
-            self.kernel_nodes = len(spec.kernels) + sum(item.kernel_nodes for item in self._loops + self._branches)
+            self.ends = self._add(body, graph, list(deps), blocks, grids)
+            self.kernel_nodes = sum(isinstance(item, TaskKernel) for item in plan) + \
+                sum(item.kernel_nodes for item in self._loops + self._branches)
             self._template_blocks = list(blocks)  # what every fresh instance starts with
             if into is None:
                 self._instances[packs] = self._instantiate(stream)
@@ -192,7 +195,7 @@ class TaskGraph:
         elif isinstance(region, (DeviceLoop, RepeatLoop)):
             if isinstance(region, RepeatLoop):
                 loop = WhileLoop(spec.target, spec.flags[region.count], len(self._loops), (None, self.name, region),
-                                 LoopMode.COUNT, spec.stop_word)
+                                 LoopMode.COUNT, spec.stop_word, count_part(region))
             else:
                 loop = WhileLoop(spec.target, spec.flags[region.flag], len(self._loops),
                                  (loop_limit(region, spec.options.max_iterations), self.name, region),
@@ -217,6 +220,11 @@ class TaskGraph:
 
     def _add(self, region: Region, graph, deps: list, blocks: list, grids: list) -> list:
         """Add `region` to `graph` after `deps`; returns the nodes later work depends on."""
+        if isinstance(region, Gated):  # an unrolled copy: a gate of the loop around it, then an IF node
+            behind_kernel = self.programmatic and len(deps) == 1 and self._is_kernel_node(deps[0])
+            body, after = self._open_loops[-1].add_gate(graph, deps, behind_kernel)
+            self._add(Sequence(region.children), body, [], blocks, grids)
+            return after
         if isinstance(region, Sequence):
             for child in region.children:
                 deps = self._add(child, graph, deps, blocks, grids)
@@ -226,7 +234,9 @@ class TaskGraph:
         k, item = self._planned[region]
         if isinstance(region, (DeviceLoop, RepeatLoop)):
             body, while_node, self._nodes[k] = item.add_loop(graph, deps, blocks[k])
+            self._open_loops.append(item)
             inner = self._add(region.body, body, [], blocks, grids)
+            self._open_loops.pop()
             # programmatic only behind one kernel node: a body ending in a WHILE or IF node gets a plain edge
             item.add_condition(body, inner, self.programmatic and len(inner) == 1 and self._is_kernel_node(inner[0]))
             return [while_node]
@@ -257,7 +267,7 @@ class TaskGraph:
 
     def loop_passes(self) -> tuple[int, ...]:
         """Passes of each device loop in the last launch (waits for it)."""
-        return tuple(loop.passes() for loop in self._loops)
+        return loop_passes(self._loops)
 
     def _is_kernel_node(self, node) -> bool:
         return any(n is not None and n.handle is node for n in self._nodes) or int(node) in self._kernel_deps

@@ -271,11 +271,12 @@ def _kernel(n: int, tmp_path_factory):
 PAIR_KERNELS = len(_pairs())
 # The CPU runner compiles every task as its own numba function (about 0.2 s each), so on the CPU the
 # family runs its deep random structures and one pair kernel per outer region kind; the CUDA device
-# loop and the host fallback run every structure.
+# loop and the host fallback run every structure, the device loop also with every loop unrolled 3 times
+# where it can be (QGRAPH_UNROLL=3: innermost bodies copied, gated copies around if regions).
 CPU_STRUCTURES = [0, PAIR_KERNELS // 3, 2 * PAIR_KERNELS // 3] + list(range(PAIR_KERNELS, len(STRUCTURES)))
 CASES = ([pytest.param("cpu", n, id=f"cpu-{n}") for n in CPU_STRUCTURES]
          + [pytest.param(where, n, id=f"{where}-{n}", marks=pytest.mark.cuda)
-            for where in ("cuda", "cuda-host") for n in range(len(STRUCTURES))])
+            for where in ("cuda", "cuda-host", "cuda-unroll3") for n in range(len(STRUCTURES))])
 
 
 @pytest.fixture
@@ -284,10 +285,13 @@ def where(request, monkeypatch):
     place = request.node.callspec.params["place"]
     if place == "cuda-host":
         monkeypatch.setenv("QGRAPH_GRAPH_WHILE", "host")
+    if place == "cuda-unroll3":
+        monkeypatch.setenv("QGRAPH_UNROLL", "3")
     use_arch(place.split("-")[0])
     yield place
     qgraph.sync()
     monkeypatch.delenv("QGRAPH_GRAPH_WHILE", raising=False)
+    monkeypatch.delenv("QGRAPH_UNROLL", raising=False)
     qgraph.init(place.split("-")[0])
 
 

@@ -38,6 +38,7 @@ LOOP_FIELDS = (
     ("handle", "the WHILE node's conditional handle"),
     ("mode", "a LoopMode"),
     ("stop_record", "debug mode's record (0: none): a failed check ends the loop"),
+    ("live", "1 while the pass goes on: 0 once a check between unrolled copies stopped it"),
 )
 
 BRANCH_FIELDS = (
@@ -107,6 +108,7 @@ extern "C" __global__ void qgraph_store_flag_address(unsigned long long* state, 
     state[QG_LOOP_FLAG_ADDRESS] = address;
     state[QG_LOOP_PASSES] = 0;
     state[QG_LOOP_LIMIT] = limit;
+    state[QG_LOOP_LIVE] = 1;
     unsigned long long mode = state[QG_LOOP_MODE];
     unsigned int go = mode == QG_LOOP_MODE_DO_WHILE ? 1u
                     : mode == QG_LOOP_MODE_WHILE ? (*(const int*)address != 0 ? 1u : 0u)
@@ -114,14 +116,23 @@ extern "C" __global__ void qgraph_store_flag_address(unsigned long long* state, 
     cudaGraphSetConditional(state[QG_LOOP_HANDLE], go);
 }
 
+// After a pass of the body: count it and set `handle` to whether the next one runs. The handle is
+// the WHILE node's after the last copy of an unrolled body, and the IF node's of the next copy
+// between copies (a gate): a copy skipped leaves `live` 0, so the later gates and the condition
+// skip too, count nothing and end the loop.
 extern "C" __global__ void qgraph_while_condition(cudaGraphConditionalHandle handle, unsigned long long* state)
 {
     asm volatile("griddepcontrol.wait;" ::: "memory");  // behind a programmatic edge: the body has finished
+    if (!state[QG_LOOP_LIVE]) {
+        cudaGraphSetConditional(handle, 0u);
+        return;
+    }
     unsigned long long passes = state[QG_LOOP_PASSES] + 1;
     state[QG_LOOP_PASSES] = passes;
     unsigned int go;
     unsigned long long stop = state[QG_LOOP_STOP_RECORD];
     if (stop && *(volatile const long long*)stop != 0) {
+        state[QG_LOOP_LIVE] = 0;
         cudaGraphSetConditional(handle, 0u);
         return;
     }
@@ -134,6 +145,7 @@ extern "C" __global__ void qgraph_while_condition(cudaGraphConditionalHandle han
             *(volatile unsigned long long*)state[QG_LOOP_TRIP_RECORD] = passes;
         }
     }
+    state[QG_LOOP_LIVE] = go;
     cudaGraphSetConditional(handle, go);
 }
 

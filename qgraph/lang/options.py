@@ -45,6 +45,9 @@ class KernelOptions:
     cuda_graph: bool = False  # calls replay a cached CUDA graph (QGRAPH_GRAPHS=0 still turns graphs off)
     graph_cache_size: int = 16  # graphs kept for the kernel per device (LRU)
     graph_while_host: bool = False  # device loops run as the host do-while even where conditional nodes exist
+    # copies of a device loop's body per WHILE pass on CUDA (None: chosen per loop, graph_unroll.unroll_factor);
+    # a loop's own unroll= wins; graphs only, so not a code option
+    unroll: int | None = None
 
     def __post_init__(self) -> None:
         """A value no option takes raises here, naming the option, whichever way the options were made."""
@@ -55,6 +58,8 @@ class KernelOptions:
         _check(self, "max_iterations", lambda v: v is None or _positive(v), ValueError,
                "a positive int or None (no guard)")
         _check(self, "graph_cache_size", _positive, ValueError, "a positive int")
+        _check(self, "unroll", lambda v: v is None or _positive(v), ValueError,
+               "a positive int (copies of a device loop's body per pass) or None (chosen per loop)")
         _check(self, "default_float", lambda v: v in ("f32", "f64"), ValueError, "'f32' or 'f64'")
         _check(self, "debug", lambda v: v in (None, "bounds", "nan"), ValueError, "None, 'bounds' or 'nan'")
 

@@ -70,6 +70,7 @@ class Settings:
     default_float: str = DEFAULT_OPTIONS.default_float  # QGRAPH_DEFAULT_FLOAT=float32: where nothing decides
     max_iterations: int | None = DEFAULT_OPTIONS.max_iterations  # QGRAPH_MAX_ITERATIONS: the guard (0: none)
     debug: str | None = DEFAULT_OPTIONS.debug  # QGRAPH_DEBUG=1 ("bounds") or =nan: checked code
+    unroll: int | None = DEFAULT_OPTIONS.unroll  # QGRAPH_UNROLL=<n>: device-loop body copies per pass (auto: chosen)
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] = os.environ) -> Settings:
@@ -96,7 +97,8 @@ class Settings:
                    deterministic=switch(environ, "QGRAPH_DETERMINISTIC", default=False),
                    fast_math=switch(environ, "QGRAPH_FAST_MATH", default=False),
                    default_float="f32" if precision in ("float32", "f32") else "f64",
-                   debug=_debug_setting(environ.get("QGRAPH_DEBUG", "")))
+                   debug=_debug_setting(environ.get("QGRAPH_DEBUG", "")),
+                   unroll=_unroll(env_text(environ, "QGRAPH_UNROLL", "auto")))
 
 
 def _debug_setting(text: str) -> str | None:
@@ -105,6 +107,15 @@ def _debug_setting(text: str) -> str | None:
     except ValueError:
         raise QgraphError(f"QGRAPH_DEBUG={text!r}: expected 1 (bounds checks), nan (bounds and finiteness "
                           "checks) or 0") from None
+
+
+def _unroll(text: str) -> int | None:
+    if text in ("auto", ""):
+        return None
+    if not text.isdigit() or int(text) < 1:
+        raise QgraphError(f"QGRAPH_UNROLL={text!r}: expected a positive integer (copies of a device loop's body "
+                          "per device pass) or 'auto'")
+    return int(text)
 
 
 def _max_iterations(text: str) -> int | None:

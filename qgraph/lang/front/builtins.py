@@ -33,10 +33,11 @@ def _flag_value(flag) -> bool:
     return bool(np.asarray(flag).reshape(-1)[0])
 
 
-def loop(flag, max_iterations=None):
+def loop(flag, max_iterations=None, unroll=None):
     """`while qgraph.loop(flag):` at the top level of a kernel body: a device loop whose body
     repeats while the int32 array `flag` is non-zero, tested before each pass (as Python's
-    while reads it). `max_iterations=` overrides the kernel's runaway guard for this loop."""
+    while reads it). `max_iterations=` overrides the kernel's runaway guard for this loop;
+    `unroll=` the kernel's copies of the body per device pass (docs/control-flow.md)."""
     return _flag_value(flag)
 
 
@@ -46,9 +47,10 @@ def cond(flag):
     return _flag_value(flag)
 
 
-def repeat(count):
+def repeat(count, unroll=None):
     """`for _ in qgraph.repeat(k):` at the top level of a kernel body: run the body `k` times on
-    the device, `k` an integer parameter (a new value needs no rebuild)."""
+    the device, `k` an integer parameter (a new value needs no rebuild); `unroll=` the kernel's
+    copies of the body per device pass (docs/control-flow.md)."""
     return range(count)
 
 

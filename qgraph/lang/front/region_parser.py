@@ -33,13 +33,14 @@ class RegionParser:
         """The region `stmt` opens; its body is split into tasks (and regions) in turn."""
         call = stmt.iter if kind == "repeat" else stmt.test
         args = {kw.arg: kw.value for kw in call.keywords}
-        allowed = {"loop": {"max_iterations"}}.get(kind, set())
+        allowed = {"loop": {"max_iterations", "unroll"}, "repeat": {"unroll"}}.get(kind, set())
         extra = [k for k in args if k not in allowed]
         if len(call.args) != 1 or extra or any(isinstance(a, ast.Starred) for a in call.args):
             what = "a flag (an int32 array parameter)" if kind != "repeat" else "a count (an integer parameter)"
             raise self.error(f"qgraph.{kind} takes one argument, {what}"
-                             + (", and max_iterations=" if kind == "loop" else ""), stmt)
+                             + {"loop": ", max_iterations= and unroll=", "repeat": " and unroll="}.get(kind, ""), stmt)
         name = self.region_name(call.args[0], kind, stmt)
+        unroll = self.unroll_of(args.get("unroll"), kind)
         if kind == "repeat":
             if not isinstance(stmt.target, ast.Name) or stmt.orelse:
                 raise self.error("write a device repeat loop as `for _ in qgraph.repeat(k):` (one name, no else)",
@@ -47,7 +48,7 @@ class RegionParser:
             if stmt.target.id != "_" and stmt.target.id in collect_names(stmt.body).loaded:
                 raise self.error(f"the repeat loop's variable '{stmt.target.id}' does not exist on the device; "
                                  "count passes in an array if the body needs the number", stmt)
-            return RepeatLoop(name, self.regions(stmt.body, tasks), stmt.lineno)
+            return RepeatLoop(name, self.regions(stmt.body, tasks), stmt.lineno, unroll=unroll)
         if kind == "cond":
             return IfRegion(name, self.regions(stmt.body, tasks), self.regions(stmt.orelse, tasks), stmt.lineno)
         if stmt.orelse:
@@ -59,7 +60,18 @@ class RegionParser:
             limit = node.value if isinstance(node, ast.Constant) else ...
             if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
                 raise self.error("max_iterations= of qgraph.loop is a positive int literal or None", node)
-        return DeviceLoop(name, self.regions(stmt.body, tasks), stmt.lineno, test_first=True, max_iterations=limit)
+        return DeviceLoop(name, self.regions(stmt.body, tasks), stmt.lineno, test_first=True, max_iterations=limit,
+                          unroll=unroll)
+
+    def unroll_of(self, node: ast.expr | None, kind: str) -> object:
+        """A region's unroll=: USE_KERNEL when not given, else a positive int literal or None (chosen)."""
+        if node is None:
+            return USE_KERNEL
+        value = node.value if isinstance(node, ast.Constant) else ...
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+            raise self.error(f"unroll= of qgraph.{kind} is a positive int literal (copies of the body per device "
+                             "pass) or None (qgraph chooses)", node)
+        return value
 
     def region_name(self, node: ast.expr, kind: str, at: ast.stmt) -> str:
         """The parameter (or struct field, 's.flag') a region reads."""

@@ -66,13 +66,15 @@ class Sequence(Region):
 class DeviceLoop(Region):
     """Repeat `body` while the int32 array parameter `flag` is non-zero, tested after each pass
     (do-while) or, with `test_first`, before each pass. `max_iterations` overrides the kernel's
-    runaway guard for this loop (USE_KERNEL: the kernel's; None: no guard)."""
+    runaway guard for this loop (USE_KERNEL: the kernel's; None: no guard); `unroll` its copies of
+    the body per WHILE pass on CUDA (USE_KERNEL: the kernel's unroll=; None: chosen, graph_unroll)."""
 
     flag: str
     body: Sequence
     lineno: int
     test_first: bool = False
     max_iterations: object = "kernel"
+    unroll: object = "kernel"
 
 
 @dataclass(frozen=True, eq=False)
@@ -87,11 +89,13 @@ class IfRegion(Region):
 
 @dataclass(frozen=True, eq=False)
 class RepeatLoop(Region):
-    """Run `body` `count` times; `count` names an integer scalar parameter (read at each call)."""
+    """Run `body` `count` times; `count` names an integer scalar parameter (read at each call).
+    `unroll` as DeviceLoop's."""
 
     count: str
     body: Sequence
     lineno: int
+    unroll: object = "kernel"
 
 
 USE_KERNEL = "kernel"  # a DeviceLoop's max_iterations when the kernel's guard applies

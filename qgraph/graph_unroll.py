@@ -1,0 +1,126 @@
+"""Unrolled device loops: several copies of a loop's body per pass of its CUDA WHILE node.
+
+A pass of a WHILE node costs microseconds beyond its body's kernel nodes (the table below), so a
+loop with a short body pays most of its time to the loop. The graph builder (graph_cache) builds
+the region tree `unrolled` returns, in which a loop unrolled U times is:
+- a repeat loop of k passes: a WHILE node of k // U passes of U copies of the body, then one of
+  k % U passes of one copy (`CountPart`s: both counts come from k, so a new k is a node update);
+- a flag loop (`qgraph.loop`, `graph_while=`): U copies per pass, each after the first a `Gated`
+  copy: the condition kernel (a pass counted, the flag and the runaway guard checked, as at the
+  end of a pass) sets the handle of an IF node around it, so a copy runs exactly where the loop
+  would have gone on: the same passes, the same guard, the same results as U = 1.
+Copies are the same task kernels (new nodes, updated like the first copy's). A loop whose body
+holds another loop or repeat keeps one copy (an inner loop's stats.iterations is its last entry's
+passes, which copies would blur); `if` regions in the body are copied with it. Eager launches, the
+host fallback and the CPU runner walk the tree as written: U changes nothing there.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from .lang.front.regions import (
+    USE_KERNEL,
+    DeviceLoop,
+    IfRegion,
+    Region,
+    RepeatLoop,
+    Sequence,
+    Task,
+    control_regions,
+    leaf_tasks,
+    with_bodies,
+)
+
+# Costs per pass the automatic choice weighs, in microseconds: H100 (driver 580, CUDA 13.0), the
+# issue's `python -m qgraph bench` loop rows (1-task device loop 6.6 us per pass, 8 one-block
+# tasks in a straight-line graph 7.4 us per call).
+WHILE_PASS_US = 4.8  # a WHILE pass beyond its kernel nodes (6.6 - the task - the condition kernel)
+KERNEL_NODE_US = 0.9  # a kernel node behind a programmatic edge
+GATE_US = 4.8  # a gate kernel and an IF node around a copy: provisional, as a pass until measured
+MAX_UNROLL = 16  # copies per pass at most
+MAX_COPY_NODES = 32  # kernel nodes of all copies of a body: larger graphs build and upload slower
+
+
+@dataclass(frozen=True, eq=False)
+class Gated(Sequence):
+    """A copy of a flag loop's body that runs only where the loop goes on (a gate and an IF node)."""
+
+
+@dataclass(frozen=True, eq=False)
+class CountPart(RepeatLoop):
+    """One WHILE node of a repeat loop unrolled `divisor` times: count // divisor passes of the
+    copies in `body`, or with `remainder` count % divisor passes of one copy."""
+
+    divisor: int = 1
+    remainder: bool = False
+
+
+def body_nodes(body: Region) -> int:
+    """Kernel nodes of one copy of `body`: its tasks and the helper kernel of each branch."""
+    return sum(1 for _ in leaf_tasks(body)) + sum(isinstance(r, IfRegion) for r in control_regions(body))
+
+
+def unroll_factor(loop: DeviceLoop | RepeatLoop, kernel_unroll: int | None) -> int:
+    """Copies of `loop`'s body per WHILE pass: the loop's unroll=, else the kernel's, else chosen."""
+    if any(isinstance(r, (DeviceLoop, RepeatLoop)) for r in control_regions(loop.body)):
+        return 1
+    setting = kernel_unroll if loop.unroll == USE_KERNEL else loop.unroll
+    if setting is not None:
+        return setting
+    nodes = max(body_nodes(loop.body), 1)
+    # a copy of a flag loop adds a gate; U copies save (U - 1) WHILE passes
+    extra = GATE_US if isinstance(loop, DeviceLoop) else 0.0
+    if extra >= 0.8 * WHILE_PASS_US:
+        return 1
+    return max(1, min(MAX_UNROLL, MAX_COPY_NODES // nodes))
+
+
+def clone(region: Region) -> Region:
+    """A copy of `region` with fresh identities (the graph gives each its own nodes), tasks kept."""
+    if isinstance(region, Task):
+        return dataclasses.replace(region)
+    if isinstance(region, Sequence):
+        return Sequence(tuple(clone(child) for child in region.children))
+    return with_bodies(region, clone)
+
+
+def unrolled(region: Region, kernel_unroll: int | None) -> Region:
+    """The region tree the graph builder builds: every loop as unroll_factor says."""
+    if isinstance(region, Task):
+        return region
+    if isinstance(region, Sequence):
+        return Sequence(tuple(unrolled(child, kernel_unroll) for child in region.children))
+    inner = with_bodies(region, lambda body: unrolled(body, kernel_unroll))
+    if isinstance(region, IfRegion):
+        return inner
+    u = unroll_factor(region, kernel_unroll)
+    if u == 1:
+        return inner
+    copies = (inner.body,) + tuple(clone(inner.body) for _ in range(u - 1))
+    if isinstance(region, RepeatLoop):
+        return Sequence(
+            (
+                CountPart(region.count, Sequence(copies), region.lineno, region.unroll, divisor=u),
+                CountPart(region.count, clone(inner.body), region.lineno, region.unroll, divisor=u, remainder=True),
+            )
+        )
+    return dataclasses.replace(inner, body=Sequence((copies[0],) + tuple(Gated(c.children) for c in copies[1:])))
+
+
+def count_part(loop: RepeatLoop) -> tuple[int, bool]:
+    """(divisor, remainder) of a repeat loop's WHILE node (conditional.WhileLoop's count_part)."""
+    return (loop.divisor, loop.remainder) if isinstance(loop, CountPart) else (1, False)
+
+
+def loop_passes(loops: list) -> tuple[int, ...]:
+    """stats.iterations from a graph's WhileLoops in pre-order: a repeat loop's remainder loop adds
+    to its main loop's passes (each already times its copies)."""
+    passes: list[int] = []
+    for loop in loops:
+        if loop.remainder:
+            passes[-1] += loop.passes()
+        else:
+            passes.append(loop.passes())
+    return tuple(passes)
