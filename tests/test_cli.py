@@ -277,7 +277,8 @@ def test_bench_on_gpu_quick_rows(cuda):
     assert all(r.us > 0 and r.ratio > 0 for r in rows)
     loop = suite.gpu_loop_rows(1, 50, budget=0.005, repeat=2)
     assert {r.mode for r in loop} == {"raw WHILE node", "device loop", "device loop, no guard", "raw host loop",
-                                      "host fallback"}
+                                      "host fallback", "device loop, unroll 2", "device loop, unroll 4",
+                                      "repeat loop", "repeat loop, unroll 1"}
     from qgraph.bench import nested_loops
 
     nested = nested_loops.rows(budget=0.005, repeat=2)

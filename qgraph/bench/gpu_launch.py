@@ -5,7 +5,8 @@ For each task count and array size, per-call time of the same T-task kernel run 
 - graph: qgraph, cuda_graph=True (same arrays every call) and with two array sets swapped,
 - eager: qgraph, tasks launched one by one,
 - numba: the same kernels launched through numba-cuda's dispatcher;
-and per iteration of a loop: raw WHILE node vs qgraph's device loop, raw host loop (replay +
+and per iteration of a loop: raw WHILE node vs qgraph's device loop (as chosen, and unrolled U
+times: gated copies), its repeat loop (as chosen, and one copy per pass), raw host loop (replay +
 flag read-back) vs qgraph's host fallback; and the headline figures for 8 one-block tasks.
 Every figure is the median of interleaved rounds, with the fastest and slowest round.
 """
@@ -21,6 +22,7 @@ import qgraph
 from .timing import interleaved_spreads, put_figure, spread_of
 
 HOST_CALLS = 200  # graph calls per round of the headline's host time
+LOOP_UNROLLS = (2, 4)  # flag-loop copies per WHILE pass measured beside the automatic choice
 
 
 @dataclass
@@ -82,6 +84,9 @@ def gpu_loop_rows(tasks: int, iterations: int, budget: float, repeat: int) -> li
     # the same kernel on the host do-while path, side by side; the runaway guard's cost: the loop without it
     fallback = module.loop._variant(cuda_graph=True, graph_while_host=True)
     unguarded = module.loop._variant(cuda_graph=True, max_iterations=None)
+    unrolled = {u: module.loop._variant(cuda_graph=True, unroll=u) for u in LOOP_UNROLLS}
+    repeat_once = module.repeat._variant(cuda_graph=True, unroll=1)
+    repeat_args = arrays + [iterations, size, a]
 
     def run(fn):
         def call() -> None:
@@ -94,6 +99,9 @@ def gpu_loop_rows(tasks: int, iterations: int, budget: float, repeat: int) -> li
         "raw WHILE node": run(raw.while_launch),
         "device loop": run(lambda: module.loop(*args)),
         "device loop, no guard": run(lambda: unguarded(*args)),
+        **{f"device loop, unroll {u}": run(lambda k=k: k(*args)) for u, k in unrolled.items()},
+        "repeat loop": lambda: module.repeat(*repeat_args),
+        "repeat loop, unroll 1": lambda: repeat_once(*repeat_args),
         "raw host loop": run(raw.host_loop),
         "host fallback": run(lambda: fallback(*args)),
     }
@@ -105,6 +113,9 @@ def gpu_loop_rows(tasks: int, iterations: int, budget: float, repeat: int) -> li
         "raw WHILE node": "raw WHILE node",
         "device loop": "raw WHILE node",
         "device loop, no guard": "raw WHILE node",
+        **{f"device loop, unroll {u}": "raw WHILE node" for u in LOOP_UNROLLS},
+        "repeat loop": "raw WHILE node",
+        "repeat loop, unroll 1": "raw WHILE node",
         "raw host loop": "raw host loop",
         "host fallback": "raw host loop",
     }

@@ -29,6 +29,8 @@ def kernel_module_source(tasks: int) -> str:
         lines += [deco, f"def {name}({params}, n, a: qgraph.f32):"] + body + [""]
     lines += ['@qgraph.kernel(graph_while="flag")', f"def loop({params}, counter, flag, n, a: qgraph.f32):"]
     lines += loop_body + [""]
+    lines += ["@qgraph.kernel", f"def repeat({params}, k: int, n, a: qgraph.f32):", "    for _ in qgraph.repeat(k):"]
+    lines += ["    " + line for line in body] + [""]
     return "\n".join(lines)
 
 
@@ -61,7 +63,7 @@ def module_from_source(name: str, source: str):
 
 
 def kernels_for(tasks: int):
-    """A module with `eager`, `graph` and `loop` qgraph kernels of `tasks` tasks."""
+    """A module with `eager`, `graph`, `loop` and `repeat` qgraph kernels of `tasks` tasks."""
     return module_from_source(f"qgraph_bench_t{tasks}", kernel_module_source(tasks))
 
 
