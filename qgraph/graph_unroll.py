@@ -33,12 +33,15 @@ from .lang.front.regions import (
     with_bodies,
 )
 
-# Costs per pass the automatic choice weighs, in microseconds: H100 (driver 580, CUDA 13.0), the
-# issue's `python -m qgraph bench` loop rows (1-task device loop 6.6 us per pass, 8 one-block
-# tasks in a straight-line graph 7.4 us per call).
-WHILE_PASS_US = 4.8  # a WHILE pass beyond its kernel nodes (6.6 - the task - the condition kernel)
-KERNEL_NODE_US = 0.9  # a kernel node behind a programmatic edge
-GATE_US = 4.8  # a gate kernel and an IF node around a copy: provisional, as a pass until measured
+# Costs the automatic choice weighs, in microseconds, from `benchmarks/unroll_loops.py --quick` on an
+# H100 (driver for CUDA 13.0), per iteration of 1000-iteration loops of one-block tasks:
+#   repeat loop, 1 task:  U=1 4.99, U=16 1.06      8 tasks: U=1 10.25, U=4 7.09     (raw WHILE 6.21 / 14.37)
+#   flag loop, 1 task + the flag's task: U=1 6.33, U=2 7.91, U=4 8.42
+# Solved for the costs: a kernel node 0.78, a WHILE pass with its condition kernel 4.2, a gated copy's
+# gate kernel and IF node 7.7 to 8.5: an IF node costs more than the WHILE pass it would save.
+WHILE_PASS_US = 4.2  # a WHILE pass beyond its body's nodes, the condition kernel included
+KERNEL_NODE_US = 0.78  # a task's kernel node behind a programmatic edge
+GATE_US = 8.0  # the gate kernel and IF node before each copy of a flag loop's body after the first
 MAX_UNROLL = 16  # copies per pass at most
 MAX_COPY_NODES = 32  # kernel nodes of all copies of a body: larger graphs build and upload slower
 
@@ -70,9 +73,8 @@ def unroll_factor(loop: DeviceLoop | RepeatLoop, kernel_unroll: int | None) -> i
     if setting is not None:
         return setting
     nodes = max(body_nodes(loop.body), 1)
-    # a copy of a flag loop adds a gate; U copies save (U - 1) WHILE passes
-    extra = GATE_US if isinstance(loop, DeviceLoop) else 0.0
-    if extra >= 0.8 * WHILE_PASS_US:
+    # U copies save (U - 1) WHILE passes; a flag loop's copy adds a gate, which costs more than that
+    if isinstance(loop, DeviceLoop) and GATE_US >= WHILE_PASS_US:
         return 1
     return max(1, min(MAX_UNROLL, MAX_COPY_NODES // nodes))
 

@@ -102,12 +102,13 @@ def spelled(x, flag, k: int):
 
 
 def test_a_loops_own_unroll_wins_and_counts_its_nodes(loop_arch):
-    x = qgraph.ndarray(qgraph.f64, (2,))
-    spelled._variant(unroll=2)(x, qgraph.from_numpy(np.array([1], np.int32)), 6)
+    x, kernel = qgraph.ndarray(qgraph.f64, (2,)), spelled._variant(unroll=2)
+    kernel(x, qgraph.from_numpy(np.array([1], np.int32)), 6)
     np.testing.assert_array_equal(x.to_numpy(), [4.0, 6.0])
+    assert kernel.stats.iterations == (4, 6)
     if loop_arch == "cuda":
         # loop: slot writer, 3 copies, 2 gates, condition; repeat: (slot, 4 copies, condition) + (slot, 1, condition)
-        assert spelled.stats.graph_nodes == 7 + 6 + 3
+        assert kernel.stats.graph_nodes == 7 + 6 + 3
 
 
 def _tree(kernel):
