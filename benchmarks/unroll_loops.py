@@ -24,7 +24,37 @@ from qgraph.bench.gpu_launch import gpu_loop_rows
 from qgraph.bench.kernels import warm_up_gpu
 from qgraph.bench.timing import interleaved_spreads
 
-UNROLLS = (1, 2, 4)
+UNROLLS = (1, 2, 4, None)  # None: chosen
+
+
+def if_gated_rows(iterations: int, budget: float, repeat: int) -> list[dict]:
+    """The 1-task flag loop with an IF node guarding each copy instead of gated task variants."""
+    from qgraph import graph_unroll
+    from qgraph.bench.kernels import kernels_for
+
+    module = kernels_for(1)
+    x = qgraph.ndarray(qgraph.f32, (256,))
+    counter, flag = qgraph.ndarray(qgraph.i32, (1,)), qgraph.ndarray(qgraph.i32, (1,))
+    kernels = {f"U={u}": module.loop._variant(cuda_graph=True, unroll=u) for u in (1, 2, 4)}
+    kernels.update({f"U={u}, IF node per copy": module.loop._variant(cuda_graph=True, unroll=u) for u in (2, 4)})
+    calls = {}
+    for who, kernel in kernels.items():
+        def call(kernel=kernel) -> None:
+            counter.fill(iterations)
+            kernel(x, counter, flag, 256, 1.0)
+
+        graph_unroll.PREDICATE_TASKS = "IF" not in who  # the graph is built by the first call
+        try:
+            call()
+            qgraph.sync()
+        finally:
+            graph_unroll.PREDICATE_TASKS = True
+        assert kernel.stats.iterations == (iterations,)
+        calls[who] = call
+    spreads = interleaved_spreads(calls, budget, repeat, qgraph.sync)
+    floor = spreads["U=1"].median
+    return [{"section": "flag loop 1", "mode": who, "us": s.median * 1e6 / iterations, "vs": s.median / floor}
+            for who, s in spreads.items()]
 
 
 def loop_rows(iterations: int, budget: float, repeat: int) -> list[dict]:
@@ -65,7 +95,7 @@ def _relax_size(mod, hand, n: int, iterations: int, budget: float, repeat: int) 
             it.fill(0)
             kernel(u, un, change, flag, it, 0.0, iterations)
 
-        calls[f"qgraph U={unroll}"] = call
+        calls[f"qgraph U={unroll or 'chosen'}"] = call
     for who, call in calls.items():  # the same sweeps from the same start: the same bits
         (hu if who == "CUDA C++" else u).from_numpy(u0)
         call()
@@ -104,7 +134,7 @@ def fluid_rows(shape: tuple[int, int], sweeps: int, budget: float, repeat: int) 
     p, p_new, div = (qgraph.ndarray(qgraph.f32, shape) for _ in range(3))
     div.from_numpy(np.random.default_rng(1).standard_normal(shape).astype(np.float32))
     iters, flag = qgraph.ndarray(qgraph.i32, (1,)), qgraph.ndarray(qgraph.i32, (1,))
-    variants = {f"graph_while U={u}": pressure_scalar._variant(unroll=u) for u in (1, 2)}
+    variants = {f"graph_while U={u or 'chosen'}": pressure_scalar._variant(unroll=u) for u in (1, None)}
     repeats = {"repeat, chosen U": pressure_repeat, "repeat U=1": pressure_repeat._variant(unroll=1)}
     calls, results = {}, {}
     for who, kernel in variants.items():
@@ -135,12 +165,13 @@ def main() -> None:
     warm_up_gpu()
     budget, repeat = (0.05, 5) if args.quick else (0.1, 7)
     rows = loop_rows(1000, budget, repeat)
+    rows += if_gated_rows(1000, budget, repeat)
     rows += relax_rows((128, 512, 2048), 200, budget, repeat)
     rows += fluid_rows((256, 128), 100, budget, repeat)
     device = qgraph.runtime.STATE.cuda.info
     print(f"device: {getattr(device, 'name', '?')} cc {device.compute_capability} driver {device.driver_version}")
     for r in rows:
-        what = f"{r['section']} {r.get('tasks', r.get('n'))}"
+        what = f"{r['section']} {r.get('tasks', r.get('n', ''))}"
         extra = f"  diff {r['max_abs_diff']:.1e}" if "max_abs_diff" in r else ""
         vs = f"{r['vs']:.3f}" if r["vs"] is not None else "-"
         print(f"{what:<22} {r['mode']:<26} {r['us']:10.2f} us  x{vs}{extra}")

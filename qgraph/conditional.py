@@ -29,6 +29,7 @@ from .driver.device import check, driver, free_host, owned
 from .driver.loop_state import (
     BRANCH_PARAMS,
     CONDITION_PARAMS,
+    GATE_PARAMS,
     HELPER_SOURCE,
     STORE_PARAMS,
     BranchBodies,
@@ -89,6 +90,7 @@ class _Helpers:
         module = device.load_module(cubin)
         self.store = device.function(module, "qgraph_store_flag_address")
         self.condition = device.function(module, "qgraph_while_condition")
+        self.gate = device.function(module, "qgraph_loop_gate")
         self.branch = device.function(module, "qgraph_set_branch")
 
 
@@ -117,6 +119,7 @@ class WhileLoop:
         divisor, remainder = count_part
         self.scale = 1 if remainder else divisor  # body runs per pass (stats.iterations)
         self.remainder = remainder  # the second WHILE node of an unrolled repeat loop
+        self.predicated: set = set()  # the unrolled copies whose tasks read `live` themselves (graph_unroll)
         self._device = target.device
         self._target = target
         self._helpers = helpers(target)
@@ -169,22 +172,28 @@ class WhileLoop:
             add_edge(body, dep, node, programmatic)
         self._buffers.append(cond)
 
-    def add_gate(self, body, deps: list, programmatic: bool):
-        """Between unrolled copies of the body: the condition kernel sets an IF node's handle, so the
-        next copy runs only where the loop goes on (a pass counted, the guard checked, as at the end
-        of a pass). Returns (the IF node's body graph, [IF node])."""
+    def add_gate(self, body, deps: list, programmatic: bool, predicated: bool):
+        """Between unrolled copies: count the pass, check flag and guard. `predicated`: the next copy's
+        tasks read `live` (gated variants): (body, [gate]); else an IF node guards it: (its body, [IF])."""
         d = driver()
-        gate = ParamBuffer(CONDITION_PARAMS)
-        handle = conditional_handle(body, self._device.context)
-        gate.data[:] = int(handle).to_bytes(8, "little") + self.slot.to_bytes(8, "little")
-        params = kernel_node_params(self._helpers.condition, 1, 1, gate)
+        handle = None if predicated else conditional_handle(body, self._device.context)
+        gate = ParamBuffer(GATE_PARAMS if predicated else CONDITION_PARAMS)
+        gate.data[:] = (b"" if predicated else int(handle).to_bytes(8, "little")) + self.slot.to_bytes(8, "little")
+        params = kernel_node_params(self._helpers.gate if predicated else self._helpers.condition, 1, 1, gate)
         node = check(d.cuGraphAddKernelNode(body, [], 0, params), "adding a gate between unrolled copies")
         for dep in deps:
             add_edge(body, dep, node, programmatic)
         self._buffers.append(gate)
         self.kernel_nodes += 1
+        if predicated:
+            return body, [node]
         _, if_node, copy = add_conditional_node(body, self._device.context, [node], "IF", handle)
         return copy, [if_node]
+
+    @property
+    def live_address(self) -> int:
+        """The device address of the state block's `live` word, which gated task variants read."""
+        return self.slot + LoopState.live.offset
 
     def constants(self) -> dict:
         limit = NO_LIMIT if self.limit is None else self.limit

@@ -38,7 +38,7 @@ from .driver.loop_state import LoopMode
 from .driver.nodes import GraphNode, add_edge, kernel_node_params, set_shape
 from .driver.params import ParamBuffer
 from .errors import QgraphError
-from .graph_unroll import Gated, count_part, loop_passes, unrolled
+from .graph_unroll import Gated, add_gated, count_part, loop_passes, plan_gated, unrolled
 from .lang.front.regions import DeviceLoop, IfRegion, Region, RepeatLoop, Sequence, Task, loop_limit
 from .lang.options import KernelOptions
 
@@ -190,6 +190,8 @@ class TaskGraph:
         spec = self._spec
         if isinstance(region, Task):
             self._enter(region, by_task[region.index], plan)
+        elif isinstance(region, Gated):
+            plan_gated(self, region, by_task, plan)
         elif isinstance(region, DeviceLoop) and not spec.device_loops:  # the host do-while repeats the graph
             self._plan(region.body, by_task, plan)
         elif isinstance(region, (DeviceLoop, RepeatLoop)):
@@ -220,11 +222,8 @@ class TaskGraph:
 
     def _add(self, region: Region, graph, deps: list, blocks: list, grids: list) -> list:
         """Add `region` to `graph` after `deps`; returns the nodes later work depends on."""
-        if isinstance(region, Gated):  # an unrolled copy: a gate of the loop around it, then an IF node
-            behind_kernel = self.programmatic and len(deps) == 1 and self._is_kernel_node(deps[0])
-            body, after = self._open_loops[-1].add_gate(graph, deps, behind_kernel)
-            self._add(Sequence(region.children), body, [], blocks, grids)
-            return after
+        if isinstance(region, Gated):  # an unrolled copy of a loop's body (graph_unroll)
+            return add_gated(self, region, graph, deps, blocks, grids)
         if isinstance(region, Sequence):
             for child in region.children:
                 deps = self._add(child, graph, deps, blocks, grids)

@@ -6,9 +6,13 @@ the region tree `unrolled` returns, in which a loop unrolled U times is:
 - a repeat loop of k passes: a WHILE node of k // U passes of U copies of the body, then one of
   k % U passes of one copy (`CountPart`s: both counts come from k, so a new k is a node update);
 - a flag loop (`qgraph.loop`, `graph_while=`): U copies per pass, each after the first a `Gated`
-  copy: the condition kernel (a pass counted, the flag and the runaway guard checked, as at the
-  end of a pass) sets the handle of an IF node around it, so a copy runs exactly where the loop
-  would have gone on: the same passes, the same guard, the same results as U = 1.
+  copy behind a gate kernel, which counts a pass and checks the flag and the runaway guard as the
+  condition kernel does at the end of a pass, and clears the loop's `live` word where the loop
+  ends. The copy's tasks run their gated variant (compiler.ptx_text.gated: after its
+  griddepcontrol.wait a kernel reads `live` and returns at once if it is 0), so a copy does
+  work exactly where the loop would have gone on: the same passes, guard and results as U = 1.
+  (With PREDICATE_TASKS off, the condition kernel sets the handle of an IF node around each copy
+  instead: measured slower than the WHILE pass it saves.)
 Copies are the same task kernels (new nodes, updated like the first copy's). A loop whose body
 holds another loop or repeat keeps one copy (an inner loop's stats.iterations is its last entry's
 passes, which copies would blur); `if` regions in the body are copied with it. Eager launches, the
@@ -20,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from .compiler.cuda_program import TaskKernel
 from .lang.front.regions import (
     USE_KERNEL,
     DeviceLoop,
@@ -41,7 +46,9 @@ from .lang.front.regions import (
 # gate kernel and IF node 7.7 to 8.5: an IF node costs more than the WHILE pass it would save.
 WHILE_PASS_US = 4.2  # a WHILE pass beyond its body's nodes, the condition kernel included
 KERNEL_NODE_US = 0.78  # a task's kernel node behind a programmatic edge
-GATE_US = 8.0  # the gate kernel and IF node before each copy of a flag loop's body after the first
+IF_GATE_US = 8.0  # the gate kernel and IF node before a copy of a flag loop's body (PREDICATE_TASKS off)
+GATE_US = 0.8  # the gate kernel before a copy whose tasks read `live`: a kernel node (provisional)
+PREDICATE_TASKS = True  # a flag loop's copies run their tasks' gated variants (False: an IF node per copy)
 MAX_UNROLL = 16  # copies per pass at most
 MAX_COPY_NODES = 32  # kernel nodes of all copies of a body: larger graphs build and upload slower
 
@@ -73,9 +80,11 @@ def unroll_factor(loop: DeviceLoop | RepeatLoop, kernel_unroll: int | None) -> i
     if setting is not None:
         return setting
     nodes = max(body_nodes(loop.body), 1)
-    # U copies save (U - 1) WHILE passes; a flag loop's copy adds a gate, which costs more than that
-    if isinstance(loop, DeviceLoop) and GATE_US >= WHILE_PASS_US:
-        return 1
+    if isinstance(loop, DeviceLoop):  # a copy of a flag loop's body adds a gate
+        if (GATE_US if PREDICATE_TASKS else IF_GATE_US) >= WHILE_PASS_US:
+            return 1
+        nodes += 1
+    # U copies save (U - 1) WHILE passes
     return max(1, min(MAX_UNROLL, MAX_COPY_NODES // nodes))
 
 
@@ -126,3 +135,35 @@ def loop_passes(loops: list) -> tuple[int, ...]:
         else:
             passes.append(loop.passes())
     return tuple(passes)
+
+
+def gated_kernel(tk: TaskKernel, live: int) -> TaskKernel:
+    """`tk` as a node of a gated copy: its gated variant, whose block ends with `live`'s address."""
+    pad = -tk.param_size % 8
+    return dataclasses.replace(tk, function=tk.gated_function, trigger_function=None,
+                               param_size=tk.param_size + pad + 8, gate=bytes(pad) + live.to_bytes(8, "little"))
+
+
+def plan_gated(graph, region: Gated, by_task: dict, plan: list) -> None:
+    """TaskGraph._plan of a gated copy inside the loop planned last: its tasks' gated variants where
+    every task has one (the copy is then `predicated`), else the tasks as they are, for an IF node."""
+    loop = graph._loops[-1]
+    tasks = list(leaf_tasks(region))
+    if PREDICATE_TASKS and all(by_task[t.index].gated_function is not None for t in tasks):
+        by_task = {t.index: gated_kernel(by_task[t.index], loop.live_address) for t in tasks}
+        loop.predicated.add(region)
+    for child in region.children:
+        graph._plan(child, by_task, plan)
+
+
+def add_gated(graph, region: Gated, into, deps: list, blocks: list, grids: list) -> list:
+    """TaskGraph._add of a gated copy (inside the loop added last): its gate, then the copy."""
+    loop = graph._open_loops[-1]
+    predicated = region in loop.predicated
+    behind_kernel = graph.programmatic and len(deps) == 1 and graph._is_kernel_node(deps[0])
+    body, after = loop.add_gate(into, deps, behind_kernel, predicated)
+    if not predicated:
+        graph._add(Sequence(region.children), body, [], blocks, grids)
+        return after
+    graph._kernel_deps = graph._kernel_deps | {int(after[0])}  # the copy's first task: a programmatic edge
+    return graph._add(Sequence(region.children), body, after, blocks, grids)

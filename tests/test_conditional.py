@@ -9,6 +9,7 @@ import pytest
 
 import qgraph
 from qgraph.conditional import while_strategy
+from qgraph.graph_unroll import unroll_factor
 
 
 @pytest.mark.parametrize("cc,driver,graphs,force,expected", [
@@ -66,7 +67,9 @@ def test_device_loop_is_one_graph_launch_per_call(cuda):
     assert counter.to_numpy()[0] == 0
     assert tick.stats.replays == 1
     assert not tick.stats.host_loop
-    assert tick.stats.graph_nodes == 1 + 2  # the task, the slot writer and the condition kernel
+    u = unroll_factor(tick._source.body.children[0], None)  # copies of the body per WHILE pass (graph_unroll)
+    assert u > 1
+    assert tick.stats.graph_nodes == u + (u - 1) + 2  # the copies, their gates, the slot writer and the condition
 
 
 def test_graphs_off_runs_an_eager_host_loop(cuda, monkeypatch):
@@ -156,7 +159,9 @@ def recording(monkeypatch):
     driver = Driver()
     monkeypatch.setattr(conditional, "driver", lambda: driver)
     monkeypatch.setattr(device_module, "driver", lambda: driver)
-    monkeypatch.setattr(conditional, "helpers", lambda target: types.SimpleNamespace(store=1, condition=2, branch=3))
+    monkeypatch.setattr(conditional, "helpers",
+                        lambda target: types.SimpleNamespace(store=1, condition=2, branch=3, gate=4))
+    monkeypatch.setattr(conditional, "conditional_handle", lambda graph, context: 0x60)
     monkeypatch.setattr(conditional, "kernel_node_params", lambda *args: "params")
     monkeypatch.setattr(conditional, "add_edge", lambda *args: None)
     monkeypatch.setattr(conditional, "add_while_node", lambda *args, default: (0x77, "while node", "body"))
@@ -188,7 +193,25 @@ def test_a_loop_fills_its_state_block_at_the_layouts_offsets_and_frees_it_once(r
     loop.close()
     loop.close()
     assert device.freed == [slot] and freed_host == [record] and target.guards == set()
-    assert ctypes.sizeof(LoopState) == 56
+    assert ctypes.sizeof(LoopState) == 64
+
+
+def test_a_gate_between_unrolled_copies_reads_the_loops_state(recording):
+    """A predicated copy's gate takes the state block alone (its tasks read `live` at
+    live_address); otherwise the condition kernel sets the handle of an IF node around the copy."""
+    from qgraph.conditional import WhileLoop
+    from qgraph.driver.loop_state import LoopMode, LoopState
+
+    device, target, _ = recording
+    loop = WhileLoop(target, (0, None), 0, (10, "k", None), LoopMode.DO_WHILE)
+    loop.add_loop("graph", [], bytes(24))
+    assert loop.add_gate("body", ["task"], True, predicated=True) == ("body", ["kernel node"])
+    assert bytes(loop._buffers[-1].data) == loop.slot.to_bytes(8, "little")
+    assert loop.live_address == loop.slot + LoopState.live.offset
+    body, after = loop.add_gate("body", ["task"], True, predicated=False)
+    assert bytes(loop._buffers[-1].data) == (0x60).to_bytes(8, "little") + loop.slot.to_bytes(8, "little")
+    assert after == ["if node"] and loop.kernel_nodes == 2 + 2
+    loop.close()
 
 
 @pytest.mark.parametrize("has_then,has_else,driver_version,expected", [

@@ -42,6 +42,18 @@ def test_a_specialisation_builds_then_loads_from_the_cache_without_a_device(sm90
     assert (again.entries, again.sizes, again.cubin) == (built.entries, built.sizes, built.cubin)
 
 
+def test_a_kernel_with_a_flag_loop_also_links_its_gated_variants(sm90, tmp_path):  # noqa: F811
+    """The copies of an unrolled flag loop run each task's gated variant (graph_unroll)."""
+    kernel = kernels_for(2).loop
+    key = offline_key(tuple(np.zeros(256, np.float32) for _ in range(2)) + (np.zeros(1, np.int32),) * 2
+                      + (256, np.float32(1.0)))
+    linked = []
+    built = cuda_program.build_program(kernel._source, key, (9, 0), lambda p: linked.append(p) or b"x",
+                                       CodeCache(str(tmp_path)))
+    defined = {name for _, ptx in linked[0] for name in ptx_text.ptx_entries(ptx)}
+    assert defined == {e + suffix for e in built.entries for suffix in ("", cuda_program.TRIGGER, cuda_program.GATED)}
+
+
 def _compile(kernel, key, together):
     from qgraph.args.kinds import arg_type
     from qgraph.lang.lower.lowering import lower_funcs

@@ -315,3 +315,32 @@ def test_debug_mode_checks_integer_divisors_on_the_target(sm90):
     ptx = "".join(text for _, text in ptx_list)
     # one compare-and-swap into the record per checked place: the indices and both divisors
     assert len(re.findall(r"atom\.global\.cas\.b64", ptx)) == len(codes.debug.sites)
+
+
+@pytest.mark.parametrize("kernel,key", [CASES[14], CASES[7]], ids=["countdown", "scalar_types"])
+def test_the_gated_variant_links_with_one_parameter_more(sm90, kernel, key, tmp_path):
+    """An unrolled loop's copies run each task's gated variant (graph_unroll): renamed, the address of
+    the loop's `live` word as one more 8-byte parameter after the others, read after the wait."""
+    ptxas, nvlink = shutil.which("ptxas"), shutil.which("nvlink")
+    if not (ptxas and nvlink):
+        pytest.skip("ptxas and nvlink are needed")
+    objects = []
+    for name, ptx in _compile(kernel, key)[0]:
+        entries = list(ptx_text.ptx_entries(ptx))
+        waited = ptx_text.add_grid_dependency_control(ptx)
+        gated = ptx_text.gated(waited, entries, cuda_program.GATED)
+        sizes = ptx_text.ptx_entries(gated)
+        for entry, params in ptx_text.ptx_entries(ptx).items():
+            assert sizes[entry + cuda_program.GATED] == params + [8]
+            body = ptx_text.entry_text(gated, entry + cuda_program.GATED)
+            assert body.index("griddepcontrol.wait;") < body.index("ld.volatile.global.u64") < body.index("ret;")
+        for variant, text in {name: waited, f"gated_{name}": gated}.items():
+            (tmp_path / variant).write_text(text)
+            obj = str(tmp_path / (variant + ".o"))
+            out = subprocess.run([ptxas, "-arch=sm_90", "-c", str(tmp_path / variant), "-o", obj],
+                                 capture_output=True, text=True)
+            assert out.returncode == 0, out.stderr
+            objects.append(obj)
+    out = subprocess.run([nvlink, "-arch=sm_90", *objects, "-o", str(tmp_path / "all.cubin")],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr

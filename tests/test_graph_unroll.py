@@ -8,8 +8,10 @@ import numpy as np
 import pytest
 
 import qgraph
+from qgraph.compiler.cuda_program import TaskKernel
+from qgraph.compiler.launch_code import block_expr
 from qgraph.conditional import _int64_bytes
-from qgraph.graph_unroll import CountPart, Gated, body_nodes, unroll_factor, unrolled
+from qgraph.graph_unroll import CountPart, Gated, body_nodes, gated_kernel, unroll_factor, unrolled
 from qgraph.lang.front.regions import DeviceLoop, IfRegion, RepeatLoop, leaf_tasks
 from qgraph.runtime.settings import Settings
 
@@ -136,7 +138,7 @@ def test_how_unroll_is_chosen():
     assert body_nodes(loop.body) == 5 and body_nodes(repeat.body) == 2
     assert unroll_factor(repeat, 4) == 4 and unroll_factor(repeat, 1) == 1
     assert unroll_factor(repeat, None) > 1  # a short body: the WHILE pass dominates
-    assert unroll_factor(loop, None) >= 1
+    assert unroll_factor(loop, None) == 32 // (5 + 1)  # a flag loop's copy adds its gate kernel
     assert unroll_factor(_tree(spelled).children[0], 2) == 3  # the loop's own unroll= wins
 
 
@@ -189,3 +191,12 @@ def test_unroll_is_spelled_and_checked():
                 x[0] += 1.0
 
     assert isinstance(_tree(spelled).children[1], RepeatLoop) and _tree(spelled).children[1].unroll == 4
+
+
+def test_a_gated_copys_node_takes_the_live_address_last():
+    task = next(leaf_tasks(_tree(countdown)))
+    tk = TaskKernel(task, "plain", 1, 20, None, (0,), True, trigger_function="trigger", gated_function="gated")
+    gated = gated_kernel(tk, 0x1234)
+    assert (gated.function, gated.function_for(1, True), gated.param_size) == ("gated", "gated", 32)
+    assert gated.gate == bytes(4) + (0x1234).to_bytes(8, "little")  # at an 8-byte boundary after 20 bytes
+    assert block_expr(gated) == block_expr(tk) + f" + {gated.gate!r}" and tk.gate == b""

@@ -26,6 +26,7 @@ from ..lang.cuda import codegen as cuda_codegen
 from ..lang.cuda.reductions import dtype_name
 from ..lang.flat.view import FlatSource, flat_source
 from ..lang.front.parse import KernelSource, Task
+from ..lang.front.regions import device_loops
 from ..lang.lower.debug_checks import DebugPlan
 from ..lang.lower.fingerprint import fingerprint_of
 from ..lang.lower.lowering import CUDA_ATOMICS, CUDA_MATH, Symbols, lower_funcs, module_of
@@ -41,6 +42,7 @@ BLOCK = 256  # threads per block for parallel tasks (capped by each kernel's own
 PDL_COMPUTE_CAPABILITY = (9, 0)  # griddepcontrol and programmatic graph edges: Hopper and newer
 TRIGGER = "_qg_trigger"  # entry-name suffix of each task's launch_dependents variant
 TRIGGER_BLOCKS = 8  # the largest grid (blocks) whose graph node uses that variant
+GATED = "_qg_gated"  # entry-name suffix of the variant a device loop's unrolled copies run (ptx_text.gated)
 
 @dataclass
 class TaskKernel:
@@ -63,6 +65,8 @@ class TaskKernel:
     arg_exprs: tuple[str, ...] = ()  # each argument slot's value from the call's `p` (a struct leaf: p[k][j])
     record: bytes = b""  # debug mode: the record array's parameter bytes, after the scratch arrays
     arrays: int = 0  # array arguments (the scratch arrays and the record follow them)
+    gated_function: object = None  # kernels with a flag loop: the variant returning at once once the loop ended
+    gate: bytes = b""  # a node of that variant: padding and the address of its loop's `live` word, appended
 
     def function_for(self, grid, programmatic: bool):
         """The variant for a graph node of `grid` blocks (a count or a tile shape):
@@ -182,6 +186,9 @@ def build_program(src: KernelSource, key: tuple[str, ...], cc: tuple[int, int], 
             variants.append((name, ptx_text.add_grid_dependency_control(ptx)))
             trigger = ptx_text.add_grid_dependency_control(ptx, trigger=True)
             variants.append((f"trigger_{name}", ptx_text.renamed(trigger, list(ptx_text.ptx_entries(ptx)), TRIGGER)))
+            if has_gated_variant(src):
+                gated = ptx_text.gated(variants[-2][1], list(ptx_text.ptx_entries(ptx)), GATED)
+                variants.append((f"gated_{name}", gated))
         ptx_list = variants
     for name, ptx in ptx_list:
         generated.dump(f"{src.qualname}.{name}", ptx, "ptx")
@@ -238,8 +245,15 @@ def compile_tasks(src: KernelSource, key: tuple[str, ...], device: CudaDevice, c
                 kernel.scratch = Scratch(device, _scratch_specs(code, dtypes, kernel.wave))
         if waits:
             kernel.trigger_function = device.function(module, entry + TRIGGER)
+            if has_gated_variant(src):
+                kernel.gated_function = device.function(module, entry + GATED)
         kernels.append(kernel)
     return kernels, generated_codes.debug, program.cached
+
+
+def has_gated_variant(src: KernelSource) -> bool:
+    """A kernel with a flag loop gets its tasks' gated variant (for its unrolled copies) where it waits."""
+    return any(True for _ in device_loops(src.body))
 
 
 def _scratch_specs(code, dtypes: dict, slots: int) -> list[tuple[np.dtype, int]]:

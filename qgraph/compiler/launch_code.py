@@ -21,7 +21,7 @@ def block_expr(tk: TaskKernel) -> str:
     arrays, scalars = args[:tk.arrays], args[tk.arrays:]  # the ABI's order: arrays, then scalars
     # deterministic reductions' scratch arrays, then debug mode's record, follow the array arguments
     extra = (tk.scratch.abi if tk.scratch is not None else b"") + tk.record
-    parts = [*bounds, *arrays, *([repr(extra)] if extra else []), *scalars]
+    parts = [*bounds, *arrays, *([repr(extra)] if extra else []), *scalars, *([repr(tk.gate)] if tk.gate else [])]
     return " + ".join(parts) if parts else "b''"
 
 

@@ -92,3 +92,27 @@ def renamed(ptx: str, entries: list[str], suffix: str) -> str:
     for symbol in set(_MODULE_SYMBOL.findall(ptx)):
         ptx = re.sub(rf"(?<![\w$]){re.escape(symbol)}(?![\w$])", symbol + suffix, ptx)
     return ptx
+
+
+def gated(ptx: str, entries: list[str], suffix: str) -> str:
+    """The module's kernels (starting with `griddepcontrol.wait;`) renamed with `suffix`, each taking
+    one more parameter, last: the device address of a word they read after the wait, returning at
+    once where it is 0. These are the copies of a device loop's body after the first
+    (qgraph.graph_unroll): the word is the loop's `live`, which the gate before the copy cleared
+    where the loop ends. The parameter follows the others at an 8-byte boundary."""
+    ptx = renamed(ptx, entries, suffix)
+    for entry in entries:
+        name = entry + suffix
+        header = re.search(rf"\.entry\s+{re.escape(name)}\s*\(([^)]*)\)", ptx, re.S)
+        params = header.group(1).rstrip()
+        param = f"{name}_param_qg_gate"
+        listed = f"{params},\n\t.param .u64 {param}\n" if params.strip() else f"\n\t.param .u64 {param}\n"
+        ptx = ptx[:header.start(1)] + listed + ptx[header.end(1):]
+        text = entry_text(ptx, name)
+        check = ["\t{", "\t.reg .pred %qg_gate_p;", "\t.reg .b64 %qg_gate_a;", "\t.reg .b64 %qg_gate_v;",
+                 f"\tld.param.u64 %qg_gate_a, [{param}];", "\tcvta.to.global.u64 %qg_gate_a, %qg_gate_a;",
+                 "\tld.volatile.global.u64 %qg_gate_v, [%qg_gate_a];",
+                 "\tsetp.eq.u64 %qg_gate_p, %qg_gate_v, 0;", "\t@%qg_gate_p ret;", "\t}"]
+        wait = text.index("griddepcontrol.wait;") + len("griddepcontrol.wait;")
+        ptx = ptx.replace(text, text[:wait] + "\n" + "\n".join(check) + text[wait:], 1)
+    return ptx

@@ -66,6 +66,7 @@ class BranchState(ctypes.Structure):
 # the helper kernels' parameter blocks: one word per parameter of their C signatures below
 STORE_PARAMS = 3 * WORD  # (state, the flag's address, the guard's limit or the count)
 CONDITION_PARAMS = 2 * WORD  # (the WHILE node's handle, state)
+GATE_PARAMS = WORD  # (state)
 BRANCH_PARAMS = 2 * WORD  # (state, the flag's address)
 
 
@@ -116,27 +117,19 @@ extern "C" __global__ void qgraph_store_flag_address(unsigned long long* state, 
     cudaGraphSetConditional(state[QG_LOOP_HANDLE], go);
 }
 
-// After a pass of the body: count it and set `handle` to whether the next one runs. The handle is
-// the WHILE node's after the last copy of an unrolled body, and the IF node's of the next copy
-// between copies (a gate): a copy skipped leaves `live` 0, so the later gates and the condition
-// skip too, count nothing and end the loop.
-extern "C" __global__ void qgraph_while_condition(cudaGraphConditionalHandle handle, unsigned long long* state)
+// After a pass of the body: count it and say whether the next one runs (0 once `live` is 0: a copy
+// of an unrolled body was skipped, so later copies, gates and the condition skip too).
+__device__ unsigned int qgraph_next_pass(unsigned long long* state)
 {
-    asm volatile("griddepcontrol.wait;" ::: "memory");  // behind a programmatic edge: the body has finished
-    if (!state[QG_LOOP_LIVE]) {
-        cudaGraphSetConditional(handle, 0u);
-        return;
-    }
+    if (!state[QG_LOOP_LIVE])
+        return 0u;
     unsigned long long passes = state[QG_LOOP_PASSES] + 1;
     state[QG_LOOP_PASSES] = passes;
     unsigned int go;
     unsigned long long stop = state[QG_LOOP_STOP_RECORD];
     if (stop && *(volatile const long long*)stop != 0) {
-        state[QG_LOOP_LIVE] = 0;
-        cudaGraphSetConditional(handle, 0u);
-        return;
-    }
-    if (state[QG_LOOP_MODE] == QG_LOOP_MODE_COUNT) {
+        go = 0u;
+    } else if (state[QG_LOOP_MODE] == QG_LOOP_MODE_COUNT) {
         go = (long long)passes < (long long)state[QG_LOOP_LIMIT] ? 1u : 0u;
     } else {
         go = *(const int*)state[QG_LOOP_FLAG_ADDRESS] != 0 ? 1u : 0u;
@@ -146,7 +139,21 @@ extern "C" __global__ void qgraph_while_condition(cudaGraphConditionalHandle han
         }
     }
     state[QG_LOOP_LIVE] = go;
-    cudaGraphSetConditional(handle, go);
+    return go;
+}
+
+// The end of the body: `handle` is the WHILE node's, or between unrolled copies an IF node's.
+extern "C" __global__ void qgraph_while_condition(cudaGraphConditionalHandle handle, unsigned long long* state)
+{
+    asm volatile("griddepcontrol.wait;" ::: "memory");  // behind a programmatic edge: the body has finished
+    cudaGraphSetConditional(handle, qgraph_next_pass(state));
+}
+
+// Between unrolled copies whose tasks read `live` themselves (their gated variant) and return at once when 0.
+extern "C" __global__ void qgraph_loop_gate(unsigned long long* state)
+{
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    qgraph_next_pass(state);
 }
 
 extern "C" __global__ void qgraph_set_branch(const unsigned long long* state, unsigned long long address)
