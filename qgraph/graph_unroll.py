@@ -40,14 +40,15 @@ from .lang.front.regions import (
 
 # Costs the automatic choice weighs, in microseconds, from `benchmarks/unroll_loops.py --quick` on an
 # H100 (driver for CUDA 13.0), per iteration of 1000-iteration loops of one-block tasks:
-#   repeat loop, 1 task:  U=1 4.99, U=16 1.06      8 tasks: U=1 10.25, U=4 7.09     (raw WHILE 6.21 / 14.37)
-#   flag loop, 1 task + the flag's task: U=1 6.33, U=2 7.91, U=4 8.42
-# Solved for the costs: a kernel node 0.78, a WHILE pass with its condition kernel 4.2, a gated copy's
-# gate kernel and IF node 7.7 to 8.5: an IF node costs more than the WHILE pass it would save.
+#   repeat loop, 1 task:  U=1 5.0-5.1, U=16 1.04-1.06     8 tasks: U=1 10.2, U=4 6.8-7.1 (raw WHILE 6.2 / 14.4)
+#   flag loop, 1 task + the flag's task:  U=1 6.1-6.3, U=2 4.84, U=4 4.11, U=10 3.07 (gated task variants)
+#                                         U=2 7.9-8.3, U=4 8.4-9.3 (an IF node around each copy)
+# Solved for the costs: a kernel node 0.78, a WHILE pass with its condition kernel 4.2, a gate kernel
+# before a copy 1.2-2.4, a gate with an IF node 8.5-9.3 (more than the pass it saves: PREDICATE_TASKS).
 WHILE_PASS_US = 4.2  # a WHILE pass beyond its body's nodes, the condition kernel included
 KERNEL_NODE_US = 0.78  # a task's kernel node behind a programmatic edge
-IF_GATE_US = 8.0  # the gate kernel and IF node before a copy of a flag loop's body (PREDICATE_TASKS off)
-GATE_US = 0.8  # the gate kernel before a copy whose tasks read `live`: a kernel node (provisional)
+IF_GATE_US = 9.0  # the gate kernel and IF node before a copy of a flag loop's body (PREDICATE_TASKS off)
+GATE_US = 1.5  # the gate kernel before a copy whose tasks read `live` (their gated variant)
 PREDICATE_TASKS = True  # a flag loop's copies run their tasks' gated variants (False: an IF node per copy)
 MAX_UNROLL = 16  # copies per pass at most
 MAX_COPY_NODES = 32  # kernel nodes of all copies of a body: larger graphs build and upload slower

@@ -333,7 +333,7 @@ def test_the_gated_variant_links_with_one_parameter_more(sm90, kernel, key, tmp_
         for entry, params in ptx_text.ptx_entries(ptx).items():
             assert sizes[entry + cuda_program.GATED] == params + [8]
             body = ptx_text.entry_text(gated, entry + cuda_program.GATED)
-            assert body.index("griddepcontrol.wait;") < body.index("ld.volatile.global.u64") < body.index("ret;")
+            assert body.index("griddepcontrol.wait;") < body.index("ld.global.u64 %qg_gate_v") < body.index("ret;")
         for variant, text in {name: waited, f"gated_{name}": gated}.items():
             (tmp_path / variant).write_text(text)
             obj = str(tmp_path / (variant + ".o"))
