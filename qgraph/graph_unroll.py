@@ -141,7 +141,7 @@ def loop_passes(loops: list) -> tuple[int, ...]:
 def gated_kernel(tk: TaskKernel, live: int) -> TaskKernel:
     """`tk` as a node of a gated copy: its gated variant, whose block ends with `live`'s address."""
     pad = -tk.param_size % 8
-    return dataclasses.replace(tk, function=tk.gated_function, trigger_function=None,
+    return dataclasses.replace(tk, function=tk.gated_function, trigger_function=tk.gated_trigger_function,
                                param_size=tk.param_size + pad + 8, gate=bytes(pad) + live.to_bytes(8, "little"))
 
 

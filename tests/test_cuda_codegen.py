@@ -329,12 +329,16 @@ def test_the_gated_variant_links_with_one_parameter_more(sm90, kernel, key, tmp_
         entries = list(ptx_text.ptx_entries(ptx))
         waited = ptx_text.add_grid_dependency_control(ptx)
         gated = ptx_text.gated(waited, entries, cuda_program.GATED)
+        trigger = ptx_text.renamed(ptx_text.add_grid_dependency_control(ptx, trigger=True), entries,
+                                   cuda_program.TRIGGER)
+        gated_trigger = ptx_text.gated(trigger, [e + cuda_program.TRIGGER for e in entries], cuda_program.GATED)
         sizes = ptx_text.ptx_entries(gated)
         for entry, params in ptx_text.ptx_entries(ptx).items():
             assert sizes[entry + cuda_program.GATED] == params + [8]
             body = ptx_text.entry_text(gated, entry + cuda_program.GATED)
             assert body.index("griddepcontrol.wait;") < body.index("ld.global.u64 %qg_gate_v") < body.index("ret;")
-        for variant, text in {name: waited, f"gated_{name}": gated}.items():
+        for variant, text in {name: waited, f"gated_{name}": gated, f"trigger_{name}": trigger,
+                              f"gated_trigger_{name}": gated_trigger}.items():
             (tmp_path / variant).write_text(text)
             obj = str(tmp_path / (variant + ".o"))
             out = subprocess.run([ptxas, "-arch=sm_90", "-c", str(tmp_path / variant), "-o", obj],

@@ -195,8 +195,10 @@ def test_unroll_is_spelled_and_checked():
 
 def test_a_gated_copys_node_takes_the_live_address_last():
     task = next(leaf_tasks(_tree(countdown)))
-    tk = TaskKernel(task, "plain", 1, 20, None, (0,), True, trigger_function="trigger", gated_function="gated")
+    tk = TaskKernel(task, "plain", 1, 20, None, (0,), True, trigger_function="trigger", gated_function="gated",
+                    gated_trigger_function="gated trigger", wave=4)
     gated = gated_kernel(tk, 0x1234)
-    assert (gated.function, gated.function_for(1, True), gated.param_size) == ("gated", "gated", 32)
+    assert (gated.function, gated.function_for(1, True), gated.param_size) == ("gated", "gated trigger", 32)
+    assert gated.function_for(100, True) == "gated"
     assert gated.gate == bytes(4) + (0x1234).to_bytes(8, "little")  # at an 8-byte boundary after 20 bytes
     assert block_expr(gated) == block_expr(tk) + f" + {gated.gate!r}" and tk.gate == b""

@@ -66,6 +66,7 @@ class TaskKernel:
     record: bytes = b""  # debug mode: the record array's parameter bytes, after the scratch arrays
     arrays: int = 0  # array arguments (the scratch arrays and the record follow them)
     gated_function: object = None  # kernels with a flag loop: the variant returning at once once the loop ended
+    gated_trigger_function: object = None  # its launch_dependents twin
     gate: bytes = b""  # a node of that variant: padding and the address of its loop's `live` word, appended
 
     def function_for(self, grid, programmatic: bool):
@@ -186,9 +187,11 @@ def build_program(src: KernelSource, key: tuple[str, ...], cc: tuple[int, int], 
             variants.append((name, ptx_text.add_grid_dependency_control(ptx)))
             trigger = ptx_text.add_grid_dependency_control(ptx, trigger=True)
             variants.append((f"trigger_{name}", ptx_text.renamed(trigger, list(ptx_text.ptx_entries(ptx)), TRIGGER)))
-            if has_gated_variant(src):
-                gated = ptx_text.gated(variants[-2][1], list(ptx_text.ptx_entries(ptx)), GATED)
-                variants.append((f"gated_{name}", gated))
+            if has_gated_variant(src):  # the gated twins of both (ptx_text.gated)
+                plain, trigger = variants[-2][1], variants[-1][1]
+                variants.append((f"gated_{name}", ptx_text.gated(plain, list(ptx_text.ptx_entries(plain)), GATED)))
+                variants.append((f"gated_trigger_{name}",
+                                 ptx_text.gated(trigger, list(ptx_text.ptx_entries(trigger)), GATED)))
         ptx_list = variants
     for name, ptx in ptx_list:
         generated.dump(f"{src.qualname}.{name}", ptx, "ptx")
@@ -247,6 +250,7 @@ def compile_tasks(src: KernelSource, key: tuple[str, ...], device: CudaDevice, c
             kernel.trigger_function = device.function(module, entry + TRIGGER)
             if has_gated_variant(src):
                 kernel.gated_function = device.function(module, entry + GATED)
+                kernel.gated_trigger_function = device.function(module, entry + TRIGGER + GATED)
         kernels.append(kernel)
     return kernels, generated_codes.debug, program.cached
 
