@@ -56,7 +56,8 @@ MAX_COPY_NODES = 32  # kernel nodes of all copies of a body: larger graphs build
 
 @dataclass(frozen=True, eq=False)
 class Gated(Sequence):
-    """A copy of a flag loop's body that runs only where the loop goes on (a gate and an IF node)."""
+    """A copy of a flag loop's body that works only where the loop goes on: a gate kernel before it,
+    and its tasks' gated variants (or, with PREDICATE_TASKS off, an IF node around it)."""
 
 
 @dataclass(frozen=True, eq=False)
