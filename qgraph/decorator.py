@@ -18,10 +18,11 @@ from .dtypes import float_precision
 from .errors import QgraphError
 from .lang import generated
 from .lang.front import builtins as lang
-from .lang.front import globals_used
+from .lang.front import globals_used, reports
 from .lang.front import parse as frontend
 from .lang.front.regions import control_regions
 from .lang.options import USE_ENVIRONMENT, KernelOptions
+from .runtime.history import History, Reports
 from .runtime.random_state import rng_state
 from .runtime.settings import debug_mode
 
@@ -85,6 +86,7 @@ class Kernel:
         self._launch = None
         self._generation = -1
         self._adjoints: dict = {}  # (arrays with gradients) -> the adjoint Kernel (qgraph.tape)
+        self._reports = Reports(source.qualname, source.reports) if source.reports is not None else None
         functools.update_wrapper(self, fn)
         runtime.STATE.kernels.add(self)
 
@@ -114,6 +116,12 @@ class Kernel:
             options = self.options.resolved(state.settings)
             self._resolved = (state.generation, options)
         return options
+
+    @property
+    def history(self) -> History:
+        """What the last call's qgraph.report statements wrote: `history["residual"]` is an array of
+        (pass, value) rows, read live while a device loop runs (docs/watching.md)."""
+        return History(self._source.qualname, self._reports)
 
     @property
     def tasks(self) -> tuple[frontend.Task, ...]:
@@ -345,6 +353,7 @@ def kernel(fn: Callable | None = None, *, cuda_graph: bool = False, graph_while:
             raise TypeError(f"@qgraph.kernel decorates a Python function, got {f!r}")
         source = frontend.parse_kernel(f, graph_while, lang.ndrange)
         source = globals_used.with_implicit(f, source)
+        source, _ = reports.with_reports(source, "_qg_self._reports.start()")
         cls = _bind_class(Kernel, source, f)
         # device control flow lives in graphs: graph_while= and qgraph.loop/cond/repeat regions imply cuda_graph
         graphs = cuda_graph or graph_while is not None or any(True for _ in control_regions(source.body))

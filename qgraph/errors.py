@@ -36,3 +36,7 @@ def runaway_error(kernel_name: str, loop, limit: int) -> QgraphError:
 
 class FallbackWarning(UserWarning):
     """A graph_while kernel runs as a host do-while loop instead of a device WHILE node."""
+
+
+class HistoryWarning(UserWarning):
+    """A report's history kept only a subset of its entries (the ring was full; docs/watching.md)."""

@@ -1,0 +1,141 @@
+"""`kernel.history`: what a kernel's `qgraph.report` statements wrote, read from their ring.
+
+A kernel that reports has a `Reports`: one ring per target (on CUDA pinned host memory the
+device writes through its mapping, so the host reads it while a device loop runs; on the CPU
+an ordinary array), emptied at the start of each call. `History` decodes the last call's
+ring when asked (lang.front.reports describes the layout and the writer's order): the count
+first, then the entries, then the count again, keeping only entries no later report could
+have overwritten meanwhile, so a live read never returns a torn or reordered row.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator, Mapping
+
+import numpy as np
+
+from ..errors import HistoryWarning
+from ..lang.front.reports import POWERS, ReportLayout
+from . import state as runtime
+from .arrays import host_mapped
+
+
+class Reports:
+    """A kernel's report rings, one per target, and the last call's."""
+
+    def __init__(self, kernel_name: str, layout: ReportLayout) -> None:
+        self.kernel_name = kernel_name
+        self.layout = layout
+        self._rings: dict = {}  # target -> (Ndarray, NumPy view)
+        self._generation = -1
+        self.last: np.ndarray | None = None  # the view of the last call's ring
+        self.device = None  # the last call's CudaDevice (None on the CPU)
+
+    def start(self):
+        """The ring of this call's target, emptied: the binder passes it as `_qg_report`. On CUDA
+        it first waits for the work queued on the device (an earlier call may still write it)."""
+        state = runtime.ensure_init()
+        if self._generation != state.generation:
+            self._rings.clear()
+            self._generation = state.generation
+        target = state.current()
+        found = self._rings.get(target)
+        if found is None:
+            found = self._rings[target] = host_mapped(np.float64, self.layout.size)
+        ring, view = found
+        if ring._device is not None:
+            runtime.sync_device(ring._device)
+        layout = self.layout
+        view[: layout.counters] = 0
+        for k in range(len(layout.names)):
+            view[layout.base(k)] = 0
+        self.last, self.device = view, ring._device
+        return ring
+
+    def settled(self) -> bool:
+        """Whether no report can be under way: the last call's device has no work queued."""
+        return self.device is None or self.device.stream_idle()
+
+
+class History(Mapping):
+    """Per report name, a float64 array of (pass, value) rows from the last call, in report
+    order; live while a device loop runs (call qgraph.sync() first for the whole call). When a
+    name reported more often than its ring holds, its rows are the reports numbered 0, 1, 2,
+    4, 8, ... and the latest ones, and reading it warns (HistoryWarning); `count(name)` is
+    the number of reports made."""
+
+    def __init__(self, kernel_name: str, reports: Reports | None) -> None:
+        self.kernel_name = kernel_name
+        self._reports = reports
+        self._layout = reports.layout if reports is not None else None
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        count, rows = self._read(name)
+        if len(rows) < count:
+            warnings.warn(
+                f"kernel {self.kernel_name}: the history of {name!r} holds {len(rows)} of its {count} "
+                f"reports (reports 0, 1, 2, 4, 8, ... and the latest {self._layout.latest}); see "
+                "docs/watching.md",
+                HistoryWarning,
+                stacklevel=2,
+            )
+        return rows
+
+    def count(self, name: str) -> int:
+        """How many reports `name` made in the last call (also those the history no longer holds)."""
+        return self._read(name)[0]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._layout.names if self._layout is not None else ())
+
+    def __len__(self) -> int:
+        return len(self._layout.names) if self._layout is not None else 0
+
+    def _read(self, name: str) -> tuple[int, np.ndarray]:
+        if self._layout is None or name not in self._layout.names:
+            known = ", ".join(repr(n) for n in self) or "none"
+            raise KeyError(f"kernel {self.kernel_name} has no report named {name!r} (its reports: {known})")
+        view = self._reports.last
+        if view is None:
+            return 0, np.empty((0, 2))
+        return read_ring(view, self._layout, self._layout.names.index(name), self._reports.settled())
+
+    def plot(self, path=None, names=None, log: bool = True):
+        """A convergence plot of the reports (`names`: all by default) against the pass, on a log
+        scale unless `log=False`; written to `path` when given. Needs matplotlib. Returns the figure."""
+        try:
+            import matplotlib
+
+            if path is not None:
+                matplotlib.use("Agg", force=False)
+            import matplotlib.pyplot as plt
+        except ImportError:
+            raise ImportError("History.plot needs matplotlib: pip install matplotlib") from None
+        figure, axes = plt.subplots(figsize=(6, 4))
+        for name in list(self) if names is None else names:
+            rows = self[name]
+            values = np.abs(rows[:, 1]) if log else rows[:, 1]
+            axes.plot(rows[:, 0], values, label=name)
+        if log:
+            axes.set_yscale("log")
+        axes.set_xlabel("pass")
+        axes.set_title(f"kernel {self.kernel_name}")
+        axes.legend()
+        if path is not None:
+            figure.savefig(path, dpi=120, bbox_inches="tight")
+        return figure
+
+
+def read_ring(view: np.ndarray, layout: ReportLayout, k: int, settled: bool) -> tuple[int, np.ndarray]:
+    """(reports made, the rows still held) of name `k`. Unless `settled`, the writer may be
+    running: a report may be overwriting the oldest latest pair the second count read covers."""
+    base, latest = layout.base(k), layout.latest
+    first = int(view[base])
+    powers = view[base + 1 : base + 1 + 2 * POWERS].reshape(POWERS, 2).copy()
+    ring = view[base + 1 + 2 * POWERS : base + layout.stride].reshape(latest, 2).copy()
+    again = int(view[base])
+    low = max(first - latest, again - latest + (0 if settled else 1), 0)  # those below may be overwritten
+    early = [w for w in [0] + [1 << j for j in range(POWERS - 1)] if w < min(low, first)]
+    rows = [powers[w.bit_length()] for w in early] + [ring[w % latest] for w in range(low, first)]
+    return first, np.array(rows, np.float64).reshape(-1, 2)
