@@ -15,7 +15,7 @@ from .bench.measure import BenchmarkResult, benchmark
 from .compiler.numba_probes import install_gate as install_numba_probe_gate
 from .decorator import Func, Kernel, KernelStats, compile, func, kernel
 from .dtypes import f32, f64, i8, i16, i32, i64, u8, u16, u32, u64
-from .errors import FallbackWarning, HistoryWarning, QgraphError, QgraphSyntaxError
+from .errors import FallbackWarning, HistoryWarning, LoopCancelled, QgraphError, QgraphSyntaxError
 from .lang.front.builtins import (
     atomic_add,
     atomic_max,
@@ -74,5 +74,6 @@ __all__ = [
     "sync", "u8", "u16", "u32", "u64",
     "cross", "determinant", "dot", "inverse", "mat22", "mat33", "mat44", "matrix", "norm", "norm_sqr", "normalized",
     "outer", "randint", "randn", "random", "seed", "struct", "trace", "transpose", "vec2", "vec3", "vec4", "vector",
-    "cond", "loop", "repeat", "report", "HistoryWarning", "while_loop", "torch_op", "TaskCode", "Tape", "TapeStats",
+    "cond", "loop", "repeat", "while_loop", "torch_op", "TaskCode", "Tape", "TapeStats",
+    "report", "HistoryWarning", "LoopCancelled",
 ]

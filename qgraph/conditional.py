@@ -28,6 +28,7 @@ from .driver import nvrtc
 from .driver.device import check, driver, free_host, owned
 from .driver.loop_state import (
     BRANCH_PARAMS,
+    CANCELLED,
     CONDITION_PARAMS,
     HELPER_SOURCE,
     STORE_PARAMS,
@@ -41,6 +42,7 @@ from .driver.nodes import GraphNode, add_conditional_node, add_edge, add_while_n
 from .driver.params import ParamBuffer
 from .errors import runaway_error
 from .runtime import DeviceState
+from .runtime.cancel import cancelled_error
 
 MIN_COMPUTE_CAPABILITY = (9, 0)
 MIN_DRIVER_VERSION = 12040  # CUDA 12.4
@@ -104,7 +106,8 @@ class WhileLoop:
     kernel_nodes = 2  # the slot writer and the condition kernel
 
     def __init__(self, target: DeviceState, flag_slot: tuple[int, int | None], number: int = 0,
-                 guard: tuple = (None, "", None), mode: LoopMode = LoopMode.DO_WHILE, stop_word: int = 0) -> None:
+                 guard: tuple = (None, "", None), mode: LoopMode = LoopMode.DO_WHILE, stop_word: int = 0,
+                 cancel: tuple[int, bool] = (0, False)) -> None:
         d = driver()
         self._device = target.device
         self._target = target
@@ -119,7 +122,8 @@ class WhileLoop:
         self.tripped.value = 0
         record_device = int(check(d.cuMemHostGetDevicePointer(self._record, 0), "cuMemHostGetDevicePointer"))
         # the slot writer sets the flag's address, the passes and the limit; add_loop the handle
-        state = LoopState(trip_record=record_device, mode=mode, stop_record=stop_word)
+        state = LoopState(trip_record=record_device, mode=mode, stop_record=stop_word, cancel_word=cancel[0],
+                          clears_cancel=int(cancel[1]))  # cancel: (the kernel's word, whether it clears it)
         self._device.copy_to_device(self.slot, ctypes.addressof(state), ctypes.sizeof(state))
         target.guards.add(self)
         self._buffers: list[ParamBuffer] = []
@@ -163,11 +167,16 @@ class WhileLoop:
         return {self._constant: self.slot.to_bytes(8, "little"), self._limit: limit.to_bytes(8, "little"),
                 "_zero8": bytes(8), "_int64_bytes": _int64_bytes}
 
-    def raise_if_tripped(self) -> None:
-        """After a sync (DeviceState.check_guards): QgraphError if the guard stopped this loop."""
-        if self.tripped.value:
-            self.tripped.value = 0
-            raise runaway_error(self.kernel_name, self.region, self.limit)
+    def tripped_error(self) -> Exception | None:
+        """After a sync (DeviceState.check_guards): the guard's QgraphError if it stopped this loop,
+        LoopCancelled if its cancel word did (the record cleared), else None."""
+        value = self.tripped.value
+        if not value:
+            return None
+        self.tripped.value = 0
+        if value & CANCELLED:
+            return cancelled_error(self.kernel_name, self.region, value & ~CANCELLED)
+        return runaway_error(self.kernel_name, self.region, self.limit)
 
     def passes(self) -> int:
         """Passes of the last launch (waits for the stream)."""
@@ -271,8 +280,9 @@ class HostLoop:
     back, repeat while it is non-zero."""
 
     def __init__(self, target: DeviceState, first_run, graph, flag_slot: tuple[int, int | None],
-                 guard: tuple = (None, "", None)) -> None:
+                 guard: tuple = (None, "", None), cancel=None) -> None:
         self.limit, self.kernel_name, self.region = guard
+        self._cancel = cancel  # the launcher's runtime.cancel.CancelWord, read after each pass
         self.passes = 0  # of the last call
         self._first_run = first_run
         self._graph = graph  # a TaskGraph of the body, or None when the body runs eagerly
@@ -285,16 +295,21 @@ class HostLoop:
         self._first_run(args, packs, stream)
         graph = self._graph
         exec_handle = graph.exec_for(packs) if graph is not None else None
-        passes, limit = 1, self.limit
+        passes, limit, cancel = 1, self.limit, self._cancel
         try:
             while self._read(flag, stream):
                 if limit is not None and passes >= limit:
                     raise runaway_error(self.kernel_name, self.region, limit)
+                if cancel is not None and cancel.is_set:
+                    cancel.clear()
+                    raise cancelled_error(self.kernel_name, self.region, passes)
                 if graph is not None:
                     graph.relaunch(exec_handle, stream)
                 else:
                     self._first_run(args, packs, stream)
                 passes += 1
+        except KeyboardInterrupt:  # during the wait for the flag: no further pass is queued
+            raise KeyboardInterrupt(str(cancelled_error(self.kernel_name, self.region, passes))) from None
         finally:
             self.passes = passes
 
@@ -306,13 +321,14 @@ class HostTree:
     to its eager launcher; `slots` maps each flag and count to where its bytes are."""
 
     def __init__(self, target: DeviceState, body, task_runs: dict, slots: dict, loops: list,
-                 kernel_limit: int | None, kernel_name: str) -> None:
+                 kernel_limit: int | None, kernel_name: str, cancel=None) -> None:
         from .lang.front.regions import DeviceLoop, IfRegion, RepeatLoop, Sequence, loop_limit
 
         self._types = (DeviceLoop, IfRegion, RepeatLoop, Sequence)
         self._limit = lambda loop: loop_limit(loop, kernel_limit)
         self._body, self._runs, self._slots, self._loops = body, task_runs, slots, loops
         self._name = kernel_name
+        self._cancel = cancel  # the launcher's runtime.cancel.CancelWord, read after each pass
         self.passes = [0] * len(loops)
         self._read = FlagReader(target).read
 
@@ -352,6 +368,9 @@ class HostTree:
                 self.passes[k] += 1
                 if not self._flag(region.flag, packs, stream):
                     return
+                if self._cancel is not None and self._cancel.is_set:
+                    self._cancel.clear()
+                    raise cancelled_error(self._name, region, self.passes[k])
                 if limit is not None and self.passes[k] >= limit:
                     raise runaway_error(self._name, region, limit)
         else:

@@ -123,6 +123,14 @@ class Kernel:
         (pass, value) rows, read live while a device loop runs (docs/watching.md)."""
         return History(self._source.qualname, self._reports)
 
+    def cancel(self) -> None:
+        """Stop this kernel's running device loops at the end of their current pass, from any thread:
+        the call's sync raises qgraph.LoopCancelled naming the loop and pass (CUDA; docs/watching.md)."""
+        for found in list(self._launchers.values()):
+            stop = getattr(found, "cancel", None)
+            if stop is not None:
+                stop()
+
     @property
     def tasks(self) -> tuple[frontend.Task, ...]:
         """The offloaded tasks, in launch order."""

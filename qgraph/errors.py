@@ -40,3 +40,7 @@ class FallbackWarning(UserWarning):
 
 class HistoryWarning(UserWarning):
     """A report's history kept only a subset of its entries (the ring was full; docs/watching.md)."""
+
+
+class LoopCancelled(QgraphError):
+    """A device loop was stopped from the host (kernel.cancel(), Ctrl-C, a progress callback)."""

@@ -121,6 +121,8 @@ class GraphSpec(Protocol):
     device_loops: bool  # loop regions as WHILE nodes (else their plain body: the host do-while repeats it)
     programmatic: bool  # programmatic edges between kernel nodes
     stop_word: int  # debug mode: device loops end once the word at this address is non-zero (a failed check)
+    cancel_word: int  # the kernel's cancel word (runtime.cancel; 0: none); `outer_loops` clear it as they start
+    outer_loops: frozenset
 
 
 class TaskGraph:
@@ -192,11 +194,12 @@ class TaskGraph:
         elif isinstance(region, (DeviceLoop, RepeatLoop)):
             if isinstance(region, RepeatLoop):
                 loop = WhileLoop(spec.target, spec.flags[region.count], len(self._loops), (None, self.name, region),
-                                 LoopMode.COUNT, spec.stop_word)
+                                 LoopMode.COUNT, spec.stop_word, (spec.cancel_word, region in spec.outer_loops))
             else:
                 loop = WhileLoop(spec.target, spec.flags[region.flag], len(self._loops),
                                  (loop_limit(region, spec.options.max_iterations), self.name, region),
-                                 LoopMode.WHILE if region.test_first else LoopMode.DO_WHILE, spec.stop_word)
+                                 LoopMode.WHILE if region.test_first else LoopMode.DO_WHILE, spec.stop_word,
+                                 (spec.cancel_word, region in spec.outer_loops))
             self._loops.append(loop)
             self._enter(region, loop, plan)
             self._plan(region.body, by_task, plan)

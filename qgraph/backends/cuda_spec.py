@@ -38,6 +38,8 @@ class DeviceKernel:
     record: DeviceRecord | None  # debug mode's record of a failed check (None: debug off)
     device_loops: bool  # loop regions become WHILE nodes (else the host do-while repeats the graph)
     programmatic: bool  # programmatic edges between kernel nodes where the device has them
+    cancel_word: int = 0  # device address of the launcher's runtime.cancel.CancelWord (0: no loops)
+    outer_loops: frozenset = frozenset()  # the loop regions no other loop encloses (they clear the word)
 
 
 class Specialisation:
@@ -45,7 +47,7 @@ class Specialisation:
 
     __slots__ = ("key", "kernels", "flags", "sites", "target", "body", "name", "bounds", "options", "record",
                  "device_loops", "programmatic", "run", "graph", "uses_graph", "host_loop", "nodes", "host_runner",
-                 "captured_run", "again")
+                 "captured_run", "again", "cancel_word", "outer_loops")
 
     def __init__(self, key: tuple, kernels: list[TaskKernel], flags: dict, sites: list, shared: DeviceKernel) -> None:
         self.key = key
@@ -55,6 +57,7 @@ class Specialisation:
         self.target, self.body, self.name, self.bounds = shared.target, shared.body, shared.name, shared.bounds
         self.options, self.record = shared.options, shared.record
         self.device_loops, self.programmatic = shared.device_loops, shared.programmatic
+        self.cancel_word, self.outer_loops = shared.cancel_word, shared.outer_loops
         if shared.options.debug:  # every task kernel takes the record after its scratch arrays
             for tk in kernels:
                 tk.record = shared.record.abi

@@ -38,7 +38,11 @@ LOOP_FIELDS = (
     ("handle", "the WHILE node's conditional handle"),
     ("mode", "a LoopMode"),
     ("stop_record", "debug mode's record (0: none): a failed check ends the loop"),
+    ("cancel_word", "the kernel's host-mapped cancel word (0: none): non-zero ends the loop (kernel.cancel, Ctrl-C)"),
+    ("clears_cancel", "1 for a loop no other loop encloses: its slot writer clears the cancel word as it starts"),
 )
+
+CANCELLED = 1 << 63  # in a trip record: the loop ended on its cancel word (the low bits: its passes)
 
 BRANCH_FIELDS = (
     ("then_handle", "the conditional handle of the then body's IF node"),
@@ -107,6 +111,8 @@ extern "C" __global__ void qgraph_store_flag_address(unsigned long long* state, 
     state[QG_LOOP_FLAG_ADDRESS] = address;
     state[QG_LOOP_PASSES] = 0;
     state[QG_LOOP_LIMIT] = limit;
+    if (state[QG_LOOP_CANCEL_WORD] && state[QG_LOOP_CLEARS_CANCEL])
+        *(volatile unsigned long long*)state[QG_LOOP_CANCEL_WORD] = 0;
     unsigned long long mode = state[QG_LOOP_MODE];
     unsigned int go = mode == QG_LOOP_MODE_DO_WHILE ? 1u
                     : mode == QG_LOOP_MODE_WHILE ? (*(const int*)address != 0 ? 1u : 0u)
@@ -122,6 +128,12 @@ extern "C" __global__ void qgraph_while_condition(cudaGraphConditionalHandle han
     unsigned int go;
     unsigned long long stop = state[QG_LOOP_STOP_RECORD];
     if (stop && *(volatile const long long*)stop != 0) {
+        cudaGraphSetConditional(handle, 0u);
+        return;
+    }
+    unsigned long long cancel = state[QG_LOOP_CANCEL_WORD];
+    if (cancel && *(volatile const unsigned long long*)cancel != 0) {  // kernel.cancel() or Ctrl-C: tell the host
+        *(volatile unsigned long long*)state[QG_LOOP_TRIP_RECORD] = passes | QG_CANCELLED;
         cudaGraphSetConditional(handle, 0u);
         return;
     }
@@ -151,4 +163,5 @@ extern "C" __global__ void qgraph_set_branch(const unsigned long long* state, un
 HELPER_SOURCE = "\n".join([_PREAMBLE, c_words("QG_LOOP", LoopState, LOOP_FIELDS),
                            c_constants("QG_LOOP_MODE", LoopMode),
                            c_words("QG_BRANCH", BranchState, BRANCH_FIELDS),
-                           c_constants("QG_BRANCH_BODY", BranchBodies), _KERNELS])
+                           c_constants("QG_BRANCH_BODY", BranchBodies),
+                           f"enum qg_trip : unsigned long long {{ QG_CANCELLED = {CANCELLED}ull }};", _KERNELS])

@@ -143,6 +143,15 @@ def device_loops(region: Region) -> Iterator[DeviceLoop]:
         yield from device_loops(child)
 
 
+def outer_loops(region: Region) -> Iterator[Region]:
+    """The DeviceLoops and RepeatLoops of a tree that no other loop encloses."""
+    if isinstance(region, (DeviceLoop, RepeatLoop)):
+        yield region
+        return
+    for child in children_of(region):
+        yield from outer_loops(child)
+
+
 def control_regions(region: Region) -> Iterator[Region]:
     """Every DeviceLoop, IfRegion and RepeatLoop of a tree, in pre-order."""
     if isinstance(region, (DeviceLoop, IfRegion, RepeatLoop)):
