@@ -361,7 +361,7 @@ def kernel(fn: Callable | None = None, *, cuda_graph: bool = False, graph_while:
             raise TypeError(f"@qgraph.kernel decorates a Python function, got {f!r}")
         source = frontend.parse_kernel(f, graph_while, lang.ndrange)
         source = globals_used.with_implicit(f, source)
-        source, _ = reports.with_reports(source, "_qg_self._reports.start()")
+        source, _ = reports.with_reports(source, "_qg_self._reports.start()", "_qg_self._reports.state")
         cls = _bind_class(Kernel, source, f)
         # device control flow lives in graphs: graph_while= and qgraph.loop/cond/repeat regions imply cuda_graph
         graphs = cuda_graph or graph_while is not None or any(True for _ in control_regions(source.body))

@@ -23,7 +23,7 @@ ENUMS = [("QG_LOOP_MODE", LoopMode), ("QG_BRANCH_BODY", BranchBodies)]
 
 
 def test_the_blocks_are_the_sizes_the_graph_allocates():
-    assert ctypes.sizeof(LoopState) == 9 * 8
+    assert ctypes.sizeof(LoopState) == 10 * 8
     assert ctypes.sizeof(BranchState) == 3 * 8
     assert [LoopState.trip_record.offset, LoopState.handle.offset, LoopState.stop_record.offset] == [24, 32, 48]
 

@@ -141,7 +141,7 @@ def test_misplaced_reports_are_rejected_naming_the_line(body, message, tmp_path)
 
 
 def test_a_report_compiles_to_a_system_fence_before_its_count(sm90):
-    ptx = tcc._ptx(count_up, (tcc.A("f8", 1), tcc.S("i8"), tcc.A("f8", 1)))  # x, k, the ring
+    ptx = tcc._ptx(count_up, (tcc.A("f8", 1), tcc.S("i8"), tcc.A("f8", 1), tcc.A("f8", 1)))  # x, k, ring, counters
     text = "\n".join(ptx)
     assert "membar.sys" in text or "fence.sc.sys" in text or "fence.acq_rel.sys" in text
 

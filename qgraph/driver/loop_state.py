@@ -40,9 +40,13 @@ LOOP_FIELDS = (
     ("stop_record", "debug mode's record (0: none): a failed check ends the loop"),
     ("cancel_word", "the kernel's host-mapped cancel word (0: none): non-zero ends the loop (kernel.cancel, Ctrl-C)"),
     ("clears_cancel", "1 for a loop no other loop encloses: its slot writer clears the cancel word as it starts"),
+    ("cancel_checked", "the device clock (globaltimer, ns) when the condition kernel last read the cancel word"),
 )
 
 CANCELLED = 1 << 63  # in a trip record: the loop ended on its cancel word (the low bits: its passes)
+# the condition kernel reads the cancel word (a read across the bus, about a microsecond) at most
+# once per period: a cancel lands within it plus a pass, and costs a short pass almost nothing
+CANCEL_PERIOD_NS = 200_000
 
 BRANCH_FIELDS = (
     ("then_handle", "the conditional handle of the then body's IF node"),
@@ -113,6 +117,7 @@ extern "C" __global__ void qgraph_store_flag_address(unsigned long long* state, 
     state[QG_LOOP_LIMIT] = limit;
     if (state[QG_LOOP_CANCEL_WORD] && state[QG_LOOP_CLEARS_CANCEL])
         *(volatile unsigned long long*)state[QG_LOOP_CANCEL_WORD] = 0;
+    state[QG_LOOP_CANCEL_CHECKED] = 0;
     unsigned long long mode = state[QG_LOOP_MODE];
     unsigned int go = mode == QG_LOOP_MODE_DO_WHILE ? 1u
                     : mode == QG_LOOP_MODE_WHILE ? (*(const int*)address != 0 ? 1u : 0u)
@@ -132,10 +137,17 @@ extern "C" __global__ void qgraph_while_condition(cudaGraphConditionalHandle han
         return;
     }
     unsigned long long cancel = state[QG_LOOP_CANCEL_WORD];
-    if (cancel && *(volatile const unsigned long long*)cancel != 0) {  // kernel.cancel() or Ctrl-C: tell the host
-        *(volatile unsigned long long*)state[QG_LOOP_TRIP_RECORD] = passes | QG_CANCELLED;
-        cudaGraphSetConditional(handle, 0u);
-        return;
+    if (cancel) {
+        unsigned long long now;
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+        if (now - state[QG_LOOP_CANCEL_CHECKED] >= QG_CANCEL_PERIOD_NS) {
+            state[QG_LOOP_CANCEL_CHECKED] = now;
+            if (*(volatile const unsigned long long*)cancel != 0) {  // kernel.cancel() or Ctrl-C: tell the host
+                *(volatile unsigned long long*)state[QG_LOOP_TRIP_RECORD] = passes | QG_CANCELLED;
+                cudaGraphSetConditional(handle, 0u);
+                return;
+            }
+        }
     }
     if (state[QG_LOOP_MODE] == QG_LOOP_MODE_COUNT) {
         go = (long long)passes < (long long)state[QG_LOOP_LIMIT] ? 1u : 0u;
@@ -164,4 +176,5 @@ HELPER_SOURCE = "\n".join([_PREAMBLE, c_words("QG_LOOP", LoopState, LOOP_FIELDS)
                            c_constants("QG_LOOP_MODE", LoopMode),
                            c_words("QG_BRANCH", BranchState, BRANCH_FIELDS),
                            c_constants("QG_BRANCH_BODY", BranchBodies),
-                           f"enum qg_trip : unsigned long long {{ QG_CANCELLED = {CANCELLED}ull }};", _KERNELS])
+                           f"enum qg_trip : unsigned long long {{ QG_CANCELLED = {CANCELLED}ull, "
+                           f"QG_CANCEL_PERIOD_NS = {CANCEL_PERIOD_NS}ull }};", _KERNELS])

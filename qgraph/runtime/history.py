@@ -22,35 +22,41 @@ from .arrays import host_mapped
 
 
 class Reports:
-    """A kernel's report rings, one per target, and the last call's."""
+    """A kernel's report rings and counters, one pair per target, and the last call's."""
 
     def __init__(self, kernel_name: str, layout: ReportLayout) -> None:
         self.kernel_name = kernel_name
         self.layout = layout
-        self._rings: dict = {}  # target -> (Ndarray, NumPy view)
+        self._arrays: dict = {}  # target -> (ring Ndarray, its NumPy view, counters Ndarray)
         self._generation = -1
         self.last: np.ndarray | None = None  # the view of the last call's ring
         self.device = None  # the last call's CudaDevice (None on the CPU)
+        self.state = None  # the last call's counters (the binder passes them after the ring)
 
     def start(self):
-        """The ring of this call's target, emptied: the binder passes it as `_qg_report`. On CUDA
-        it first waits for the work queued on the device (an earlier call may still write it)."""
+        """The ring of this call's target with its counts and the counters zeroed: the binder passes it
+        as `_qg_report`, then `state` as `_qg_report_state`. On CUDA it first waits for the work queued
+        on the device (an earlier call may still write them)."""
         state = runtime.ensure_init()
         if self._generation != state.generation:
-            self._rings.clear()
+            self._arrays.clear()
             self._generation = state.generation
         target = state.current()
-        found = self._rings.get(target)
+        found = self._arrays.get(target)
         if found is None:
-            found = self._rings[target] = host_mapped(np.float64, self.layout.size)
-        ring, view = found
+            from .arrays import Ndarray
+
+            found = self._arrays[target] = (
+                *host_mapped(np.float64, self.layout.size),
+                Ndarray(np.float64, (self.layout.state_size,)),
+            )
+        ring, view, counters = found
         if ring._device is not None:
             runtime.sync_device(ring._device)
-        layout = self.layout
-        view[: layout.counters] = 0
-        for k in range(len(layout.names)):
-            view[layout.base(k)] = 0
-        self.last, self.device = view, ring._device
+        counters.from_numpy(np.zeros(self.layout.state_size))
+        for k in range(len(self.layout.names)):
+            view[self.layout.base(k)] = 0
+        self.last, self.device, self.state = view, ring._device, counters
         return ring
 
     def settled(self) -> bool:

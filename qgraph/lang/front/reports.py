@@ -1,17 +1,19 @@
 """`qgraph.report(name, value)`: values out of a running device loop, into a ring the host reads.
 
-Each report statement becomes plain stores into the implicit float64 array parameter
-`_qg_report` (the ring; on CUDA pinned host memory the device writes through its mapping,
-runtime.history reads it), so every backend (CPU runner, device loop, host fallback) runs
-the same code and results do not depend on whether a kernel reports. A report is a serial,
-single-thread store: it belongs in a serial statement of a device loop body.
+Each report statement becomes plain code over two implicit float64 array parameters, so
+every backend (CPU runner, device loop, host fallback) runs the same code and results do not
+depend on whether a kernel reports. A report is a serial, single-thread store: it belongs in a
+serial statement of a device loop body.
 
-The ring (`ReportLayout`), in float64 words:
-  word k < counters   the pass counter of the k-th reporting task: +1 each time it starts
-  per name, from base  [count] [POWERS (pass, value) pairs] [latest (pass, value) pairs]
+`_qg_report_state` (device memory on CUDA, read and written by the kernel):
+  word k < counters     the pass counter of the k-th reporting task: +1 each time it starts
+  word counters + j     the number of reports of name j so far
+`_qg_report` (the ring; on CUDA pinned host memory the device only writes, through its
+mapping, so a report costs no read across the bus; runtime.history reads it), per name j
+from `base(j)`: [count] [POWERS (pass, value) pairs] [latest (pass, value) pairs].
 Report number w (0-based) goes into latest pair w % latest, and also into power pair
-bit_length(w) when w is 0 or a power of two; the count is stored last, after a fence, so a
-reader that reads the count first never sees an entry the count does not cover yet.
+bit_length(w) when w is 0 or a power of two; the ring's count is stored last, after a
+system-wide fence, so a reader that reads the count first never sees an entry it does not cover.
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ from . import builtins as lang
 from .parse import KernelSource, Param, Task
 from .regions import DeviceLoop, RepeatLoop, control_regions, leaf_tasks
 
-RING = "_qg_report"  # the implicit parameter of kernels that report
+RING = "_qg_report"  # the implicit parameters of kernels that report: the ring
+STATE = "_qg_report_state"  # and the counters
 FENCE = "_qg_report_fence"  # each backend's fence (compiler: numba_adapter, cpu_math)
 POWERS = 64  # pairs for reports 0, 1, 2, 4, ... 2^62
 LATEST = 4096  # pairs for the latest reports
@@ -42,12 +45,18 @@ class ReportLayout:
         return 1 + 2 * (POWERS + self.latest)
 
     def base(self, k: int) -> int:
-        """The count word of name `k`; its pairs follow."""
-        return self.counters + k * self.stride
+        """The ring's count word of name `k`; its pairs follow."""
+        return k * self.stride
 
     @property
     def size(self) -> int:
+        """Words of the ring."""
         return self.base(len(self.names))
+
+    @property
+    def state_size(self) -> int:
+        """Words of the counters' array."""
+        return self.counters + len(self.names)
 
 
 def _reporting_tasks(src: KernelSource) -> list[Task]:
@@ -58,9 +67,9 @@ def _is_report(src: KernelSource, node: ast.AST) -> bool:
     return isinstance(node, ast.Call) and src.resolve(node.func) is lang.report
 
 
-def with_reports(src: KernelSource, ring_source: str) -> tuple[KernelSource, ReportLayout | None]:
-    """`src` with its report statements rewritten into ring stores and the ring parameter
-    (read by the binder through `ring_source`), and the ring's layout; (src, None) without reports."""
+def with_reports(src: KernelSource, ring_source: str, state_source: str) -> tuple[KernelSource, ReportLayout | None]:
+    """`src` with its report statements rewritten into ring stores and the two parameters (read by
+    the binder through `ring_source` and `state_source`), and the layout; (src, None) without reports."""
     tasks = _reporting_tasks(src)
     if not tasks:
         return src, None
@@ -86,12 +95,12 @@ def with_reports(src: KernelSource, ring_source: str) -> tuple[KernelSource, Rep
             )
         rewriter = _ReportRewriter(src, names, counter)
         body = [out for stmt in task.body for out in _as_list(rewriter.visit(stmt))]
-        task.body = [_located(f"{RING}[{counter}] = {RING}[{counter}] + 1.0", task.lineno)[0], *body]
-        task.loaded = {**task.loaded, RING: task.lineno, FENCE: task.lineno}
+        task.body = [_located(f"{STATE}[{counter}] = {STATE}[{counter}] + 1.0", task.lineno)[0], *body]
+        task.loaded = {**task.loaded, RING: task.lineno, STATE: task.lineno, FENCE: task.lineno}
     layout = ReportLayout(tuple(names), len(tasks))
     for task in tasks:  # the bases depend on the number of counters: filled in now
         task.body = [_Bases(layout).visit(stmt) for stmt in task.body]
-    params = src.params + (Param(RING, None, False, ring_source),)
+    params = src.params + (Param(RING, None, False, ring_source), Param(STATE, None, False, state_source))
     return dataclasses.replace(src, params=params, reports=layout), layout
 
 
@@ -100,6 +109,7 @@ class _ReportRewriter(ast.NodeTransformer):
 
     def __init__(self, src: KernelSource, names: list[str], counter: int) -> None:
         self.src, self.names, self.counter = src, names, counter
+        self.reports = 0  # in this task so far: each report's value gets a local of its own
 
     def visit_Expr(self, node: ast.Expr):
         if not _is_report(self.src, node.value):
@@ -117,7 +127,9 @@ class _ReportRewriter(ast.NodeTransformer):
         name = call.args[0].value
         if name not in self.names:
             self.names.append(name)
-        return _report_stores(self.names.index(name), self.counter, ast.unparse(call.args[1]), node.lineno)
+        self.reports += 1
+        value = ast.unparse(call.args[1])
+        return _report_stores(self.names.index(name), self.counter, value, f"_qg_rv{self.reports}", node.lineno)
 
     def visit_Call(self, node: ast.Call):
         if _is_report(self.src, node):
@@ -129,24 +141,27 @@ class _ReportRewriter(ast.NodeTransformer):
         return self.generic_visit(node)
 
 
-def _report_stores(k: int, counter: int, value: str, line: int) -> list[ast.stmt]:
-    """The stores of one report of name `k` (see the module docstring for the layout)."""
-    ring, base = RING, f"_qg_base_{k}"
+def _report_stores(k: int, counter: int, value: str, local: str, line: int) -> list[ast.stmt]:
+    """The code of one report of name `k` (see the module docstring): reads only the counters."""
+    ring, state, base = RING, STATE, f"_qg_base_{k}"
     code = f"""
-_qg_rw = int({ring}[{base}])
+{local} = ({value})
+_qg_rw = int({state}[_qg_count_{k}])
+_qg_rp = {state}[{counter}]
 _qg_rs = {base} + {1 + 2 * POWERS} + 2 * (_qg_rw % _qg_latest)
-{ring}[_qg_rs] = {ring}[{counter}]
-{ring}[_qg_rs + 1] = ({value})
+{ring}[_qg_rs] = _qg_rp
+{ring}[_qg_rs + 1] = {local}
 if (_qg_rw & (_qg_rw - 1)) == 0:
     _qg_rk = 0
     _qg_rt = _qg_rw
     while _qg_rt > 0:
         _qg_rk = _qg_rk + 1
         _qg_rt = _qg_rt >> 1
-    {ring}[{base} + 1 + 2 * _qg_rk] = {ring}[{counter}]
-    {ring}[{base} + 2 + 2 * _qg_rk] = {ring}[_qg_rs + 1]
+    {ring}[{base} + 1 + 2 * _qg_rk] = _qg_rp
+    {ring}[{base} + 2 + 2 * _qg_rk] = {local}
 {FENCE}()
 {ring}[{base}] = _qg_rw + 1
+{state}[_qg_count_{k}] = _qg_rw + 1
 """
     return _located(code, line)
 
@@ -158,6 +173,9 @@ class _Bases(ast.NodeTransformer):
     def visit_Name(self, node: ast.Name):
         if node.id.startswith("_qg_base_"):
             return ast.copy_location(ast.Constant(self.layout.base(int(node.id[len("_qg_base_") :]))), node)
+        if node.id.startswith("_qg_count_"):
+            k = int(node.id[len("_qg_count_") :])
+            return ast.copy_location(ast.Constant(self.layout.counters + k), node)
         if node.id == "_qg_latest":
             return ast.copy_location(ast.Constant(self.layout.latest), node)
         return node
