@@ -300,9 +300,11 @@ class HostLoop:
             while self._read(flag, stream):
                 if limit is not None and passes >= limit:
                     raise runaway_error(self.kernel_name, self.region, limit)
-                if cancel is not None and cancel.is_set:
-                    cancel.clear()
-                    raise cancelled_error(self.kernel_name, self.region, passes)
+                if cancel is not None:
+                    cancel.passes_word.value = passes
+                    if cancel.is_set:
+                        cancel.clear()
+                        raise cancelled_error(self.kernel_name, self.region, passes)
                 if graph is not None:
                     graph.relaunch(exec_handle, stream)
                 else:

@@ -123,6 +123,11 @@ class Kernel:
         (pass, value) rows, read live while a device loop runs (docs/watching.md)."""
         return History(self._source.qualname, self._reports)
 
+    def _with_progress(self, progress, args: tuple, stream) -> None:
+        from .runtime.progress import watch_call
+
+        watch_call(self, progress, args, stream)
+
     def cancel(self) -> None:
         """Stop this kernel's running device loops at the end of their current pass, from any thread:
         the call's sync raises qgraph.LoopCancelled naming the loop and pass (CUDA; docs/watching.md)."""
@@ -277,9 +282,13 @@ def _bind_class(kernel_cls: type, src: frontend.KernelSource, fn: Callable) -> t
     body = generated.Lines()
     with body.block("if _qg_self._generation != _qg_state.generation:"):
         body.line("_qg_self._attach()")
+    if any(True for _ in control_regions(src.body)):  # kernel(..., progress=True): runtime.progress
+        with body.block("if progress:"):
+            body.line(f"return _qg_self._with_progress(progress, ({', '.join(names)},), stream)")
     body.line(f"return _qg_self._launch({', '.join([*names, 'stream'])})")
+    params_call = params + (["progress=None"] if any(True for _ in control_regions(src.body)) else [])
     # _qg_: no parameter can be named so
-    call = generated.function(body.function(f"__call__(_qg_self, {', '.join(params)})"), "__call__",
+    call = generated.function(body.function(f"__call__(_qg_self, {', '.join(params_call)})"), "__call__",
                               f"binder of kernel {src.qualname}", ns)
     # Python names the function in a binding error ("kernel step() missing 1 required positional
     # argument: 'v'"): the kernel's name there costs nothing on the call path

@@ -38,7 +38,7 @@ LOOP_FIELDS = (
     ("handle", "the WHILE node's conditional handle"),
     ("mode", "a LoopMode"),
     ("stop_record", "debug mode's record (0: none): a failed check ends the loop"),
-    ("cancel_word", "the kernel's host-mapped cancel word (0: none): non-zero ends the loop (kernel.cancel, Ctrl-C)"),
+    ("cancel_word", "the kernel's host-mapped [cancel, passes] words (0: none): non-zero cancel ends the loop"),
     ("clears_cancel", "1 for a loop no other loop encloses: its slot writer clears the cancel word as it starts"),
     ("cancel_checked", "the device clock (globaltimer, ns) when the condition kernel last read the cancel word"),
 )
@@ -115,8 +115,10 @@ extern "C" __global__ void qgraph_store_flag_address(unsigned long long* state, 
     state[QG_LOOP_FLAG_ADDRESS] = address;
     state[QG_LOOP_PASSES] = 0;
     state[QG_LOOP_LIMIT] = limit;
-    if (state[QG_LOOP_CANCEL_WORD] && state[QG_LOOP_CLEARS_CANCEL])
-        *(volatile unsigned long long*)state[QG_LOOP_CANCEL_WORD] = 0;
+    if (state[QG_LOOP_CANCEL_WORD] && state[QG_LOOP_CLEARS_CANCEL]) {  // [cancel, passes]: a new call
+        ((volatile unsigned long long*)state[QG_LOOP_CANCEL_WORD])[0] = 0;
+        ((volatile unsigned long long*)state[QG_LOOP_CANCEL_WORD])[1] = 0;
+    }
     state[QG_LOOP_CANCEL_CHECKED] = 0;
     unsigned long long mode = state[QG_LOOP_MODE];
     unsigned int go = mode == QG_LOOP_MODE_DO_WHILE ? 1u
@@ -142,6 +144,8 @@ extern "C" __global__ void qgraph_while_condition(cudaGraphConditionalHandle han
         asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
         if (now - state[QG_LOOP_CANCEL_CHECKED] >= QG_CANCEL_PERIOD_NS) {
             state[QG_LOOP_CANCEL_CHECKED] = now;
+            if (state[QG_LOOP_CLEARS_CANCEL])  // the host's progress bar reads the outermost loop's passes
+                ((volatile unsigned long long*)cancel)[1] = passes;
             if (*(volatile const unsigned long long*)cancel != 0) {  // kernel.cancel() or Ctrl-C: tell the host
                 *(volatile unsigned long long*)state[QG_LOOP_TRIP_RECORD] = passes | QG_CANCELLED;
                 cudaGraphSetConditional(handle, 0u);

@@ -1,7 +1,8 @@
 """Stopping a running device loop from the host: a kernel's cancel word, and its error.
 
 A CUDA launcher of a kernel with device loops owns one word of pinned, device-mapped host
-memory; every loop's condition kernel reads it once per pass (driver/loop_state.py) and ends
+memory (and a second, the outermost loop's passes, for progress bars); every loop's condition
+kernel reads it at most once per CANCEL_PERIOD_NS of device clock (driver/loop_state.py) and ends
 the loop when it is non-zero, recording its pass count with the CANCELLED bit in the loop's
 trip record, which the host turns into `LoopCancelled` (or, after Ctrl-C, KeyboardInterrupt)
 once the device is idle. `kernel.cancel()` sets it from any thread; Ctrl-C during a wait
@@ -18,17 +19,21 @@ from ..errors import LoopCancelled
 
 
 class CancelWord:
-    """One host-mapped word: `device_pointer` for the loops' state blocks, `set()` from the host."""
+    """Two host-mapped words, [cancel, passes]: `device_pointer` for the loops' state blocks, `set()` from the host."""
 
     def __init__(self, target) -> None:
         d = driver()
         host = check(
-            d.cuMemHostAlloc(8, d.CU_MEMHOSTALLOC_DEVICEMAP | d.CU_MEMHOSTALLOC_PORTABLE),
+            d.cuMemHostAlloc(16, d.CU_MEMHOSTALLOC_DEVICEMAP | d.CU_MEMHOSTALLOC_PORTABLE),
             "cuMemHostAlloc (cancel word)",
         )
         self._release = owned(self, free_host, host)
         self.word = ctypes.c_uint64.from_address(int(host))
         self.word.value = 0
+        # the outermost loop's passes, written by its condition kernel when it reads the word (or by
+        # the host fallback after each pass): what a progress bar shows while the loop runs
+        self.passes_word = ctypes.c_uint64.from_address(int(host) + 8)
+        self.passes_word.value = 0
         self.device_pointer = int(check(d.cuMemHostGetDevicePointer(host, 0), "cuMemHostGetDevicePointer"))
         self._target = target
         target.cancel_words.add(self)
@@ -47,6 +52,7 @@ class CancelWord:
         """Give the word back (its launcher's close(), after the device is idle)."""
         self._target.cancel_words.discard(self)
         self.word = ctypes.c_uint64(0)  # set() and clear() after close touch no freed memory
+        self.passes_word = ctypes.c_uint64(0)
         self._release()
 
 

@@ -88,6 +88,11 @@ class History(Mapping):
             )
         return rows
 
+    def latest(self, name: str) -> np.ndarray | None:
+        """The last (pass, value) row of `name` so far, or None (no warning: for live displays)."""
+        rows = self._read(name)[1]
+        return rows[-1] if len(rows) else None
+
     def count(self, name: str) -> int:
         """How many reports `name` made in the last call (also those the history no longer holds)."""
         return self._read(name)[0]
