@@ -115,6 +115,17 @@ def test_a_live_read_drops_entries_a_later_report_may_have_overwritten():
     assert count == 7 and list(rows[:, 0]) == [1, 2, 3, 5, 6, 7]  # report 3's pair may be half overwritten
 
 
+def test_history_plots_each_report_against_the_pass(cpu, tmp_path):
+    _run(relax_reporting, np.random.default_rng(3).random(33), 1e-2)
+    history = relax_reporting.history
+    figure = history.plot(tmp_path / "history.png")
+    (axes,) = figure.axes
+    assert [line.get_label() for line in axes.lines] == ["change", "middle"]
+    np.testing.assert_array_equal(axes.lines[0].get_xdata(), history["change"][:, 0])
+    assert (tmp_path / "history.png").stat().st_size > 0
+    assert np.array_equal(history.latest("change"), history["change"][-1])
+
+
 def test_history_of_a_kernel_without_reports_is_empty(cpu):
     assert len(relax_silent.history) == 0
     with pytest.raises(KeyError, match="has no report named 'change'"):
