@@ -55,7 +55,7 @@ from .lang.types.vector_types import (
 from .runtime import current_arch, device, device_count, device_info, init, reset, sync
 from .runtime.arrays import Ndarray, from_numpy, ndarray
 from .runtime.random_state import seed
-from .step import GraphFunction, StepStats, graph, while_loop
+from .step import GraphFunction, StepStats, graph, host_call, while_loop
 from .tape import Tape, TapeStats
 from .torch_op import torch_op
 
@@ -75,5 +75,5 @@ __all__ = [
     "cross", "determinant", "dot", "inverse", "mat22", "mat33", "mat44", "matrix", "norm", "norm_sqr", "normalized",
     "outer", "randint", "randn", "random", "seed", "struct", "trace", "transpose", "vec2", "vec3", "vec4", "vector",
     "cond", "loop", "repeat", "while_loop", "torch_op", "TaskCode", "Tape", "TapeStats",
-    "report", "HistoryWarning", "LoopCancelled",
+    "report", "HistoryWarning", "LoopCancelled", "host_call",
 ]

@@ -63,6 +63,20 @@ def _reporting_tasks(src: KernelSource) -> list[Task]:
     return [t for t in src.tasks if any(_is_report(src, n) for s in t.body for n in ast.walk(s))]
 
 
+def _reject_host_calls(src: KernelSource) -> None:
+    """qgraph.host_call (a host node of a @qgraph.graph step) has no place in a kernel's device code."""
+    for task in src.tasks:
+        for node in (n for s in task.body for n in ast.walk(s)):
+            if isinstance(node, ast.Call) and getattr(src.resolve(node.func), "_qgraph_kind", None) == "host_call":
+                raise src.error(
+                    "qgraph.host_call runs Python on the host, between the kernel calls of a "
+                    "@qgraph.graph step; a kernel's code runs on the device (and CUDA allows no host "
+                    "node inside a device loop): get values out of a loop with qgraph.report(name, "
+                    "value) and kernel.history, and call host_call in the step around the kernel",
+                    node,
+                )
+
+
 def _is_report(src: KernelSource, node: ast.AST) -> bool:
     return isinstance(node, ast.Call) and src.resolve(node.func) is lang.report
 
@@ -70,6 +84,7 @@ def _is_report(src: KernelSource, node: ast.AST) -> bool:
 def with_reports(src: KernelSource, ring_source: str, state_source: str) -> tuple[KernelSource, ReportLayout | None]:
     """`src` with its report statements rewritten into ring stores and the two parameters (read by
     the binder through `ring_source` and `state_source`), and the layout; (src, None) without reports."""
+    _reject_host_calls(src)
     tasks = _reporting_tasks(src)
     if not tasks:
         return src, None
