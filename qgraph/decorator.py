@@ -282,11 +282,12 @@ def _bind_class(kernel_cls: type, src: frontend.KernelSource, fn: Callable) -> t
     body = generated.Lines()
     with body.block("if _qg_self._generation != _qg_state.generation:"):
         body.line("_qg_self._attach()")
-    if any(True for _ in control_regions(src.body)):  # kernel(..., progress=True): runtime.progress
+    loops = any(True for _ in control_regions(src.body))  # kernel(..., progress=True): runtime.progress
+    if loops:
         with body.block("if progress:"):
             body.line(f"return _qg_self._with_progress(progress, ({', '.join(names)},), stream)")
     body.line(f"return _qg_self._launch({', '.join([*names, 'stream'])})")
-    params_call = params + (["progress=None"] if any(True for _ in control_regions(src.body)) else [])
+    params_call = params + (["progress=None"] if loops else [])
     # _qg_: no parameter can be named so
     call = generated.function(body.function(f"__call__(_qg_self, {', '.join(params_call)})"), "__call__",
                               f"binder of kernel {src.qualname}", ns)
