@@ -130,21 +130,22 @@ extern "C" __global__ void qgraph_store_flag_address(unsigned long long* state, 
 extern "C" __global__ void qgraph_while_condition(cudaGraphConditionalHandle handle, unsigned long long* state)
 {
     asm volatile("griddepcontrol.wait;" ::: "memory");  // behind a programmatic edge: the body has finished
-    unsigned long long passes = state[QG_LOOP_PASSES] + 1;
+    // every word of the block this pass may need, loaded together: one trip to memory, not one per decision
+    const unsigned long long passes = state[QG_LOOP_PASSES] + 1, mode = state[QG_LOOP_MODE];
+    const unsigned long long limit = state[QG_LOOP_LIMIT], flag = state[QG_LOOP_FLAG_ADDRESS];
+    const unsigned long long stop = state[QG_LOOP_STOP_RECORD], cancel = state[QG_LOOP_CANCEL_WORD];
+    const unsigned long long checked = state[QG_LOOP_CANCEL_CHECKED], clears = state[QG_LOOP_CLEARS_CANCEL];
     state[QG_LOOP_PASSES] = passes;
-    unsigned int go;
-    unsigned long long stop = state[QG_LOOP_STOP_RECORD];
     if (stop && *(volatile const long long*)stop != 0) {
         cudaGraphSetConditional(handle, 0u);
         return;
     }
-    unsigned long long cancel = state[QG_LOOP_CANCEL_WORD];
     if (cancel) {
         unsigned long long now;
         asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
-        if (now - state[QG_LOOP_CANCEL_CHECKED] >= QG_CANCEL_PERIOD_NS) {
+        if (now - checked >= QG_CANCEL_PERIOD_NS) {
             state[QG_LOOP_CANCEL_CHECKED] = now;
-            if (state[QG_LOOP_CLEARS_CANCEL])  // the host's progress bar reads the outermost loop's passes
+            if (clears)  // the host's progress bar reads the outermost loop's passes
                 ((volatile unsigned long long*)cancel)[1] = passes;
             if (*(volatile const unsigned long long*)cancel != 0) {  // kernel.cancel() or Ctrl-C: tell the host
                 *(volatile unsigned long long*)state[QG_LOOP_TRIP_RECORD] = passes | QG_CANCELLED;
@@ -153,11 +154,12 @@ extern "C" __global__ void qgraph_while_condition(cudaGraphConditionalHandle han
             }
         }
     }
-    if (state[QG_LOOP_MODE] == QG_LOOP_MODE_COUNT) {
-        go = (long long)passes < (long long)state[QG_LOOP_LIMIT] ? 1u : 0u;
+    unsigned int go;
+    if (mode == QG_LOOP_MODE_COUNT) {
+        go = (long long)passes < (long long)limit ? 1u : 0u;
     } else {
-        go = *(const int*)state[QG_LOOP_FLAG_ADDRESS] != 0 ? 1u : 0u;
-        if (go && passes >= state[QG_LOOP_LIMIT]) {  // the runaway guard: stop, and tell the host
+        go = *(const int*)flag != 0 ? 1u : 0u;
+        if (go && passes >= limit) {  // the runaway guard: stop, and tell the host
             go = 0u;
             *(volatile unsigned long long*)state[QG_LOOP_TRIP_RECORD] = passes;
         }
