@@ -8,7 +8,7 @@ import pytest
 import test_cuda_codegen as tcc
 
 import qgraph
-from qgraph.lang.front.reports import LATEST, POWERS, ReportLayout
+from qgraph.lang.front.reports import LATEST, POWERS, PUBLISH, ReportLayout
 from qgraph.runtime.history import read_ring
 
 
@@ -95,24 +95,24 @@ def test_a_full_ring_keeps_the_powers_of_two_and_the_latest_and_says_so(loop_arc
     np.testing.assert_array_equal(rows[:, 1], np.array(kept) + 1.0)
 
 
-def test_a_live_read_drops_entries_a_later_report_may_have_overwritten():
-    layout = ReportLayout(("r",), 1, latest=4)
+def test_a_live_read_keeps_only_entries_no_unpublished_report_can_overwrite():
+    layout = ReportLayout(("r",), 1, latest=32)
     view = np.zeros(layout.size)
     base = layout.base(0)
 
-    def write(w):  # as the device does: entries, (fence), count
-        view[base + 1 + 2 * POWERS + 2 * (w % 4) :][:2] = (w + 1, 10.0 * w)
+    def write(w):  # as the device does: the entries, then (fenced) the count when it publishes
+        view[base + 1 + 2 * POWERS + 2 * (w % 32) :][:2] = (w + 1, 10.0 * w)
         if w & (w - 1) == 0:
             view[base + 1 + 2 * w.bit_length() :][:2] = (w + 1, 10.0 * w)
-        view[base] = w + 1
+        if w < PUBLISH or (w + 1) % PUBLISH == 0:
+            view[base] = w + 1
 
-    for w in range(7):
+    for w in range(40):
         write(w)
-    count, rows = read_ring(view, layout, 0, settled=True)
-    assert count == 7 and list(rows[:, 0]) == [1, 2, 3, 4, 5, 6, 7] and rows[-1, 1] == 60.0
-    view[base + 1 + 2 * POWERS + 2 * (7 % 4) :][:2] = (8, 70.0)  # report 7's entry, count not yet stored
-    count, rows = read_ring(view, layout, 0, settled=False)
-    assert count == 7 and list(rows[:, 0]) == [1, 2, 3, 5, 6, 7]  # report 3's pair may be half overwritten
+    count, rows = read_ring(view, layout, 0, exact=40)  # the call is over: its counters say 40
+    assert count == 40 and list(rows[:, 0]) == [1, 2, 3, 5] + list(range(9, 41)) and rows[-1, 1] == 390.0
+    count, rows = read_ring(view, layout, 0, exact=None)  # live: 32 published, up to 16 more may be written
+    assert count == 32 and list(rows[:, 0]) == [1, 2, 3, 5, 9] + list(range(17, 33))
 
 
 def test_history_plots_each_report_against_the_pass(cpu, tmp_path):

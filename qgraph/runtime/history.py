@@ -16,7 +16,7 @@ from collections.abc import Iterator, Mapping
 import numpy as np
 
 from ..errors import HistoryWarning
-from ..lang.front.reports import POWERS, ReportLayout
+from ..lang.front.reports import POWERS, PUBLISH, ReportLayout
 from . import state as runtime
 from .arrays import host_mapped
 
@@ -63,6 +63,15 @@ class Reports:
         """Whether no report can be under way: the last call's device has no work queued."""
         return self.device is None or self.device.stream_idle()
 
+    def exact_count(self, k: int) -> int:
+        """Reports of name `k` in the last call, from its counters (once settled: read without a wait)."""
+        state, word = self.state, self.layout.counters + k
+        if state._host is not None:
+            return int(state._host[word])
+        value = np.empty(1, np.float64)
+        state._device.copy_to_host(value.ctypes.data, state._ptr + 8 * word, 8)
+        return int(value[0])
+
 
 class History(Mapping):
     """Per report name, a float64 array of (pass, value) rows from the last call, in report
@@ -107,10 +116,11 @@ class History(Mapping):
         if self._layout is None or name not in self._layout.names:
             known = ", ".join(repr(n) for n in self) or "none"
             raise KeyError(f"kernel {self.kernel_name} has no report named {name!r} (its reports: {known})")
-        view = self._reports.last
-        if view is None:
+        reports, k = self._reports, self._layout.names.index(name)
+        if reports.last is None:
             return 0, np.empty((0, 2))
-        return read_ring(view, self._layout, self._layout.names.index(name), self._reports.settled())
+        exact = reports.exact_count(k) if reports.settled() else None
+        return read_ring(reports.last, self._layout, k, exact)
 
     def plot(self, path=None, names=None, log: bool = True):
         """A convergence plot of the reports (`names`: all by default) against the pass, on a log
@@ -138,15 +148,16 @@ class History(Mapping):
         return figure
 
 
-def read_ring(view: np.ndarray, layout: ReportLayout, k: int, settled: bool) -> tuple[int, np.ndarray]:
-    """(reports made, the rows still held) of name `k`. Unless `settled`, the writer may be
-    running: a report may be overwriting the oldest latest pair the second count read covers."""
+def read_ring(view: np.ndarray, layout: ReportLayout, k: int, exact: int | None) -> tuple[int, np.ndarray]:
+    """(reports made, the rows still held) of name `k`. `exact`: the count once the writer is done;
+    None while it may be running: then up to PUBLISH reports past the published count may be
+    written, or being written, over the oldest latest pairs (lang.front.reports)."""
     base, latest = layout.base(k), layout.latest
-    first = int(view[base])
+    first = int(view[base]) if exact is None else exact
     powers = view[base + 1 : base + 1 + 2 * POWERS].reshape(POWERS, 2).copy()
     ring = view[base + 1 + 2 * POWERS : base + layout.stride].reshape(latest, 2).copy()
-    again = int(view[base])
-    low = max(first - latest, again - latest + (0 if settled else 1), 0)  # those below may be overwritten
+    again = int(view[base]) if exact is None else exact
+    low = max(first - latest, again - latest + (0 if exact is not None else PUBLISH), 0)  # below: maybe overwritten
     early = [w for w in [0] + [1 << j for j in range(POWERS - 1)] if w < min(low, first)]
     rows = [powers[w.bit_length()] for w in early] + [ring[w % latest] for w in range(low, first)]
     return first, np.array(rows, np.float64).reshape(-1, 2)

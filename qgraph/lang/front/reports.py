@@ -12,8 +12,12 @@ serial statement of a device loop body.
 mapping, so a report costs no read across the bus; runtime.history reads it), per name j
 from `base(j)`: [count] [POWERS (pass, value) pairs] [latest (pass, value) pairs].
 Report number w (0-based) goes into latest pair w % latest, and also into power pair
-bit_length(w) when w is 0 or a power of two; the ring's count is stored last, after a
-system-wide fence, so a reader that reads the count first never sees an entry it does not cover.
+bit_length(w) when w is 0 or a power of two. The ring's count is published after a
+system-wide fence (so a reader that reads the count first never sees an entry it does not
+cover), for the first PUBLISH reports and then every PUBLISH-th only: the fence waits for the
+writes to reach host memory, the dearest part of a report. A live reader allows for up to
+PUBLISH reports written past the published count; once the call is over it reads the exact
+count from the counters.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ STATE = "_qg_report_state"  # and the counters
 FENCE = "_qg_report_fence"  # each backend's fence (compiler: numba_adapter, cpu_math)
 POWERS = 64  # pairs for reports 0, 1, 2, 4, ... 2^62
 LATEST = 4096  # pairs for the latest reports
+PUBLISH = 16  # the ring's count (and its fence) is stored for the first reports and every 16th
 
 
 @dataclasses.dataclass(frozen=True)
@@ -174,9 +179,10 @@ if (_qg_rw & (_qg_rw - 1)) == 0:
         _qg_rt = _qg_rt >> 1
     {ring}[{base} + 1 + 2 * _qg_rk] = _qg_rp
     {ring}[{base} + 2 + 2 * _qg_rk] = {local}
-{FENCE}()
-{ring}[{base}] = _qg_rw + 1
 {state}[_qg_count_{k}] = _qg_rw + 1
+if _qg_rw < {PUBLISH} or (_qg_rw + 1) % {PUBLISH} == 0:
+    {FENCE}()
+    {ring}[{base}] = _qg_rw + 1
 """
     return _located(code, line)
 
