@@ -15,7 +15,7 @@ from .bench.measure import BenchmarkResult, benchmark
 from .compiler.numba_probes import install_gate as install_numba_probe_gate
 from .decorator import Func, Kernel, KernelStats, compile, func, kernel
 from .dtypes import f32, f64, i8, i16, i32, i64, u8, u16, u32, u64
-from .errors import FallbackWarning, QgraphError, QgraphSyntaxError
+from .errors import FallbackWarning, HistoryWarning, LoopCancelled, QgraphError, QgraphSyntaxError
 from .lang.front.builtins import (
     atomic_add,
     atomic_max,
@@ -29,6 +29,7 @@ from .lang.front.builtins import (
     randn,
     random,
     repeat,
+    report,
     serial,
 )
 from .lang.types.vector_types import (
@@ -54,7 +55,7 @@ from .lang.types.vector_types import (
 from .runtime import current_arch, device, device_count, device_info, init, reset, sync
 from .runtime.arrays import Ndarray, from_numpy, ndarray
 from .runtime.random_state import seed
-from .step import GraphFunction, StepStats, graph, while_loop
+from .step import GraphFunction, StepStats, graph, host_call, while_loop
 from .tape import Tape, TapeStats
 from .torch_op import torch_op
 
@@ -74,4 +75,5 @@ __all__ = [
     "cross", "determinant", "dot", "inverse", "mat22", "mat33", "mat44", "matrix", "norm", "norm_sqr", "normalized",
     "outer", "randint", "randn", "random", "seed", "struct", "trace", "transpose", "vec2", "vec3", "vec4", "vector",
     "cond", "loop", "repeat", "while_loop", "torch_op", "TaskCode", "Tape", "TapeStats",
+    "report", "HistoryWarning", "LoopCancelled", "host_call",
 ]

@@ -22,7 +22,13 @@ def _demo(args: argparse.Namespace) -> int:
     where = f"cuda: {info.name}" if info is not None else "cpu (no usable CUDA GPU; pass --arch to choose)"
     print(f"qgraph {qgraph.__version__} on {where}\n", flush=True)  # before the bar, which is erased after
     with StepBar("demo", 5, bars_wanted(args.quiet)) as bar:
-        result = heat_diffusion.run(n=args.n, tol=args.tol, max_steps=args.max_steps, check=True, on_step=bar.step)
+
+        def watch(passes: int, values: dict) -> None:  # the solve's max change, live (qgraph.report)
+            if "max change" in values:
+                bar.note(f"solving: step {passes:,}, max change {values['max change']:.2e}")
+
+        result = heat_diffusion.run(n=args.n, tol=args.tol, max_steps=args.max_steps, check=True, on_step=bar.step,
+                                    progress=watch)
         bar.step("compiling the 8-task kernel")
         module = kernels_for(8)
         arrays = [qgraph.ndarray(qgraph.f32, (256,)) for _ in range(8)]
@@ -38,6 +44,9 @@ def _demo(args: argparse.Namespace) -> int:
           f"{'converged' if result.converged else 'NOT converged'}")
     print(f"  vs NumPy running the same {result.steps} steps: max abs difference {result.reference_error:.2e}")
     ok = result.converged and result.reference_error is not None and result.reference_error < 1e-9
+    if args.plot:
+        heat_diffusion.diffuse_watched.history.plot(args.plot)
+        print(f"  its max change per step, plotted: {args.plot}")
 
     print("\nlaunch overhead: one call of a kernel with 8 small tasks (256 elements each)")
     print(report)
@@ -164,6 +173,7 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
     demo.add_argument("--tol", type=float, default=1e-4, help="stop when the max change is below this")
     demo.add_argument("--max-steps", type=_step_count, default=50_000,
                       help="stop after this many steps, converged or not (default 50000)")
+    demo.add_argument("--plot", metavar="PATH", help="save the solve's max change per step as a plot (matplotlib)")
     demo.set_defaults(run=_demo)
     bench = sub.add_parser("bench", parents=common, help="the benchmark suite (launch overhead, compile time, ...)")
     bench.add_argument("--quick", action="store_true", help="a reduced suite (under a minute)")

@@ -12,8 +12,7 @@ of the loop whose parameter is the flag's address: a different flag array change
 node's parameter bytes, updated in place like any task node, so it needs no rebuild and
 stays ordered with earlier launches of the same graph.
 
-Host loop (everything else): replay the body, copy the flag to pinned memory, wait on an
-event, repeat while non-zero.
+Host loop (everything else): host_fallback.py.
 
 The helper kernels' C source and the state blocks they share with Python: driver/loop_state.py.
 """
@@ -28,6 +27,7 @@ from .driver import nvrtc
 from .driver.device import check, driver, free_host, owned
 from .driver.loop_state import (
     BRANCH_PARAMS,
+    CANCELLED,
     CONDITION_PARAMS,
     GATE_PARAMS,
     HELPER_SOURCE,
@@ -48,7 +48,9 @@ from .driver.nodes import (
 )
 from .driver.params import ParamBuffer
 from .errors import runaway_error
+from .lang.front.regions import RepeatLoop, loop_limit
 from .runtime import DeviceState
+from .runtime.cancel import cancelled_error
 
 MIN_COMPUTE_CAPABILITY = (9, 0)
 MIN_DRIVER_VERSION = 12040  # CUDA 12.4
@@ -110,9 +112,22 @@ class WhileLoop:
     pass count into pinned host memory, which qgraph.sync() reads (DeviceState.check_guards).
     """
 
+    @classmethod
+    def of_region(cls, spec, region, number: int, count_part: tuple[int, bool], outermost: bool) -> WhileLoop:
+        """The loop of a DeviceLoop or RepeatLoop region of `spec` (graph_cache.GraphSpec). A loop no loop
+        encloses clears the cancel word as it starts; not a repeat's remainder part, which runs after
+        its main part (a cancel during that must stop it too)."""
+        cancel = (spec.cancel_word, outermost and not count_part[1])
+        if isinstance(region, RepeatLoop):
+            return cls(spec.target, spec.flags[region.count], number, (None, spec.name, region), LoopMode.COUNT,
+                       spec.stop_word, count_part, cancel)
+        return cls(spec.target, spec.flags[region.flag], number,
+                   (loop_limit(region, spec.options.max_iterations), spec.name, region),
+                   LoopMode.WHILE if region.test_first else LoopMode.DO_WHILE, spec.stop_word, cancel=cancel)
+
     def __init__(self, target: DeviceState, flag_slot: tuple[int, int | None], number: int = 0,
                  guard: tuple = (None, "", None), mode: LoopMode = LoopMode.DO_WHILE, stop_word: int = 0,
-                 count_part: tuple[int, bool] = (1, False)) -> None:
+                 count_part: tuple[int, bool] = (1, False), cancel: tuple[int, bool] = (0, False)) -> None:
         d = driver()
         self.kernel_nodes = 2  # the slot writer and the condition kernel (and a gate per unrolled copy)
         # a repeat loop unrolled U times: (U, False) runs count // U passes of U copies, (U, True) count % U
@@ -133,7 +148,8 @@ class WhileLoop:
         self.tripped.value = 0
         record_device = int(check(d.cuMemHostGetDevicePointer(self._record, 0), "cuMemHostGetDevicePointer"))
         # the slot writer sets the flag's address, the passes and the limit; add_loop the handle
-        state = LoopState(trip_record=record_device, mode=mode, stop_record=stop_word)
+        state = LoopState(trip_record=record_device, mode=mode, stop_record=stop_word, cancel_word=cancel[0],
+                          clears_cancel=int(cancel[1]))  # cancel: (the kernel's word, whether it clears it)
         self._device.copy_to_device(self.slot, ctypes.addressof(state), ctypes.sizeof(state))
         target.guards.add(self)
         self._buffers: list[ParamBuffer] = []
@@ -200,11 +216,16 @@ class WhileLoop:
         return {self._constant: self.slot.to_bytes(8, "little"), self._limit: limit.to_bytes(8, "little"),
                 "_zero8": bytes(8), "_int64_bytes": _int64_bytes}
 
-    def raise_if_tripped(self) -> None:
-        """After a sync (DeviceState.check_guards): QgraphError if the guard stopped this loop."""
-        if self.tripped.value:
-            self.tripped.value = 0
-            raise runaway_error(self.kernel_name, self.region, self.limit)
+    def tripped_error(self) -> Exception | None:
+        """After a sync (DeviceState.check_guards): the guard's QgraphError if it stopped this loop,
+        LoopCancelled if its cancel word did (the record cleared), else None."""
+        value = self.tripped.value
+        if not value:
+            return None
+        self.tripped.value = 0
+        if value & CANCELLED:
+            return cancelled_error(self.kernel_name, self.region, value & ~CANCELLED)
+        return runaway_error(self.kernel_name, self.region, self.limit)
 
     def passes(self) -> int:
         """Passes of the last launch (waits for the stream)."""
@@ -281,119 +302,3 @@ class IfBranch:
         """Free the state block (once; the caller made sure no launch is queued)."""
         self.slot = 0
         self._free()
-
-
-class FlagReader:
-    """Reads an int32 flag back to the host: an async copy into pinned memory, an event, and an
-    interruptible wait (Ctrl-C gets through)."""
-
-    def __init__(self, target: DeviceState) -> None:
-        d = driver()
-        self._device = target.device
-        # each handle goes back when the reader is collected (its runner dropped)
-        self._host = check(d.cuMemHostAlloc(4, 0), "cuMemHostAlloc")
-        self._releases = [owned(self, free_host, self._host)]
-        self._value = ctypes.c_int32.from_address(int(self._host))
-        self._event = self._device.event()
-        self._releases.append(owned(self, self._device.release_event, self._event))
-        self._copy = d.cuMemcpyDtoHAsync
-        self._record = d.cuEventRecord
-
-    def read(self, flag: int, stream: int) -> bool:
-        """Whether the flag at device address `flag` is non-zero, after the stream's work so far."""
-        check(self._copy(self._host, flag, 4, stream), "reading the graph_while flag")
-        check(self._record(self._event, stream), "cuEventRecord")
-        self._device.wait_event(self._event)
-        return self._value.value != 0
-
-
-class HostLoop:
-    """A device loop around the whole body, without a WHILE node: run the body, read the flag
-    back, repeat while it is non-zero."""
-
-    def __init__(self, target: DeviceState, first_run, graph, flag_slot: tuple[int, int | None],
-                 guard: tuple = (None, "", None)) -> None:
-        self.limit, self.kernel_name, self.region = guard
-        self.passes = 0  # of the last call
-        self._first_run = first_run
-        self._graph = graph  # a TaskGraph of the body, or None when the body runs eagerly
-        self._flag = flag_slot
-        self._read = FlagReader(target).read
-
-    def run(self, args: tuple, packs: tuple, stream: int) -> None:
-        k, j = self._flag
-        flag = int.from_bytes((packs[k] if j is None else packs[k][j])[FlagKind.address], "little")
-        self._first_run(args, packs, stream)
-        graph = self._graph
-        exec_handle = graph.exec_for(packs) if graph is not None else None
-        passes, limit = 1, self.limit
-        try:
-            while self._read(flag, stream):
-                if limit is not None and passes >= limit:
-                    raise runaway_error(self.kernel_name, self.region, limit)
-                if graph is not None:
-                    graph.relaunch(exec_handle, stream)
-                else:
-                    self._first_run(args, packs, stream)
-                passes += 1
-        finally:
-            self.passes = passes
-
-
-class HostTree:
-    """Device control flow on the host, for regions the host do-while cannot cover (where
-    conditional nodes are unavailable): tasks are launched eagerly, one at a time, and each
-    loop or branch reads its flag back (a wait per decision). `task_runs` maps a task's index
-    to its eager launcher; `slots` maps each flag and count to where its bytes are."""
-
-    def __init__(self, target: DeviceState, body, task_runs: dict, slots: dict, loops: list,
-                 kernel_limit: int | None, kernel_name: str) -> None:
-        from .lang.front.regions import DeviceLoop, IfRegion, RepeatLoop, Sequence, loop_limit
-
-        self._types = (DeviceLoop, IfRegion, RepeatLoop, Sequence)
-        self._limit = lambda loop: loop_limit(loop, kernel_limit)
-        self._body, self._runs, self._slots, self._loops = body, task_runs, slots, loops
-        self._name = kernel_name
-        self.passes = [0] * len(loops)
-        self._read = FlagReader(target).read
-
-    def run(self, args: tuple, packs: tuple, stream: int) -> None:
-        self.passes = [0] * len(self._loops)
-        self._walk(self._body, args, packs, stream)
-
-    def _value(self, name: str, packs: tuple) -> bytes:
-        k, j = self._slots[name]
-        return packs[k] if j is None else packs[k][j]
-
-    def _flag(self, name: str, packs: tuple, stream: int) -> bool:
-        return self._read(int.from_bytes(self._value(name, packs)[FlagKind.address], "little"), stream)
-
-    def _walk(self, region, args: tuple, packs: tuple, stream: int) -> None:
-        DeviceLoop, IfRegion, RepeatLoop, Sequence = self._types
-        if isinstance(region, Sequence):
-            for child in region.children:
-                self._walk(child, args, packs, stream)
-        elif isinstance(region, IfRegion):
-            taken = self._flag(region.flag, packs, stream)
-            self._walk(region.then if taken else region.orelse, args, packs, stream)
-        elif isinstance(region, RepeatLoop):
-            k = self._loops.index(region)
-            count = int.from_bytes(self._value(region.count, packs), "little", signed=True)
-            self.passes[k] = 0
-            for _ in range(max(count, 0)):
-                self._walk(region.body, args, packs, stream)
-                self.passes[k] += 1
-        elif isinstance(region, DeviceLoop):
-            k, limit = self._loops.index(region), self._limit(region)
-            self.passes[k] = 0
-            if region.test_first and not self._flag(region.flag, packs, stream):
-                return
-            while True:
-                self._walk(region.body, args, packs, stream)
-                self.passes[k] += 1
-                if not self._flag(region.flag, packs, stream):
-                    return
-                if limit is not None and self.passes[k] >= limit:
-                    raise runaway_error(self._name, region, limit)
-        else:
-            self._runs[region.index](args, packs, stream)

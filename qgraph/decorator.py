@@ -18,10 +18,11 @@ from .dtypes import float_precision
 from .errors import QgraphError
 from .lang import generated
 from .lang.front import builtins as lang
-from .lang.front import globals_used
+from .lang.front import globals_used, reports
 from .lang.front import parse as frontend
 from .lang.front.regions import control_regions
 from .lang.options import USE_ENVIRONMENT, KernelOptions
+from .runtime.history import History, Reports
 from .runtime.random_state import rng_state
 from .runtime.settings import debug_mode
 
@@ -85,6 +86,7 @@ class Kernel:
         self._launch = None
         self._generation = -1
         self._adjoints: dict = {}  # (arrays with gradients) -> the adjoint Kernel (qgraph.tape)
+        self._reports = Reports(source.qualname, source.reports) if source.reports is not None else None
         functools.update_wrapper(self, fn)
         runtime.STATE.kernels.add(self)
 
@@ -114,6 +116,25 @@ class Kernel:
             options = self.options.resolved(state.settings)
             self._resolved = (state.generation, options)
         return options
+
+    @property
+    def history(self) -> History:
+        """What the last call's qgraph.report statements wrote: `history["residual"]` is an array of
+        (pass, value) rows, read live while a device loop runs (docs/watching.md)."""
+        return History(self._source.qualname, self._reports)
+
+    def _with_progress(self, progress, args: tuple, stream) -> None:
+        from .runtime.progress import watch_call
+
+        watch_call(self, progress, args, stream)
+
+    def cancel(self) -> None:
+        """Stop this kernel's running device loops at the end of their current pass, from any thread:
+        the call's sync raises qgraph.LoopCancelled naming the loop and pass (CUDA; docs/watching.md)."""
+        for found in list(self._launchers.values()):
+            stop = getattr(found, "cancel", None)
+            if stop is not None:
+                stop()
 
     @property
     def tasks(self) -> tuple[frontend.Task, ...]:
@@ -261,9 +282,14 @@ def _bind_class(kernel_cls: type, src: frontend.KernelSource, fn: Callable) -> t
     body = generated.Lines()
     with body.block("if _qg_self._generation != _qg_state.generation:"):
         body.line("_qg_self._attach()")
+    loops = any(True for _ in control_regions(src.body))  # kernel(..., progress=True): runtime.progress
+    if loops:
+        with body.block("if progress:"):
+            body.line(f"return _qg_self._with_progress(progress, ({', '.join(names)},), stream)")
     body.line(f"return _qg_self._launch({', '.join([*names, 'stream'])})")
+    params_call = params + (["progress=None"] if loops else [])
     # _qg_: no parameter can be named so
-    call = generated.function(body.function(f"__call__(_qg_self, {', '.join(params)})"), "__call__",
+    call = generated.function(body.function(f"__call__(_qg_self, {', '.join(params_call)})"), "__call__",
                               f"binder of kernel {src.qualname}", ns)
     # Python names the function in a binding error ("kernel step() missing 1 required positional
     # argument: 'v'"): the kernel's name there costs nothing on the call path
@@ -347,6 +373,7 @@ def kernel(fn: Callable | None = None, *, cuda_graph: bool = False, graph_while:
             raise TypeError(f"@qgraph.kernel decorates a Python function, got {f!r}")
         source = frontend.parse_kernel(f, graph_while, lang.ndrange)
         source = globals_used.with_implicit(f, source)
+        source, _ = reports.with_reports(source, "_qg_self._reports.start()", "_qg_self._reports.state")
         cls = _bind_class(Kernel, source, f)
         # device control flow lives in graphs: graph_while= and qgraph.loop/cond/repeat regions imply cuda_graph
         graphs = cuda_graph or graph_while is not None or any(True for _ in control_regions(source.body))

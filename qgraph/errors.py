@@ -36,3 +36,11 @@ def runaway_error(kernel_name: str, loop, limit: int) -> QgraphError:
 
 class FallbackWarning(UserWarning):
     """A graph_while kernel runs as a host do-while loop instead of a device WHILE node."""
+
+
+class HistoryWarning(UserWarning):
+    """A report's history kept only a subset of its entries (the ring was full; docs/watching.md)."""
+
+
+class LoopCancelled(QgraphError):
+    """A device loop was stopped from the host (kernel.cancel(), Ctrl-C, a progress callback)."""

@@ -34,12 +34,11 @@ from .compiler.cuda_program import TaskKernel
 from .compiler.launch_code import block_expr, generate, grid_expr, signature_with_constants, tile_shape
 from .conditional import IfBranch, WhileLoop
 from .driver.device import CudaDevice, check, driver, fail, kernel_failure
-from .driver.loop_state import LoopMode
 from .driver.nodes import GraphNode, add_edge, kernel_node_params, set_shape
 from .driver.params import ParamBuffer
 from .errors import QgraphError
 from .graph_unroll import Gated, add_gated, count_part, loop_passes, plan_gated, unrolled
-from .lang.front.regions import DeviceLoop, IfRegion, Region, RepeatLoop, Sequence, Task, loop_limit
+from .lang.front.regions import DeviceLoop, IfRegion, Region, RepeatLoop, Sequence, Task
 from .lang.options import KernelOptions
 
 INSTANCES = 4  # executable instances per graph (distinct argument sets kept update-free)
@@ -121,6 +120,7 @@ class GraphSpec(Protocol):
     device_loops: bool  # loop regions as WHILE nodes (else their plain body: the host do-while repeats it)
     programmatic: bool  # programmatic edges between kernel nodes
     stop_word: int  # debug mode: device loops end once the word at this address is non-zero (a failed check)
+    cancel_word: int  # the kernel's cancel word (runtime.cancel; 0: none); loops no loop encloses clear it
 
 
 class TaskGraph:
@@ -156,6 +156,7 @@ class TaskGraph:
         self._kernel_deps = kernel_deps
         self._planned: dict[Region, _Planned] = {}  # region -> its updatable node's plan entry
         self._open_loops: list[WhileLoop] = []  # while adding: the loops around the region being added
+        self._loop_depth = 0  # while planning: the loops around the region being planned
         body = unrolled(spec.body, spec.options.unroll) if spec.device_loops else spec.body  # graph_unroll
         try:
             plan = self._plan(body, {tk.task.index: tk for tk in spec.kernels}, [])
@@ -195,16 +196,12 @@ class TaskGraph:
         elif isinstance(region, DeviceLoop) and not spec.device_loops:  # the host do-while repeats the graph
             self._plan(region.body, by_task, plan)
         elif isinstance(region, (DeviceLoop, RepeatLoop)):
-            if isinstance(region, RepeatLoop):
-                loop = WhileLoop(spec.target, spec.flags[region.count], len(self._loops), (None, self.name, region),
-                                 LoopMode.COUNT, spec.stop_word, count_part(region))
-            else:
-                loop = WhileLoop(spec.target, spec.flags[region.flag], len(self._loops),
-                                 (loop_limit(region, spec.options.max_iterations), self.name, region),
-                                 LoopMode.WHILE if region.test_first else LoopMode.DO_WHILE, spec.stop_word)
+            loop = WhileLoop.of_region(spec, region, len(self._loops), count_part(region), self._loop_depth == 0)
             self._loops.append(loop)
             self._enter(region, loop, plan)
+            self._loop_depth += 1
             self._plan(region.body, by_task, plan)
+            self._loop_depth -= 1
         elif isinstance(region, IfRegion):
             branch = IfBranch(spec.target, spec.flags[region.flag], len(self._branches))
             self._branches.append(branch)

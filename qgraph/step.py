@@ -78,7 +78,7 @@ class GraphFunction:
             self.stats.kernel_calls = self.stats.graph_nodes = 0
         else:
             # the graph lives on the device its kernels ran on (their arrays' device)
-            targets = {call.launcher.target for call in calls}
+            targets = {call.launcher.target for call in calls if call.launcher is not None} or {target}
             if len(targets) > 1:
                 where = ", ".join(sorted(t.key for t in targets))
                 raise QgraphError(f"step {self.__name__}: its kernel calls ran on different devices ({where}); a "
@@ -171,6 +171,28 @@ def graph(fn: Callable | None = None, *, graph_cache_size: int | None = None, gr
 
     return wrap if fn is None else wrap(fn)
 
+
+def host_call(fn: Callable, *args) -> None:
+    """In a @qgraph.graph step: call `fn(*args)` on the host in order with the step's kernel calls
+    (on CUDA a host node of the step's graph, run on a driver thread: `fn` must not call CUDA,
+    and the graph keeps `fn` and `args` alive until it has run; backends/step_host.py). On the
+    CPU, or outside a step (after qgraph.sync()), it calls `fn(*args)` at once."""
+    from .backends import step_body
+
+    if not callable(fn):
+        raise TypeError(f"qgraph.host_call takes a callable first, got {fn!r}")
+    calls = step_body.body_calls()
+    if calls is not None and isinstance(runtime.STATE.current(), DeviceState):
+        from .backends.step_host import HostCall
+
+        calls.append(HostCall(fn, args))
+        return
+    if calls is None:
+        runtime.sync()
+    fn(*args)
+
+
+host_call._qgraph_kind = "host_call"  # what the kernel front end rejects (lang.front.reports)
 
 _LOOPS: dict = {}  # step function -> its graph_while wrapper (qgraph.while_loop)
 

@@ -15,12 +15,14 @@ import qgraph
 from qgraph import cli
 
 
-def test_demo_runs_and_checks_its_result(cpu, capsys):
-    assert cli.main(["--arch", "cpu", "demo", "--n", "24", "--tol", "1e-3"]) == 0
+def test_demo_runs_and_checks_its_result(cpu, capsys, tmp_path):
+    plot = tmp_path / "residual.png"
+    assert cli.main(["--arch", "cpu", "demo", "--n", "24", "--tol", "1e-3", "--plot", str(plot)]) == 0
     out = capsys.readouterr().out
     assert "2D heat diffusion" in out and "steps/s" in out and "converged" in out
     assert "result check: PASSED" in out
     assert "us/call" in out
+    assert f"plotted: {plot}" in out and plot.stat().st_size > 0  # the solve's reported max change
 
 
 def _timed_figures(data, where=""):

@@ -141,7 +141,7 @@ def test_an_arrays_device_memory_is_freed_when_the_last_reference_goes(cuda, unr
 
 
 def test_a_flag_readers_pinned_memory_and_event_go_back_when_it_is_collected(cuda, unraisable):
-    from qgraph.conditional import FlagReader
+    from qgraph.host_fallback import FlagReader
 
     target = qgraph.runtime.STATE.target
     reader = FlagReader(target)

@@ -23,7 +23,7 @@ ENUMS = [("QG_LOOP_MODE", LoopMode), ("QG_BRANCH_BODY", BranchBodies)]
 
 
 def test_the_blocks_are_the_sizes_the_graph_allocates():
-    assert ctypes.sizeof(LoopState) == 8 * 8  # with `live`, which gates the copies of an unrolled body
+    assert ctypes.sizeof(LoopState) == 11 * 8  # with `live` (unrolled copies) and the cancel words
     assert ctypes.sizeof(BranchState) == 3 * 8
     assert [LoopState.trip_record.offset, LoopState.handle.offset, LoopState.stop_record.offset] == [24, 32, 48]
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import warnings
 
-from .. import conditional
+from .. import conditional, host_fallback
 from ..args.kinds import FlagKind
 from ..compiler.compile_signals import interruptible_compile
 from ..compiler.cuda_program import build_program, compile_tasks
@@ -25,6 +25,7 @@ from ..lang.flat.view import flat_name
 from ..lang.front.regions import RepeatLoop, control_regions, is_root_loop
 from ..lang.options import KernelOptions
 from ..runtime import DeviceState
+from ..runtime.cancel import CancelWord
 from . import cuda_call, outer_capture
 from .checks import check_signature, compile_error, flag_params, flag_shape_error, host_bounds
 from .cuda_spec import DeviceKernel, EagerRunner, Specialisation
@@ -61,9 +62,11 @@ class CudaLauncher:
             self.while_mode, self.while_reason = conditional.while_strategy(
                 self.device.info.compute_capability, self.device.info.driver_version,
                 graphs=self.use_graphs, force_host=options.graph_while_host)
+        self._cancel = CancelWord(target) if regions else None  # kernel.cancel(), Ctrl-C (runtime.cancel)
         # what every specialisation here shares, and builds its graphs with
         self._shared = DeviceKernel(target, src.body, src.name, self._bounds, options, self._record,
-                                    self.while_mode == "device", state.settings.programmatic_edges)
+                                    self.while_mode == "device", state.settings.programmatic_edges,
+                                    self._cancel.device_pointer if regions else 0)
         self.stats.used_graph = False
         self.stats.graph_nodes = 0
         self.stats.host_loop = False
@@ -208,16 +211,16 @@ class CudaLauncher:
             if self._root_flag is None:  # regions: walked on the host, tasks launched one by one
                 runs = {tk.task.index: EagerRunner([tk], self._bounds, name).run
                         for tk in spec.kernels}
-                spec.host_runner = conditional.HostTree(self.target, self.src.body, runs, spec.flags, self._loops,
-                                                        self.options.max_iterations, name)
+                spec.host_runner = host_fallback.HostTree(self.target, self.src.body, runs, spec.flags, self._loops,
+                                                        self.options.max_iterations, name, self._cancel)
                 spec.run = spec.host_runner.run
                 return
         if not self.use_graphs:
             eager = spec.eager()
             spec.run = eager.run
             if self.while_mode == "host":
-                spec.host_runner = conditional.HostLoop(self.target, eager.run, None, spec.flags[self._root_flag],
-                                                        self._guard())
+                spec.host_runner = host_fallback.HostLoop(self.target, eager.run, None, spec.flags[self._root_flag],
+                                                        self._guard(), self._cancel)
                 spec.run = spec.host_runner.run
             return
         spec.uses_graph = True
@@ -233,14 +236,19 @@ class CudaLauncher:
             self.stats.graph_nodes = graph.kernel_nodes
             run = graph.replay
             if self.while_mode == "host":
-                spec.host_runner = conditional.HostLoop(self.target, graph.replay, graph,
-                                                        spec.flags[self._root_flag], self._guard())
+                spec.host_runner = host_fallback.HostLoop(self.target, graph.replay, graph,
+                                                        spec.flags[self._root_flag], self._guard(), self._cancel)
                 run = spec.host_runner.run
             spec.run = run
             self.graphs.add(spec.key, graph)
             self.stats.cache_size = len(self.graphs)
             run(args, packs, stream)
         return build_and_run
+
+    def cancel(self) -> None:
+        """kernel.cancel(): the running device loops end after their current pass (runtime.cancel)."""
+        if self._cancel is not None:
+            self._cancel.set()
 
     def _evicted(self, key: tuple) -> None:
         spec = self._specs.get(key)
@@ -270,3 +278,5 @@ class CudaLauncher:
         self._capture.close()
         if self._record is not None:
             self._record.close()
+        if self._cancel is not None:
+            self._cancel.close()

@@ -38,6 +38,7 @@ class DeviceKernel:
     record: DeviceRecord | None  # debug mode's record of a failed check (None: debug off)
     device_loops: bool  # loop regions become WHILE nodes (else the host do-while repeats the graph)
     programmatic: bool  # programmatic edges between kernel nodes where the device has them
+    cancel_word: int = 0  # device address of the launcher's runtime.cancel.CancelWord (0: no loops)
 
 
 class Specialisation:
@@ -45,7 +46,7 @@ class Specialisation:
 
     __slots__ = ("key", "kernels", "flags", "sites", "target", "body", "name", "bounds", "options", "record",
                  "device_loops", "programmatic", "run", "graph", "uses_graph", "host_loop", "nodes", "host_runner",
-                 "captured_run", "again")
+                 "captured_run", "again", "cancel_word")
 
     def __init__(self, key: tuple, kernels: list[TaskKernel], flags: dict, sites: list, shared: DeviceKernel) -> None:
         self.key = key
@@ -55,6 +56,7 @@ class Specialisation:
         self.target, self.body, self.name, self.bounds = shared.target, shared.body, shared.name, shared.bounds
         self.options, self.record = shared.options, shared.record
         self.device_loops, self.programmatic = shared.device_loops, shared.programmatic
+        self.cancel_word = shared.cancel_word
         if shared.options.debug:  # every task kernel takes the record after its scratch arrays
             for tk in kernels:
                 tk.record = shared.record.abi
@@ -63,7 +65,7 @@ class Specialisation:
         self.uses_graph = False
         self.host_loop = False
         self.nodes = 0
-        self.host_runner = None  # the conditional.HostLoop of the host fallback
+        self.host_runner = None  # the host_fallback.HostLoop or HostTree
         self.captured_run = None  # eager launches into another library's stream capture (outer_capture)
         # the same-arguments fast path may replay it (cuda_call): not with struct or vector arguments,
         # which can change behind the same object

@@ -29,6 +29,7 @@ from ..graph_cache import TaskGraph, _Instance
 from ..runtime.arrays import Ndarray
 from .checks import written_params
 from .step_body import body_calls, tape_call
+from .step_host import host_node, queue_host_calls
 
 _WRITTEN: dict[int, frozenset] = {}  # id(kernel source) -> positions of the array parameters it writes
 
@@ -104,12 +105,13 @@ def dependencies(calls: list[StepCall]) -> tuple[tuple[int, ...], ...]:
     """For each call, the earlier calls it waits for: those whose arrays overlap its own where
     either writes (conservative: any overlap of the bytes spanned), less those it already waits
     for through another."""
-    spans = [_spans(c) for c in calls]
+    host = [c.launcher is None for c in calls]  # a qgraph.host_call (step_host) waits and is waited for
+    spans = [[] if h else _spans(c) for c, h in zip(calls, host)]
     found: list[tuple[int, ...]] = []
     before: list[set] = []  # every call each call waits for, directly or through others
     for j, mine in enumerate(spans):
-        waits = [i for i in range(j) if any(a0 < b1 and b0 < a1 and (wa or wb)
-                                            for a0, a1, wa in spans[i] for b0, b1, wb in mine)]
+        waits = [i for i in range(j) if host[i] or host[j] or any(a0 < b1 and b0 < a1 and (wa or wb)
+                                                                   for a0, a1, wa in spans[i] for b0, b1, wb in mine)]
         # an edge from a call another waited-for call already waits for adds nothing: leave it out
         # (one edge from the call before is also what lets it be a programmatic edge)
         found.append(tuple(i for i in waits if not any(i in before[k] for k in waits if k != i)))
@@ -174,6 +176,11 @@ class BuiltStep:
             ends: list[list] = []
             for call, waits in zip(calls, deps):
                 launcher = call.launcher
+                if launcher is None:  # qgraph.host_call
+                    part = host_node(into, [n for i in waits for n in ends[i]], self.loop is not None, name)
+                    self.parts.append(part)
+                    ends.append(part.ends)
+                    continue
                 if launcher.while_mode == "host":
                     raise QgraphError(f"kernel {launcher.src.name} has device control flow that runs on the host "
                                       f"here ({launcher.while_reason}), so it cannot be part of a @qgraph.graph "
@@ -273,6 +280,7 @@ class StepRunner:
                 return False, None
             if stream != self.own_stream:  # qgraph arrays are freed in order on its own stream
                 self._target.lifetimes.hold(stream, args)
+            queue_host_calls(built.parts, self._current_calls)
             err = self._launch(built.exec, stream)[0]
             if err:
                 raise self._fail(err, "cuGraphLaunch")
@@ -284,7 +292,7 @@ class StepRunner:
         built = self._current
         # a kernel drawing random numbers takes a fresh stream position on every call: run the body
         draws = any(p.source is not None and "rng" in p.source for c in self._current_calls
-                    for p in c.launcher.src.params)
+                    if c.launcher is not None for p in c.launcher.src.params)
         if built is None or draws or not all(_reusable(v) for v in args + tuple(kwargs.values())):
             self._same = None
             return
@@ -315,13 +323,14 @@ class StepRunner:
                 found.set_flag(address)
             self._current, self._current_calls, self._current_version = found, calls, found.version
             self._target.lifetimes.hold(stream, [c.args for c in calls])
+            queue_host_calls(found.parts, calls)
             err = self._launch(found.exec, stream)[0]
             if err:
                 raise self._fail(err, "cuGraphLaunch")
             stats = self._stats
             stats.replays += 1
             stats.graph_nodes = found.kernel_nodes
-            stats.kernel_calls = len(calls)
+            stats.kernel_calls = sum(c.launcher is not None for c in calls)
 
     def _flag_address(self, calls: list[StepCall], flag) -> bytes:
         """The flag's element pointer, from a kernel call the flag is passed to (one must set it)."""

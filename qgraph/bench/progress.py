@@ -60,6 +60,10 @@ class StepBar:
         self._started = True
         self._bar.set_postfix_str(name)
 
+    def note(self, text: str) -> None:
+        """Replace the running step's text (a live value of a long step)."""
+        self._bar.set_postfix_str(text, refresh=False)
+
     def close(self) -> None:
         """Stop the clock and erase the bar (the command's output follows it)."""
         self._stop.set()

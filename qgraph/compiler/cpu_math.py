@@ -35,6 +35,12 @@ def remainder(x, y):
     return -r if np.signbit(x) else r
 
 
+def report_fence():
+    """qgraph.report's fence (lang.front.reports): nothing to order on the CPU, whose runner
+    returns before the host reads the ring."""
+    return None
+
+
 _COMPILED: dict = {}
 
 
@@ -42,5 +48,6 @@ def cpu_math() -> dict:
     """Generated name -> compiled function (lang.lower.lowering.CPU_MATH names them)."""
     if not _COMPILED:
         _COMPILED.update({"_qg_fmod": adapter.njit(fmod, parallel=False, cache=None),
-                          "_qg_remainder": adapter.njit(remainder, parallel=False, cache=None)})
+                          "_qg_remainder": adapter.njit(remainder, parallel=False, cache=None),
+                          "_qg_report_fence": adapter.njit(report_fence, parallel=False, cache=None)})
     return _COMPILED

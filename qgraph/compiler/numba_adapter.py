@@ -200,7 +200,20 @@ def cuda_namespace() -> dict:
     return {**addressing(), "_qg_cuda": cuda, "_qg_f32": float32, "_qg_i32": int32, "_qg_i64": int64,
             "_qg_u32": uint32, "_qg_u64": uint64, **_python_min_max(), "_qg_math": math,
             "_qg_libdevice": libdevice, "_qg_np_i32": np.int32, "_qg_np_i64": np.int64, "_qg_np_u32": np.uint32,
-            "_qg_np_u64": np.uint64}
+            "_qg_np_u64": np.uint64, "_qg_report_fence": _report_fence(cuda)}
+
+
+def _report_fence(cuda):
+    """qgraph.report's fence (lang.front.reports): a device function around __threadfence_system
+    (numba-cuda types its stub only as an attribute of the cuda module)."""
+    if not _FENCE:
+        namespace = {"cuda": cuda}
+        exec("def report_fence():\n    cuda.threadfence_system()\n", namespace)
+        _FENCE.append(cuda_device_function(namespace["report_fence"]))
+    return _FENCE[0]
+
+
+_FENCE: list = []
 
 
 _MIN_MAX: dict = {}

@@ -157,6 +157,11 @@ class CudaDevice:
         self.ensure_current()
         self._wait(self._stream_query, self.stream, "cuStreamQuery")
 
+    def stream_idle(self) -> bool:
+        """Whether qgraph's stream has finished its work (a query, no wait)."""
+        self.ensure_current()
+        return self._stream_query(self.stream)[0] != self._not_ready
+
     def wait_event(self, event) -> None:
         """Wait until `event` completes, interruptibly."""
         self._wait(self._event_query, event, "cuEventQuery")

@@ -39,7 +39,15 @@ LOOP_FIELDS = (
     ("mode", "a LoopMode"),
     ("stop_record", "debug mode's record (0: none): a failed check ends the loop"),
     ("live", "1 while the pass goes on: 0 once a check between unrolled copies stopped it"),
+    ("cancel_word", "the kernel's host-mapped [cancel, passes] words (0: none): non-zero cancel ends the loop"),
+    ("clears_cancel", "1 for a loop no other loop encloses: its slot writer clears the cancel word as it starts"),
+    ("cancel_checked", "the device clock (globaltimer, ns) when the condition kernel last read the cancel word"),
 )
+
+CANCELLED = 1 << 63  # in a trip record: the loop ended on its cancel word (the low bits: its passes)
+# the condition kernel reads the cancel word (a read across the bus, about a microsecond) at most
+# once per period: a cancel lands within it plus a pass, and costs a short pass almost nothing
+CANCEL_PERIOD_NS = 200_000
 
 BRANCH_FIELDS = (
     ("then_handle", "the conditional handle of the then body's IF node"),
@@ -110,6 +118,11 @@ extern "C" __global__ void qgraph_store_flag_address(unsigned long long* state, 
     state[QG_LOOP_PASSES] = 0;
     state[QG_LOOP_LIMIT] = limit;
     state[QG_LOOP_LIVE] = 1;
+    if (state[QG_LOOP_CANCEL_WORD] && state[QG_LOOP_CLEARS_CANCEL]) {  // [cancel, passes]: a new call
+        ((volatile unsigned long long*)state[QG_LOOP_CANCEL_WORD])[0] = 0;
+        ((volatile unsigned long long*)state[QG_LOOP_CANCEL_WORD])[1] = 0;
+    }
+    state[QG_LOOP_CANCEL_CHECKED] = 0;
     unsigned long long mode = state[QG_LOOP_MODE];
     unsigned int go = mode == QG_LOOP_MODE_DO_WHILE ? 1u
                     : mode == QG_LOOP_MODE_WHILE ? (*(const int*)address != 0 ? 1u : 0u)
@@ -121,21 +134,40 @@ extern "C" __global__ void qgraph_store_flag_address(unsigned long long* state, 
 // of an unrolled body was skipped, so later copies, gates and the condition skip too).
 __device__ unsigned int qgraph_next_pass(unsigned long long* state)
 {
-    if (!state[QG_LOOP_LIVE])
+    // every word of the block this pass may need, loaded together: one trip to memory, not one per decision
+    const unsigned long long live = state[QG_LOOP_LIVE], passes = state[QG_LOOP_PASSES] + 1;
+    const unsigned long long mode = state[QG_LOOP_MODE], limit = state[QG_LOOP_LIMIT];
+    const unsigned long long flag = state[QG_LOOP_FLAG_ADDRESS], stop = state[QG_LOOP_STOP_RECORD];
+    const unsigned long long cancel = state[QG_LOOP_CANCEL_WORD], checked = state[QG_LOOP_CANCEL_CHECKED];
+    const unsigned long long clears = state[QG_LOOP_CLEARS_CANCEL];
+    if (!live)
         return 0u;
-    unsigned long long passes = state[QG_LOOP_PASSES] + 1;
     state[QG_LOOP_PASSES] = passes;
-    unsigned int go;
-    unsigned long long stop = state[QG_LOOP_STOP_RECORD];
+    unsigned int go = 1u;
     if (stop && *(volatile const long long*)stop != 0) {
         go = 0u;
-    } else if (state[QG_LOOP_MODE] == QG_LOOP_MODE_COUNT) {
-        go = (long long)passes < (long long)state[QG_LOOP_LIMIT] ? 1u : 0u;
-    } else {
-        go = *(const int*)state[QG_LOOP_FLAG_ADDRESS] != 0 ? 1u : 0u;
-        if (go && passes >= state[QG_LOOP_LIMIT]) {  // the runaway guard: stop, and tell the host
-            go = 0u;
-            *(volatile unsigned long long*)state[QG_LOOP_TRIP_RECORD] = passes;
+    } else if (cancel) {
+        unsigned long long now;
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+        if (now - checked >= QG_CANCEL_PERIOD_NS) {
+            state[QG_LOOP_CANCEL_CHECKED] = now;
+            if (clears)  // the host's progress bar reads the outermost loop's passes
+                ((volatile unsigned long long*)cancel)[1] = passes;
+            if (*(volatile const unsigned long long*)cancel != 0) {  // kernel.cancel() or Ctrl-C: tell the host
+                *(volatile unsigned long long*)state[QG_LOOP_TRIP_RECORD] = passes | QG_CANCELLED;
+                go = 0u;
+            }
+        }
+    }
+    if (go) {
+        if (mode == QG_LOOP_MODE_COUNT) {
+            go = (long long)passes < (long long)limit ? 1u : 0u;
+        } else {
+            go = *(const int*)flag != 0 ? 1u : 0u;
+            if (go && passes >= limit) {  // the runaway guard: stop, and tell the host
+                go = 0u;
+                *(volatile unsigned long long*)state[QG_LOOP_TRIP_RECORD] = passes;
+            }
         }
     }
     state[QG_LOOP_LIVE] = go;
@@ -170,4 +202,6 @@ extern "C" __global__ void qgraph_set_branch(const unsigned long long* state, un
 HELPER_SOURCE = "\n".join([_PREAMBLE, c_words("QG_LOOP", LoopState, LOOP_FIELDS),
                            c_constants("QG_LOOP_MODE", LoopMode),
                            c_words("QG_BRANCH", BranchState, BRANCH_FIELDS),
-                           c_constants("QG_BRANCH_BODY", BranchBodies), _KERNELS])
+                           c_constants("QG_BRANCH_BODY", BranchBodies),
+                           f"enum qg_trip : unsigned long long {{ QG_CANCELLED = {CANCELLED}ull, "
+                           f"QG_CANCEL_PERIOD_NS = {CANCEL_PERIOD_NS}ull }};", _KERNELS])

@@ -39,6 +39,20 @@ def diffuse(u, un, change, steps, flag, alpha: float, tol: float, max_steps: int
     flag[0] = 1 if change[0] >= tol and steps[0] < max_steps else 0
 
 
+@qgraph.kernel(graph_while="flag")
+def diffuse_watched(u, un, change, steps, flag, alpha: float, tol: float, max_steps: int):
+    """`diffuse` reporting its max change every step (qgraph.report: python -m qgraph demo)."""
+    change[0] = 0.0
+    for i, j in qgraph.ndrange((1, u.shape[0] - 1), (1, u.shape[1] - 1)):
+        un[i, j] = u[i, j] + alpha * (u[i - 1, j] + u[i + 1, j] + u[i, j - 1] + u[i, j + 1] - 4.0 * u[i, j])
+    for i, j in qgraph.ndrange((1, u.shape[0] - 1), (1, u.shape[1] - 1)):
+        qgraph.atomic_max(change, 0, abs(un[i, j] - u[i, j]))
+        u[i, j] = un[i, j]
+    steps[0] += 1
+    qgraph.report("max change", change[0])
+    flag[0] = 1 if change[0] >= tol and steps[0] < max_steps else 0
+
+
 @dataclass
 class HeatResult:
     n: int
@@ -69,36 +83,40 @@ def numpy_reference(u0: np.ndarray, steps: int, alpha: float = ALPHA) -> np.ndar
     return u
 
 
-def solve(u0: np.ndarray, tol: float, max_steps: int) -> tuple[np.ndarray, int, float, float]:
-    """Run the kernel once: (final field, steps, max change of the last step, seconds)."""
+def solve(u0: np.ndarray, tol: float, max_steps: int, progress=None) -> tuple[np.ndarray, int, float, float]:
+    """Run the kernel once: (final field, steps, max change of the last step, seconds). With
+    `progress` (a kernel call's progress=), `diffuse_watched` runs instead and reports each step."""
     u, un = qgraph.from_numpy(u0), qgraph.from_numpy(u0)
     change, steps = qgraph.ndarray(qgraph.f64, (1,)), qgraph.ndarray(qgraph.i32, (1,))
     flag = qgraph.ndarray(qgraph.i32, (1,))
     qgraph.sync()
     start = time.perf_counter()
-    diffuse(u, un, change, steps, flag, ALPHA, tol, max_steps)
+    if progress is None:
+        diffuse(u, un, change, steps, flag, ALPHA, tol, max_steps)
+    else:
+        diffuse_watched(u, un, change, steps, flag, ALPHA, tol, max_steps, progress=progress)
     qgraph.sync()
     seconds = time.perf_counter() - start
     return u.to_numpy(), int(steps.to_numpy()[0]), float(change.to_numpy()[0]), seconds
 
 
 def run(n: int = 64, tol: float = 1e-4, max_steps: int = 20000, check: bool = True,
-        on_step: Callable[[str], None] | None = None) -> HeatResult:
+        on_step: Callable[[str], None] | None = None, progress=None) -> HeatResult:
     """Diffuse on an n x n grid until the max change per step is below tol (or max_steps).
 
     `on_step(name)` is called as each stage starts (compiling, solving, checking against NumPy):
-    the command line's progress bar follows them."""
+    the command line's progress bar follows them. `progress` (see `solve`) watches the solve."""
     if n < 3:
         raise ValueError("n must be at least 3 (an interior is needed)")
     on_step = on_step or (lambda name: None)
     on_step("compiling the heat kernel")
     start = time.perf_counter()
-    solve(initial_field(4), tol, 2)  # compile (and cache) the kernel on a tiny grid
+    solve(initial_field(4), tol, 2, progress)  # compile (and cache) the kernel on a tiny grid
     compile_seconds = time.perf_counter() - start
 
     u0 = initial_field(n)
     on_step(f"solving {n}x{n} to convergence")
-    u, steps, max_change, seconds = solve(u0, tol, max_steps)
+    u, steps, max_change, seconds = solve(u0, tol, max_steps, progress)
     if check:
         on_step(f"checking against NumPy ({steps} steps)")
     error = float(np.abs(u - numpy_reference(u0, steps)).max()) if check else None

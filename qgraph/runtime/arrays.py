@@ -7,13 +7,14 @@ call reads them with two attribute loads.
 
 from __future__ import annotations
 
+import ctypes
 import operator
 
 import numpy as np
 
 from ..args import resolve
 from ..args.kinds import array_sig, numba_abi
-from ..driver.device import owned
+from ..driver.device import check, driver, free_host, owned
 from ..dtypes import as_dtype
 from ..lang.types.vector_types import element_of
 from . import state as runtime
@@ -196,6 +197,30 @@ def _rebuilt(dtype, shape: tuple, contents: np.ndarray, ordinal: int | None = No
 
 
 resolve.ARRAY_TYPE[0] = Ndarray  # struct resolvers (args layer) test for it by identity
+
+
+def host_mapped(dtype, size: int) -> tuple[Ndarray, np.ndarray]:
+    """A 1-d array in pinned host memory that kernels read and write through its device mapping
+    (cuMemHostAlloc DEVICEMAP), and a NumPy view of the same bytes, zero-filled: the host sees
+    the device's stores while kernels run (qgraph.report's ring). On cpu, an array and its contents."""
+    state = runtime.ensure_init()
+    dtype = as_dtype(dtype)
+    if state.arch == "cpu":
+        array = Ndarray(dtype, (size,))
+        return array, array._host
+    d, nbytes = driver(), size * dtype.itemsize
+    flags = d.CU_MEMHOSTALLOC_DEVICEMAP | d.CU_MEMHOSTALLOC_PORTABLE
+    host = int(check(d.cuMemHostAlloc(nbytes, flags), "cuMemHostAlloc (mapped)"))
+    array = Ndarray.__new__(Ndarray)
+    array._free = owned(array, free_host, host)  # with the array, never before
+    array.grad, array._element, array._dtype, array._shape, array._size = None, None, dtype, (size,), size
+    array._sig = array_sig(dtype, 1, True, size, ())
+    array._host, array._device = None, state.current().device
+    array._ptr = int(check(d.cuMemHostGetDevicePointer(host, 0), "cuMemHostGetDevicePointer"))
+    array._abi = numba_abi(array._ptr, (size,), (dtype.itemsize,), dtype.itemsize)
+    view = np.ctypeslib.as_array((ctypes.c_byte * nbytes).from_address(host)).view(dtype)
+    view[:] = 0
+    return array, view
 
 
 def ndarray(dtype, shape, requires_grad: bool = False) -> Ndarray:

@@ -17,7 +17,7 @@ import operator
 import threading
 import weakref
 
-from ..errors import QgraphError
+from ..errors import LoopCancelled, QgraphError
 from .settings import ARCHES, Settings, arch_name
 
 
@@ -34,6 +34,7 @@ class DeviceState:
         self.code_cache = CodeCache(settings.cache_dir)
         self.helpers: dict[str, object] = {}  # helper kernels loaded on this device, by name
         self.guards: set = set()  # device loops with a runaway guard (conditional.WhileLoop)
+        self.cancel_words: weakref.WeakSet = weakref.WeakSet()  # runtime.cancel.CancelWord of each launcher
         # held by every kernel call's launch and by sync's bookkeeping: calls from several threads
         # neither interleave their parameter writes, node updates and launches nor race the lifetimes
         self.lock = threading.Lock()
@@ -42,16 +43,34 @@ class DeviceState:
         self.lifetimes.release_all()
 
     def sync(self) -> None:
-        """Wait for this device's queued work, then release what it held and check the guards."""
-        self.device.synchronize()
+        """Wait for this device's queued work, then release what it held and check the guards.
+        Ctrl-C during the wait cancels the device loops (runtime.cancel), waits for them to end
+        their pass (a second Ctrl-C stops waiting) and raises KeyboardInterrupt naming the loop."""
+        try:
+            self.device.synchronize()
+        except KeyboardInterrupt:
+            if not self.cancel_words:
+                raise
+            for word in list(self.cancel_words):
+                word.set()
+            self.device.synchronize()
+            self.check_guards(interrupted=True)
+            raise
         with self.lock:
             self.release_all()
         self.check_guards()
 
-    def check_guards(self) -> None:
-        """After a sync: raise QgraphError for a device loop its runaway guard stopped."""
-        for loop in list(self.guards):
-            loop.raise_if_tripped()
+    def check_guards(self, interrupted: bool = False) -> None:
+        """After a sync: raise QgraphError for a device loop its runaway guard stopped, LoopCancelled
+        (KeyboardInterrupt when `interrupted`) for one the host cancelled; every record is cleared."""
+        found = [error for loop in list(self.guards) if (error := loop.tripped_error()) is not None]
+        for word in list(self.cancel_words):
+            word.clear()
+        if found:
+            error = found[0]
+            if interrupted and isinstance(error, LoopCancelled):
+                raise KeyboardInterrupt(str(error)) from None
+            raise error
 
 
 class CpuState:

@@ -57,6 +57,17 @@ def repeat(count, unroll=None):
 CONTROL = {"loop": loop, "cond": cond, "repeat": repeat}
 
 
+def report(name: str, value) -> None:
+    """`qgraph.report("residual", change[0])` in a serial statement of a device loop body: append
+    (pass number, value) to the loop's history, which the host reads while the loop runs
+    (`kernel.history[name]`, docs/watching.md). Called from plain Python it does nothing."""
+
+
+def report_fence() -> None:
+    """Order a report's entry before its count (lang.front.reports): on CUDA a system-wide
+    memory fence, so the host never sees a count ahead of its entry; nothing on the CPU."""
+
+
 def clamp(x, lo, hi):
     """`x` limited to [lo, hi] (min(max(x, lo), hi)); per component for vectors."""
     return min(max(x, lo), hi)

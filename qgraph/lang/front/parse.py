@@ -71,6 +71,7 @@ class KernelSource:
     body: Region | None = None  # the region tree every backend walks (None for a func)
     frozen: tuple = ()  # (module dict or closure cell, name) of numbers compiled in (lang.front.globals_used)
     adjoint: object = None  # lang.adjoint.AdjointOf: this is the adjoint of a kernel (its tasks replaced per signature)
+    reports: object = None  # lang.front.reports.ReportLayout: the ring of its qgraph.report statements
 
     @property
     def param_names(self) -> tuple[str, ...]:

@@ -1,0 +1,86 @@
+"""`kernel(..., progress=True)`: a live progress bar (or a callback) for a call's device loops.
+
+While the call runs, a watcher thread polls host memory only (nothing it does waits for the
+device): the outermost loop's passes from the launcher's cancel word (runtime.cancel: its
+condition kernel writes them when it reads the word, the host fallback after each pass) and the
+latest value of each `qgraph.report` from the ring (runtime.history). `progress=True` draws a
+tqdm bar with the passes, their rate and those values (tqdm turns itself off when stderr is no
+terminal); `progress=fn` calls `fn(passes, values)` instead, and a return of False cancels the
+loop (`kernel.cancel()`). The calling thread waits for the device meanwhile, so Ctrl-C cancels
+the loop there (DeviceState.sync). On the CPU the runner holds the thread: the bar shows the end.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from . import state as runtime
+
+POLL_SECONDS = 0.1
+
+
+class Watcher(threading.Thread):
+    """Polls a kernel's passes and reports until `finish()`; draws a bar or calls a callback."""
+
+    def __init__(self, kernel, progress) -> None:
+        super().__init__(name=f"qgraph: progress of {kernel._source.qualname}", daemon=True)
+        self.kernel = kernel
+        self.callback = progress if callable(progress) else None
+        self.bar = None
+        if self.callback is None:
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(desc=kernel._source.qualname, unit=" passes", disable=None, leave=True)
+        self.words = [found._cancel for found in kernel._launchers.values() if getattr(found, "_cancel", None)]
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        while not self.done.wait(POLL_SECONDS):
+            self.update(self.passes())
+
+    def passes(self) -> int:
+        found = [word.passes_word.value for word in self.words]
+        return max(found) if found else 0
+
+    def values(self) -> dict[str, float]:
+        history = self.kernel.history
+        latest = {}
+        for name in history:
+            row = history.latest(name)
+            if row is not None:
+                latest[name] = float(row[1])
+        return latest
+
+    def update(self, passes: int) -> None:
+        values = self.values()
+        if self.callback is not None:
+            if self.callback(passes, values) is False:
+                self.kernel.cancel()
+            return
+        if self.bar is not None:
+            self.bar.n = passes
+            if values:
+                self.bar.set_postfix({k: f"{v:.4g}" for k, v in values.items()}, refresh=False)
+            self.bar.refresh()
+
+    def finish(self, passes: int | None) -> None:
+        """Stop polling; the last update shows the call's final passes (None: it failed)."""
+        self.done.set()
+        self.join()
+        if passes is not None:
+            self.update(passes)
+        if self.bar is not None:
+            self.bar.close()
+
+
+def watch_call(kernel, progress, args: tuple, stream) -> None:
+    """Run one call of `kernel` with a watcher (see the module docstring), waiting for it to end."""
+    watcher = Watcher(kernel, progress)
+    watcher.start()
+    passes = None
+    try:
+        kernel._launch(*args, stream)
+        runtime.sync()
+        passes = kernel.stats.iterations[0] if kernel.stats.iterations else 0
+    finally:
+        watcher.finish(passes)
