@@ -31,7 +31,7 @@ from collections.abc import Callable
 from typing import NamedTuple, Protocol
 
 from .compiler.cuda_program import TaskKernel
-from .compiler.launch_code import block_expr, generate, grid_expr, signature_with_constants, tile_shape
+from .compiler.launch_code import block_expr, generate, graph_blocks, grid_expr, signature_with_constants
 from .conditional import IfBranch, WhileLoop
 from .driver.device import CudaDevice, check, driver, fail, kernel_failure
 from .driver.nodes import GraphNode, add_edge, kernel_node_params, set_shape
@@ -163,7 +163,7 @@ class TaskGraph:
             self._nodes: list[GraphNode | None] = [None] * len(plan)  # by plan index, set as _add adds them
             # a conditional handle belongs to its graph
             self._max_instances = 1 if self._loops or self._branches else INSTANCES
-            self._blocks = self._generate_blocks(plan, spec.kernels, spec.bounds)
+            self._blocks = graph_blocks(plan, spec.kernels, spec.bounds, self.name)
             blocks, grids = self._blocks(args, packs)
             if into is None:
                 self.graph = check(d.cuGraphCreate(0), "cuGraphCreate")
@@ -278,25 +278,20 @@ class TaskGraph:
         except BaseException:
             d.cuGraphExecDestroy(exec_handle)
             raise
+        return self.instance_of(exec_handle)
+
+    def instance_of(self, exec_handle) -> _Instance:
+        """An instance of `exec_handle` (this graph's, or a step's graph this one is part of) holding
+        the parameter blocks the graph was built with."""
         return _Instance(exec_handle, list(self._template_blocks))
 
-    def _generate_blocks(self, plan: list, kernels: list[TaskKernel], bounds):
-        """blocks(args, p) -> (parameter block per node, grid per node), as generated code."""
-        exprs, grids = [], []
-        constants = {"_bounds": bounds, "_tile": tile_shape}
-        for item in plan:
-            if isinstance(item, (WhileLoop, IfBranch)):
-                exprs.append(item.slot_expr)
-                grids.append("1")
-                constants.update(item.constants())
-            else:
-                exprs.append(block_expr(item))
-                grids.append(grid_expr(item, True))
-        has_bounds = any(tk.parallel for tk in kernels)
-        lines = ["    b, n, c = _bounds(*args)" if has_bounds else "    b = n = c = ()",
-                 f"    return [{', '.join(exprs)}], [{', '.join(grids)}]"]
-        source = f"def blocks({signature_with_constants('args, p', constants)}):\n" + "\n".join(lines) + "\n"
-        return generate(source, "blocks", constants, f"graph blocks of kernel {self.name}")
+    def update_for(self, instance: _Instance, args: tuple, packs: tuple) -> None:
+        """Set `instance`'s nodes for a call with other arguments (a @qgraph.graph step's part)."""
+        self._update(instance, *self._blocks(args, packs))
+
+    def kernel_handles(self) -> set[int]:
+        """The int handles of this graph's kernel nodes (later nodes may follow them programmatically)."""
+        return {int(n.handle) for n in self._nodes if n is not None and n.kernel is not None}
 
     def _generate_replay(self, stats):
         d = driver()

@@ -25,7 +25,7 @@ from ..conditional import WhileLoop
 from ..driver.device import check, driver, kernel_failure
 from ..driver.loop_state import LoopMode
 from ..errors import QgraphError
-from ..graph_cache import TaskGraph, _Instance
+from ..graph_cache import TaskGraph
 from ..runtime.arrays import Ndarray
 from .checks import written_params
 from .step_body import body_calls, tape_call
@@ -190,7 +190,7 @@ class BuiltStep:
                                              kernel_deps=kernel_handles)
                 self.parts.append(part)
                 ends.append(part.ends)
-                kernel_handles = kernel_handles | {int(n.handle) for n in part._nodes if n.kernel is not None}
+                kernel_handles = kernel_handles | part.kernel_handles()
             if self.loop is not None:  # the condition kernel after every call
                 last = [n for e in ends for n in e]  # programmatic only behind one kernel node
                 self.loop.add_condition(into, last, programmatic and len(last) == 1 and int(last[0]) in kernel_handles)
@@ -203,7 +203,7 @@ class BuiltStep:
             raise
         self.held = [c.packs for c in calls]
         self.version = 0  # bumped by every change of the nodes: a remembered call must see the same version
-        self._instances = [_Instance(self.exec, list(p._template_blocks)) for p in self.parts]
+        self._instances = [p.instance_of(self.exec) for p in self.parts]
 
     def set_flag(self, address: bytes) -> None:
         """Point the loop's slot writer at another flag array (an in-place node update)."""
@@ -223,8 +223,7 @@ class BuiltStep:
             if call.packs is held[k] or call.packs == held[k]:
                 continue
             part = self.parts[k]
-            blocks, grids = part._blocks(call.args, call.packs)
-            part._update(self._instances[k], blocks, grids)
+            part.update_for(self._instances[k], call.args, call.packs)
             held[k] = call.packs
             self.version += 1
 

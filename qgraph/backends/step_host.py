@@ -42,8 +42,6 @@ class HostNode:
     stands in BuiltStep.parts (no kernel nodes, nothing to update or close)."""
 
     kernel_nodes = 0
-    _template_blocks: list = []
-    _nodes: list = []
 
     def __init__(self, graph, deps: list) -> None:
         d = driver()
@@ -54,6 +52,13 @@ class HostNode:
         params.userData = 0
         self.handle = check(d.cuGraphAddHostNode(graph, deps, len(deps), params), "adding a host_call node")
         self.ends = [self.handle]
+
+    def instance_of(self, exec_handle) -> None:
+        """No parameter blocks to keep per instance (TaskGraph.instance_of's place)."""
+        return None
+
+    def kernel_handles(self) -> set[int]:
+        return set()
 
     def queue(self, call: HostCall) -> None:
         """Before a launch of the graph: the call this launch makes."""

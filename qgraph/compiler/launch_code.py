@@ -82,3 +82,23 @@ def signature_with_constants(params: str, constants: dict) -> str:
     """`def f(<params>, c1=None, c2=None, ...)`: the constants arrive as fast locals."""
     extra = ", ".join(f"{c}=None" for c in constants)
     return f"{params}, {extra}" if extra else params
+
+
+def graph_blocks(plan: list, kernels: list[TaskKernel], bounds, name: str):
+    """blocks(args, p) -> (parameter block per node, grid per node) of a graph's `plan` (a TaskKernel's
+    node, or a loop's or branch's slot writer: an item with `slot_expr` and `constants()`), generated."""
+    exprs, grids = [], []
+    constants = {"_bounds": bounds, "_tile": tile_shape}
+    for item in plan:
+        if isinstance(item, TaskKernel):
+            exprs.append(block_expr(item))
+            grids.append(grid_expr(item, True))
+        else:
+            exprs.append(item.slot_expr)
+            grids.append("1")
+            constants.update(item.constants())
+    has_bounds = any(tk.parallel for tk in kernels)
+    lines = ["    b, n, c = _bounds(*args)" if has_bounds else "    b = n = c = ()",
+             f"    return [{', '.join(exprs)}], [{', '.join(grids)}]"]
+    source = f"def blocks({signature_with_constants('args, p', constants)}):\n" + "\n".join(lines) + "\n"
+    return generate(source, "blocks", constants, f"graph blocks of kernel {name}")
