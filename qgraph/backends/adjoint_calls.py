@@ -195,8 +195,8 @@ def _states(src, facts: _Facts, kinds: list, carried: dict, stored: dict) -> Loo
         if t not in facts.loop_of and clash:
             raise QgraphError(f"kernel {src.name}: the task at line {task.lineno} writes `{clash[0]}`, which the "
                               f"qgraph.repeat loop at line {loop.lineno} carries from pass to pass; the loop's "
-                              "gradient keeps its states only when the tasks outside the loop leave those arrays alone: move "
-                              "that task into a kernel of its own")
+                              "gradient keeps its states only when the tasks outside the loop leave those arrays "
+                              "alone: move that task into a kernel of its own")
     ranks = []
     for name in names:
         kind = kinds[src.param_names.index(name)]
