@@ -140,7 +140,7 @@ def test_graph_while_kernels(arch):
         solve.grad(x, flag)
 
 
-def test_device_loops_and_branches(arch):
+def test_flag_loops_and_branches_on_written_flags(arch):
     @qgraph.kernel
     def looped(x, flag):
         while qgraph.loop(flag):  # device-loop line
@@ -149,29 +149,53 @@ def test_device_loops_and_branches(arch):
             flag[()] = 0
 
     @qgraph.kernel
-    def repeated(x, count: int):
-        for _ in qgraph.repeat(count):  # repeat line
-            for i in range(x.shape[0]):
-                x[i] = math.sin(x[i])
-
-    @qgraph.kernel
     def branched(x, flag):
         if qgraph.cond(flag):  # cond line
             for i in range(x.shape[0]):
                 x[i] = x[i] * 2.0
+        flag[()] = 0
 
     x = _arrays(4)[0]
-    flag = qgraph.from_numpy(np.array(1, np.int32))
-    for kernel, args, line in ((looped, (x, flag), "# device-loop line"), (repeated, (x, 3), "# repeat line"),
-                               (branched, (x, flag), "# cond line")):
-        kernel(*args)
-        message = (r"cannot differentiate device control flow \(qgraph.loop, qgraph.cond, qgraph.repeat\) yet; "
-                   "run the loop from Python under qgraph.Tape")
+    for kernel, line, message in (
+            (looped, "# device-loop line", r"cannot differentiate a flag loop \(qgraph.loop, graph_while\) yet; write "
+                                           r"it as `for _ in qgraph.repeat\(k\):`"),
+            (branched, "# cond line", r"cannot differentiate the qgraph.cond branch on `flag`, which the kernel "
+                                      r"writes; compute the flag in a kernel of its own")):
+        flag = qgraph.from_numpy(np.array(1, np.int32))
+        kernel(x, flag)
         with pytest.raises(qgraph.QgraphSyntaxError, match=message) as raised:
-            kernel.grad(*args)
+            kernel.grad(x, flag)
         with open(HERE) as f:
             number = next(k for k, s in enumerate(f, 1) if line in s)
         assert f"{HERE}:{number}" in str(raised.value)
+
+
+def test_repeat_loops_that_keep_states_only_at_the_top_level(arch):
+    @qgraph.kernel
+    def nested(x, steps: int):
+        for _ in qgraph.repeat(steps):
+            for _ in qgraph.repeat(steps):
+                for i in range(x.shape[0]):
+                    x[i] = math.sin(x[i])
+
+    @qgraph.kernel
+    def clobbered(x, steps: int):
+        for _ in qgraph.repeat(steps):
+            for i in range(x.shape[0]):
+                x[i] = math.sin(x[i])
+        for i in range(x.shape[0]):
+            x[i] += 1.0  # after-loop line
+
+    x = _arrays(4)[0]
+    with qgraph.Tape(), pytest.raises(qgraph.QgraphError, match=r"kernel nested: the gradient of the qgraph.repeat "
+                                                                r"loop at line \d+ keeps the states of its passes, "
+                                                                r"which is done yet only for one repeat loop at the top"):
+        nested(x, 2)
+    with open(HERE) as f:
+        number = next(k for k, s in enumerate(f, 1) if "# after-loop line" in s) - 1
+    with qgraph.Tape(), pytest.raises(qgraph.QgraphError, match=f"kernel clobbered: the task at line {number} writes "
+                                                                "`x`, which the qgraph.repeat loop at line"):
+        clobbered(x, 2)
 
 
 def test_no_argument_with_a_gradient(arch):

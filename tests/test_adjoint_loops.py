@@ -1,0 +1,165 @@
+"""Gradients through device loops (lang/adjoint/loops.py, tape_loops.py): a `qgraph.repeat` loop
+differentiated on the device, against central differences and against the same passes called
+one by one from Python under the tape, on the CPU, the CUDA WHILE node and the host fallback.
+A linear body keeps nothing; a body whose adjoints read what the loop overwrites keeps
+checkpoints, at any spacing, within the tape's byte budget or not at all."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from test_adjoint import check_gradients, seeds_for, to_qgraph, uniform
+
+import qgraph
+
+N = 5
+
+
+@qgraph.kernel
+def ballistic(x, v, steps: int, dt: float):
+    for _ in qgraph.repeat(steps):
+        for i in range(x.shape[0]):
+            v[i] += dt * (-9.8 - 0.3 * v[i])
+            x[i] += dt * v[i]
+
+
+@qgraph.kernel
+def drag(x, v, k, out, steps: int, dt: float):
+    for i in range(x.shape[0]):
+        out[i] = 0.5 * x[i]  # before the loop: reads x as it entered
+    for _ in qgraph.repeat(steps):
+        for i in range(x.shape[0]):
+            v[i] -= k[0] * v[i] * abs(v[i]) * dt
+            x[i] += v[i] * dt
+    for i in range(x.shape[0]):
+        out[i] += x[i] * x[i]  # after the loop: reads x as it left
+
+
+@qgraph.kernel
+def coupled(x, y, steps: int):
+    for _ in qgraph.repeat(steps):
+        for i in range(x.shape[0]):
+            y[i] = math.sin(x[i]) + 0.1 * y[i]
+        for i in range(x.shape[0]):
+            x[i] = 0.9 * x[i] + 0.2 * y[(i + 1) % x.shape[0]]
+        x[0] = x[0] * y[0]  # a serial task
+
+
+@qgraph.kernel
+def drag_before(x, out):
+    for i in range(x.shape[0]):
+        out[i] = 0.5 * x[i]
+
+
+@qgraph.kernel
+def drag_pass(x, v, k, dt: float):
+    for i in range(x.shape[0]):
+        v[i] -= k[0] * v[i] * abs(v[i]) * dt
+        x[i] += v[i] * dt
+
+
+@qgraph.kernel
+def drag_after(x, out):
+    for i in range(x.shape[0]):
+        out[i] += x[i] * x[i]
+
+
+def _drag_args(steps: int) -> list:
+    return [uniform(N, lo=-1.0, hi=1.0), uniform(N, lo=-2.0, hi=2.0), uniform(1), np.zeros(N), steps, 0.05]
+
+
+def test_linear_loop_keeps_nothing(arch):
+    found = check_gradients(ballistic, uniform(N), uniform(N), 9, 0.05, tape=True)
+    seeds = seeds_for([uniform(N), uniform(N)])
+    gx, gv = seeds[0], seeds[1].copy()
+    for _ in range(9):  # the adjoint recurrence: of x += dt v, then of v += dt (g - 0.3 v)
+        gv = (gv + 0.05 * gx) * (1 - 0.05 * 0.3)
+    np.testing.assert_allclose(found[1], gv, rtol=1e-12)
+    x, v = to_qgraph([uniform(N), uniform(N)], True)
+    with qgraph.Tape() as tape:
+        ballistic(x, v, 9, 0.05)
+    assert tape.stats.checkpoint_bytes == 0 and tape.stats.snapshots == 0
+
+
+@pytest.mark.parametrize("steps, every", [(7, None), (10, 3), (9, 1), (1, None), (0, None)])
+def test_nonlinear_loop_against_central_differences(loop_arch, steps, every):
+    args = _drag_args(steps)
+    seeds = seeds_for(args)
+    arrays = to_qgraph(args, True)
+    with qgraph.Tape(checkpoint_every=every) as tape:
+        drag(*arrays)
+    tape.backward(grads={arrays[k]: s for k, s in seeds.items()})
+    found = {k: arrays[k].grad.to_numpy() for k in seeds}
+    expected = check_gradients(drag, *args, tape=True, rtol=1e-6, atol=1e-8)  # central differences
+    for k in seeds:
+        np.testing.assert_allclose(found[k], expected[k], rtol=1e-10, atol=1e-12)
+    assert tape.stats.checkpoint_bytes > 0
+
+
+def test_nonlinear_loop_against_the_unrolled_loop(loop_arch):
+    args = _drag_args(12)
+    seeds = seeds_for(args)
+    looped = to_qgraph(args, True)
+    with qgraph.Tape(checkpoint_every=5) as tape:
+        drag(*looped)
+    tape.backward(grads={looped[k]: s for k, s in seeds.items()})
+    x, v, k, out = to_qgraph(args[:4], True)
+    with qgraph.Tape() as unrolled:
+        drag_before(x, out)
+        for _ in range(12):
+            drag_pass(x, v, k, 0.05)
+        drag_after(x, out)
+    unrolled.backward(grads={a: seeds[n] for n, a in enumerate((x, v, k, out))})
+    for n, a in enumerate((x, v, k, out)):
+        np.testing.assert_allclose(looped[n].to_numpy(), a.to_numpy(), rtol=1e-14)  # the same forward pass
+        np.testing.assert_allclose(looped[n].grad.to_numpy(), a.grad.to_numpy(), rtol=1e-12, atol=1e-14)
+
+
+def test_multi_task_body(arch):
+    check_gradients(coupled, uniform(N), uniform(N), 6, tape=True, rtol=1e-6, atol=1e-8)
+
+
+def test_checkpoint_memory_is_reported_and_bounded(arch):
+    x, v, k, out = to_qgraph(_drag_args(16)[:4], True)
+    with qgraph.Tape() as tape:  # a checkpoint every sqrt(16) = 4 passes
+        drag(x, v, k, out, 16, 0.05)
+    carried, kept = x.nbytes + v.nbytes, v.nbytes  # the adjoint of the pass reads v only
+    assert tape.stats.checkpoint_bytes == (16 // 4 + 2) * carried + 4 * kept  # checkpoints, final, working
+    before = x.to_numpy()
+    message = (r"kernel drag: the gradient of its qgraph.repeat loop \(line \d+, 16 passes, a checkpoint every 2\) "
+               r"keeps \d+ bytes, over the tape's checkpoint_bytes=100; raise qgraph.Tape\(checkpoint_bytes=...\)")
+    with qgraph.Tape(checkpoint_every=2, checkpoint_bytes=100) as small:
+        with pytest.raises(qgraph.QgraphError, match=message):
+            drag(x, v, k, out, 16, 0.05)
+    np.testing.assert_array_equal(x.to_numpy(), before)  # raised before the call started
+    assert small.stats.calls == 0 and small.stats.checkpoint_bytes == 0
+    with qgraph.Tape(checkpoint_bytes=tape.stats.checkpoint_bytes) as fitted:  # just enough
+        drag(x, v, k, out, 16, 0.05)
+    assert fitted.stats.checkpoint_bytes == tape.stats.checkpoint_bytes
+
+
+def test_kernel_grad_points_to_the_tape(arch):
+    x, v, k, out = to_qgraph(_drag_args(3)[:4], True)
+    drag(x, v, k, out, 3, 0.05)
+    with pytest.raises(qgraph.QgraphError, match=r"kernel drag.grad: the gradient of its qgraph.repeat loop "
+                                                 r"\(line \d+\) needs the arrays the loop overwrites \(v, x\)"):
+        drag.grad(x, v, k, out, 3, 0.05)
+
+
+def test_branch_on_an_unwritten_flag(arch):
+    @qgraph.kernel
+    def pick(x, y, flag, steps: int):
+        for _ in qgraph.repeat(steps):
+            if qgraph.cond(flag):
+                for i in range(x.shape[0]):
+                    y[i] += 2.0 * x[i]
+            else:
+                for i in range(x.shape[0]):
+                    y[i] -= x[i] * 3.0
+
+    for taken in (0, 1):
+        found = check_gradients(pick, uniform(N), uniform(N), np.array(taken, np.int32), 3)
+        seeds = seeds_for([uniform(N), uniform(N)])
+        np.testing.assert_allclose(found[0], seeds[0] + 3 * (2.0 if taken else -3.0) * seeds[1])
