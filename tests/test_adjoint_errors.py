@@ -187,9 +187,9 @@ def test_repeat_loops_that_keep_states_only_at_the_top_level(arch):
             x[i] += 1.0  # after-loop line
 
     x = _arrays(4)[0]
-    with qgraph.Tape(), pytest.raises(qgraph.QgraphError, match=r"kernel nested: the gradient of the qgraph.repeat "
-                                                                r"loop at line \d+ keeps the states of its passes, "
-                                                                r"which is done yet only for one repeat loop at the top"):
+    message = (r"kernel nested: the gradient of the qgraph.repeat loop at line \d+ keeps the states of its passes, "
+               r"which is done yet only for one repeat loop at the top")
+    with qgraph.Tape(), pytest.raises(qgraph.QgraphError, match=message):
         nested(x, 2)
     with open(HERE) as f:
         number = next(k for k, s in enumerate(f, 1) if "# after-loop line" in s) - 1

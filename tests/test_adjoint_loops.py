@@ -163,3 +163,38 @@ def test_branch_on_an_unwritten_flag(arch):
         found = check_gradients(pick, uniform(N), uniform(N), np.array(taken, np.int32), 3)
         seeds = seeds_for([uniform(N), uniform(N)])
         np.testing.assert_allclose(found[0], seeds[0] + 3 * (2.0 if taken else -3.0) * seeds[1])
+
+
+@pytest.mark.parametrize("kernel", [drag, coupled], ids=["drag", "coupled"])
+def test_recording_and_adjoint_compile_for_cuda(cuda_compiler, cpu, monkeypatch, kernel):
+    """The recording forward pass and the checkpointed adjoint compile to PTX for sm_90 without a
+    GPU: one entry per task (the generated copies, counters and recomputed passes included)."""
+    from types import SimpleNamespace
+
+    import numba.cuda.dispatcher as dispatcher
+    from test_cuda_codegen import _compile
+
+    from qgraph.args.kinds import array_sig, scalar_sig
+    from qgraph.backends.adjoint_calls import loop_states
+    from qgraph.lang.adjoint import adjoint_source, hidden_adjoint_params, recording_source
+
+    monkeypatch.setattr(dispatcher, "get_current_device", lambda: SimpleNamespace(compute_capability=(9, 0)))
+    f8, i8, i4 = (np.dtype(t) for t in ("f8", "i8", "i4"))
+    src = kernel._source
+    key = tuple(array_sig(f8, 1, True) if p.name not in ("steps", "dt") else scalar_sig(i8 if p.name == "steps" else f8)
+                for p in src.params)
+    states = loop_states(kernel, key)
+    assert states is not None
+    buffers = tuple(array_sig(f8, 2, True) for _ in states.buffers())
+    recording = recording_source(src, states)
+    checkpoints = buffers[:len(states.carried)]
+    _, entries, _ = _compile(SimpleNamespace(_source=recording), key + checkpoints + (array_sig(i8, 0, True),
+                                                                                      scalar_sig(i8)))
+    assert len(entries) == len(recording.tasks) == len(src.tasks) + 2 * len(states.carried) + 2
+    grads = tuple(p.name for p in src.params if p.name not in ("steps", "dt"))
+    counters = {"_qg_lp_every": scalar_sig(i8), "_qg_lp_segs": scalar_sig(i8), "_qg_lp_go": array_sig(i4, 0, True)}
+    hidden = tuple(counters.get(p.name, array_sig(i8, 0, True))
+                   for p in hidden_adjoint_params(src, states))[len(buffers):]
+    adjoint = adjoint_source(src, grads, states)
+    _, entries, _ = _compile(SimpleNamespace(_source=adjoint), key + key[:len(grads)] + buffers + hidden)
+    assert len(entries) == len(adjoint.tasks)

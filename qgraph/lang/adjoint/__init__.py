@@ -50,8 +50,8 @@ def adjoint_source(src: KernelSource, grads: tuple[str, ...], states: LoopStates
         body, writes = reversed_regions(src, src.body, order), ()
     else:
         body = checkpointed_regions(src, states, order)
-        extra += hidden_adjoint_params(states)
-        writes = tuple(n for n, _ in states.carried) + tuple(p.name for p in hidden_adjoint_params(states))
+        extra += hidden_adjoint_params(src, states)
+        writes = tuple(n for n, _ in states.carried) + tuple(p.name for p in hidden_adjoint_params(src, states))
     return dataclasses.replace(src, name=f"{src.name}_adjoint", qualname=f"{src.qualname}.adjoint",
                                params=src.params + extra, tasks=tuple(leaf_tasks(body)), body=body,
                                adjoint=AdjointOf(tuple(grads), len(src.tasks), tuple(order), writes))
@@ -84,4 +84,5 @@ def _types(src: KernelSource, body, kinds: dict, loop_vars: tuple[str, ...]) -> 
     return typer.env
 
 
-__all__ = ["AdjointOf", "LoopStates", "adjoint_name", "adjoint_source", "adjoint_task", "recording_source"]
+__all__ = ["AdjointOf", "LoopStates", "adjoint_name", "adjoint_source", "adjoint_task", "hidden_adjoint_params",
+           "recording_source"]

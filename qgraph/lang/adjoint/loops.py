@@ -85,7 +85,7 @@ def recording_source(src: KernelSource, states: LoopStates) -> KernelSource:
         else:
             children.append(child)
     tree, _ = _indexed(src, Sequence(tuple(children)))
-    hidden = tuple(Param(p, None, False) for p, _, kind in states.buffers() if kind == "checkpoint")
+    hidden = tuple(p for p in hidden_adjoint_params(src, states) if p.name.startswith(PREFIX + "ck_"))
     return dataclasses.replace(src, name=f"{src.name}_recording", qualname=f"{src.qualname}.recording",
                                params=src.params + hidden + (Param(PASS, None, False), Param(EVERY, None, False)),
                                tasks=tuple(leaf_tasks(tree)), body=tree)
@@ -135,10 +135,21 @@ def checkpointed_regions(src: KernelSource, states: LoopStates, order: list[int 
     return tree
 
 
-def hidden_adjoint_params(states: LoopStates) -> tuple[Param, ...]:
-    """The checkpointed adjoint's parameters after the gradients: buffers, counters, flags, sizes."""
-    names = [p for p, _, _ in states.buffers()] + [PASS, EVERY, SEGMENT, SEGMENTS, STEP, STEPS, GO]
-    return tuple(Param(n, None, False) for n in names)
+def hidden_adjoint_params(src: KernelSource, states: LoopStates) -> tuple[Param, ...]:
+    """The checkpointed adjoint's parameters after the gradients: buffers, counters, flags, sizes.
+    A buffer of an array annotated `qgraph.vec3[:]` is annotated `qgraph.vec3[:, :]`."""
+    by_name = {p.name: p for p in src.params}
+    buffers = [Param(p, _stacked(by_name[n].annotation), False) for p, n, _ in states.buffers()]
+    return tuple(buffers) + tuple(Param(n, None, False) for n in (PASS, EVERY, SEGMENT, SEGMENTS, STEP, STEPS, GO))
+
+
+def _stacked(annotation: ast.expr | None) -> ast.expr | None:
+    """`qgraph.vec3[:]` -> `qgraph.vec3[:, :]` (a leading axis of slots); others: None."""
+    if not isinstance(annotation, ast.Subscript):
+        return None
+    dims = annotation.slice.elts if isinstance(annotation.slice, ast.Tuple) else [annotation.slice]
+    slices = ast.Tuple([ast.Slice() for _ in range(len(dims) + 1)], ast.Load())
+    return ast.copy_location(ast.Subscript(annotation.value, slices, ast.Load()), annotation)
 
 
 # -- generated tasks ---------------------------------------------------------------------------
