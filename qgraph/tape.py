@@ -56,7 +56,7 @@ class _Call:
         self.values = values
         self.arrays = arrays
         self.step = step  # (the calls list, the step function) of the @qgraph.graph call it was made in, or None
-        self.loop = None  # (LoopStates, the adjoint's hidden arguments) of a repeat loop that keeps states
+        self.loop = None  # (LoopStates, the adjoint's hidden arguments, LoopPlan) of a loop that keeps states
 
 
 class Tape:
@@ -195,7 +195,9 @@ class Tape:
                 if g is not None:
                     found[p.name] = g
         if found:
-            states, hidden = call.loop or (None, ())
+            states, hidden = call.loop[:2] if call.loop else (None, ())
+            if call.loop and step_body.current_body() is None:
+                tape_loops.check(call.kernel, call.loop)
             launch_adjoint(call.kernel, tuple(call.values), found, states=states, hidden=hidden)
 
     def _seed(self, a, seed) -> None:

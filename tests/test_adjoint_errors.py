@@ -125,29 +125,31 @@ def test_a_value_read_after_the_task_wrote_the_array(arch):
             "# read-after-write line")
 
 
-def test_graph_while_kernels(arch):
+def test_flag_loops_need_a_tape(arch):
     @qgraph.kernel(graph_while="flag")
     def solve(x, flag):
         for i in range(x.shape[0]):
             x[i] = x[i] * 0.5
         flag[()] = 0
 
-    x = _arrays(4)[0]
-    flag = qgraph.ndarray(qgraph.i32, ())
-    solve(x, flag)
-    with pytest.raises(qgraph.QgraphSyntaxError, match="kernel solve: cannot differentiate a graph_while kernel yet; "
-                                                       "call its body kernel in a Python loop under qgraph.Tape"):
-        solve.grad(x, flag)
-
-
-def test_flag_loops_and_branches_on_written_flags(arch):
     @qgraph.kernel
     def looped(x, flag):
-        while qgraph.loop(flag):  # device-loop line
+        while qgraph.loop(flag):
             for i in range(x.shape[0]):
                 x[i] = x[i] * 0.5
             flag[()] = 0
 
+    x = _arrays(4)[0]
+    for kernel, title in ((solve, "graph_while loop"), (looped, "qgraph.loop loop")):
+        flag = qgraph.from_numpy(np.array(1, np.int32))
+        kernel(x, flag)
+        with pytest.raises(qgraph.QgraphError, match=rf"kernel {kernel.__name__}.grad: the gradient of its {title} "
+                                                     r"\(line \d+\) needs the number of passes it ran; record the "
+                                                     "call under qgraph.Tape"):
+            kernel.grad(x, flag)
+
+
+def test_branches_on_written_flags(arch):
     @qgraph.kernel
     def branched(x, flag):
         if qgraph.cond(flag):  # cond line
@@ -156,18 +158,15 @@ def test_flag_loops_and_branches_on_written_flags(arch):
         flag[()] = 0
 
     x = _arrays(4)[0]
-    for kernel, line, message in (
-            (looped, "# device-loop line", r"cannot differentiate a flag loop \(qgraph.loop, graph_while\) yet; write "
-                                           r"it as `for _ in qgraph.repeat\(k\):`"),
-            (branched, "# cond line", r"cannot differentiate the qgraph.cond branch on `flag`, which the kernel "
-                                      r"writes; compute the flag in a kernel of its own")):
-        flag = qgraph.from_numpy(np.array(1, np.int32))
-        kernel(x, flag)
-        with pytest.raises(qgraph.QgraphSyntaxError, match=message) as raised:
-            kernel.grad(x, flag)
-        with open(HERE) as f:
-            number = next(k for k, s in enumerate(f, 1) if line in s)
-        assert f"{HERE}:{number}" in str(raised.value)
+    flag = qgraph.from_numpy(np.array(1, np.int32))
+    branched(x, flag)
+    with pytest.raises(qgraph.QgraphSyntaxError, match=r"cannot differentiate the qgraph.cond branch on `flag`, which "
+                                                       r"the kernel writes; compute the flag in a kernel of its own") \
+            as raised:
+        branched.grad(x, flag)
+    with open(HERE) as f:
+        number = next(k for k, s in enumerate(f, 1) if "# cond line" in s)
+    assert f"{HERE}:{number}" in str(raised.value)
 
 
 def test_repeat_loops_that_keep_states_only_at_the_top_level(arch):
@@ -188,7 +187,7 @@ def test_repeat_loops_that_keep_states_only_at_the_top_level(arch):
 
     x = _arrays(4)[0]
     message = (r"kernel nested: the gradient of the qgraph.repeat loop at line \d+ keeps the states of its passes, "
-               r"which is done yet only for one repeat loop at the top")
+               r"which is done yet only for one loop at the top")
     with qgraph.Tape(), pytest.raises(qgraph.QgraphError, match=message):
         nested(x, 2)
     with open(HERE) as f:

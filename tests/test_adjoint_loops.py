@@ -66,6 +66,26 @@ def drag_after(x, out):
         out[i] += x[i] * x[i]
 
 
+@qgraph.kernel
+def drag_until(x, v, k, left, flag, dt: float):
+    while qgraph.loop(flag):
+        for i in range(x.shape[0]):
+            v[i] -= k[0] * v[i] * abs(v[i]) * dt
+            x[i] += v[i] * dt
+        left[()] -= 1
+        if left[()] <= 0:
+            flag[()] = 0
+
+
+@qgraph.kernel(graph_while="flag")
+def drag_do(x, v, k, left, flag, dt: float):
+    for i in range(x.shape[0]):
+        v[i] -= k[0] * v[i] * abs(v[i]) * dt
+        x[i] += v[i] * dt
+    left[()] -= 1
+    flag[()] = 1 if left[()] > 0 else 0
+
+
 def _drag_args(steps: int) -> list:
     return [uniform(N, lo=-1.0, hi=1.0), uniform(N, lo=-2.0, hi=2.0), uniform(1), np.zeros(N), steps, 0.05]
 
@@ -165,7 +185,7 @@ def test_branch_on_an_unwritten_flag(arch):
         np.testing.assert_allclose(found[0], seeds[0] + 3 * (2.0 if taken else -3.0) * seeds[1])
 
 
-@pytest.mark.parametrize("kernel", [drag, coupled], ids=["drag", "coupled"])
+@pytest.mark.parametrize("kernel", [drag, coupled, drag_until, drag_do], ids=["drag", "coupled", "until", "do"])
 def test_recording_and_adjoint_compile_for_cuda(cuda_compiler, cpu, monkeypatch, kernel):
     """The recording forward pass and the checkpointed adjoint compile to PTX for sm_90 without a
     GPU: one entry per task (the generated copies, counters and recomputed passes included)."""
@@ -174,27 +194,63 @@ def test_recording_and_adjoint_compile_for_cuda(cuda_compiler, cpu, monkeypatch,
     import numba.cuda.dispatcher as dispatcher
     from test_cuda_codegen import _compile
 
-    from qgraph.args.kinds import array_sig, scalar_sig
+    from qgraph.args.kinds import arg_type, array_sig, scalar_sig
     from qgraph.backends.adjoint_calls import loop_states
     from qgraph.lang.adjoint import adjoint_source, hidden_adjoint_params, recording_source
 
     monkeypatch.setattr(dispatcher, "get_current_device", lambda: SimpleNamespace(compute_capability=(9, 0)))
     f8, i8, i4 = (np.dtype(t) for t in ("f8", "i8", "i4"))
     src = kernel._source
-    key = tuple(array_sig(f8, 1, True) if p.name not in ("steps", "dt") else scalar_sig(i8 if p.name == "steps" else f8)
-                for p in src.params)
+    special = {"steps": scalar_sig(i8), "dt": scalar_sig(f8), "left": array_sig(i8, 0, True),
+               "flag": array_sig(i4, 0, True)}
+    key = tuple(special.get(p.name, array_sig(f8, 1, True)) for p in src.params)
     states = loop_states(kernel, key)
     assert states is not None
-    buffers = tuple(array_sig(f8, 2, True) for _ in states.buffers())
+    kinds = {p.name: arg_type(sig) for p, sig in zip(src.params, key)}
+    buffers = tuple(array_sig(kinds[n].dtype, kinds[n].ndim + 1, True) for _, n, _ in states.buffers())
     recording = recording_source(src, states)
     checkpoints = buffers[:len(states.carried)]
     _, entries, _ = _compile(SimpleNamespace(_source=recording), key + checkpoints + (array_sig(i8, 0, True),
                                                                                       scalar_sig(i8)))
     assert len(entries) == len(recording.tasks) == len(src.tasks) + 2 * len(states.carried) + 2
-    grads = tuple(p.name for p in src.params if p.name not in ("steps", "dt"))
-    counters = {"_qg_lp_every": scalar_sig(i8), "_qg_lp_segs": scalar_sig(i8), "_qg_lp_go": array_sig(i4, 0, True)}
+    grads = tuple(p.name for p in src.params if p.name not in special)
+    flags = array_sig(i4, 0, True)
+    counters = {"_qg_lp_every": scalar_sig(i8), "_qg_lp_go": flags, "_qg_lp_more": flags}
     hidden = tuple(counters.get(p.name, array_sig(i8, 0, True))
                    for p in hidden_adjoint_params(src, states))[len(buffers):]
     adjoint = adjoint_source(src, grads, states)
-    _, entries, _ = _compile(SimpleNamespace(_source=adjoint), key + key[:len(grads)] + buffers + hidden)
+    grad_sigs = tuple(key[src.param_names.index(g)] for g in grads)
+    _, entries, _ = _compile(SimpleNamespace(_source=adjoint), key + grad_sigs + buffers + hidden)
     assert len(entries) == len(adjoint.tasks)
+
+
+@pytest.mark.parametrize("kernel", [drag_until, drag_do], ids=["qgraph.loop", "graph_while"])
+def test_flag_loops_count_their_passes(loop_arch, kernel):
+    """A flag loop's gradient is that of the passes that ran (the condition carries none): against
+    central differences, and against the same passes called one by one under the tape."""
+    x0, v0, k0 = _drag_args(0)[:3]
+    args = [x0, v0, k0, np.array(7, np.int64), np.array(1, np.int32), 0.05]
+    found = check_gradients(kernel, *args, tape=True, rtol=1e-6, atol=1e-8)
+    seeds = seeds_for(args)
+    x, v, k = to_qgraph([x0, v0, k0], True)
+    with qgraph.Tape() as unrolled:
+        for _ in range(7):
+            drag_pass(x, v, k, 0.05)
+    unrolled.backward(grads={a: seeds[n] for n, a in enumerate((x, v, k))})
+    for n, a in enumerate((x, v, k)):
+        np.testing.assert_allclose(found[n], a.grad.to_numpy(), rtol=1e-12, atol=1e-14)
+
+
+def test_a_flag_loop_longer_than_its_checkpoints_says_so(arch):
+    x, v, k = to_qgraph(_drag_args(0)[:3], True)
+    left, flag = qgraph.from_numpy(np.array(5, np.int64)), qgraph.from_numpy(np.array(1, np.int32))
+    with qgraph.Tape(checkpoint_every=1, checkpoint_bytes=408) as tape:  # room for 2 checkpoints
+        drag_until(x, v, k, left, flag, 0.05)
+    assert tape.stats.checkpoint_bytes == 408
+    with pytest.raises(qgraph.QgraphError, match=r"kernel drag_until: its qgraph.loop loop \(line \d+\) ran 5 passes, "
+                                                 r"more than the tape's checkpoints held \(2 checkpoints every 1 "
+                                                 r"passes\); record it again under qgraph.Tape\(checkpoint_every=3\)"):
+        tape.backward(grads={x: 1.0})
+    with pytest.raises(qgraph.QgraphError, match=r"kernel drag_until.grad: the gradient of its qgraph.loop loop "
+                                                 r"\(line \d+\) needs the arrays the loop overwrites"):
+        drag_until.grad(x, v, k, left, flag, 0.05)

@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 from ..args.kinds import arg_type
 from ..errors import QgraphError
 from ..lang.adjoint import LoopStates, adjoint_source, recording_source
+from ..lang.adjoint.loops import loop_title
 from ..lang.flat.view import flat_source
-from ..lang.front.regions import IfRegion, RepeatLoop, control_regions, leaf_tasks
+from ..lang.front.regions import DeviceLoop, IfRegion, Region, RepeatLoop, control_regions, leaf_tasks
 from ..runtime import state as runtime
 from ..runtime.arrays import Ndarray
 from .checks import _written_names, written_params
@@ -68,10 +69,11 @@ def run_adjoint(kernel, values: tuple) -> None:
     key = kernel._compile(*values)
     states = loop_states(kernel, key)
     if states is not None:
-        raise QgraphError(f"kernel {src.name}.grad: the gradient of its qgraph.repeat loop (line {states.loop.lineno}) "
-                          f"needs the arrays the loop overwrites ({', '.join(n for n, _ in states.carried)}) as "
-                          "each pass left them; record the call under qgraph.Tape, which keeps checkpoints, and "
-                          "call tape.backward")
+        what = (f"the arrays the loop overwrites ({', '.join(n for n, _ in states.carried)}) as each pass left them"
+                if states.stored else "the number of passes it ran")
+        raise QgraphError(f"kernel {src.name}.grad: the gradient of its {loop_title(states.loop)} (line "
+                          f"{states.loop.lineno}) needs {what}; record the call under qgraph.Tape, which keeps "
+                          "them, and call tape.backward")
     for name, when in adjoint_reads(kernel, key).items():
         k = src.param_names.index(name) if name in src.param_names else None  # a struct leaf: not checked
         if when == "before" and k in facts.written:
@@ -101,7 +103,7 @@ class _Facts:
 
     written: dict[int, int]  # parameter position -> first line writing that array (checks.written_params)
     written_by_task: tuple[frozenset[str], ...]  # per task, in launch order: the arrays it writes
-    loop_of: dict[int, RepeatLoop]  # task -> the outermost repeat loop it runs in
+    loop_of: dict[int, Region]  # task -> the outermost loop (repeat or flag) it runs in
     reads: dict = field(default_factory=dict)  # signature -> adjoint_reads' answer
     states: dict = field(default_factory=dict)  # signature -> loop_states' answer
 
@@ -115,7 +117,7 @@ def kernel_facts(kernel) -> _Facts:
         src = kernel._source
         by_task = tuple(frozenset(_written_names(src, [n for s in t.body for n in ast.walk(s)], frozenset()))
                         for t in src.tasks)
-        loops = [r for r in control_regions(src.body) if isinstance(r, RepeatLoop)]
+        loops = [r for r in control_regions(src.body) if isinstance(r, (RepeatLoop, DeviceLoop))]
         loop_of = {t.index: loop for loop in reversed(loops) for t in leaf_tasks(loop.body)}  # outermost last
         found = _FACTS[kernel] = _Facts(written_params(src), by_task, loop_of)
     return found
@@ -146,7 +148,7 @@ def _analyse(kernel, key: tuple) -> None:
     kinds = [arg_type(sig) for sig in key]
     grads = tuple(p.name for p, kind in zip(src.params, kinds)
                   if getattr(kind, "is_array", False) and kind.dtype.kind == "f")
-    adjoint = adjoint_source(src, grads)
+    adjoint = adjoint_source(src, grads, analysis=True)
     flat = flat_source(adjoint, kinds + [kinds[src.param_names.index(g)] for g in grads],
                        kernel._options_now(runtime.STATE).default_float)
     carried = {loop: frozenset().union(*(facts.written_by_task[t.index] for t in leaf_tasks(loop.body)))
@@ -154,7 +156,8 @@ def _analyse(kernel, key: tuple) -> None:
     per_task = {adjoint.adjoint.primal_of[a]: reads for a, reads in flat.adjoint_reads.items()}
     stored = {t: tuple(sorted(n for n in reads if n in carried[facts.loop_of[t]]))
               for t, reads in per_task.items() if t in facts.loop_of}
-    states = _states(src, facts, kinds, carried, {t: n for t, n in stored.items() if n})
+    flag_loops = [loop for loop in carried if isinstance(loop, DeviceLoop)]
+    states = _states(src, facts, kinds, carried, {t: n for t, n in stored.items() if n}, flag_loops)
     skip = frozenset(n for n, _ in states.carried) if states else frozenset()
     found = {}
     n = len(src.tasks)
@@ -180,21 +183,22 @@ def _analyse(kernel, key: tuple) -> None:
     facts.states[key] = states
 
 
-def _states(src, facts: _Facts, kinds: list, carried: dict, stored: dict) -> LoopStates | None:
-    """The LoopStates of a kernel whose loop adjoints read `stored` (primal task -> carried arrays)."""
-    if not stored:
+def _states(src, facts: _Facts, kinds: list, carried: dict, stored: dict, flag_loops: list) -> LoopStates | None:
+    """The LoopStates of a kernel whose loop adjoints read `stored` (primal task -> carried
+    arrays), or that has a flag loop (whose pass count the tape records)."""
+    if not stored and not flag_loops:
         return None
-    loop = facts.loop_of[next(iter(stored))]
+    loop = facts.loop_of[next(iter(stored))] if stored else flag_loops[0]
     if loop not in src.body.children or len(list(control_regions(src.body))) != 1:
-        raise QgraphError(f"kernel {src.name}: the gradient of the qgraph.repeat loop at line {loop.lineno} keeps the "
-                          "states of its passes, which is done yet only for one repeat loop at the top level of a "
-                          "kernel, with no other device region; split the kernel there")
+        raise QgraphError(f"kernel {src.name}: the gradient of the {loop_title(loop)} at line {loop.lineno} keeps the "
+                          "states of its passes, which is done yet only for one loop at the top level of a kernel, "
+                          "with no other device region; split the kernel there")
     names = sorted(carried[loop])
     for t, task in enumerate(src.tasks):
         clash = sorted(facts.written_by_task[t] & carried[loop])
         if t not in facts.loop_of and clash:
             raise QgraphError(f"kernel {src.name}: the task at line {task.lineno} writes `{clash[0]}`, which the "
-                              f"qgraph.repeat loop at line {loop.lineno} carries from pass to pass; the loop's "
+                              f"{loop_title(loop)} at line {loop.lineno} carries from pass to pass; the loop's "
                               "gradient keeps its states only when the tasks outside the loop leave those arrays "
                               "alone: move that task into a kernel of its own")
     ranks = []

@@ -34,12 +34,10 @@ class AdjointOf:
     writes: tuple[str, ...] = ()  # parameters besides the gradients it writes (a loop's working arrays, buffers)
 
 
-def adjoint_source(src: KernelSource, grads: tuple[str, ...], states: LoopStates | None = None) -> KernelSource:
+def adjoint_source(src: KernelSource, grads: tuple[str, ...], states: LoopStates | None = None,
+                   analysis: bool = False) -> KernelSource:
     """The adjoint kernel of `src` for gradients of the array parameters `grads`; `states`: its
-    repeat loop keeps checkpoints (lang.adjoint.loops)."""
-    if src.graph_while is not None:
-        raise src.error(f"kernel {src.name}: cannot differentiate a graph_while kernel yet; "
-                        "call its body kernel in a Python loop under qgraph.Tape", src.lineno)
+    device loop keeps checkpoints (lang.adjoint.loops); `analysis`: only to find what it reads."""
     if RNG_STATE in src.param_names:
         raise src.error(f"kernel {src.name}: cannot differentiate a kernel that draws random numbers; "
                         "draw them in a kernel of their own and pass the array", src.lineno)
@@ -47,13 +45,13 @@ def adjoint_source(src: KernelSource, grads: tuple[str, ...], states: LoopStates
     extra = tuple(Param(adjoint_name(name), by_name[name].annotation, False) for name in grads)
     order: list[int | None] = []
     if states is None:
-        body, writes = reversed_regions(src, src.body, order), ()
+        body, writes = reversed_regions(src, src.body, order, analysis), ()
     else:
         body = checkpointed_regions(src, states, order)
         extra += hidden_adjoint_params(src, states)
         writes = tuple(n for n, _ in states.carried) + tuple(p.name for p in hidden_adjoint_params(src, states))
     return dataclasses.replace(src, name=f"{src.name}_adjoint", qualname=f"{src.qualname}.adjoint",
-                               params=src.params + extra, tasks=tuple(leaf_tasks(body)), body=body,
+                               params=src.params + extra, tasks=tuple(leaf_tasks(body)), body=body, graph_while=None,
                                adjoint=AdjointOf(tuple(grads), len(src.tasks), tuple(order), writes))
 
 

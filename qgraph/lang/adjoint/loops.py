@@ -7,9 +7,10 @@ keeps anything. A repeat loop whose adjoints read what it overwrites (`LoopState
 checkpoints instead: its *recording* source (the forward pass a tape runs) copies the arrays the
 loop carries every `every` passes, and its adjoint recomputes each segment of passes from its
 checkpoint, last segment first, keeping each task's inputs per pass, then runs the passes'
-adjoints in reverse, each after restoring the inputs its task saw. Counters and loop flags are
-0-d arrays the generated serial tasks advance, so the CPU runner, the CUDA graph's WHILE nodes
-and the host fallback run it unchanged.
+adjoints in reverse, each after restoring the inputs its task saw. A flag loop (`qgraph.loop`,
+`graph_while`) always keeps states: the recording counts its passes, which the adjoint reads.
+Counters and loop flags are 0-d arrays the generated serial tasks advance, so the CPU runner,
+the CUDA graph's WHILE nodes and the host fallback run it unchanged.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ from ..front.regions import DeviceLoop, Dim, IfRegion, Region, RepeatLoop, Seque
 from .source_facts import arrays_stored
 
 PREFIX = "_qg_lp_"  # the hidden parameters of a loop's recording and adjoint sources
-PASS, EVERY, SEGMENT, SEGMENTS, STEP, STEPS, GO = (PREFIX + n for n in ("pass", "every", "seg", "segs", "j", "n", "go"))
+PASS, EVERY, SEGMENT, STEP, STEPS, GO, COUNT, MORE = (
+    PREFIX + n for n in ("pass", "every", "seg", "j", "n", "go", "count", "more"))
 
 
 @dataclass(frozen=True)
@@ -33,9 +35,15 @@ class LoopStates:
     task, arrays) the carried arrays each body task's adjoint reads (kept per pass while a
     segment is recomputed)."""
 
-    loop: RepeatLoop
+    loop: RepeatLoop | DeviceLoop
     carried: tuple[tuple[str, int], ...]
     stored: tuple[tuple[int, tuple[str, ...]], ...]
+
+    @property
+    def count(self) -> str:
+        """The pass count as the adjoint reads it: the recording's pass counter (a flag loop's
+        count is known only once it ran)."""
+        return f"{COUNT}[()]"
 
     def checkpoint(self, name: str) -> str:
         return f"{PREFIX}ck_{name}"
@@ -49,23 +57,31 @@ class LoopStates:
         return out + [(self.inputs(t, n), n, "pass") for t, names in self.stored for n in names]
 
 
-def reversed_regions(src: KernelSource, region: Region, order: list[int | None]) -> Region:
-    """`region` reversed for the adjoint; `order` gets the primal task of each adjoint task."""
+def loop_title(loop: Region) -> str:
+    """How messages name a loop region."""
+    if isinstance(loop, RepeatLoop):
+        return "qgraph.repeat loop"
+    return "qgraph.loop loop" if loop.test_first else "graph_while loop"
+
+
+def reversed_regions(src: KernelSource, region: Region, order: list[int | None], analysis: bool = False) -> Region:
+    """`region` reversed for the adjoint; `order` gets the primal task of each adjoint task.
+    `analysis`: a flag loop reversed as a repeat loop would be (to find what the adjoints read)."""
     if isinstance(region, Task):
         order.append(region.index)
         return dataclasses.replace(region, index=len(order) - 1)
     if isinstance(region, Sequence):
-        return Sequence(tuple(reversed_regions(src, c, order) for c in reversed(region.children)))
+        return Sequence(tuple(reversed_regions(src, c, order, analysis) for c in reversed(region.children)))
     if isinstance(region, IfRegion) and not arrays_stored([s for t in src.tasks for s in t.body], {region.flag}):
-        return with_bodies(region, lambda body: reversed_regions(src, body, order))
-    if isinstance(region, RepeatLoop):
-        return with_bodies(region, lambda body: reversed_regions(src, body, order))
+        return with_bodies(region, lambda body: reversed_regions(src, body, order, analysis))
+    if isinstance(region, RepeatLoop) or (analysis and isinstance(region, DeviceLoop)):
+        return with_bodies(region, lambda body: reversed_regions(src, body, order, analysis))
     if isinstance(region, IfRegion):
         raise src.error(f"kernel {src.name}: cannot differentiate the qgraph.cond branch on `{region.flag}`, which "
                         "the kernel writes; compute the flag in a kernel of its own", region.lineno)
     assert isinstance(region, DeviceLoop)
-    raise src.error(f"kernel {src.name}: cannot differentiate a flag loop (qgraph.loop, graph_while) yet; "
-                    "write it as `for _ in qgraph.repeat(k):` or run the loop from Python under qgraph.Tape",
+    raise src.error(f"kernel {src.name}: the gradient of a flag loop (qgraph.loop, graph_while) needs the count of "
+                    "its passes, which a qgraph.Tape records; record the call under a tape and call tape.backward",
                     region.lineno)
 
 
@@ -73,7 +89,8 @@ def recording_source(src: KernelSource, states: LoopStates) -> KernelSource:
     """The forward pass a tape runs for a call: `src` with the carried arrays copied into their
     checkpoints before every `every`-th pass and after the last one (the last slot)."""
     loop, line = states.loop, states.loop.lineno
-    saves = [_copy(states.checkpoint(n), f"{PASS}[()] // {EVERY}", n, rank, line, when=f"{PASS}[()] % {EVERY} == 0")
+    saves = [_copy(states.checkpoint(n), f"{PASS}[()] // {EVERY}", n, rank, line,
+                   when=f"{PASS}[()] % {EVERY} == 0 and {PASS}[()] // {EVERY} < {states.checkpoint(n)}.shape[0] - 1")
              for n, rank in states.carried]
     body = Sequence((*saves, *loop.body.children, _serial(f"{PASS}[()] += 1", line)))
     final = [_copy(states.checkpoint(n), f"{states.checkpoint(n)}.shape[0] - 1", n, rank, line)
@@ -88,7 +105,7 @@ def recording_source(src: KernelSource, states: LoopStates) -> KernelSource:
     hidden = tuple(p for p in hidden_adjoint_params(src, states) if p.name.startswith(PREFIX + "ck_"))
     return dataclasses.replace(src, name=f"{src.name}_recording", qualname=f"{src.qualname}.recording",
                                params=src.params + hidden + (Param(PASS, None, False), Param(EVERY, None, False)),
-                               tasks=tuple(leaf_tasks(tree)), body=tree)
+                               tasks=tuple(leaf_tasks(tree)), body=tree, graph_while=None)
 
 
 def checkpointed_regions(src: KernelSource, states: LoopStates, order: list[int | None]) -> Region:
@@ -98,8 +115,8 @@ def checkpointed_regions(src: KernelSource, states: LoopStates, order: list[int 
     ranks = dict(states.carried)
     stored = dict(states.stored)
 
-    def restore(slot) -> list[Task]:
-        return [_copy(states.checkpoint(n), slot(n), n, r, line, restore=True) for n, r in states.carried]
+    def restore(slot, when: str | None = None) -> list[Task]:
+        return [_copy(states.checkpoint(n), slot(n), n, r, line, when, restore=True) for n, r in states.carried]
 
     forward: list[Region] = []
     backward: list[Region] = []
@@ -118,16 +135,18 @@ def checkpointed_regions(src: KernelSource, states: LoopStates, order: list[int 
     segment = Sequence((
         *restore(lambda n: f"{SEGMENT}[()]"),
         _serial(f"{PASS}[()] = {SEGMENT}[()] * {EVERY}\n{STEP}[()] = 0\n"
-                f"{STEPS}[()] = min({EVERY}, {loop.count} - {PASS}[()])\n{GO}[()] = 1", line),
+                f"{STEPS}[()] = min({EVERY}, {states.count} - {PASS}[()])\n{GO}[()] = 1", line),
         DeviceLoop(GO, Sequence(tuple(forward)), line, test_first=True, max_iterations=None),
         _serial(f"{STEP}[()] = {STEPS}[()] - 1\n{GO}[()] = 1", line),
         DeviceLoop(GO, Sequence(tuple(backward)), line, test_first=True, max_iterations=None),
-        _serial(f"{SEGMENT}[()] -= 1", line)))
+        _serial(f"{SEGMENT}[()] -= 1\n{MORE}[()] = 1 if {SEGMENT}[()] >= 0 else 0", line)))
     children: list[Region] = restore(lambda n: f"{states.checkpoint(n)}.shape[0] - 1")
     for child in reversed(src.body.children):
         if child is loop:
-            children += [_serial(f"{SEGMENT}[()] = {SEGMENTS} - 1", line), RepeatLoop(SEGMENTS, segment, line),
-                         *restore(lambda n: "0")]
+            first = f"({states.count} + {EVERY} - 1) // {EVERY} - 1"  # the last segment
+            children += [_serial(f"{SEGMENT}[()] = {first}\n{MORE}[()] = 1 if {SEGMENT}[()] >= 0 else 0", line),
+                         DeviceLoop(MORE, segment, line, test_first=True, max_iterations=None),
+                         *restore(lambda n: "0", f"{states.count} > 0")]  # slot 0 holds a state only then
         else:
             children.append(_Adjoint(child))
     tree, primal = _indexed(src, Sequence(tuple(children)))
@@ -140,7 +159,8 @@ def hidden_adjoint_params(src: KernelSource, states: LoopStates) -> tuple[Param,
     A buffer of an array annotated `qgraph.vec3[:]` is annotated `qgraph.vec3[:, :]`."""
     by_name = {p.name: p for p in src.params}
     buffers = [Param(p, _stacked(by_name[n].annotation), False) for p, n, _ in states.buffers()]
-    return tuple(buffers) + tuple(Param(n, None, False) for n in (PASS, EVERY, SEGMENT, SEGMENTS, STEP, STEPS, GO))
+    names = (PASS, EVERY, SEGMENT, STEP, STEPS, GO, COUNT, MORE)
+    return tuple(buffers) + tuple(Param(n, None, False) for n in names)
 
 
 def _stacked(annotation: ast.expr | None) -> ast.expr | None:
