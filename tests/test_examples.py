@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from qgraph.examples import ballistic_control, heat_diffusion, jacobi, particles
+from qgraph.examples import ballistic_control, heat_diffusion, heat_source, jacobi, particles
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
@@ -138,6 +138,13 @@ def test_ballistic_control_learns_the_velocities(cpu):
     assert r.final_loss < 1e-4 * r.losses[0]
     assert r.snapshots == 0  # the update is linear: the tape copies nothing
     assert r.extra_bytes == 2 * 32 * 12 + 8  # temporary gradients of x, v (vec3 float32) and the loss
+
+
+def test_heat_source_is_recovered_through_a_device_loop(cpu):
+    r = heat_source.run(n=32, steps=100, iterations=30)
+    assert r.losses[-1] < r.losses[0] / 20, r.losses
+    assert all(b < a * 1.05 for a, b in zip(r.losses, r.losses[1:])), r.losses  # no divergence
+    assert r.checkpoint_bytes > 0  # the cooling term's gradient keeps checkpoints
 
 
 def test_ballistic_control_main_prints_the_loss_and_plots(cpu, capsys, tmp_path):

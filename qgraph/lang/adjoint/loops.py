@@ -30,7 +30,7 @@ PASS, EVERY, SEGMENT, STEP, STEPS, GO, COUNT, MORE = (
 
 @dataclass(frozen=True)
 class LoopStates:
-    """What the gradient of a kernel's top-level repeat loop keeps: `carried` (array, index rank)
+    """What the gradient of a kernel's top-level device loop keeps: `carried` (array, index rank)
     are the arrays the loop body writes (checkpointed every `every` passes); `stored` (primal
     task, arrays) the carried arrays each body task's adjoint reads (kept per pass while a
     segment is recomputed)."""
@@ -122,9 +122,8 @@ def checkpointed_regions(src: KernelSource, states: LoopStates, order: list[int 
     backward: list[Region] = []
     for task in loop.body.children:
         if not isinstance(task, Task):
-            raise src.error(f"kernel {src.name}: cannot differentiate a device region inside the qgraph.repeat "
-                            "loop whose passes keep states yet; call the inner part as a kernel of its own",
-                            loop.lineno)
+            raise src.error(f"kernel {src.name}: cannot differentiate a device region inside the {loop_title(loop)} "
+                            "whose passes keep states yet; call the inner part as a kernel of its own", loop.lineno)
         names = stored.get(task.index, ())
         forward += [_copy(states.inputs(task.index, n), f"{STEP}[()]", n, ranks[n], line) for n in names]
         forward.append(_Forward(task))
