@@ -158,6 +158,9 @@ def test_checkpoint_memory_is_reported_and_bounded(arch):
     with qgraph.Tape(checkpoint_bytes=tape.stats.checkpoint_bytes) as fitted:  # just enough
         drag(x, v, k, out, 16, 0.05)
     assert fitted.stats.checkpoint_bytes == tape.stats.checkpoint_bytes
+    for bad in ({"checkpoint_every": 0}, {"checkpoint_bytes": 2.5}):
+        with pytest.raises(ValueError, match=rf"qgraph.Tape\({next(iter(bad))}=.*\): give a positive int"):
+            qgraph.Tape(**bad)
 
 
 def test_kernel_grad_points_to_the_tape(arch):
