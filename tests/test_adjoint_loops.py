@@ -137,6 +137,29 @@ def test_nonlinear_loop_against_the_unrolled_loop(loop_arch):
         np.testing.assert_allclose(looped[n].grad.to_numpy(), a.grad.to_numpy(), rtol=1e-12, atol=1e-14)
 
 
+def _drag_step(x, v, k, out, steps: int, dt: float) -> None:
+    with qgraph.Tape(checkpoint_every=3) as tape:
+        drag(x, v, k, out, steps, dt)
+    tape.backward(grads={out: 1.0})
+
+
+drag_step = qgraph.graph(_drag_step)
+
+
+def test_forward_and_backward_in_one_graph_step(arch):
+    """A tape inside a @qgraph.graph step: the recording pass and the checkpointed adjoint are
+    captured with the step on CUDA (replayed, with new buffers, on the second call)."""
+    args = _drag_args(8)
+    eager = to_qgraph(args[:4], True)
+    _drag_step(*eager, 8, 0.05)
+    for _ in range(2):
+        captured = to_qgraph(args[:4], True)
+        drag_step(*captured, 8, 0.05)
+        for a, b in zip(captured, eager):
+            np.testing.assert_allclose(a.to_numpy(), b.to_numpy(), rtol=1e-14)
+            np.testing.assert_allclose(a.grad.to_numpy(), b.grad.to_numpy(), rtol=1e-12, atol=1e-14)
+
+
 def test_multi_task_body(arch):
     check_gradients(coupled, uniform(N), uniform(N), 6, tape=True, rtol=1e-6, atol=1e-8)
 
