@@ -48,6 +48,19 @@ def coupled(x, y, steps: int):
 
 
 @qgraph.kernel
+def bounce(x, v, flag, steps: int, dt: float):
+    for _ in qgraph.repeat(steps):
+        if qgraph.cond(flag):
+            for i in range(x.shape[0]):
+                v[i] -= v[i] * abs(v[i]) * dt
+        else:
+            for i in range(x.shape[0]):
+                v[i] -= math.sin(x[i]) * dt
+        for i in range(x.shape[0]):
+            x[i] += v[i] * v[i] * dt
+
+
+@qgraph.kernel
 def drag_before(x, out):
     for i in range(x.shape[0]):
         out[i] = 0.5 * x[i]
@@ -164,6 +177,12 @@ def test_multi_task_body(arch):
     check_gradients(coupled, uniform(N), uniform(N), 6, tape=True, rtol=1e-6, atol=1e-8)
 
 
+@pytest.mark.parametrize("taken", [0, 1])
+def test_branches_inside_a_loop_that_keeps_states(arch, taken):
+    check_gradients(bounce, uniform(N), uniform(N), np.array(taken, np.int32), 7, 0.05, tape=True, rtol=1e-6,
+                    atol=1e-8)
+
+
 def test_checkpoint_memory_is_reported_and_bounded(arch):
     x, v, k, out = to_qgraph(_drag_args(16)[:4], True)
     with qgraph.Tape() as tape:  # a checkpoint every sqrt(16) = 4 passes
@@ -211,7 +230,8 @@ def test_branch_on_an_unwritten_flag(arch):
         np.testing.assert_allclose(found[0], seeds[0] + 3 * (2.0 if taken else -3.0) * seeds[1])
 
 
-@pytest.mark.parametrize("kernel", [drag, coupled, drag_until, drag_do], ids=["drag", "coupled", "until", "do"])
+@pytest.mark.parametrize("kernel", [drag, coupled, drag_until, drag_do, bounce],
+                         ids=["drag", "coupled", "until", "do", "bounce"])
 def test_recording_and_adjoint_compile_for_cuda(cuda_compiler, cpu, monkeypatch, kernel):
     """The recording forward pass and the checkpointed adjoint compile to PTX for sm_90 without a
     GPU: one entry per task (the generated copies, counters and recomputed passes included)."""

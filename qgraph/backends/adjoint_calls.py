@@ -189,10 +189,12 @@ def _states(src, facts: _Facts, kinds: list, carried: dict, stored: dict, flag_l
     if not stored and not flag_loops:
         return None
     loop = facts.loop_of[next(iter(stored))] if stored else flag_loops[0]
-    if loop not in src.body.children or len(list(control_regions(src.body))) != 1:
+    inside = [r for r in control_regions(loop)][1:]
+    if loop not in src.body.children or len(list(control_regions(src.body))) != len(inside) + 1 \
+            or not all(isinstance(r, IfRegion) for r in inside):
         raise QgraphError(f"kernel {src.name}: the gradient of the {loop_title(loop)} at line {loop.lineno} keeps the "
                           "states of its passes, which is done yet only for one loop at the top level of a kernel, "
-                          "with no other device region; split the kernel there")
+                          "with no other device region (branches inside it aside); split the kernel there")
     names = sorted(carried[loop])
     for t, task in enumerate(src.tasks):
         clash = sorted(facts.written_by_task[t] & carried[loop])

@@ -20,7 +20,18 @@ import dataclasses
 from dataclasses import dataclass
 
 from ..front.parse import KernelSource, Param
-from ..front.regions import DeviceLoop, Dim, IfRegion, Region, RepeatLoop, Sequence, Task, leaf_tasks, with_bodies
+from ..front.regions import (
+    DeviceLoop,
+    Dim,
+    IfRegion,
+    Region,
+    RepeatLoop,
+    Sequence,
+    Task,
+    children_of,
+    leaf_tasks,
+    with_bodies,
+)
 from .source_facts import arrays_stored
 
 PREFIX = "_qg_lp_"  # the hidden parameters of a loop's recording and adjoint sources
@@ -118,17 +129,32 @@ def checkpointed_regions(src: KernelSource, states: LoopStates, order: list[int 
     def restore(slot, when: str | None = None) -> list[Task]:
         return [_copy(states.checkpoint(n), slot(n), n, r, line, when, restore=True) for n, r in states.carried]
 
-    forward: list[Region] = []
-    backward: list[Region] = []
-    for task in loop.body.children:
-        if not isinstance(task, Task):
-            raise src.error(f"kernel {src.name}: cannot differentiate a device region inside the {loop_title(loop)} "
-                            "whose passes keep states yet; call the inner part as a kernel of its own", loop.lineno)
-        names = stored.get(task.index, ())
-        forward += [_copy(states.inputs(task.index, n), f"{STEP}[()]", n, ranks[n], line) for n in names]
-        forward.append(_Forward(task))
-        backward = [*(_copy(states.inputs(task.index, n), f"{STEP}[()]", n, ranks[n], line, restore=True)
-                      for n in names), _Adjoint(task), *backward]
+    written = arrays_stored([s for t in src.tasks for s in t.body], {r.flag for r in _branches(loop.body)})
+
+    def passes(seq: Sequence) -> tuple[list[Region], list[Region]]:
+        """A pass's forward part (keeping each task's inputs) and its backward part (restoring them)."""
+        forward: list[Region] = []
+        backward: list[Region] = []
+        for child in seq.children:
+            if isinstance(child, IfRegion) and child.flag not in written:  # the same branch on the way back
+                (then_f, then_b), (else_f, else_b) = passes(child.then), passes(child.orelse)
+                forward.append(IfRegion(child.flag, Sequence(tuple(then_f)), Sequence(tuple(else_f)), child.lineno))
+                backward.insert(0, IfRegion(child.flag, Sequence(tuple(then_b)), Sequence(tuple(else_b)),
+                                            child.lineno))
+                continue
+            if not isinstance(child, Task):
+                raise src.error(f"kernel {src.name}: cannot differentiate this device region inside the "
+                                f"{loop_title(loop)} whose passes keep states yet (a branch only on a flag the kernel "
+                                "never writes); call the inner part as a kernel of its own", getattr(child, "lineno",
+                                                                                                     loop.lineno))
+            names = stored.get(child.index, ())
+            forward += [_copy(states.inputs(child.index, n), f"{STEP}[()]", n, ranks[n], line) for n in names]
+            forward.append(_Forward(child))
+            backward = [*(_copy(states.inputs(child.index, n), f"{STEP}[()]", n, ranks[n], line, restore=True)
+                          for n in names), _Adjoint(child), *backward]
+        return forward, backward
+
+    forward, backward = passes(loop.body)
     forward.append(_serial(f"{STEP}[()] += 1\n{GO}[()] = 1 if {STEP}[()] < {STEPS}[()] else 0", line))
     backward.append(_serial(f"{STEP}[()] -= 1\n{GO}[()] = 1 if {STEP}[()] >= 0 else 0", line))
     segment = Sequence((
@@ -151,6 +177,13 @@ def checkpointed_regions(src: KernelSource, states: LoopStates, order: list[int 
     tree, primal = _indexed(src, Sequence(tuple(children)))
     order += primal
     return tree
+
+
+def _branches(region: Region) -> list[IfRegion]:
+    found = [region] if isinstance(region, IfRegion) else []
+    for child in children_of(region):
+        found += _branches(child)
+    return found
 
 
 def hidden_adjoint_params(src: KernelSource, states: LoopStates) -> tuple[Param, ...]:
