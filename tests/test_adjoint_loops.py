@@ -61,6 +61,18 @@ def bounce(x, v, flag, steps: int, dt: float):
 
 
 @qgraph.kernel
+def around(x, v, out, steps: int, dt: float):
+    for i in range(x.shape[0]):
+        out[i] = x[i] * x[i]  # x as it entered the loop
+    for _ in qgraph.repeat(steps):
+        for i in range(x.shape[0]):
+            v[i] += dt * (-9.8 - 0.3 * v[i])
+            x[i] += dt * v[i]
+    for i in range(x.shape[0]):
+        out[i] += x[i] * x[i] * x[i]  # and as it left it
+
+
+@qgraph.kernel
 def drag_before(x, out):
     for i in range(x.shape[0]):
         out[i] = 0.5 * x[i]
@@ -171,6 +183,12 @@ def test_forward_and_backward_in_one_graph_step(arch):
         for a, b in zip(captured, eager):
             np.testing.assert_allclose(a.to_numpy(), b.to_numpy(), rtol=1e-14)
             np.testing.assert_allclose(a.grad.to_numpy(), b.grad.to_numpy(), rtol=1e-12, atol=1e-14)
+
+
+def test_a_linear_loop_whose_arrays_are_read_before_and_after_it(arch):
+    """The adjoints before and after the loop read x as it entered and as it left: the loop
+    keeps its states though its own adjoint reads nothing."""
+    check_gradients(around, uniform(N), uniform(N), np.zeros(N), 6, 0.05, tape=True, rtol=1e-6, atol=1e-8)
 
 
 def test_multi_task_body(arch):

@@ -156,8 +156,8 @@ def _analyse(kernel, key: tuple) -> None:
     per_task = {adjoint.adjoint.primal_of[a]: reads for a, reads in flat.adjoint_reads.items()}
     stored = {t: tuple(sorted(n for n in reads if n in carried[facts.loop_of[t]]))
               for t, reads in per_task.items() if t in facts.loop_of}
-    flag_loops = [loop for loop in carried if isinstance(loop, DeviceLoop)]
-    states = _states(src, facts, kinds, carried, {t: n for t, n in stored.items() if n}, flag_loops)
+    always = [loop for loop in carried if isinstance(loop, DeviceLoop) or _read_around(loop, per_task, carried[loop])]
+    states = _states(src, facts, kinds, carried, {t: n for t, n in stored.items() if n}, always)
     skip = frozenset(n for n, _ in states.carried) if states else frozenset()
     found = {}
     n = len(src.tasks)
@@ -183,12 +183,22 @@ def _analyse(kernel, key: tuple) -> None:
     facts.states[key] = states
 
 
-def _states(src, facts: _Facts, kinds: list, carried: dict, stored: dict, flag_loops: list) -> LoopStates | None:
+def _read_around(loop, per_task: dict, carried: frozenset) -> bool:
+    """Whether adjoints of tasks before and after `loop` read an array it carries (as it entered
+    the loop and as it left it: only kept states give both)."""
+    inside = [t.index for t in leaf_tasks(loop.body)]
+    before = {n for t, reads in per_task.items() if t < min(inside) for n in reads}
+    after = {n for t, reads in per_task.items() if t > max(inside) for n in reads}
+    return bool(before & after & carried)
+
+
+def _states(src, facts: _Facts, kinds: list, carried: dict, stored: dict, always: list) -> LoopStates | None:
     """The LoopStates of a kernel whose loop adjoints read `stored` (primal task -> carried
-    arrays), or that has a flag loop (whose pass count the tape records)."""
-    if not stored and not flag_loops:
+    arrays), or whose loop keeps states `always` (a flag loop, whose pass count the tape
+    records; a loop whose arrays the adjoints around it read as it got and as it left them)."""
+    if not stored and not always:
         return None
-    loop = facts.loop_of[next(iter(stored))] if stored else flag_loops[0]
+    loop = facts.loop_of[next(iter(stored))] if stored else always[0]
     inside = [r for r in control_regions(loop)][1:]
     if loop not in src.body.children or len(list(control_regions(src.body))) != len(inside) + 1 \
             or not all(isinstance(r, IfRegion) for r in inside):
