@@ -282,3 +282,25 @@ def test_a_function_without_a_derivative_rule(arch):
 def test_the_value_an_atomic_returned(arch):
     _raises(uses_the_old_value, _arrays(4, 1, 4), "the gradient needs the value qgraph.atomic_add returned",
             "old = qgraph.atomic_add")
+
+
+@qgraph.struct
+class Body:
+    pos: object
+    scale: float
+
+
+def test_a_loop_writing_a_struct_array(arch):
+    @qgraph.kernel
+    def move(b: Body, v, steps: int):
+        for _ in qgraph.repeat(steps):
+            for i in range(v.shape[0]):
+                b.pos[i] += v[i] * b.scale
+
+    v = _arrays(4)[0]
+    body = Body(qgraph.from_numpy(np.zeros(4)), 0.5)
+    with qgraph.Tape(), pytest.raises(qgraph.QgraphError, match=r"kernel move: the task at line \d+ inside the "
+                                                                r"qgraph.repeat loop at line \d+ writes `b.pos`, an "
+                                                                "array inside a struct"):
+        move(body, v, 3)
+

@@ -191,6 +191,16 @@ def test_a_linear_loop_whose_arrays_are_read_before_and_after_it(arch):
     check_gradients(around, uniform(N), uniform(N), np.zeros(N), 6, 0.05, tape=True, rtol=1e-6, atol=1e-8)
 
 
+def test_two_dimensional_state(arch):
+    @qgraph.kernel
+    def relax(a, w, steps: int):
+        for _ in qgraph.repeat(steps):
+            for i, j in qgraph.ndrange(a.shape[0], a.shape[1]):
+                a[i, j] = math.sin(a[i, j]) * w[0] + 0.1 * a[i, j]
+
+    check_gradients(relax, uniform(3, 4), uniform(1), 5, tape=True, rtol=1e-6, atol=1e-8)
+
+
 def test_multi_task_body(arch):
     check_gradients(coupled, uniform(N), uniform(N), 6, tape=True, rtol=1e-6, atol=1e-8)
 

@@ -153,6 +153,14 @@ def _analyse(kernel, key: tuple) -> None:
                        kernel._options_now(runtime.STATE).default_float)
     carried = {loop: frozenset().union(*(facts.written_by_task[t.index] for t in leaf_tasks(loop.body)))
                for loop in set(facts.loop_of.values())}
+    for t, loop in facts.loop_of.items():  # a struct's arrays are not followed from pass to pass
+        for node in (n for stmt in src.tasks[t].body for n in ast.walk(stmt)):
+            if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store) \
+                    and isinstance(node.value, ast.Attribute):
+                raise QgraphError(f"kernel {src.name}: the task at line {src.tasks[t].lineno} inside the "
+                                  f"{loop_title(loop)} at line {loop.lineno} writes `{ast.unparse(node.value)}`, an "
+                                  "array inside a struct; a loop's gradient follows only arrays passed as arguments "
+                                  "of their own: pass that array as one")
     per_task = {adjoint.adjoint.primal_of[a]: reads for a, reads in flat.adjoint_reads.items()}
     stored = {t: tuple(sorted(n for n in reads if n in carried[facts.loop_of[t]]))
               for t, reads in per_task.items() if t in facts.loop_of}
