@@ -24,7 +24,7 @@ from .checks import _written_names, written_params
 
 def adjoint_kernel(kernel, grads: tuple[str, ...], states: LoopStates | None = None):
     """The adjoint Kernel of `kernel` for gradients of the array parameters `grads` (made once);
-    `states`: the one keeping its repeat loop's checkpoints (lang.adjoint.loops)."""
+    `states`: the one keeping its device loop's checkpoints (lang.adjoint.loops)."""
     key = grads if states is None else (grads, states)
     found = kernel._adjoints.get(key)
     if found is None:  # a Kernel of the adjoint source, with the forward pass's options
@@ -134,8 +134,8 @@ def adjoint_reads(kernel, key: tuple) -> dict[str, str]:
 
 
 def loop_states(kernel, key: tuple) -> LoopStates | None:
-    """What the kernel's repeat loop keeps for the gradient of a call of signature `key`, or
-    None when no adjoint in a loop reads an array the loop overwrites (nothing kept)."""
+    """What the kernel's device loop keeps for the gradient of a call of signature `key`, or
+    None when nothing needs keeping (a repeat loop of linear updates, see _states)."""
     facts = kernel_facts(kernel)
     if key not in facts.states:
         _analyse(kernel, key)
