@@ -192,6 +192,7 @@ def test_modules_the_examples_import_say_so_when_run():
     ("jacobi", ["--n", "1"], "argument --n: must be at least 2 (a 1 x 1 system has no off-diagonal), got 1"),
     ("particles", ["--n", "0"], "argument --n: must be at least 1, got 0"),
     ("ballistic_control", ["--iterations", "0"], "argument --iterations: must be at least 1, got 0"),
+    ("heat_source", ["--n", "2"], "argument --n: must be at least 3 (the rod needs an interior point), got 2"),
     ("mpm88", ["--steps", "-3"], "argument --steps: must be at least 1, got -3"),
     ("nbody", ["--n", "1"], "argument --n: must be at least 2 (one body has no energy to check), got 1"),
     ("nbody", ["--n", "ten"], "argument --n: expected an integer, got 'ten'"),

@@ -108,7 +108,8 @@ def run(n: int = 64, steps: int = 200, iterations: int = 60, rate: float = 5.0) 
 def main(argv: list[str] | None = None) -> int:
     """Command line entry point; returns the exit status (1 when the misfit did not fall 100-fold)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--n", type=int_at_least(3), default=64, help="points on the rod")
+    parser.add_argument("--n", type=int_at_least(3, "the rod needs an interior point"), default=64,
+                        help="points on the rod")
     parser.add_argument("--steps", type=int_at_least(1), default=200, help="diffusion steps per run")
     parser.add_argument("--iterations", type=int_at_least(1), default=60, help="gradient-descent iterations")
     args = parser.parse_args(argv)
