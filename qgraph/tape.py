@@ -20,8 +20,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import tape_loops
 from .backends import step_body
-from .backends.adjoint_calls import adjoint_reads, kernel_facts, launch_adjoint
+from .backends.adjoint_calls import adjoint_reads, kernel_facts, launch_adjoint, loop_states
 from .errors import QgraphError
 from .runtime import state as runtime
 from .runtime.arrays import Ndarray
@@ -37,30 +38,37 @@ class TapeStats:
     snapshot_bytes: int = 0
     temporary_grads: int = 0
     temporary_grad_bytes: int = 0
+    checkpoint_bytes: int = 0  # repeat loops' checkpoints, per-pass inputs and working arrays (lang.adjoint.loops)
 
     @property
     def extra_bytes(self) -> int:
-        return self.snapshot_bytes + self.temporary_grad_bytes
+        return self.snapshot_bytes + self.temporary_grad_bytes + self.checkpoint_bytes
 
 
 class _Call:
     """One recorded call: the kernel, the values its adjoint reads (copies where a later call
     overwrote them), and the arrays as the user passed them (whose gradients it accumulates)."""
 
-    __slots__ = ("kernel", "values", "arrays", "step")
+    __slots__ = ("kernel", "values", "arrays", "step", "loop")
 
     def __init__(self, kernel, values: list, arrays: tuple, step) -> None:
         self.kernel = kernel
         self.values = values
         self.arrays = arrays
         self.step = step  # (the calls list, the step function) of the @qgraph.graph call it was made in, or None
+        self.loop = None  # (LoopStates, the adjoint's hidden arguments, LoopPlan) of a loop that keeps states
 
 
 class Tape:
     """Records the kernel calls this thread makes inside `with qgraph.Tape() as tape:`;
     `tape.backward(loss)` runs their adjoints in reverse (see the module docstring)."""
 
-    def __init__(self) -> None:
+    def __init__(self, checkpoint_every: int | None = None, checkpoint_bytes: int | None = None) -> None:
+        for name, value in (("checkpoint_every", checkpoint_every), ("checkpoint_bytes", checkpoint_bytes)):
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+                raise ValueError(f"qgraph.Tape({name}={value!r}): give a positive int, or None for the default")
+        self.checkpoint_every = checkpoint_every  # passes between a repeat loop's checkpoints (None: sqrt of the count)
+        self.checkpoint_bytes = checkpoint_bytes  # the most a recorded call's loop may keep (None: no limit)
         self._calls: list[_Call] = []
         self._readers: dict[int, list[tuple[_Call, int]]] = {}  # id(array) -> (call, position) reading it live
         self._arrays: dict[int, Ndarray] = {}  # id -> every array the recorded calls passed
@@ -87,14 +95,17 @@ class Tape:
 
     # -- recording ---------------------------------------------------------------------------
 
-    def record(self, kernel, args: tuple, key: tuple) -> None:
-        """Called by the launchers before `kernel` runs on `args` (see step_body.tape_call)."""
+    def record(self, kernel, args: tuple, key: tuple) -> bool:
+        """Called by the launchers before `kernel` runs on `args` (see step_body.tape_call): True
+        when the tape ran the call itself (a repeat loop's forward pass that keeps checkpoints)."""
         if self._busy or kernel._source.adjoint is not None:
-            return
+            return False
         info = kernel_facts(kernel)
+        states = loop_states(kernel, key)
         self._busy = True
         try:
             values = list(args)
+            loop = None if states is None else tape_loops.plan(self, kernel, args, states)
             for k in info.written:  # copy what earlier adjoints read before this call overwrites it
                 a = args[k]
                 if isinstance(a, Ndarray):
@@ -103,6 +114,8 @@ class Tape:
             if step is not None and self._home is not None and step[0] is self._home[0]:
                 step = None  # the tape lives inside this step: its backward is captured with it
             call = _Call(kernel, values, tuple(args), step)
+            if loop is not None:  # the arrays the loop carries: working arrays of the adjoint's own
+                call.loop = tape_loops.run(self, kernel, args, values, loop)
             reads = adjoint_reads(kernel, key)
             for k, a in enumerate(args):
                 if not isinstance(a, Ndarray):
@@ -119,6 +132,7 @@ class Tape:
             self.stats.calls += 1
         finally:
             self._busy = False
+        return loop is not None
 
     def _copy_for_readers(self, a: Ndarray) -> None:
         readers = self._readers.pop(id(a), None)
@@ -181,7 +195,10 @@ class Tape:
                 if g is not None:
                     found[p.name] = g
         if found:
-            launch_adjoint(call.kernel, tuple(call.values), found)
+            states, hidden = call.loop[:2] if call.loop else (None, ())
+            if call.loop and step_body.current_body() is None:
+                tape_loops.check(call.kernel, call.loop)
+            launch_adjoint(call.kernel, tuple(call.values), found, states=states, hidden=hidden)
 
     def _seed(self, a, seed) -> None:
         if not isinstance(a, Ndarray) or a.dtype.kind != "f":

@@ -11,7 +11,7 @@ argument (before the call) or the returned copy (after it).
 
 from __future__ import annotations
 
-from .backends.adjoint_calls import adjoint_reads, launch_adjoint
+from .backends.adjoint_calls import adjoint_reads, launch_adjoint, loop_states
 from .errors import QgraphError
 
 
@@ -100,6 +100,11 @@ def _adjoint_grads(torch, kernel, names: list[str], tensors: list[str], written:
             else:
                 adjoints[t] = torch.zeros_like(before[t])
         key = kernel._compile(*_host([values[n] for n in names], torch))
+        states = loop_states(kernel, key)
+        if states is not None:  # the passes' states exist only where a qgraph.Tape recorded the call
+            raise QgraphError(f"torch_op({kernel._source.name}): the gradient of its device loop (line "
+                              f"{states.loop.lineno}) needs the states of its passes, which only qgraph.Tape keeps; "
+                              "differentiate the kernel with qgraph.Tape instead")
         for name, when in adjoint_reads(kernel, key).items():
             if when == "after" and name in written:
                 values[name] = after[written.index(name)]

@@ -125,53 +125,76 @@ def test_a_value_read_after_the_task_wrote_the_array(arch):
             "# read-after-write line")
 
 
-def test_graph_while_kernels(arch):
+def test_flag_loops_need_a_tape(arch):
     @qgraph.kernel(graph_while="flag")
     def solve(x, flag):
         for i in range(x.shape[0]):
             x[i] = x[i] * 0.5
         flag[()] = 0
 
-    x = _arrays(4)[0]
-    flag = qgraph.ndarray(qgraph.i32, ())
-    solve(x, flag)
-    with pytest.raises(qgraph.QgraphSyntaxError, match="kernel solve: cannot differentiate a graph_while kernel yet; "
-                                                       "call its body kernel in a Python loop under qgraph.Tape"):
-        solve.grad(x, flag)
-
-
-def test_device_loops_and_branches(arch):
     @qgraph.kernel
     def looped(x, flag):
-        while qgraph.loop(flag):  # device-loop line
+        while qgraph.loop(flag):
             for i in range(x.shape[0]):
                 x[i] = x[i] * 0.5
             flag[()] = 0
 
-    @qgraph.kernel
-    def repeated(x, count: int):
-        for _ in qgraph.repeat(count):  # repeat line
-            for i in range(x.shape[0]):
-                x[i] = math.sin(x[i])
+    x = _arrays(4)[0]
+    for kernel, title in ((solve, "graph_while loop"), (looped, "qgraph.loop loop")):
+        flag = qgraph.from_numpy(np.array(1, np.int32))
+        kernel(x, flag)
+        with pytest.raises(qgraph.QgraphError, match=rf"kernel {kernel.__name__}.grad: the gradient of its {title} "
+                                                     r"\(line \d+\) needs the number of passes it ran; record the "
+                                                     "call under qgraph.Tape"):
+            kernel.grad(x, flag)
 
+
+def test_branches_on_written_flags(arch):
     @qgraph.kernel
     def branched(x, flag):
         if qgraph.cond(flag):  # cond line
             for i in range(x.shape[0]):
                 x[i] = x[i] * 2.0
+        flag[()] = 0
 
     x = _arrays(4)[0]
     flag = qgraph.from_numpy(np.array(1, np.int32))
-    for kernel, args, line in ((looped, (x, flag), "# device-loop line"), (repeated, (x, 3), "# repeat line"),
-                               (branched, (x, flag), "# cond line")):
-        kernel(*args)
-        message = (r"cannot differentiate device control flow \(qgraph.loop, qgraph.cond, qgraph.repeat\) yet; "
-                   "run the loop from Python under qgraph.Tape")
-        with pytest.raises(qgraph.QgraphSyntaxError, match=message) as raised:
-            kernel.grad(*args)
-        with open(HERE) as f:
-            number = next(k for k, s in enumerate(f, 1) if line in s)
-        assert f"{HERE}:{number}" in str(raised.value)
+    branched(x, flag)
+    with pytest.raises(qgraph.QgraphSyntaxError, match=r"cannot differentiate the qgraph.cond branch on `flag`, which "
+                                                       r"the kernel writes; compute the flag in a kernel of its own") \
+            as raised:
+        branched.grad(x, flag)
+    with open(HERE) as f:
+        number = next(k for k, s in enumerate(f, 1) if "# cond line" in s)
+    assert f"{HERE}:{number}" in str(raised.value)
+
+
+def test_repeat_loops_that_keep_states_only_at_the_top_level(arch):
+    @qgraph.kernel
+    def nested(x, steps: int):
+        for _ in qgraph.repeat(steps):
+            for _ in qgraph.repeat(steps):
+                for i in range(x.shape[0]):
+                    x[i] = math.sin(x[i])
+
+    @qgraph.kernel
+    def clobbered(x, steps: int):
+        for _ in qgraph.repeat(steps):
+            for i in range(x.shape[0]):
+                x[i] = math.sin(x[i])
+        for i in range(x.shape[0]):
+            x[i] += 1.0  # after-loop line
+
+    x = _arrays(4)[0]
+    message = (r"kernel nested: the gradient of the qgraph.repeat loop at line \d+ keeps the states of its passes, "
+               r"which is done yet only for one loop at the top")
+    with qgraph.Tape(), pytest.raises(qgraph.QgraphError, match=message):
+        nested(x, 2)
+    with open(HERE) as f:
+        number = next(k for k, s in enumerate(f, 1) if "# after-loop line" in s) - 1
+    with qgraph.Tape(), pytest.raises(qgraph.QgraphError, match=f"kernel clobbered: the task at line {number} writes "
+                                                                "`x`, which the qgraph.repeat loop at line"):
+        clobbered(x, 2)
 
 
 def test_no_argument_with_a_gradient(arch):
@@ -259,3 +282,25 @@ def test_a_function_without_a_derivative_rule(arch):
 def test_the_value_an_atomic_returned(arch):
     _raises(uses_the_old_value, _arrays(4, 1, 4), "the gradient needs the value qgraph.atomic_add returned",
             "old = qgraph.atomic_add")
+
+
+@qgraph.struct
+class Body:
+    pos: object
+    scale: float
+
+
+def test_a_loop_writing_a_struct_array(arch):
+    @qgraph.kernel
+    def move(b: Body, v, steps: int):
+        for _ in qgraph.repeat(steps):
+            for i in range(v.shape[0]):
+                b.pos[i] += v[i] * b.scale
+
+    v = _arrays(4)[0]
+    body = Body(qgraph.from_numpy(np.zeros(4)), 0.5)
+    with qgraph.Tape(), pytest.raises(qgraph.QgraphError, match=r"kernel move: the task at line \d+ inside the "
+                                                                r"qgraph.repeat loop at line \d+ writes `b.pos`, an "
+                                                                "array inside a struct"):
+        move(body, v, 3)
+

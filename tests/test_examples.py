@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from qgraph.examples import ballistic_control, heat_diffusion, jacobi, particles
+from qgraph.examples import ballistic_control, heat_diffusion, heat_source, jacobi, particles
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
@@ -140,6 +140,13 @@ def test_ballistic_control_learns_the_velocities(cpu):
     assert r.extra_bytes == 2 * 32 * 12 + 8  # temporary gradients of x, v (vec3 float32) and the loss
 
 
+def test_heat_source_is_recovered_through_a_device_loop(cpu):
+    r = heat_source.run(n=32, steps=100, iterations=30)
+    assert r.losses[-1] < r.losses[0] / 20, r.losses
+    assert all(b < a * 1.05 for a, b in zip(r.losses, r.losses[1:])), r.losses  # no divergence
+    assert r.checkpoint_bytes > 0  # the cooling term's gradient keeps checkpoints
+
+
 def test_ballistic_control_main_prints_the_loss_and_plots(cpu, capsys, tmp_path):
     path = tmp_path / "loss.png"
     assert ballistic_control.main(["--n", "16", "--steps", "20", "--iterations", "15", "--plot", str(path)]) == 0
@@ -185,6 +192,7 @@ def test_modules_the_examples_import_say_so_when_run():
     ("jacobi", ["--n", "1"], "argument --n: must be at least 2 (a 1 x 1 system has no off-diagonal), got 1"),
     ("particles", ["--n", "0"], "argument --n: must be at least 1, got 0"),
     ("ballistic_control", ["--iterations", "0"], "argument --iterations: must be at least 1, got 0"),
+    ("heat_source", ["--n", "2"], "argument --n: must be at least 3 (the rod needs an interior point), got 2"),
     ("mpm88", ["--steps", "-3"], "argument --steps: must be at least 1, got -3"),
     ("nbody", ["--n", "1"], "argument --n: must be at least 2 (one body has no energy to check), got 1"),
     ("nbody", ["--n", "ten"], "argument --n: expected an integer, got 'ten'"),

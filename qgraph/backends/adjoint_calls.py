@@ -13,29 +13,43 @@ from dataclasses import dataclass, field
 
 from ..args.kinds import arg_type
 from ..errors import QgraphError
-from ..lang.adjoint import adjoint_source
+from ..lang.adjoint import LoopStates, adjoint_source, recording_source
+from ..lang.adjoint.loops import loop_title
 from ..lang.flat.view import flat_source
+from ..lang.front.regions import DeviceLoop, IfRegion, Region, RepeatLoop, control_regions, leaf_tasks
 from ..runtime import state as runtime
 from ..runtime.arrays import Ndarray
 from .checks import _written_names, written_params
 
 
-def adjoint_kernel(kernel, grads: tuple[str, ...]):
-    """The adjoint Kernel of `kernel` for gradients of the array parameters `grads` (made once)."""
-    found = kernel._adjoints.get(grads)
+def adjoint_kernel(kernel, grads: tuple[str, ...], states: LoopStates | None = None):
+    """The adjoint Kernel of `kernel` for gradients of the array parameters `grads` (made once);
+    `states`: the one keeping its device loop's checkpoints (lang.adjoint.loops)."""
+    key = grads if states is None else (grads, states)
+    found = kernel._adjoints.get(key)
     if found is None:  # a Kernel of the adjoint source, with the forward pass's options
-        found = kernel._sibling(adjoint_source(kernel._source, grads))
-        kernel._adjoints[grads] = found
+        found = kernel._sibling(adjoint_source(kernel._source, grads, states))
+        kernel._adjoints[key] = found
     return found
 
 
-def launch_adjoint(kernel, values: tuple, grads: dict[str, Ndarray], stream=None) -> None:
-    """Run the adjoint of `kernel` on a call's `values` with the gradient arrays `grads` (by name)."""
+def recording_kernel(kernel, states: LoopStates):
+    """The forward pass that keeps the checkpoints of `states` (a tape runs it for the call)."""
+    found = kernel._adjoints.get(("recording", states))
+    if found is None:
+        found = kernel._adjoints[("recording", states)] = kernel._sibling(recording_source(kernel._source, states))
+    return found
+
+
+def launch_adjoint(kernel, values: tuple, grads: dict[str, Ndarray], stream=None, states: LoopStates | None = None,
+                   hidden: tuple = ()) -> None:
+    """Run the adjoint of `kernel` on a call's `values` with the gradient arrays `grads` (by name);
+    `hidden`: the loop's buffers, counters and sizes after them, where `states` is given."""
     names = tuple(p.name for p in kernel._source.params if p.name in grads)
-    adjoint = adjoint_kernel(kernel, names)
+    adjoint = adjoint_kernel(kernel, names, states)
     if adjoint._generation != runtime.STATE.generation:
         adjoint._attach()
-    adjoint._launch(*values, *(grads[n] for n in names), stream)
+    adjoint._launch(*values, *(grads[n] for n in names), *hidden, stream)
 
 
 def run_adjoint(kernel, values: tuple) -> None:
@@ -52,7 +66,15 @@ def run_adjoint(kernel, values: tuple) -> None:
         raise QgraphError(f"kernel {kernel._source.name}.grad: no argument has a gradient; make the arrays to "
                           "differentiate with qgraph.ndarray(..., requires_grad=True) or set a.requires_grad = True")
     facts = kernel_facts(kernel)
-    for name, when in adjoint_reads(kernel, kernel._compile(*values)).items():
+    key = kernel._compile(*values)
+    states = loop_states(kernel, key)
+    if states is not None:
+        what = (f"the arrays the loop overwrites ({', '.join(n for n, _ in states.carried)}) as each pass left them"
+                if states.stored else "the number of passes it ran")
+        raise QgraphError(f"kernel {src.name}.grad: the gradient of its {loop_title(states.loop)} (line "
+                          f"{states.loop.lineno}) needs {what}; record the call under qgraph.Tape, which keeps "
+                          "them, and call tape.backward")
+    for name, when in adjoint_reads(kernel, key).items():
         k = src.param_names.index(name) if name in src.param_names else None  # a struct leaf: not checked
         if when == "before" and k in facts.written:
             raise QgraphError(f"kernel {src.name}.grad: its adjoint needs '{name}' as it was before the call, which "
@@ -81,7 +103,9 @@ class _Facts:
 
     written: dict[int, int]  # parameter position -> first line writing that array (checks.written_params)
     written_by_task: tuple[frozenset[str], ...]  # per task, in launch order: the arrays it writes
+    loop_of: dict[int, Region]  # task -> the outermost loop (repeat or flag) it runs in
     reads: dict = field(default_factory=dict)  # signature -> adjoint_reads' answer
+    states: dict = field(default_factory=dict)  # signature -> loop_states' answer
 
 
 _FACTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # kernel -> its _Facts
@@ -93,30 +117,62 @@ def kernel_facts(kernel) -> _Facts:
         src = kernel._source
         by_task = tuple(frozenset(_written_names(src, [n for s in t.body for n in ast.walk(s)], frozenset()))
                         for t in src.tasks)
-        found = _FACTS[kernel] = _Facts(written_params(src), by_task)
+        loops = [r for r in control_regions(src.body) if isinstance(r, (RepeatLoop, DeviceLoop))]
+        loop_of = {t.index: loop for loop in reversed(loops) for t in leaf_tasks(loop.body)}  # outermost last
+        found = _FACTS[kernel] = _Facts(written_params(src), by_task, loop_of)
     return found
 
 
 def adjoint_reads(kernel, key: tuple) -> dict[str, str]:
     """Array parameter -> "before" (its value before the call) or "after" (after it), for the
     arrays the adjoint of a call of signature `key` reads (every float array differentiated:
-    a superset)."""
+    a superset). A loop that keeps states (loop_states) serves the arrays it carries itself."""
+    facts = kernel_facts(kernel)
+    if key not in facts.reads:
+        _analyse(kernel, key)
+    return facts.reads[key]
 
+
+def loop_states(kernel, key: tuple) -> LoopStates | None:
+    """What the kernel's device loop keeps for the gradient of a call of signature `key`, or
+    None when nothing needs keeping (a repeat loop of linear updates, see _states)."""
+    facts = kernel_facts(kernel)
+    if key not in facts.states:
+        _analyse(kernel, key)
+    return facts.states[key]
+
+
+def _analyse(kernel, key: tuple) -> None:
     src = kernel._source
     facts = kernel_facts(kernel)
-    found = facts.reads.get(key)
-    if found is not None:
-        return found
     kinds = [arg_type(sig) for sig in key]
     grads = tuple(p.name for p, kind in zip(src.params, kinds)
                   if getattr(kind, "is_array", False) and kind.dtype.kind == "f")
-    flat = flat_source(adjoint_source(src, grads), kinds + [kinds[src.param_names.index(g)] for g in grads],
+    adjoint = adjoint_source(src, grads, analysis=True)
+    flat = flat_source(adjoint, kinds + [kinds[src.param_names.index(g)] for g in grads],
                        kernel._options_now(runtime.STATE).default_float)
-    n = len(src.tasks)
+    carried = {loop: frozenset().union(*(facts.written_by_task[t.index] for t in leaf_tasks(loop.body)))
+               for loop in set(facts.loop_of.values())}
+    for t, loop in facts.loop_of.items():  # a struct's arrays are not followed from pass to pass
+        for node in (n for stmt in src.tasks[t].body for n in ast.walk(stmt)):
+            if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store) \
+                    and isinstance(node.value, ast.Attribute):
+                raise QgraphError(f"kernel {src.name}: the task at line {src.tasks[t].lineno} inside the "
+                                  f"{loop_title(loop)} at line {loop.lineno} writes `{ast.unparse(node.value)}`, an "
+                                  "array inside a struct; a loop's gradient follows only arrays passed as arguments "
+                                  "of their own: pass that array as one")
+    per_task = {adjoint.adjoint.primal_of[a]: reads for a, reads in flat.adjoint_reads.items()}
+    stored = {t: tuple(sorted(n for n in reads if n in carried[facts.loop_of[t]]))
+              for t, reads in per_task.items() if t in facts.loop_of}
+    always = [loop for loop in carried if isinstance(loop, DeviceLoop) or _read_around(loop, per_task, carried[loop])]
+    states = _states(src, facts, kinds, carried, {t: n for t, n in stored.items() if n}, always)
+    skip = frozenset(n for n, _ in states.carried) if states else frozenset()
     found = {}
-    for adjoint_index, reads in flat.adjoint_reads.items():
-        t = n - 1 - adjoint_index  # the primal task
+    n = len(src.tasks)
+    for t, reads in per_task.items():
         for name, clobbered in reads.items():  # clobbered: task t itself may overwrite what it read
+            if name in skip or (t in facts.loop_of and name in carried[facts.loop_of[t]]):
+                continue
             later = clobbered or any(name in facts.written_by_task[u] for u in range(t + 1, n))
             earlier = any(name in facts.written_by_task[u] for u in range(t))
             if later and earlier:
@@ -128,5 +184,45 @@ def adjoint_reads(kernel, key: tuple) -> dict[str, str]:
                 raise QgraphError(f"kernel {src.name}: its tasks' gradients need `{name}` both before and after "
                                   "the kernel writes it; split the kernel")
             found[name] = when
+    for region in control_regions(src.body):  # a branch's flag is read again by the adjoint
+        if isinstance(region, IfRegion):
+            found.setdefault(region.flag, "after")
     facts.reads[key] = found
-    return found
+    facts.states[key] = states
+
+
+def _read_around(loop, per_task: dict, carried: frozenset) -> bool:
+    """Whether adjoints of tasks before and after `loop` read an array it carries (as it entered
+    the loop and as it left it: only kept states give both)."""
+    inside = [t.index for t in leaf_tasks(loop.body)]
+    before = {n for t, reads in per_task.items() if t < min(inside) for n in reads}
+    after = {n for t, reads in per_task.items() if t > max(inside) for n in reads}
+    return bool(before & after & carried)
+
+
+def _states(src, facts: _Facts, kinds: list, carried: dict, stored: dict, always: list) -> LoopStates | None:
+    """The LoopStates of a kernel whose loop adjoints read `stored` (primal task -> carried
+    arrays), or whose loop keeps states `always` (a flag loop, whose pass count the tape
+    records; a loop whose arrays the adjoints around it read as it got and as it left them)."""
+    if not stored and not always:
+        return None
+    loop = facts.loop_of[next(iter(stored))] if stored else always[0]
+    inside = [r for r in control_regions(loop)][1:]
+    if loop not in src.body.children or len(list(control_regions(src.body))) != len(inside) + 1 \
+            or not all(isinstance(r, IfRegion) for r in inside):
+        raise QgraphError(f"kernel {src.name}: the gradient of the {loop_title(loop)} at line {loop.lineno} keeps the "
+                          "states of its passes, which is done yet only for one loop at the top level of a kernel, "
+                          "with no other device region (branches inside it aside); split the kernel there")
+    names = sorted(carried[loop])
+    for t, task in enumerate(src.tasks):
+        clash = sorted(facts.written_by_task[t] & carried[loop])
+        if t not in facts.loop_of and clash:
+            raise QgraphError(f"kernel {src.name}: the task at line {task.lineno} writes `{clash[0]}`, which the "
+                              f"{loop_title(loop)} at line {loop.lineno} carries from pass to pass; the loop's "
+                              "gradient keeps its states only when the tasks outside the loop leave those arrays "
+                              "alone: move that task into a kernel of its own")
+    ranks = []
+    for name in names:
+        kind = kinds[src.param_names.index(name)]
+        ranks.append((name, kind.ndim - len(kind.element)))
+    return LoopStates(loop, tuple(ranks), tuple(sorted(stored.items())))

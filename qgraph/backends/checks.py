@@ -65,7 +65,8 @@ def written_params(src: KernelSource) -> dict[int, int]:
     update or an atomic, or passing it to a @qgraph.func that does), for the read-only check
     of NumPy arguments. An adjoint kernel (lang.adjoint) writes its gradient arrays only."""
     if src.adjoint is not None:
-        return {k: src.lineno for k, p in enumerate(src.params) if p.name.startswith("_qg_adj_")}
+        return {k: src.lineno for k, p in enumerate(src.params)
+                if p.name.startswith("_qg_adj_") or p.name in src.adjoint.writes}
     nodes = [n for task in src.tasks for stmt in task.body for n in ast.walk(stmt)]
     return {src.param_names.index(name): line for name, line in _written_names(src, nodes, frozenset()).items()
             if name in src.param_names}

@@ -137,8 +137,9 @@ class CpuLauncher:
         lines += resolver_lines(display_names(src), fixed_scalar_types(src), "cpu", ns, Ndarray,
                                 elements=element_annotations(src), written=written_params(src))
         lines += [f"    key = ({', '.join(f's{k}' for k in range(n))}{comma})",
-                  "    if _steps[0]:",  # a call in a @qgraph.graph body (counted for its stats) or under a tape
-                  f"        _count(_launcher, ({args}{comma}), key)",
+                  # a call in a @qgraph.graph body (counted for its stats) or under a tape (which may run it)
+                  f"    if _steps[0] and _count(_launcher, ({args}{comma}), key):",
+                  "        return",
                   "    runner = _get(key)",
                   "    if runner is None:",
                   f"        return _first_call(key, ({values}{comma}), ({args}{comma}))"]

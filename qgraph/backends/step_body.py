@@ -42,11 +42,11 @@ def tape_recording() -> bool:
     return threading.get_ident() in _TAPES
 
 
-def tape_call(launcher, args: tuple, key: tuple) -> None:
-    """Both launchers' hook, before a call runs: the thread's tape (if any) records it."""
+def tape_call(launcher, args: tuple, key: tuple) -> bool:
+    """Both launchers' hook, before a call runs: the thread's tape (if any) records it; True
+    when the tape ran the call itself (a repeat loop that keeps checkpoints): skip the launch."""
     tape = _TAPES.get(threading.get_ident())
-    if tape is not None:
-        tape.record(launcher.kernel, args, key)
+    return tape is not None and tape.record(launcher.kernel, args, key)
 
 
 def run_body(fn: Callable, args: tuple, kwargs: dict) -> tuple[list, object]:
@@ -82,9 +82,12 @@ def in_body() -> bool:
     return threading.get_ident() in _BODIES
 
 
-def count_call(launcher, args: tuple, key: tuple) -> None:
-    """The CPU launch's hook: a kernel call made in a step's body (run as it is made), or under a tape."""
-    tape_call(launcher, args, key)
+def count_call(launcher, args: tuple, key: tuple) -> bool:
+    """The CPU launch's hook: a kernel call made in a step's body (run as it is made), or under a
+    tape; True when the tape ran it (the launch returns)."""
+    if tape_call(launcher, args, key):
+        return True
     body = _BODIES.get(threading.get_ident())
     if body is not None:
         body[0].append(launcher)
+    return False

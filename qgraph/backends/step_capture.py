@@ -47,7 +47,8 @@ class StepCall:
 def intercept(launcher, key: tuple, args: tuple, packs: tuple, stream) -> bool:
     """The kernels' launch hook: a tape records the call; it is recorded instead of launched if
     this thread is running a step's body."""
-    tape_call(launcher, args, key)
+    if tape_call(launcher, args, key):
+        return True
     calls = body_calls()
     if calls is None:
         return False

@@ -16,9 +16,10 @@ from dataclasses import dataclass
 
 from ..front.globals_used import RNG_STATE
 from ..front.parse import KernelSource, Param
-from ..front.regions import Region, Sequence, Task
+from ..front.regions import Task, leaf_tasks
 from ..types.weak_types import INT, Typer, infer_locals, param_type
 from .ir import Let, render, walk
+from .loops import LoopStates, checkpointed_regions, hidden_adjoint_params, recording_source, reversed_regions
 from .reverse import adjoint_name, adjoint_statements
 from .three_address import three_address
 
@@ -28,34 +29,30 @@ class AdjointOf:
     """What makes a KernelSource an adjoint: the primal's array parameters with gradients."""
 
     grads: tuple[str, ...]
-    primal_tasks: int  # the primal's task count (adjoint task k is primal task count - 1 - k)
+    primal_tasks: int  # the primal's task count
+    primal_of: tuple[int | None, ...] = ()  # per adjoint task: the primal task it reverses (None: runs forward)
+    writes: tuple[str, ...] = ()  # parameters besides the gradients it writes (a loop's working arrays, buffers)
 
 
-def adjoint_source(src: KernelSource, grads: tuple[str, ...]) -> KernelSource:
-    """The adjoint kernel of `src` for gradients of the array parameters `grads`."""
-    if src.graph_while is not None:
-        raise src.error(f"kernel {src.name}: cannot differentiate a graph_while kernel yet; "
-                        "call its body kernel in a Python loop under qgraph.Tape", src.lineno)
+def adjoint_source(src: KernelSource, grads: tuple[str, ...], states: LoopStates | None = None,
+                   analysis: bool = False) -> KernelSource:
+    """The adjoint kernel of `src` for gradients of the array parameters `grads`; `states`: its
+    device loop keeps checkpoints (lang.adjoint.loops); `analysis`: only to find what it reads."""
     if RNG_STATE in src.param_names:
         raise src.error(f"kernel {src.name}: cannot differentiate a kernel that draws random numbers; "
                         "draw them in a kernel of their own and pass the array", src.lineno)
-    _check_straight(src, src.body)
     by_name = {p.name: p for p in src.params}
     extra = tuple(Param(adjoint_name(name), by_name[name].annotation, False) for name in grads)
-    tasks = tuple(dataclasses.replace(t, index=k) for k, t in enumerate(reversed(src.tasks)))
+    order: list[int | None] = []
+    if states is None:
+        body, writes = reversed_regions(src, src.body, order, analysis), ()
+    else:
+        body = checkpointed_regions(src, states, order)
+        extra += hidden_adjoint_params(src, states)
+        writes = tuple(n for n, _ in states.carried) + tuple(p.name for p in hidden_adjoint_params(src, states))
     return dataclasses.replace(src, name=f"{src.name}_adjoint", qualname=f"{src.qualname}.adjoint",
-                               params=src.params + extra, tasks=tasks, body=Sequence(tasks),
-                               adjoint=AdjointOf(tuple(grads), len(src.tasks)))
-
-
-def _check_straight(src: KernelSource, region: Region) -> None:
-    if isinstance(region, Sequence):
-        for child in region.children:
-            _check_straight(src, child)
-    elif not isinstance(region, Task):
-        raise src.error(f"kernel {src.name}: cannot differentiate device control flow (qgraph.loop, qgraph.cond, "
-                        "qgraph.repeat) yet; run the loop from Python under qgraph.Tape",
-                        getattr(region, "lineno", src.lineno))
+                               params=src.params + extra, tasks=tuple(leaf_tasks(body)), body=body, graph_while=None,
+                               adjoint=AdjointOf(tuple(grads), len(src.tasks), tuple(order), writes))
 
 
 def adjoint_task(src: KernelSource, task: Task, kinds: dict, funcs: list) -> tuple[Task, frozenset[str]]:
@@ -85,4 +82,5 @@ def _types(src: KernelSource, body, kinds: dict, loop_vars: tuple[str, ...]) -> 
     return typer.env
 
 
-__all__ = ["AdjointOf", "adjoint_name", "adjoint_source", "adjoint_task"]
+__all__ = ["AdjointOf", "LoopStates", "adjoint_name", "adjoint_source", "adjoint_task", "hidden_adjoint_params",
+           "recording_source"]

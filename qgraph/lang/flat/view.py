@@ -183,7 +183,8 @@ def flat_source(src: KernelSource, kinds: list, default_float: str = "f64") -> F
 
         kinds_by_name = {p.name: kind for p, kind in zip(params, flat_kinds)}
         for index, task in tasks.items():
-            tasks[index], reads[index] = adjoint_task(base, task, kinds_by_name, specs.defs)
+            if src.adjoint.primal_of[index] is not None:  # else a task the adjoint runs forward
+                tasks[index], reads[index] = adjoint_task(base, task, kinds_by_name, specs.defs)
     ordered = [tasks[t.index] for t in src.tasks]
     names = [p.name for p in params]
     _analyse_names(ordered, set(names), src.filename)
