@@ -196,7 +196,8 @@ def test_a_closed_graph_releases_its_loop_and_branch_state(cuda, unraisable):
     if graph is None or not graph._loops:
         pytest.skip("no device WHILE loops here (conditional nodes need compute capability 9.0 and CUDA 12.4)")
     loops, branches = list(graph._loops), list(graph._branches)
-    assert [loop.mode for loop in loops] == [LoopMode.WHILE, LoopMode.COUNT] and len(branches) == 1
+    # the repeat loop, unrolled, is two WHILE nodes (count // U passes of U copies, then count % U)
+    assert [loop.mode for loop in loops] == [LoopMode.WHILE, LoopMode.COUNT, LoopMode.COUNT] and len(branches) == 1
     records = [loop._record for loop in loops]
     releases = [f for item in loops for f in item._releases] + [b._free for b in branches]
     assert all(f.alive for f in releases) and all(loop in target.guards for loop in loops)
