@@ -196,7 +196,7 @@ def main() -> None:
         what = f"{r['section']} {r.get('tasks', r.get('n', ''))}"
         extra = f"  diff {r['max_abs_diff']:.1e}" if "max_abs_diff" in r else ""
         vs = f"{r['vs']:.3f}" if r["vs"] is not None else "-"
-        print(f"{what:<22} {r['mode']:<26} {r['us']:10.2f} us  x{vs}{extra}")
+        print(f"{what:<22} {r['mode']:<38} {r['us']:10.2f} us  x{vs}{extra}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
