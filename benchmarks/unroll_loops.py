@@ -6,8 +6,10 @@
 - the README's relax (float64 Jacobi with a max change, qgraph.bench.reductions) at 128^2, 512^2
   and 2048^2, U = 1, 2, 4 against the hand-written CUDA C++ WHILE-node solver;
 - the stable-fluids pressure solve of a substep (100 Jacobi sweeps of a 256 x 128 grid, as in
-  Warp's example): the example's graph_while loop (two sweeps per pass, U = 1, 2) and the same
-  sweeps as `qgraph.repeat(50)` (U chosen, and U = 1).
+  Warp's example): the example's graph_while loop (two sweeps per pass, U = 1, chosen) and the same
+  sweeps as `qgraph.repeat(50)` (U chosen, and U = 1), against the same sweeps in hand-written CUDA
+  C++ captured as one graph of 100 kernel nodes (qgraph.bench.fluids_pressure: programmatic edges,
+  and as variants plain edges and an early launch of each successor).
 
     python benchmarks/unroll_loops.py [--quick] [--json PATH]
 """
@@ -127,8 +129,9 @@ def pressure_repeat(p, p_new, div, pairs: int):
 
 
 def fluid_rows(shape: tuple[int, int], sweeps: int, budget: float, repeat: int) -> list[dict]:
-    """The pressure solve of a stable-fluids substep: the example's graph_while loop (U = 1, 2) and
-    the same sweeps as a repeat loop (chosen U, and U = 1); every variant gives the same bits."""
+    """The pressure solve of a stable-fluids substep: the example's graph_while loop (U = 1, chosen)
+    and the same sweeps as a repeat loop (chosen U, and U = 1), every variant the same bits, against
+    the hand-written CUDA C++ graph of `sweeps` nodes (the issue's baseline: the ratios' floor)."""
     from qgraph.examples.stable_fluids_kernels import pressure_scalar
 
     p, p_new, div = (qgraph.ndarray(qgraph.f32, shape) for _ in range(3))
@@ -136,24 +139,43 @@ def fluid_rows(shape: tuple[int, int], sweeps: int, budget: float, repeat: int) 
     iters, flag = qgraph.ndarray(qgraph.i32, (1,)), qgraph.ndarray(qgraph.i32, (1,))
     variants = {f"graph_while U={u or 'chosen'}": pressure_scalar._variant(unroll=u) for u in (1, None)}
     repeats = {"repeat, chosen U": pressure_repeat, "repeat U=1": pressure_repeat._variant(unroll=1)}
-    calls, results = {}, {}
+    sides = {who: (hand.launch, hand.buffers, hand.result) for who, hand in _hand_sweeps(shape, div, sweeps).items()}
     for who, kernel in variants.items():
-        calls[who] = lambda kernel=kernel: (iters.fill(0), kernel(p, p_new, div, iters, flag, sweeps))
+        sides[who] = (lambda kernel=kernel: (iters.fill(0), kernel(p, p_new, div, iters, flag, sweeps)), (p, p_new), p)
     for who, kernel in repeats.items():
-        calls[who] = lambda kernel=kernel: kernel(p, p_new, div, sweeps // 2)
-    for who, call in calls.items():
-        p.fill(0)
+        sides[who] = (lambda kernel=kernel: kernel(p, p_new, div, sweeps // 2), (p, p_new), p)
+    results = {}
+    for who, (call, buffers, field) in sides.items():  # every side: the same sweeps from p = 0
+        for array in buffers:
+            array.fill(0)
         call()
         qgraph.sync()
-        results[who] = p.to_numpy()
-    first = next(iter(results.values()))
-    for who, value in results.items():
-        assert np.array_equal(value, first), f"{who} differs"
+        results[who] = field.to_numpy()
+    first = results["graph_while U=1"]
+    for who in (*variants, *repeats):
+        assert np.array_equal(results[who], first), f"{who} differs"
     assert pressure_repeat.stats.iterations == (sweeps // 2,)
-    spreads = interleaved_spreads(calls, budget, repeat, qgraph.sync)
-    floor = spreads["graph_while U=1"].median
+    spreads = interleaved_spreads({who: side[0] for who, side in sides.items()}, budget, repeat, qgraph.sync)
+    floor = spreads[HAND_FLUIDS].median
     return [{"section": "fluids pressure", "n": f"{shape[0]}x{shape[1]}", "mode": who, "us": s.median * 1e6,
-             "vs": s.median / floor} for who, s in spreads.items()]
+             "vs": s.median / floor, "max_abs_diff": float(np.abs(results[who] - results[HAND_FLUIDS]).max())}
+            for who, s in spreads.items()]
+
+
+HAND_FLUIDS = "CUDA C++ unrolled graph"
+
+
+def _hand_sweeps(shape: tuple[int, int], div, sweeps: int) -> dict:
+    """The hand-written graphs (qgraph.bench.fluids_pressure.UnrolledSweeps), each on its own p and
+    p_new and the shared div: programmatic edges (the baseline), plain edges (what a stream capture
+    such as Warp's makes) and each successor launched early."""
+    from qgraph.bench.fluids_pressure import UnrolledSweeps
+
+    device = qgraph.runtime.STATE.cuda
+    options = {HAND_FLUIDS: {}, f"{HAND_FLUIDS}, plain edges": {"programmatic": False},
+               f"{HAND_FLUIDS}, early launch": {"early": True}}
+    return {who: UnrolledSweeps(device, qgraph.ndarray(qgraph.f32, shape), qgraph.ndarray(qgraph.f32, shape), div,
+                                sweeps, **option) for who, option in options.items()}
 
 
 def main() -> None:
@@ -174,7 +196,7 @@ def main() -> None:
         what = f"{r['section']} {r.get('tasks', r.get('n', ''))}"
         extra = f"  diff {r['max_abs_diff']:.1e}" if "max_abs_diff" in r else ""
         vs = f"{r['vs']:.3f}" if r["vs"] is not None else "-"
-        print(f"{what:<22} {r['mode']:<26} {r['us']:10.2f} us  x{vs}{extra}")
+        print(f"{what:<22} {r['mode']:<38} {r['us']:10.2f} us  x{vs}{extra}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)

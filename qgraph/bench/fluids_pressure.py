@@ -1,0 +1,108 @@
+"""The stable-fluids pressure solve as hand-written CUDA C++: issue 32's baseline for the fluids row.
+
+Warp's stable-fluids example captures its 100 Jacobi sweeps as 100 launches in one CUDA graph,
+swapping p and p_new between launches. `UnrolledSweeps` builds that graph by hand: one kernel node
+per sweep (2-D blocks of 32 x 8, `j` along the contiguous axis), the buffers alternating as in
+`qgraph.examples.stable_fluids_kernels.pressure_scalar`, joined by programmatic edges on compute
+capability 9.0+ (the kernel waits with griddepcontrol.wait at entry), as the other baselines are.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+BLOCK = (32, 8)  # threads along j (contiguous), along i
+
+CUDA_SOURCE = r"""
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define WAIT() asm volatile("griddepcontrol.wait;" ::: "memory")
+#define LAUNCH_DEPENDENTS() asm volatile("griddepcontrol.launch_dependents;" ::: "memory")
+#else
+#define WAIT()
+#define LAUNCH_DEPENDENTS()
+#endif
+
+// One Jacobi sweep of laplace(p) = div on an nx x ny float32 grid (row-major): a clamped
+// neighbour is the cell itself (dp/dn = 0 at the walls), the sum in the example's order.
+__device__ __forceinline__ void sweep(const float* __restrict__ p, float* __restrict__ p_new,
+                                      const float* __restrict__ div, int nx, int ny) {
+    int j = blockIdx.x * blockDim.x + threadIdx.x;
+    int i = blockIdx.y * blockDim.y + threadIdx.y;
+    if (i >= nx || j >= ny) return;
+    float pl = p[max(i - 1, 0) * ny + j];
+    float pr = p[min(i + 1, nx - 1) * ny + j];
+    float pb = p[i * ny + max(j - 1, 0)];
+    float pt = p[i * ny + min(j + 1, ny - 1)];
+    p_new[i * ny + j] = 0.25f * (pl + pr + pb + pt - div[i * ny + j]);
+}
+
+extern "C" __global__ void pressure_sweep(const float* __restrict__ p, float* __restrict__ p_new,
+                                          const float* __restrict__ div, int nx, int ny) {
+    WAIT();
+    sweep(p, p_new, div, nx, ny);
+}
+
+// The same sweep letting the next node's blocks be scheduled at once (they still wait for this
+// grid to finish and its writes to be visible in their own griddepcontrol.wait).
+extern "C" __global__ void pressure_sweep_early(const float* __restrict__ p, float* __restrict__ p_new,
+                                                const float* __restrict__ div, int nx, int ny) {
+    LAUNCH_DEPENDENTS();
+    WAIT();
+    sweep(p, p_new, div, nx, ny);
+}
+"""
+
+ENTRIES = ("pressure_sweep", "pressure_sweep_early")
+
+
+def sweep_buffers(p, p_new, sweeps: int) -> list[tuple]:
+    """(source, destination) of each sweep: p -> p_new -> p ..., as the example and Warp swap them."""
+    return [(p, p_new) if k % 2 == 0 else (p_new, p) for k in range(sweeps)]
+
+
+class UnrolledSweeps:
+    """`sweeps` Jacobi sweeps of (p, p_new, div) as one CUDA graph of `sweeps` kernel nodes.
+
+    programmatic: programmatic edges between the nodes (compute capability 9.0+; plain edges, what
+    a stream capture such as Warp's makes, otherwise); early: each sweep lets its successor launch
+    at its entry (griddepcontrol.launch_dependents). The final field is in `result`."""
+
+    def __init__(self, device, p, p_new, div, sweeps: int, programmatic: bool = True, early: bool = False) -> None:
+        from ..driver.device import check, driver
+        from ..driver.nvrtc import compile_cubin
+
+        if p.shape != p_new.shape or p.shape != div.shape or len(p.shape) != 2:
+            raise ValueError(f"p, p_new and div must be 2-D arrays of one shape, got {p.shape}, {p_new.shape}, "
+                             f"{div.shape}")
+        cc = tuple(device.info.compute_capability)
+        self.d, self.check, self.stream = driver(), check, device.stream_handle
+        self.programmatic = programmatic and cc >= (9, 0)
+        module = device.load_module(compile_cubin(CUDA_SOURCE, "qgraph_bench_fluids.cu", cc))
+        self.function = device.function(module, ENTRIES[1] if early else ENTRIES[0])
+        self.buffers, self.result = (p, p_new), (p if sweeps % 2 == 0 else p_new)
+        self._keep: list = []
+        graph = check(self.d.cuGraphCreate(0), "cuGraphCreate")
+        previous = None
+        for src, dst in sweep_buffers(p, p_new, sweeps):
+            previous = self._add_sweep(graph, src, dst, div, previous)
+        self.exec = check(self.d.cuGraphInstantiate(graph, 0), "cuGraphInstantiate")
+        check(self.d.cuGraphUpload(self.exec, self.stream), "cuGraphUpload")
+        check(self.d.cuGraphDestroy(graph), "cuGraphDestroy")
+
+    def _add_sweep(self, graph, src, dst, div, previous):
+        from ..driver.nodes import add_edge, kernel_node_params
+
+        nx, ny = src.shape
+        values = (ctypes.c_uint64(src._ptr), ctypes.c_uint64(dst._ptr), ctypes.c_uint64(div._ptr),
+                  ctypes.c_int32(nx), ctypes.c_int32(ny))
+        pointers = (ctypes.c_void_p * len(values))(*(ctypes.addressof(v) for v in values))
+        self._keep.append((values, pointers))
+        grid = ((ny + BLOCK[0] - 1) // BLOCK[0], (nx + BLOCK[1] - 1) // BLOCK[1], 1) + BLOCK
+        params = kernel_node_params(self.function, grid, 0, kernel_params=ctypes.addressof(pointers))
+        node = self.check(self.d.cuGraphAddKernelNode(graph, [], 0, params), "adding a sweep node")
+        if previous is not None:
+            add_edge(graph, previous, node, self.programmatic)
+        return node
+
+    def launch(self) -> None:
+        self.d.cuGraphLaunch(self.exec, self.stream)
