@@ -228,6 +228,7 @@ def plot(result: dict, path: str) -> None:
             if found:
                 ax.plot(*zip(*found), marker="o", label=label)
         ax.set_xscale("log")
+        ax.set_xticks([p["every"] for p in points], [str(p["every"]) for p in points])
         ax.set_xlabel("passes between checkpoints (c)")
         ax.set_ylabel(ylabel)
         ax.grid(True, which="both", alpha=0.3)
