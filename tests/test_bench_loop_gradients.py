@@ -75,8 +75,21 @@ def test_plot_from_json_writes_a_png(tmp_path):
     assert (tmp_path / "run.png").read_bytes()[:4] == b"\x89PNG"
 
 
-def test_plot_without_matplotlib_says_how_before_running(tmp_path, monkeypatch):
-    monkeypatch.setitem(sys.modules, "matplotlib", None)
-    with pytest.raises(SystemExit, match=r"--plot needs matplotlib \(pip install matplotlib\)"):
-        loop_gradients.main(["--plot-from", str(_fake_run(tmp_path))])
-    assert not (tmp_path / "run.png").exists()
+@pytest.mark.parametrize("plot", [[], ["--plot", "out.png"]])
+def test_plot_without_matplotlib_says_how_before_running(tmp_path, monkeypatch, capsys, plot):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` raises ImportError
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as stopped:
+        loop_gradients.main(["--plot-from", str(_fake_run(tmp_path)), *plot])
+    assert stopped.value.code == 2
+    assert "drawing the plot needs matplotlib: pip install matplotlib" in capsys.readouterr().err
+    assert not list(tmp_path.glob("*.png"))
+
+
+def test_bad_paths_are_refused_before_running(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        loop_gradients.main(["--json", str(tmp_path / "missing" / "run.json")])
+    assert "argument --json: give a file name in an existing directory" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        loop_gradients.main(["--plot-from", str(tmp_path / "missing.json")])
+    assert "argument --plot-from: cannot read the figures of an earlier --json run" in capsys.readouterr().err

@@ -244,16 +244,36 @@ def plot(result: dict, path: str) -> None:
 
 
 def _pyplot():
-    try:
-        import matplotlib
-    except ImportError:
-        raise SystemExit(
-            "--plot needs matplotlib (pip install matplotlib); run without --plot, or with --json PATH and plot later"
-        ) from None
+    import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     return plt
+
+
+def _output_path(text: str) -> str:
+    """--json's and --plot's path, checked before the run, not after it (as `python -m qgraph bench` does)."""
+    folder = os.path.dirname(os.path.abspath(text))
+    if os.path.isdir(text) or not os.path.isdir(folder):
+        raise argparse.ArgumentTypeError(f"give a file name in an existing directory, not {text}")
+    return text
+
+
+def _plot_path(text: str) -> str:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise argparse.ArgumentTypeError("drawing the plot needs matplotlib: pip install matplotlib") from None
+    return _output_path(text)
+
+
+def _json_run(text: str) -> dict:
+    try:
+        with open(text) as f:
+            return json.load(f) | {"path": text}
+    except (OSError, ValueError) as e:
+        raise argparse.ArgumentTypeError(f"cannot read the figures of an earlier --json run: {e}") from None
 
 
 def run(n: int, steps: int, drag_n: int, drag_steps: int, repeats: int) -> dict:
@@ -301,15 +321,17 @@ def main(argv=None) -> None:
     parser.add_argument("--drag-n", type=int, default=16384)
     parser.add_argument("--drag-steps", type=int, default=1000)
     parser.add_argument("--repeats", type=int, default=20)
-    parser.add_argument("--json", metavar="PATH", help="write every figure as JSON")
-    parser.add_argument("--plot", metavar="PATH", help="write the checkpoint plot (PNG; needs matplotlib)")
-    parser.add_argument("--plot-from", metavar="JSON", help="only plot the figures of an earlier --json run")
+    parser.add_argument("--json", metavar="PATH", type=_output_path, help="write every figure as JSON")
+    parser.add_argument("--plot", metavar="PATH", type=_plot_path, help="write the checkpoint plot (PNG)")
+    parser.add_argument("--plot-from", metavar="JSON", type=_json_run, help="only plot an earlier --json run")
     args = parser.parse_args(argv)
-    if args.plot or args.plot_from:
-        _pyplot()  # fail before the run, not after it
     if args.plot_from:
-        with open(args.plot_from) as f:
-            plot(json.load(f), args.plot or args.plot_from.removesuffix(".json") + ".png")
+        if args.plot is None:  # the PNG beside the JSON
+            try:
+                args.plot = _plot_path(args.plot_from["path"].removesuffix(".json") + ".png")
+            except argparse.ArgumentTypeError as e:
+                parser.error(f"argument --plot-from: {e}")
+        plot(args.plot_from, args.plot)
         return
     qgraph.init()
     result = run(args.n, args.steps, args.drag_n, args.drag_steps, args.repeats)
