@@ -207,7 +207,8 @@ def jax_drag_rows(n: int, steps: int, repeats: int, ours: dict) -> tuple[dict, l
 
 
 def plot(result: dict, path: str) -> None:
-    """Two panels against the checkpoint spacing c (log x): backward time, and memory kept."""
+    """Two panels against the checkpoint spacing c (log-log): time (backward, and forward + backward),
+    and memory kept."""
     plt = _pyplot()
     points = sorted(result["checkpoints"], key=lambda p: p["every"])
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
@@ -228,6 +229,7 @@ def plot(result: dict, path: str) -> None:
             if found:
                 ax.plot(*zip(*found), marker="o", label=label)
         ax.set_xscale("log")
+        ax.set_yscale("log")  # c = 1 can cost an order of magnitude more than the rest
         ax.set_xticks([p["every"] for p in points], [str(p["every"]) for p in points])
         ax.set_xlabel("passes between checkpoints (c)")
         ax.set_ylabel(ylabel)
@@ -305,6 +307,13 @@ def run(n: int, steps: int, drag_n: int, drag_steps: int, repeats: int) -> dict:
     }
 
 
+def _figure(value) -> str:
+    """A row's value as printed: small figures (relative differences) in exponent form."""
+    if not isinstance(value, float):
+        return str(value)
+    return f"{value:10.3f}" if value == 0 or abs(value) >= 0.01 else f"{value:10.1e}"
+
+
 def _device_name() -> str:
     info = qgraph.device_info()
     return qgraph.current_arch() if info is None else info.name
@@ -337,7 +346,7 @@ def main(argv=None) -> None:
     result = run(args.n, args.steps, args.drag_n, args.drag_steps, args.repeats)
     print(f"device: {result['device']}")
     for name, value in result["rows"].items():
-        print(f"  {name:60s} {value:10.3f}" if isinstance(value, float) else f"  {name:60s} {value}")
+        print(f"  {name:60s} {_figure(value)}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)
