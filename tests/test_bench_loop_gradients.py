@@ -58,7 +58,7 @@ def _fake_run(tmp_path):
             "forward_backward_ms": 3.0,
             "mb_kept": 100.0 / c,
             "jax_forward_backward_ms": 4.0,
-            "jax_mb": float("nan"),
+            "jax_mb": None,
         }
         for c in (1, 10, 20, 100)
     ]
@@ -93,3 +93,22 @@ def test_bad_paths_are_refused_before_running(tmp_path, capsys):
     with pytest.raises(SystemExit):
         loop_gradients.main(["--plot-from", str(tmp_path / "missing.json")])
     assert "argument --plot-from: cannot read the figures of an earlier --json run" in capsys.readouterr().err
+
+
+def test_table_prints_small_differences_in_exponent_form():
+    result = {
+        "device": "fake",
+        "n": 8,
+        "steps": 2,
+        "drag_n": 4,
+        "drag_steps": 16,
+        "rows": {
+            "drag, every 4: backward": 1.25,
+            "drag: largest relative difference": 1.5e-7,
+            loop_gradients.JAX_ROW: "skipped: JAX is not installed",
+        },
+    }
+    lines = loop_gradients.table(result).splitlines()
+    assert lines[2].split()[-1] == "1.250" and lines[3].split()[-1] == "1.5e-07"
+    assert lines[4].endswith("skipped: JAX is not installed")
+    assert loop_gradients.table({}) == ""
