@@ -29,6 +29,7 @@ def test_drag_rows_gradient_matches_finite_differences(arch):
         assert p["mb_kept"] > 0 and p["backward_ms"] > 0
         assert p["forward_backward_ms"] == pytest.approx(p["forward_ms"] + p["backward_ms"])
         assert rows[f"drag, every {p['every']}: backward"] == p["backward_ms"]
+    assert "drag: backward at every sqrt(k) minus every 1, in forward passes" in rows
     x0, v0, k0 = (a.astype(np.float64) for a in loop_gradients.drag_state(4))
     h = 1e-6
     expected_v = np.zeros_like(v0)

@@ -114,9 +114,8 @@ def drag_rows(n: int, steps: int, repeats: int) -> tuple[dict, list[dict], dict]
     loss = sum(x after `steps` passes) with respect to the initial x, v and k (c = sqrt(steps))."""
     x0, v0, k0 = drag_state(n)
     x, v, k = (qgraph.from_numpy(a, requires_grad=True) for a in (x0, v0, k0))
-    rows = {
-        f"drag, {steps} passes: forward (eager)": _time(lambda: drag_loop(x, v, k, DT, steps), repeats, qgraph.sync)
-    }
+    forward_only = _time(lambda: drag_loop(x, v, k, DT, steps), repeats, qgraph.sync)
+    rows = {f"drag, {steps} passes: forward (eager)": forward_only}
     checkpoints = []
     for every in spacings(steps):
         held = []
@@ -142,6 +141,11 @@ def drag_rows(n: int, steps: int, repeats: int) -> tuple[dict, list[dict], dict]
         rows[f"drag, every {every}: forward + backward"] = forward_ms + backward_ms
         rows[f"drag, every {every}: backward"] = backward_ms
         rows[f"drag, every {every}: MB kept"] = mb
+    backward = {p["every"]: p["backward_ms"] for p in checkpoints}
+    # issue 33: with c = sqrt(k) the backward costs at most one forward pass more than keeping every state
+    rows["drag: backward at every sqrt(k) minus every 1, in forward passes"] = (
+        backward[math.isqrt(steps)] - backward[1]
+    ) / forward_only
     for a, a0 in ((x, x0), (v, v0), (k, k0)):
         a.from_numpy(a0)
     tape = qgraph.Tape(checkpoint_every=math.isqrt(steps))
