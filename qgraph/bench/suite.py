@@ -49,6 +49,7 @@ class Report:
     first_calls: list = field(default_factory=list)  # see bench.cpu.first_call_rows
     compile_time: list = field(default_factory=list)  # see bench.compile_time
     gradients: dict = field(default_factory=dict)  # see bench.gradients
+    loop_gradients: dict = field(default_factory=dict)  # see bench.loop_gradients
     seconds: float = 0.0
 
     def figures(self) -> dict:
@@ -59,7 +60,7 @@ class Report:
                 "relax": self.relax, "cpu_sums": self.cpu_sums, "compute": self.compute,
                 "cpu_compute": self.cpu_compute, "structs": self.structs, "examples": self.examples,
                 "nested": self.nested, "first_calls": self.first_calls, "compile_time": self.compile_time,
-                "gradients": self.gradients}
+                "gradients": self.gradients, "loop_gradients": self.loop_gradients}
 
     def busy(self) -> list[str]:
         """The figures whose rounds say the machine was busy while they were timed (timing.is_busy)."""
@@ -109,7 +110,7 @@ def run(quick: bool = False, arch: str | None = None, cpu_sizes=None, show_progr
     iterations = 200 if quick else LOOP_ITERATIONS
     loop_tasks = (1, 8) if quick else (1, 8, 32)
     arches = compile_time.usable_arches()
-    steps = 1 + len(tasks) * len(sizes) + len(loop_tasks) + 7 + 2 * len(arches)
+    steps = 1 + len(tasks) * len(sizes) + len(loop_tasks) + 8 + 2 * len(arches)
     with StepBar("qgraph bench", steps, show_progress) as bar:
         bar.step("warming up the GPU")
         warm_up_gpu(0.5 if quick else 2.0)
@@ -142,6 +143,11 @@ def run(quick: bool = False, arch: str | None = None, cpu_sizes=None, show_progr
 
         bar.step("gradients")
         report.gradients = gradients.run(repeats=5 if quick else 20)
+        from . import loop_gradients
+
+        bar.step("gradients through device loops")
+        drag_steps = 100 if quick else 400  # checkpoints every 1, 10, 100 (and 20) passes
+        report.loop_gradients = loop_gradients.run(65536, 200, 16384, drag_steps, 5 if quick else 10)
         from . import compute_suite
 
         bar.step("compute")
@@ -257,6 +263,9 @@ def _gpu_table(report: Report) -> str:
     from .gradients import table as gradients_table
 
     lines.append(gradients_table(report.gradients))
+    from .loop_gradients import table as loop_gradients_table
+
+    lines.append(loop_gradients_table(report.loop_gradients))
     return "\n".join(lines)
 
 
