@@ -19,7 +19,22 @@ os.environ.setdefault("QGRAPH_CACHE_DIR", tempfile.mkdtemp(prefix="qgraph-test-c
 if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ["QGRAPH_CACHE_DIR"] = os.path.join(os.environ["QGRAPH_CACHE_DIR"], os.environ["PYTEST_XDIST_WORKER"])
 
+import numba  # noqa: E402
+
 import qgraph  # noqa: E402
+
+
+def _cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+# Under pytest-xdist each worker runs numba's parallel loops on its share of the cores. With every worker
+# on all of them (2 workers x 2 threads on 2 cores) each parallel loop waited for a descheduled thread:
+# mpm88's 1200 substeps took 5.2 s on 2 threads and 0.4 s on 1 on a busy 2-core machine. Tests of parallel
+# execution itself (atomics, reductions) take every thread back with the `all_numba_threads` fixture.
+NUMBA_THREADS_SHARE = max(1, min(numba.config.NUMBA_NUM_THREADS,
+                                 _cores() // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))))
+numba.set_num_threads(NUMBA_THREADS_SHARE)
 
 REQUIRE_CUDA = os.environ.get("QGRAPH_REQUIRE_CUDA") == "1"
 _cuda_reason: list[str | None] = []
@@ -61,6 +76,15 @@ def missing_cuda_compiler() -> str | None:
         if not (paths[piece].info and os.path.isfile(paths[piece].info)):
             return f"{piece} is not installed (numba-cuda looked in: {paths[piece].by})"
     return None
+
+
+@pytest.fixture
+def all_numba_threads():
+    """numba's parallel loops on all its threads for the test (the suite's default under
+    pytest-xdist is the worker's share of the cores, possibly one thread)."""
+    numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
+    yield numba.config.NUMBA_NUM_THREADS
+    numba.set_num_threads(NUMBA_THREADS_SHARE)
 
 
 @pytest.fixture(scope="session")

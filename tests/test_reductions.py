@@ -11,6 +11,8 @@ import pytest
 
 import qgraph
 
+pytestmark = pytest.mark.usefixtures("all_numba_threads")  # parallel execution on every thread
+
 
 @qgraph.kernel
 def total(x, out):

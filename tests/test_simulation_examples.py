@@ -24,7 +24,7 @@ def _float32(*arrays):
 # mpm88
 
 
-def test_mpm88_matches_numpy(cpu):
+def test_mpm88_matches_numpy(cpu, all_numba_threads):
     r = mpm88.run(n=1024, steps=20)
     assert r.arch == "cpu" and r.n == 1024 and r.steps == 20 and r.variant == "scalar"
     assert r.max_rel_error < mpm88.TOLERANCE and r.max_abs_error < mpm88.TOLERANCE
@@ -49,7 +49,7 @@ def test_mpm88_one_thread_is_bit_exact(cpu):
     assert r.max_abs_error == 0.0
 
 
-def test_mpm88_vector_variant_is_the_scalar_one(cpu):
+def test_mpm88_vector_variant_is_the_scalar_one(cpu, all_numba_threads):
     """Written with vec2/mat22 and two structs, the substep computes the same float operations in the
     same order: on one thread it gives the scalar kernel's bits; on all threads it passes the check."""
     r = mpm88.run(n=1024, steps=20, variant="vector")
@@ -198,6 +198,21 @@ def test_fluids_main(cpu, capsys):
 
 
 # all three
+
+
+def test_bench_rows_of_the_vector_variants(cpu):
+    """`qgraph bench`'s vector-examples section, on the kernels the tests above compiled (test_cli's
+    run of the whole bench times nbody alone)."""
+    from qgraph.bench import examples_bench
+
+    rows = examples_bench.run(quick=True, budget=0.001, repeat=2)
+    assert [(r["example"], r["arch"]) for r in rows] == [("mpm88", "cpu"), ("nbody", "cpu"), ("stable_fluids", "cpu")]
+    for r in rows:
+        assert r["size"] == max(16, examples_bench.EXAMPLES[r["example"]][1] // examples_bench.QUICK_DIVISOR)
+        for figure in ("scalar_us", "vector_us"):
+            assert 0 < r[f"{figure}_min"] <= r[figure] <= r[f"{figure}_max"], (r["example"], figure)
+        assert r["ratio"] == pytest.approx(r["vector_us"] / r["scalar_us"])
+    assert "mpm88 (cpu, 2048 particles)" in examples_bench.table(rows)
 
 
 @pytest.mark.parametrize("module", [mpm88, nbody, stable_fluids])
