@@ -48,9 +48,6 @@ CANCELLED = 1 << 63  # in a trip record: the loop ended on its cancel word (the 
 # the condition kernel reads the cancel word (a read across the bus, about a microsecond) at most
 # once per period: a cancel lands within it plus a pass, and costs a short pass almost nothing
 CANCEL_PERIOD_NS = 200_000
-# ... and reads the device clock only every CANCEL_EVERY passes (read every pass, the check cost 0.21 us
-# per pass on an H100); a cancel lands within the period plus this many passes
-CANCEL_EVERY = 8
 
 BRANCH_FIELDS = (
     ("then_handle", "the conditional handle of the then body's IF node"),
@@ -149,7 +146,7 @@ __device__ unsigned int qgraph_next_pass(unsigned long long* state)
     unsigned int go = 1u;
     if (stop && *(volatile const long long*)stop != 0) {
         go = 0u;
-    } else if (cancel && (passes & QG_CANCEL_EVERY_MASK) == 0) {  // the clock is read every 8th pass
+    } else if (cancel) {
         unsigned long long now;
         asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
         if (now - checked >= QG_CANCEL_PERIOD_NS) {
@@ -207,5 +204,4 @@ HELPER_SOURCE = "\n".join([_PREAMBLE, c_words("QG_LOOP", LoopState, LOOP_FIELDS)
                            c_words("QG_BRANCH", BranchState, BRANCH_FIELDS),
                            c_constants("QG_BRANCH_BODY", BranchBodies),
                            f"enum qg_trip : unsigned long long {{ QG_CANCELLED = {CANCELLED}ull, "
-                           f"QG_CANCEL_PERIOD_NS = {CANCEL_PERIOD_NS}ull, "
-                           f"QG_CANCEL_EVERY_MASK = {CANCEL_EVERY - 1}ull }};", _KERNELS])
+                           f"QG_CANCEL_PERIOD_NS = {CANCEL_PERIOD_NS}ull }};", _KERNELS])
