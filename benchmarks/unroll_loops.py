@@ -9,9 +9,11 @@
   Warp's example): the example's graph_while loop (two sweeps per pass, U = 1, chosen) and the same
   sweeps as `qgraph.repeat(50)` (U chosen, and U = 1), against the same sweeps in hand-written CUDA
   C++ captured as one graph of 100 kernel nodes (qgraph.bench.fluids_pressure: programmatic edges,
-  and as variants plain edges and an early launch of each successor).
+  and as variants plain edges, an early launch of each successor, and two diagnostics of the gap
+  to qgraph's task: plain loads instead of ld.global.nc, and those with qgraph's 256-byte
+  parameter block instead of 32 bytes).
 
-    python benchmarks/unroll_loops.py [--quick] [--json PATH]
+    python benchmarks/unroll_loops.py [--quick] [--fluids] [--json PATH]
 """
 
 from __future__ import annotations
@@ -173,7 +175,9 @@ def _hand_sweeps(shape: tuple[int, int], div, sweeps: int) -> dict:
 
     device = qgraph.runtime.STATE.cuda
     options = {HAND_FLUIDS: {}, f"{HAND_FLUIDS}, plain edges": {"programmatic": False},
-               f"{HAND_FLUIDS}, early launch": {"early": True}}
+               f"{HAND_FLUIDS}, early launch": {"early": True},
+               f"{HAND_FLUIDS}, plain loads": {"variant": "aliased"},
+               f"{HAND_FLUIDS}, plain loads, 256 B params": {"variant": "qgraph_params"}}
     return {who: UnrolledSweeps(device, qgraph.ndarray(qgraph.f32, shape), qgraph.ndarray(qgraph.f32, shape), div,
                                 sweeps, **option) for who, option in options.items()}
 
@@ -181,14 +185,17 @@ def _hand_sweeps(shape: tuple[int, int], div, sweeps: int) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--fluids", action="store_true", help="only the fluids pressure rows")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     qgraph.init("cuda")
     warm_up_gpu()
     budget, repeat = (0.05, 5) if args.quick else (0.1, 7)
-    rows = loop_rows(1000, budget, repeat)
-    rows += if_gated_rows(1000, budget, repeat)
-    rows += relax_rows((128, 512, 2048), 200, budget, repeat)
+    rows = []
+    if not args.fluids:
+        rows += loop_rows(1000, budget, repeat)
+        rows += if_gated_rows(1000, budget, repeat)
+        rows += relax_rows((128, 512, 2048), 200, budget, repeat)
     rows += fluid_rows((256, 128), 100, budget, repeat)
     device = qgraph.runtime.STATE.cuda.info
     print(f"device: {getattr(device, 'name', '?')} cc {device.compute_capability} driver {device.driver_version}")

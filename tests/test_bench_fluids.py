@@ -36,9 +36,26 @@ def test_nvrtc_compiles_the_sweeps_with_programmatic_waits_on_hopper_only():
     hopper, ampere = compile_ptx(source, "fluids.cu", (9, 0)), compile_ptx(source, "fluids.cu", (8, 0))
     for entry in fluids_pressure.ENTRIES:
         assert f".entry {entry}(" in hopper and f".entry {entry}(" in ampere
-    assert hopper.count("griddepcontrol.wait") == 2 and hopper.count("griddepcontrol.launch_dependents") == 1
+    assert hopper.count("griddepcontrol.wait") == 4 and hopper.count("griddepcontrol.launch_dependents") == 1
     assert "griddepcontrol" not in ampere
     assert ".f64" not in hopper  # float32 throughout, as the qgraph kernels on float32 arrays
+
+
+def test_the_diagnostic_sweeps_differ_from_the_baseline_only_as_named():
+    """`aliased`: plain loads (no ld.global.nc); `qgraph_params`: those with qgraph's parameter block
+    for (p, p_new, div) of 2-D float32 arrays (5 bounds and 3 numba array structs, 256 bytes)."""
+    from qgraph.compiler.ptx_text import entry_text, ptx_entries
+    from qgraph.driver.nvrtc import compile_ptx
+
+    _require_nvrtc()
+    ptx = compile_ptx(fluids_pressure.CUDA_SOURCE, "fluids.cu", (9, 0))
+    sizes = {entry: sum(params) for entry, params in ptx_entries(ptx).items()}
+    v = fluids_pressure.VARIANTS
+    assert sizes[v["baseline"]] == sizes[v["aliased"]] == 32 and sizes[v["qgraph_params"]] == 256
+    loads = {name: entry_text(ptx, entry) for name, entry in v.items()}
+    assert loads["baseline"].count("ld.global.nc.f32") == 5
+    assert "ld.global.nc" not in loads["aliased"] and loads["aliased"].count("ld.global.f32") == 5
+    assert "ld.global.nc" not in loads["qgraph_params"] and loads["qgraph_params"].count("ld.global.f32") == 5
 
 
 def test_the_sweeps_alternate_the_buffers_as_the_example_does():
@@ -72,7 +89,8 @@ def test_the_hand_written_graph_gives_qgraphs_bits(arch):
     if arch != "cuda":
         return
     device = qgraph.runtime.STATE.cuda
-    for option in ({}, {"programmatic": False}, {"early": True}):
+    for option in ({}, {"programmatic": False}, {"early": True}, {"variant": "aliased"},
+                   {"variant": "qgraph_params"}):
         hand = fluids_pressure.UnrolledSweeps(device, qgraph.ndarray(qgraph.f32, shape),
                                               qgraph.ndarray(qgraph.f32, shape), div, sweeps, **option)
         hand.launch()
@@ -83,6 +101,8 @@ def test_the_baseline_names_mismatched_arrays(cuda):
     a, b = qgraph.ndarray(qgraph.f32, (8, 4)), qgraph.ndarray(qgraph.f32, (4, 8))
     with pytest.raises(ValueError, match="p, p_new and div must be 2-D arrays of one shape"):
         fluids_pressure.UnrolledSweeps(qgraph.runtime.STATE.cuda, a, b, a, 2)
+    with pytest.raises(ValueError, match="variant must be one of baseline, early, aliased, qgraph_params"):
+        fluids_pressure.UnrolledSweeps(qgraph.runtime.STATE.cuda, a, a, a, 2, variant="fast")
 
 
 def test_the_unroll_benchmark_imports_with_its_baseline_rows():

@@ -24,16 +24,24 @@ CUDA_SOURCE = r"""
 
 // One Jacobi sweep of laplace(p) = div on an nx x ny float32 grid (row-major): a clamped
 // neighbour is the cell itself (dp/dn = 0 at the walls), the sum in the example's order.
+#define SWEEP_BODY                                                             \
+    int j = blockIdx.x * blockDim.x + threadIdx.x;                             \
+    int i = blockIdx.y * blockDim.y + threadIdx.y;                             \
+    if (i >= nx || j >= ny) return;                                            \
+    float pl = p[max(i - 1, 0) * ny + j];                                      \
+    float pr = p[min(i + 1, nx - 1) * ny + j];                                 \
+    float pb = p[i * ny + max(j - 1, 0)];                                      \
+    float pt = p[i * ny + min(j + 1, ny - 1)];                                 \
+    p_new[i * ny + j] = 0.25f * (pl + pr + pb + pt - div[i * ny + j]);
+
 __device__ __forceinline__ void sweep(const float* __restrict__ p, float* __restrict__ p_new,
                                       const float* __restrict__ div, int nx, int ny) {
-    int j = blockIdx.x * blockDim.x + threadIdx.x;
-    int i = blockIdx.y * blockDim.y + threadIdx.y;
-    if (i >= nx || j >= ny) return;
-    float pl = p[max(i - 1, 0) * ny + j];
-    float pr = p[min(i + 1, nx - 1) * ny + j];
-    float pb = p[i * ny + max(j - 1, 0)];
-    float pt = p[i * ny + min(j + 1, ny - 1)];
-    p_new[i * ny + j] = 0.25f * (pl + pr + pb + pt - div[i * ny + j]);
+    SWEEP_BODY
+}
+
+// Without __restrict__: plain ld.global loads, as qgraph's tasks (p and p_new may alias there).
+__device__ __forceinline__ void sweep_aliased(const float* p, float* p_new, const float* div, int nx, int ny) {
+    SWEEP_BODY
 }
 
 extern "C" __global__ void pressure_sweep(const float* __restrict__ p, float* __restrict__ p_new,
@@ -50,9 +58,37 @@ extern "C" __global__ void pressure_sweep_early(const float* __restrict__ p, flo
     WAIT();
     sweep(p, p_new, div, nx, ny);
 }
+
+// Diagnostics for the gap to qgraph's task (docs/benchmarks.md, "Unrolled device loops"):
+// the same sweep with plain loads, and the same sweep taking qgraph's 256-byte parameter block
+// (5 bounds, then each array as numba's 2-D array struct) instead of 32 bytes.
+extern "C" __global__ void pressure_sweep_aliased(const float* p, float* p_new, const float* div, int nx, int ny) {
+    WAIT();
+    sweep_aliased(p, p_new, div, nx, ny);
+}
+
+struct NumbaArray2 {
+    void* meminfo; void* parent; long long nitems, itemsize; float* data; long long shape[2], strides[2];
+};
+
+extern "C" __global__ void pressure_sweep_qgraph_params(long long s0, long long s1, long long c0, long long c1,
+                                                        long long n, NumbaArray2 p, NumbaArray2 p_new,
+                                                        NumbaArray2 div) {
+    WAIT();
+    sweep(p.data, p_new.data, div.data, (int)c0, (int)c1);
+}
 """
 
-ENTRIES = ("pressure_sweep", "pressure_sweep_early")
+ENTRIES = ("pressure_sweep", "pressure_sweep_early", "pressure_sweep_aliased", "pressure_sweep_qgraph_params")
+VARIANTS = {"baseline": ENTRIES[0], "early": ENTRIES[1], "aliased": ENTRIES[2], "qgraph_params": ENTRIES[3]}
+
+
+class NumbaArray2(ctypes.Structure):
+    """numba's 2-D array argument as qgraph's parameter block holds it (9 eight-byte fields)."""
+
+    _fields_ = [("meminfo", ctypes.c_uint64), ("parent", ctypes.c_uint64), ("nitems", ctypes.c_int64),
+                ("itemsize", ctypes.c_int64), ("data", ctypes.c_uint64), ("shape", ctypes.c_int64 * 2),
+                ("strides", ctypes.c_int64 * 2)]
 
 
 def sweep_buffers(p, p_new, sweeps: int) -> list[tuple]:
@@ -65,20 +101,25 @@ class UnrolledSweeps:
 
     programmatic: programmatic edges between the nodes (compute capability 9.0+; plain edges, what
     a stream capture such as Warp's makes, otherwise); early: each sweep lets its successor launch
-    at its entry (griddepcontrol.launch_dependents). The final field is in `result`."""
+    at its entry (griddepcontrol.launch_dependents); variant: another kernel of VARIANTS (the
+    diagnostics). The final field is in `result`."""
 
-    def __init__(self, device, p, p_new, div, sweeps: int, programmatic: bool = True, early: bool = False) -> None:
+    def __init__(self, device, p, p_new, div, sweeps: int, programmatic: bool = True, early: bool = False,
+                 variant: str = "baseline") -> None:
         from ..driver.device import check, driver
         from ..driver.nvrtc import compile_cubin
 
         if p.shape != p_new.shape or p.shape != div.shape or len(p.shape) != 2:
             raise ValueError(f"p, p_new and div must be 2-D arrays of one shape, got {p.shape}, {p_new.shape}, "
                              f"{div.shape}")
+        if variant not in VARIANTS:
+            raise ValueError(f"variant must be one of {', '.join(VARIANTS)}, got {variant!r}")
         cc = tuple(device.info.compute_capability)
         self.d, self.check, self.stream = driver(), check, device.stream_handle
         self.programmatic = programmatic and cc >= (9, 0)
         module = device.load_module(compile_cubin(CUDA_SOURCE, "qgraph_bench_fluids.cu", cc))
-        self.function = device.function(module, ENTRIES[1] if early else ENTRIES[0])
+        self.variant = "early" if early else variant
+        self.function = device.function(module, VARIANTS[self.variant])
         self.buffers, self.result = (p, p_new), (p if sweeps % 2 == 0 else p_new)
         self._keep: list = []
         graph = check(self.d.cuGraphCreate(0), "cuGraphCreate")
@@ -93,8 +134,12 @@ class UnrolledSweeps:
         from ..driver.nodes import add_edge, kernel_node_params
 
         nx, ny = src.shape
-        values = (ctypes.c_uint64(src._ptr), ctypes.c_uint64(dst._ptr), ctypes.c_uint64(div._ptr),
-                  ctypes.c_int32(nx), ctypes.c_int32(ny))
+        if self.variant == "qgraph_params":
+            bounds = (0, 0, nx, ny, nx * ny)
+            values = (*(ctypes.c_int64(b) for b in bounds), *(_numba_array(a) for a in (src, dst, div)))
+        else:
+            values = (ctypes.c_uint64(src._ptr), ctypes.c_uint64(dst._ptr), ctypes.c_uint64(div._ptr),
+                      ctypes.c_int32(nx), ctypes.c_int32(ny))
         pointers = (ctypes.c_void_p * len(values))(*(ctypes.addressof(v) for v in values))
         self._keep.append((values, pointers))
         grid = ((ny + BLOCK[0] - 1) // BLOCK[0], (nx + BLOCK[1] - 1) // BLOCK[1], 1) + BLOCK
@@ -106,3 +151,8 @@ class UnrolledSweeps:
 
     def launch(self) -> None:
         self.d.cuGraphLaunch(self.exec, self.stream)
+
+
+def _numba_array(a) -> NumbaArray2:
+    nx, ny = a.shape
+    return NumbaArray2(0, 0, nx * ny, 4, a._ptr, (ctypes.c_int64 * 2)(nx, ny), (ctypes.c_int64 * 2)(ny * 4, 4))
