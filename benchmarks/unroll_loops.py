@@ -11,7 +11,8 @@
   C++ captured as one graph of 100 kernel nodes (qgraph.bench.fluids_pressure: programmatic edges,
   and as variants plain edges, an early launch of each successor, and two diagnostics of the gap
   to qgraph's task: plain loads instead of ld.global.nc, and those with qgraph's 256-byte
-  parameter block instead of 32 bytes).
+  parameter block instead of 32 bytes; and qgraph's repeat form with every node's launch_dependents
+  twin, which compiler.cuda_program.TRIGGER_BLOCKS keeps for grids of at most 8 blocks).
 
     python benchmarks/unroll_loops.py [--quick] [--fluids] [--json PATH]
 """
@@ -134,13 +135,17 @@ def fluid_rows(shape: tuple[int, int], sweeps: int, budget: float, repeat: int) 
     """The pressure solve of a stable-fluids substep: the example's graph_while loop (U = 1, chosen)
     and the same sweeps as a repeat loop (chosen U, and U = 1), every variant the same bits, against
     the hand-written CUDA C++ graph of `sweeps` nodes (the issue's baseline: the ratios' floor)."""
+    from qgraph.compiler import cuda_program
     from qgraph.examples.stable_fluids_kernels import pressure_scalar
+
+    trigger_blocks = cuda_program.TRIGGER_BLOCKS
 
     p, p_new, div = (qgraph.ndarray(qgraph.f32, shape) for _ in range(3))
     div.from_numpy(np.random.default_rng(1).standard_normal(shape).astype(np.float32))
     iters, flag = qgraph.ndarray(qgraph.i32, (1,)), qgraph.ndarray(qgraph.i32, (1,))
     variants = {f"graph_while U={u or 'chosen'}": pressure_scalar._variant(unroll=u) for u in (1, None)}
-    repeats = {"repeat, chosen U": pressure_repeat, "repeat U=1": pressure_repeat._variant(unroll=1)}
+    repeats = {"repeat, chosen U": pressure_repeat, "repeat U=1": pressure_repeat._variant(unroll=1),
+               TRIGGERED: pressure_repeat._variant(unroll=None)}
     sides = {who: (hand.launch, hand.buffers, hand.result) for who, hand in _hand_sweeps(shape, div, sweeps).items()}
     for who, kernel in variants.items():
         sides[who] = (lambda kernel=kernel: (iters.fill(0), kernel(p, p_new, div, iters, flag, sweeps)), (p, p_new), p)
@@ -150,8 +155,13 @@ def fluid_rows(shape: tuple[int, int], sweeps: int, budget: float, repeat: int) 
     for who, (call, buffers, field) in sides.items():  # every side: the same sweeps from p = 0
         for array in buffers:
             array.fill(0)
-        call()
-        qgraph.sync()
+        # the graph is built by the first call; TRIGGERED's nodes (128 blocks) run the launch_dependents twin
+        cuda_program.TRIGGER_BLOCKS = 1 << 20 if who == TRIGGERED else trigger_blocks
+        try:
+            call()
+            qgraph.sync()
+        finally:
+            cuda_program.TRIGGER_BLOCKS = trigger_blocks
         results[who] = field.to_numpy()
     first = results["graph_while U=1"]
     for who in (*variants, *repeats):
@@ -165,6 +175,7 @@ def fluid_rows(shape: tuple[int, int], sweeps: int, budget: float, repeat: int) 
 
 
 HAND_FLUIDS = "CUDA C++ unrolled graph"
+TRIGGERED = "repeat, chosen U, launch_dependents"  # every node's trigger twin (TRIGGER_BLOCKS lifted)
 
 
 def _hand_sweeps(shape: tuple[int, int], div, sweeps: int) -> dict:
