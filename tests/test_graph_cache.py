@@ -279,6 +279,11 @@ class _FakeControl:
     def __init__(self, target, slot, index, *rest) -> None:
         self.slot = slot
 
+    @classmethod
+    def of_region(cls, spec, region, number, count_part, outermost):
+        """As WhileLoop.of_region: the loop of a repeat's count or a flag loop's flag."""
+        return cls(spec.target, spec.flags[getattr(region, "count", None) or region.flag], number)
+
     def add_loop(self, graph, deps, block):
         return (f"body of {self.slot}", f"while {self.slot}", ("slot node", self.slot, block))
 
@@ -309,7 +314,7 @@ def test_the_add_walk_finds_each_regions_plan_entry_by_the_region(monkeypatch, d
                              "flags": {"flag": "flag slot", "n": "n slot"}})()
     graph = TaskGraph.__new__(TaskGraph)
     graph._spec, graph.name, graph.programmatic, graph._kernel_deps = spec, "five_tasks", False, frozenset()
-    graph._loops, graph._branches, graph._planned = [], [], {}
+    graph._loops, graph._branches, graph._planned, graph._loop_depth, graph._open_loops = [], [], {}, 0, []
     plan = graph._plan(body, {tk.task.index: tk for tk in kernels}, [])
     graph._nodes = [None] * len(plan)
     added = []
