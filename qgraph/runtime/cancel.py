@@ -40,6 +40,7 @@ class CancelWord:
 
     def set(self) -> None:
         self.word.value = 1
+        self._target.cancelled.add(self)  # the next sync clears it
 
     @property
     def is_set(self) -> bool:
@@ -47,10 +48,12 @@ class CancelWord:
 
     def clear(self) -> None:
         self.word.value = 0
+        self._target.cancelled.discard(self)
 
     def close(self) -> None:
         """Give the word back (its launcher's close(), after the device is idle)."""
         self._target.cancel_words.discard(self)
+        self._target.cancelled.discard(self)
         self.word = ctypes.c_uint64(0)  # set() and clear() after close touch no freed memory
         self.passes_word = ctypes.c_uint64(0)
         self._release()

@@ -35,6 +35,7 @@ class DeviceState:
         self.helpers: dict[str, object] = {}  # helper kernels loaded on this device, by name
         self.guards: set = set()  # device loops with a runaway guard (conditional.WhileLoop)
         self.cancel_words: weakref.WeakSet = weakref.WeakSet()  # runtime.cancel.CancelWord of each launcher
+        self.cancelled: set = set()  # the words set since the last sync (CancelWord.set / clear)
         # held by every kernel call's launch and by sync's bookkeeping: calls from several threads
         # neither interleave their parameter writes, node updates and launches nor race the lifetimes
         self.lock = threading.Lock()
@@ -62,12 +63,18 @@ class DeviceState:
 
     def check_guards(self, interrupted: bool = False) -> None:
         """After a sync: raise QgraphError for a device loop its runaway guard stopped, LoopCancelled
-        (KeyboardInterrupt when `interrupted`) for one the host cancelled; every record is cleared."""
-        found = [error for loop in list(self.guards) if (error := loop.tripped_error()) is not None]
-        for word in list(self.cancel_words):
-            word.clear()
-        if found:
-            error = found[0]
+        (KeyboardInterrupt when `interrupted`) for one the host cancelled; every record is cleared, and
+        every cancel word set since (`cancelled`: a set, so a sync with none pays one test, not a
+        walk of every launcher's word)."""
+        error = None
+        for loop in list(self.guards):
+            found = loop.tripped_error()
+            if found is not None and error is None:
+                error = found
+        if self.cancelled:
+            for word in list(self.cancelled):
+                word.clear()
+        if error is not None:
             if interrupted and isinstance(error, LoopCancelled):
                 raise KeyboardInterrupt(str(error)) from None
             raise error
