@@ -32,6 +32,9 @@ class Reports:
         self.last: np.ndarray | None = None  # the view of the last call's ring
         self.device = None  # the last call's CudaDevice (None on the CPU)
         self.state = None  # the last call's counters (the binder passes them after the ring)
+        # what start() writes at every call, made once: the counters' zeros, the ring's count words
+        self._zero_counters = np.zeros(layout.state_size)
+        self._count_words = np.array([layout.base(k) for k in range(len(layout.names))], dtype=np.intp)
 
     def start(self):
         """The ring of this call's target with its counts and the counters zeroed: the binder passes it
@@ -53,9 +56,8 @@ class Reports:
         ring, view, counters = found
         if ring._device is not None:
             runtime.sync_device(ring._device)
-        counters.from_numpy(np.zeros(self.layout.state_size))
-        for k in range(len(self.layout.names)):
-            view[self.layout.base(k)] = 0
+        counters.from_numpy(self._zero_counters)
+        view[self._count_words] = 0
         self.last, self.device, self.state = view, ring._device, counters
         return ring
 
