@@ -66,6 +66,10 @@ def missing_cuda_compiler() -> str | None:
     if importlib.util.find_spec("numba_cuda") is None:
         return "numba-cuda is not installed"
     from cuda import pathfinder
+
+    from qgraph.compiler import numba_prefetch
+
+    numba_prefetch.wait()  # init("cuda") may be importing numba-cuda on a thread
     from numba.cuda.cuda_paths import get_cuda_paths
 
     try:

@@ -53,3 +53,29 @@ def test_init_cuda_imports_numba_cuda_only_for_an_empty_cache(tmp_path):
     assert CodeCache(str(warm)).store("cd" + "1" * 62, {"kernel": "k"}, b"cubin")
     started, imported = _child(str(warm))[:2]
     assert started == "[]" and imported == "False", (started, imported)  # a warm cache never imports numba
+
+
+def test_a_compile_right_after_the_import_started_waits_for_it_instead_of_deadlocking():
+    """Importing a numba-cuda submodule while the thread imports the package takes the module
+    locks in opposite orders: without the wait, one side fails (_DeadlockError or KeyError)."""
+    code = textwrap.dedent("""
+        import time
+        from qgraph.compiler import numba_adapter, numba_prefetch
+        failures = []
+        def recording():
+            try:
+                import numba.cuda  # noqa: F401
+            except Exception as e:
+                failures.append(repr(e))
+        numba_prefetch._import = recording
+        thread = numba_prefetch.import_numba_cuda_soon()
+        assert thread is not None
+        time.sleep(0.05)  # the thread is inside numba-cuda's import (about 0.5 s)
+        with numba_adapter.assumed_compute_capability((9, 0)):  # imports numba.cuda.dispatcher
+            pass
+        thread.join()
+        print(failures)
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]", done.stdout

@@ -187,8 +187,16 @@ def float32():
 # --------------------------------------------------------------------------- CUDA
 
 
+def _numba_cuda_imported() -> None:
+    """Every CUDA entry below first waits for init's background import of numba-cuda."""
+    from .numba_prefetch import wait
+
+    wait()
+
+
 def cuda_namespace() -> dict:
     """Names the generated CUDA task code uses, bound to numba-cuda objects."""
+    _numba_cuda_imported()
     from numba import cuda, float32, int32, int64, uint32, uint64
     from numba.cuda import libdevice
 
@@ -234,6 +242,7 @@ def _python_min_max() -> dict:
 def assumed_compute_capability(cc: tuple[int, int]):
     """Compile for `cc` without a GPU: numba-cuda asks the current device for its compute
     capability when it compiles device functions (for offline PTX: tests, machine-code tables)."""
+    _numba_cuda_imported()
     import numba.cuda.dispatcher as dispatcher
 
     class _Device:
@@ -251,6 +260,7 @@ def compile_phase_points() -> list[tuple[object, str, object]]:
     """Where numba-cuda spends a compile, for the offline profile (bench.cuda_compile): (owner,
     attribute, phase), the phase a name or, for the pass runner, a function of the call's arguments. numba-cuda
     runs no LLVM optimisation of its own: NVVM optimises the IR it is given."""
+    _numba_cuda_imported()
     from numba.cuda import codegen
     from numba.cuda.core import base, compiler_machinery
     from numba.cuda.cudadrv import nvvm
@@ -281,6 +291,7 @@ def scalar_numba_type(dtype):
 
 
 def cuda_device_function(py_func, fastmath: bool = False):
+    _numba_cuda_imported()
     from numba import cuda
 
     return cuda.jit(device=True, fastmath=fastmath)(py_func)
@@ -290,6 +301,7 @@ def cuda_kernel_library(py_func, argtypes: list[ArgKind], cc: tuple[int, int], f
     """One kernel (numba ABI) typed and lowered by numba-cuda for compute capability `cc`, before
     NVVM: its code library, as `cuda.compile` builds it (numba-cuda's private
     `_compile_pyfunc_with_fixup`) before asking NVVM for PTX."""
+    _numba_cuda_imported()
     from numba.cuda.compiler import _compile_pyfunc_with_fixup
 
     sig = tuple(t.numba_type() for t in argtypes)
@@ -309,6 +321,7 @@ def cuda_libraries_ptx(libraries: list, cc: tuple[int, int]) -> list[str]:
     optimised once instead of once per kernel, and the link gets one input instead of many.
     Under numba's debug info NVVM takes one module at a time (as numba-cuda does), so then each
     library is a module of its own."""
+    _numba_cuda_imported()
     from numba.cuda.cudadrv import nvrtc, nvvm
 
     options = dict(libraries[0]._nvvm_options)  # fastmath and opt: the same for a specialisation's kernels

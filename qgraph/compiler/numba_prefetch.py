@@ -28,6 +28,15 @@ def import_numba_cuda_soon() -> threading.Thread | None:
     return thread
 
 
+def wait() -> None:
+    """Let a started import finish before this thread imports numba-cuda itself: importing one of
+    its submodules (`numba.cuda.dispatcher`) while the thread imports the package takes the two
+    module locks in opposite orders, and Python breaks that deadlock by failing one of the
+    imports (`_DeadlockError`, or a `KeyError: 'numba.cuda'` in the other thread)."""
+    for thread in _started:
+        thread.join()
+
+
 def _import() -> None:
     try:
         import numba.cuda  # noqa: F401
