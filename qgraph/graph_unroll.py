@@ -61,11 +61,14 @@ GATE_US = 1.5  # the gate kernel before a copy whose tasks read `live` (their ga
 PREDICATE_TASKS = True  # a flag loop's copies run their tasks' gated variants (False: an IF node per copy)
 MAX_UNROLL = 16  # copies per pass at most
 MAX_COPY_NODES = 32  # kernel nodes of all copies of a body: larger graphs build and upload slower
-# A repeat of k passes as k straight-line copies (a node 0.9-1.4 us) saves every WHILE pass of its
-# unrolled form (4.2 us each, one per MAX_COPY_NODES nodes, plus the slot writers and the remainder
-# loop's passes) for a build that grows with its nodes (about 0.5 ms plus the nodes, once per graph,
-# and once more if the count changes). The stable-fluids pressure solve (`qgraph.repeat(50)` of two
-# sweeps, benchmarks/unroll_loops.py --fluids) is 100 nodes.
+# A repeat of k passes as k straight-line copies saves every WHILE pass of its unrolled form (4.2 us
+# each, one per MAX_COPY_NODES nodes, and the remainder loop's) for a build that grows with its nodes.
+# `benchmarks/unroll_loops.py --quick --fluids --repeats` on an H100 (driver for CUDA 13.0), per pass
+# of 128 kernel nodes as a straight line / the WHILE form with the chosen U:
+#   1 task x 128: 0.78 / 1.12 us (U=16)    8 tasks x 16: 6.23 / 7.95 us (U=4)
+#   the fluids pressure solve, 50 passes of 2 sweeps: 123.3 / 158.0 us (U=16) per solve
+# and a straight graph of 100-128 nodes built in 4.4-7.8 ms (40-60 us a node, once per graph, and the
+# WHILE form's 1-3 ms once more if the count changes): paid back within a few hundred calls.
 MAX_STRAIGHT_NODES = 128  # kernel nodes of a repeat built as a straight line, at most
 
 
