@@ -7,14 +7,18 @@
   and 2048^2, U = 1, 2, 4 against the hand-written CUDA C++ WHILE-node solver;
 - the stable-fluids pressure solve of a substep (100 Jacobi sweeps of a 256 x 128 grid, as in
   Warp's example): the example's graph_while loop (two sweeps per pass, U = 1, chosen) and the same
-  sweeps as `qgraph.repeat(50)` (U chosen, and U = 1), against the same sweeps in hand-written CUDA
+  sweeps as `qgraph.repeat(50)` (chosen: 100 nodes in a straight line; the WHILE form with the U it
+  would choose, 16; and U = 1), against the same sweeps in hand-written CUDA
   C++ captured as one graph of 100 kernel nodes (qgraph.bench.fluids_pressure: programmatic edges,
   and as variants plain edges, an early launch of each successor, and two diagnostics of the gap
   to qgraph's task: plain loads instead of ld.global.nc, and those with qgraph's 256-byte
   parameter block instead of 32 bytes; and qgraph's repeat form with every node's launch_dependents
-  twin, which compiler.cuda_program.TRIGGER_BLOCKS keeps for grids of at most 8 blocks).
+  twin, which compiler.cuda_program.TRIGGER_BLOCKS keeps for grids of at most 8 blocks);
+- short repeat loops (k x tasks = graph_unroll.MAX_STRAIGHT_NODES one-block tasks): built as a
+  straight line (chosen), the WHILE form with the U it would choose, and U = 1, with each form's
+  graph build time.
 
-    python benchmarks/unroll_loops.py [--quick] [--fluids] [--json PATH]
+    python benchmarks/unroll_loops.py [--quick] [--fluids] [--repeats] [--json PATH]
 """
 
 from __future__ import annotations
@@ -112,6 +116,34 @@ def _relax_size(mod, hand, n: int, iterations: int, budget: float, repeat: int) 
              "max_abs_diff": float(np.abs(results[who] - results["CUDA C++"]).max())} for who, s in spreads.items()]
 
 
+def short_repeat_rows(budget: float, repeat: int) -> list[dict]:
+    """Repeats of 1 and 8 one-block tasks whose k x tasks is the straight-line threshold, per pass:
+    the straight line (U chosen), the WHILE form with the chosen U (unroll= set), and U = 1."""
+    from qgraph.bench.kernels import kernels_for
+    from qgraph.graph_unroll import MAX_STRAIGHT_NODES, unroll_factor
+
+    out = []
+    for tasks in (1, 8):
+        module, k = kernels_for(tasks), MAX_STRAIGHT_NODES // tasks
+        arrays = [qgraph.ndarray(qgraph.f32, (256,)) for _ in range(tasks)]
+        u = unroll_factor(module.repeat._source.body.children[0], None)
+        forms = {"straight line (chosen)": module.repeat._variant(cuda_graph=True),
+                 f"WHILE form, U={u} (the chosen U)": module.repeat._variant(cuda_graph=True, unroll=u),
+                 "WHILE form, U=1": module.repeat._variant(cuda_graph=True, unroll=1)}
+        calls, builds = {}, {}
+        for who, kernel in forms.items():
+            calls[who] = lambda kernel=kernel, arrays=arrays, k=k: kernel(*arrays, k, 256, 1.0)
+            calls[who]()
+            qgraph.sync()
+            assert kernel.stats.iterations == (k,) and kernel.stats.builds == 1
+            builds[who] = kernel.stats.build_seconds * 1e3
+        spreads = interleaved_spreads(calls, budget, repeat, qgraph.sync)
+        floor = spreads[f"WHILE form, U={u} (the chosen U)"].median
+        out += [{"section": f"repeat({k})", "tasks": tasks, "mode": who, "us": s.median * 1e6 / k,
+                 "vs": s.median / floor, "build_ms": builds[who]} for who, s in spreads.items()]
+    return out
+
+
 @qgraph.kernel
 def pressure_repeat(p, p_new, div, pairs: int):
     """The stable-fluids pressure solve as the docs teach a fixed count: `pairs` passes of the same
@@ -133,8 +165,8 @@ def pressure_repeat(p, p_new, div, pairs: int):
 
 def fluid_rows(shape: tuple[int, int], sweeps: int, budget: float, repeat: int) -> list[dict]:
     """The pressure solve of a stable-fluids substep: the example's graph_while loop (U = 1, chosen)
-    and the same sweeps as a repeat loop (chosen U, and U = 1), every variant the same bits, against
-    the hand-written CUDA C++ graph of `sweeps` nodes (the issue's baseline: the ratios' floor)."""
+    and the same sweeps as a repeat loop (chosen: a straight line; the WHILE form; U = 1), every variant
+    the same bits, against the hand-written CUDA C++ graph of `sweeps` nodes (the issue's baseline)."""
     from qgraph.compiler import cuda_program
     from qgraph.examples.stable_fluids_kernels import pressure_scalar
 
@@ -144,14 +176,18 @@ def fluid_rows(shape: tuple[int, int], sweeps: int, budget: float, repeat: int) 
     div.from_numpy(np.random.default_rng(1).standard_normal(shape).astype(np.float32))
     iters, flag = qgraph.ndarray(qgraph.i32, (1,)), qgraph.ndarray(qgraph.i32, (1,))
     variants = {f"graph_while U={u or 'chosen'}": pressure_scalar._variant(unroll=u) for u in (1, None)}
-    repeats = {"repeat, chosen U": pressure_repeat, "repeat U=1": pressure_repeat._variant(unroll=1),
-               TRIGGERED: pressure_repeat._variant(unroll=None)}
+    from qgraph.graph_unroll import unroll_factor
+
+    u = unroll_factor(pressure_repeat._source.body.children[0], None)  # what the WHILE form would choose
+    repeats = {"repeat, chosen (straight line)": pressure_repeat,
+               f"repeat, WHILE form U={u}": pressure_repeat._variant(unroll=u),
+               "repeat U=1": pressure_repeat._variant(unroll=1), TRIGGERED: pressure_repeat._variant(unroll=None)}
     sides = {who: (hand.launch, hand.buffers, hand.result) for who, hand in _hand_sweeps(shape, div, sweeps).items()}
     for who, kernel in variants.items():
         sides[who] = (lambda kernel=kernel: (iters.fill(0), kernel(p, p_new, div, iters, flag, sweeps)), (p, p_new), p)
     for who, kernel in repeats.items():
         sides[who] = (lambda kernel=kernel: kernel(p, p_new, div, sweeps // 2), (p, p_new), p)
-    results = {}
+    results, builds = {}, {}
     for who, (call, buffers, field) in sides.items():  # every side: the same sweeps from p = 0
         for array in buffers:
             array.fill(0)
@@ -163,6 +199,8 @@ def fluid_rows(shape: tuple[int, int], sweeps: int, budget: float, repeat: int) 
         finally:
             cuda_program.TRIGGER_BLOCKS = trigger_blocks
         results[who] = field.to_numpy()
+        if who in repeats:
+            builds[who] = repeats[who].stats.build_seconds * 1e3
     first = results["graph_while U=1"]
     for who in (*variants, *repeats):
         assert np.array_equal(results[who], first), f"{who} differs"
@@ -170,12 +208,12 @@ def fluid_rows(shape: tuple[int, int], sweeps: int, budget: float, repeat: int) 
     spreads = interleaved_spreads({who: side[0] for who, side in sides.items()}, budget, repeat, qgraph.sync)
     floor = spreads[HAND_FLUIDS].median
     return [{"section": "fluids pressure", "n": f"{shape[0]}x{shape[1]}", "mode": who, "us": s.median * 1e6,
-             "vs": s.median / floor, "max_abs_diff": float(np.abs(results[who] - results[HAND_FLUIDS]).max())}
-            for who, s in spreads.items()]
+             "vs": s.median / floor, "max_abs_diff": float(np.abs(results[who] - results[HAND_FLUIDS]).max()),
+             **({"build_ms": builds[who]} if who in builds else {})} for who, s in spreads.items()]
 
 
 HAND_FLUIDS = "CUDA C++ unrolled graph"
-TRIGGERED = "repeat, chosen U, launch_dependents"  # every node's trigger twin (TRIGGER_BLOCKS lifted)
+TRIGGERED = "repeat, chosen, launch_dependents"  # every node's trigger twin (TRIGGER_BLOCKS lifted)
 
 
 def _hand_sweeps(shape: tuple[int, int], div, sweeps: int) -> dict:
@@ -196,23 +234,29 @@ def _hand_sweeps(shape: tuple[int, int], div, sweeps: int) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--fluids", action="store_true", help="only the fluids pressure rows")
+    parser.add_argument("--fluids", action="store_true", help="only the fluids pressure rows (and --repeats)")
+    parser.add_argument("--repeats", action="store_true", help="only the short repeat rows (and --fluids)")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     qgraph.init("cuda")
     warm_up_gpu()
     budget, repeat = (0.05, 5) if args.quick else (0.1, 7)
     rows = []
-    if not args.fluids:
+    every = not (args.fluids or args.repeats)
+    if every:
         rows += loop_rows(1000, budget, repeat)
         rows += if_gated_rows(1000, budget, repeat)
         rows += relax_rows((128, 512, 2048), 200, budget, repeat)
-    rows += fluid_rows((256, 128), 100, budget, repeat)
+    if every or args.repeats:
+        rows += short_repeat_rows(budget, repeat)
+    if every or args.fluids:
+        rows += fluid_rows((256, 128), 100, budget, repeat)
     device = qgraph.runtime.STATE.cuda.info
     print(f"device: {getattr(device, 'name', '?')} cc {device.compute_capability} driver {device.driver_version}")
     for r in rows:
         what = f"{r['section']} {r.get('tasks', r.get('n', ''))}"
         extra = f"  diff {r['max_abs_diff']:.1e}" if "max_abs_diff" in r else ""
+        extra += f"  build {r['build_ms']:.2f} ms" if "build_ms" in r else ""
         vs = f"{r['vs']:.3f}" if r["vs"] is not None else "-"
         print(f"{what:<22} {r['mode']:<38} {r['us']:10.2f} us  x{vs}{extra}")
     if args.json:

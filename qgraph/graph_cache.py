@@ -37,7 +37,7 @@ from .driver.device import CudaDevice, check, driver, fail, kernel_failure
 from .driver.nodes import GraphNode, add_edge, kernel_node_params, set_shape
 from .driver.params import ParamBuffer
 from .errors import QgraphError
-from .graph_unroll import Gated, add_gated, count_part, loop_passes, plan_gated, unrolled
+from .graph_unroll import Gated, add_gated, count_part, counts_hold, graph_tree, loop_passes, plan_gated
 from .lang.front.regions import DeviceLoop, IfRegion, Region, RepeatLoop, Sequence, Task
 from .lang.options import KernelOptions
 
@@ -57,6 +57,10 @@ class GraphCache:
         return len(self._graphs)
 
     def add(self, key, graph: TaskGraph) -> None:
+        replaced = self._graphs.pop(key, None)  # a graph rebuilt in another form (graph_unroll.Straight)
+        if replaced is not None:
+            self._device.synchronize()
+            replaced.close()
         self._graphs[key] = graph
         while len(self._graphs) > self.capacity:
             old_key, old = self._graphs.popitem(last=False)
@@ -121,6 +125,7 @@ class GraphSpec(Protocol):
     programmatic: bool  # programmatic edges between kernel nodes
     stop_word: int  # debug mode: device loops end once the word at this address is non-zero (a failed check)
     cancel_word: int  # the kernel's cancel word (runtime.cancel; 0: none); loops no loop encloses clear it
+    straight_counts: bool  # repeat loops may be built as straight lines for a call's count (graph_unroll)
 
 
 class TaskGraph:
@@ -157,7 +162,8 @@ class TaskGraph:
         self._planned: dict[Region, _Planned] = {}  # region -> its updatable node's plan entry
         self._open_loops: list[WhileLoop] = []  # while adding: the loops around the region being added
         self._loop_depth = 0  # while planning: the loops around the region being planned
-        body = unrolled(spec.body, spec.options.unroll) if spec.device_loops else spec.body  # graph_unroll
+        body, self._fixed = graph_tree(spec, packs, into is None)  # graph_unroll: loops unrolled, counts fixed
+        self.on_new_count = None  # (args, packs, stream) -> the graph replacing this one, built for those
         try:
             plan = self._plan(body, {tk.task.index: tk for tk in spec.kernels}, [])
             self._nodes: list[GraphNode | None] = [None] * len(plan)  # by plan index, set as _add adds them
@@ -263,7 +269,7 @@ class TaskGraph:
 
     def loop_passes(self) -> tuple[int, ...]:
         """Passes of each device loop in the last launch (waits for it)."""
-        return loop_passes(self._loops)
+        return loop_passes(self._loops, self._fixed)
 
     def _is_kernel_node(self, node) -> bool:
         return any(n is not None and n.handle is node for n in self._nodes) or int(node) in self._kernel_deps
@@ -312,6 +318,8 @@ class TaskGraph:
         """An instance set up for these arguments: a new one, or the oldest one updated."""
         if self.state is not GraphState.BUILT:
             raise self._closed_error()
+        if not counts_hold(self._fixed, packs):  # built straight for another repeat count
+            return self.on_new_count(args, packs, stream)._instances[packs]  # its graph, built for them
         blocks, grids = self._blocks(args, packs)
         instances = self._instances
         if len(instances) < self._max_instances:
@@ -328,7 +336,7 @@ class TaskGraph:
         instance = self._instances.get(packs)
         if instance is None:
             instance = self._instances.get(held)
-            if instance is None or self.state is not GraphState.BUILT:
+            if instance is None or self.state is not GraphState.BUILT or not counts_hold(self._fixed, packs):
                 return None
             blocks, grids = self._blocks(args, packs)
             self._update(instance, blocks, grids)

@@ -17,12 +17,21 @@ Copies are the same task kernels (new nodes, updated like the first copy's). A l
 holds another loop or repeat keeps one copy (an inner loop's stats.iterations is its last entry's
 passes, which copies would blur); `if` regions in the body are copied with it. Eager launches, the
 host fallback and the CPU runner walk the tree as written: U changes nothing there.
+
+A repeat loop with U chosen whose count is small (`MAX_STRAIGHT_NODES` kernel nodes in all) is
+built, in the kernel's own graph, as that many copies in a straight line (`Straight`: no WHILE
+node, the nodes joined as any top-level sequence) for the count of the call that builds the graph;
+the graph records the count (`FixedCount`), and a call with another count rebuilds the graph once
+in the WHILE form, which later counts update in place (backends.cuda). Only where stats.iterations
+stays exact without a pass counter: a repeat whose body holds no loop, inside no `if` and at most
+one loop, outside debug mode (whose failed check ends loops early).
 """
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from .compiler.cuda_program import TaskKernel
 from .lang.front.regions import (
@@ -52,6 +61,15 @@ GATE_US = 1.5  # the gate kernel before a copy whose tasks read `live` (their ga
 PREDICATE_TASKS = True  # a flag loop's copies run their tasks' gated variants (False: an IF node per copy)
 MAX_UNROLL = 16  # copies per pass at most
 MAX_COPY_NODES = 32  # kernel nodes of all copies of a body: larger graphs build and upload slower
+# A repeat of k passes as k straight-line copies saves every WHILE pass of its unrolled form (4.2 us
+# each, one per MAX_COPY_NODES nodes, and the remainder loop's) for a build that grows with its nodes.
+# `benchmarks/unroll_loops.py --quick --fluids --repeats` on an H100 (driver for CUDA 13.0), per pass
+# of 128 kernel nodes as a straight line / the WHILE form with the chosen U:
+#   1 task x 128: 0.78 / 1.12 us (U=16)    8 tasks x 16: 6.23 / 7.95 us (U=4)
+#   the fluids pressure solve, 50 passes of 2 sweeps: 123.3 / 158.0 us (U=16) per solve
+# and a straight graph of 100-128 nodes built in 4.4-7.8 ms (40-60 us a node, once per graph, and the
+# WHILE form's 1-3 ms once more if the count changes): paid back within a few hundred calls.
+MAX_STRAIGHT_NODES = 128  # kernel nodes of a repeat built as a straight line, at most
 
 
 @dataclass(frozen=True, eq=False)
@@ -67,6 +85,27 @@ class CountPart(RepeatLoop):
 
     divisor: int = 1
     remainder: bool = False
+
+
+@dataclass(frozen=True, eq=False)
+class Straight(Sequence):
+    """A repeat loop built as `passes` copies of its body in a straight line: no WHILE node; the
+    count is fixed when the graph is built (the graph's FixedCount)."""
+
+    count: str = ""
+    passes: int = 0
+
+
+class FixedCount(NamedTuple):
+    """A repeat count a graph was built straight for: its loop's place in stats.iterations (`index`,
+    and `inside`, the loop around it or None), its passes, and the count's bytes in a call's packed
+    arguments (at `slot`: spec.flags's (argument, struct leaf or None))."""
+
+    index: int
+    passes: int
+    inside: int | None
+    slot: tuple
+    raw: bytes
 
 
 def body_nodes(body: Region) -> int:
@@ -99,13 +138,17 @@ def clone(region: Region) -> Region:
     return with_bodies(region, clone)
 
 
-def unrolled(region: Region, kernel_unroll: int | None) -> Region:
-    """The region tree the graph builder builds: every loop as unroll_factor says."""
+def unrolled(region: Region, kernel_unroll: int | None, straight=None, around: tuple = ()) -> Region:
+    """The region tree the graph builder builds: every loop as unroll_factor says; a repeat loop for
+    which `straight(loop, around)` (`around`: the regions around it) gives passes as a Straight."""
     if isinstance(region, Task):
         return region
     if isinstance(region, Sequence):
-        return Sequence(tuple(unrolled(child, kernel_unroll) for child in region.children))
-    inner = with_bodies(region, lambda body: unrolled(body, kernel_unroll))
+        return Sequence(tuple(unrolled(child, kernel_unroll, straight, around) for child in region.children))
+    passes = straight(region, around) if straight is not None and isinstance(region, RepeatLoop) else None
+    if passes is not None:
+        return Straight((region.body,) + tuple(clone(region.body) for _ in range(passes - 1)), region.count, passes)
+    inner = with_bodies(region, lambda body: unrolled(body, kernel_unroll, straight, around + (region,)))
     if isinstance(region, IfRegion):
         return inner
     u = unroll_factor(region, kernel_unroll)
@@ -122,20 +165,73 @@ def unrolled(region: Region, kernel_unroll: int | None) -> Region:
     return dataclasses.replace(inner, body=Sequence((copies[0],) + tuple(Gated(c.children) for c in copies[1:])))
 
 
+def graph_tree(spec, packs: tuple, own: bool) -> tuple[Region, tuple[FixedCount, ...]]:
+    """The tree a graph of `spec` (graph_cache.GraphSpec) builds for a call packed as `packs`, and the
+    repeat counts it fixes: with `own` (the kernel's own graph, not a part of another) and
+    `spec.straight_counts`, the repeats `_Straightening` allows as Straight copies of this count."""
+    if not spec.device_loops:  # the host do-while repeats the graph of the plain body
+        return spec.body, ()
+    if not (own and spec.straight_counts) or spec.stop_word:
+        return unrolled(spec.body, spec.options.unroll), ()
+    straight = _Straightening(spec, packs)
+    return unrolled(spec.body, spec.options.unroll, straight), tuple(straight.fixed)
+
+
+class _Straightening:
+    """unrolled()'s `straight` for one build: the passes of a repeat loop built as a straight line,
+    or None; each one recorded as a FixedCount."""
+
+    def __init__(self, spec, packs: tuple) -> None:
+        self.spec, self.packs = spec, packs
+        loops = (r for r in control_regions(spec.body) if isinstance(r, (DeviceLoop, RepeatLoop)))
+        self.order = {loop: k for k, loop in enumerate(loops)}  # stats.iterations's order
+        self.fixed: list[FixedCount] = []
+
+    def __call__(self, loop: RepeatLoop, around: tuple) -> int | None:
+        unroll = self.spec.options.unroll if loop.unroll == USE_KERNEL else loop.unroll
+        # around: no `if` and one loop at most, so the loop around it ran iff its passes are not 0
+        if unroll is not None or len(around) > 1 or any(isinstance(r, IfRegion) for r in around):
+            return None
+        if any(isinstance(r, (DeviceLoop, RepeatLoop)) for r in control_regions(loop.body)):
+            return None
+        slot = self.spec.flags[loop.count]
+        raw = packed_count(self.packs, slot)
+        passes = int.from_bytes(raw, "little", signed=True)
+        if not 1 <= passes * max(body_nodes(loop.body), 1) <= MAX_STRAIGHT_NODES:
+            return None
+        inside = self.order[around[0]] if around else None
+        self.fixed.append(FixedCount(self.order[loop], passes, inside, slot, raw))
+        return passes
+
+
+def packed_count(packs: tuple, slot: tuple) -> bytes:
+    """A repeat count's bytes in a call's packed arguments: p[k], or leaf j of a struct's p[k]."""
+    k, j = slot
+    return packs[k] if j is None else packs[k][j]
+
+
+def counts_hold(fixed: tuple[FixedCount, ...], packs: tuple) -> bool:
+    """Whether a call packed as `packs` has the counts a graph was built straight for."""
+    return all(packed_count(packs, f.slot) == f.raw for f in fixed)
+
+
 def count_part(loop: RepeatLoop) -> tuple[int, bool]:
     """(divisor, remainder) of a repeat loop's WHILE node (conditional.WhileLoop's count_part)."""
     return (loop.divisor, loop.remainder) if isinstance(loop, CountPart) else (1, False)
 
 
-def loop_passes(loops: list) -> tuple[int, ...]:
+def loop_passes(loops: list, fixed: tuple[FixedCount, ...] = ()) -> tuple[int, ...]:
     """stats.iterations from a graph's WhileLoops in pre-order: a repeat loop's remainder loop adds
-    to its main loop's passes (each already times its copies)."""
+    to its main loop's passes (each already times its copies); a straight repeat's fixed passes at
+    its place (0 where the loop around it ran no pass: it was not entered)."""
     passes: list[int] = []
     for loop in loops:
         if loop.remainder:
             passes[-1] += loop.passes()
         else:
             passes.append(loop.passes())
+    for f in fixed:  # in source order: the loops before each are in place when it is inserted
+        passes.insert(f.index, f.passes if f.inside is None or passes[f.inside] > 0 else 0)
     return tuple(passes)
 
 

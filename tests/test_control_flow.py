@@ -43,11 +43,13 @@ def test_nested_loops_branches_and_repeats(loop_arch):
     assert passes.to_numpy()[0] == 4
     np.testing.assert_array_equal(hits.to_numpy(), [0, 4, 8])
     assert nested.stats.iterations == (4, 3, 2)  # outer, inner (its last entry), repeat
-    nested(x, outer, inner, passes, hits, 5)  # a new count: no rebuild
+    nested(x, outer, inner, passes, hits, 5)  # a new count: the straight repeat rebuilt once, in the WHILE form
     np.testing.assert_array_equal(hits.to_numpy(), [0, 8, 28])
     assert nested.stats.iterations == (4, 3, 5)
+    nested(x, outer, inner, passes, hits, 3)  # and from then on a node update
+    assert nested.stats.iterations == (4, 3, 3)
     if loop_arch != "cpu":
-        assert nested.stats.builds == (0 if loop_arch == "cuda-host" else 1)
+        assert nested.stats.builds == (0 if loop_arch == "cuda-host" else 2)
 
 
 @qgraph.kernel

@@ -4,6 +4,9 @@ counts and guard of U = 1, bit for bit, on the device loop, the host fallback an
 
 from __future__ import annotations
 
+import dataclasses
+import types
+
 import numpy as np
 import pytest
 
@@ -11,8 +14,21 @@ import qgraph
 from qgraph.compiler.cuda_program import TaskKernel
 from qgraph.compiler.launch_code import block_expr
 from qgraph.conditional import _int64_bytes
-from qgraph.graph_unroll import CountPart, Gated, body_nodes, gated_kernel, unroll_factor, unrolled
-from qgraph.lang.front.regions import DeviceLoop, IfRegion, RepeatLoop, leaf_tasks
+from qgraph.graph_unroll import (
+    MAX_STRAIGHT_NODES,
+    CountPart,
+    FixedCount,
+    Gated,
+    Straight,
+    body_nodes,
+    counts_hold,
+    gated_kernel,
+    graph_tree,
+    loop_passes,
+    unroll_factor,
+    unrolled,
+)
+from qgraph.lang.front.regions import DeviceLoop, IfRegion, RepeatLoop, control_regions, leaf_tasks
 from qgraph.runtime.settings import Settings
 
 UNROLLS = (1, 2, 3, None)  # None: chosen
@@ -57,14 +73,14 @@ def test_every_unroll_gives_the_same_bits_passes_and_counts(loop_arch):
             x, hits = qgraph.from_numpy(x0), qgraph.ndarray(qgraph.i64, (3,))
             flag = qgraph.from_numpy(np.array([int(passes > 0)], np.int32))
             left, odd = qgraph.from_numpy(np.array([passes], np.int32)), qgraph.ndarray(qgraph.i32, (1,))
-            kernel(x, left, flag, odd, hits, k)  # a new count each call: node updates, no rebuild
+            kernel(x, left, flag, odd, hits, k)  # a new count: a node update (chosen U: one rebuild, below)
             ref_x, ref_hits = _mixed_reference(x0, passes, k)
             np.testing.assert_allclose(x.to_numpy(), ref_x, rtol=1e-14)
             assert list(hits.to_numpy()) == ref_hits
             assert kernel.stats.iterations == (passes, max(k, 0))
             results.setdefault((passes, k), []).append(x.to_numpy())
-        if loop_arch == "cuda":
-            assert kernel.stats.builds == 1
+        if loop_arch == "cuda":  # chosen U: built straight for k = 5, rebuilt in the WHILE form for k = 3
+            assert kernel.stats.builds == (2 if u is None else 1)
     for found in results.values():
         for other in found[1:]:
             np.testing.assert_array_equal(other, found[0])  # bit-identical for every U
@@ -202,3 +218,157 @@ def test_a_gated_copys_node_takes_the_live_address_last():
     assert gated.function_for(100, True) == "gated"
     assert gated.gate == bytes(4) + (0x1234).to_bytes(8, "little")  # at an 8-byte boundary after 20 bytes
     assert block_expr(gated) == block_expr(tk) + f" + {gated.gate!r}" and tk.gate == b""
+
+
+@qgraph.kernel
+def short_repeat(x, odd, hits, k: int):
+    for _ in qgraph.repeat(k):
+        for i in range(x.shape[0]):
+            x[i] = x[i] * 0.5 + 1.0
+        hits[0] += 1
+        odd[0] = hits[0] % 2
+        if qgraph.cond(odd):  # each straight copy gets its own branch
+            hits[1] += 1
+
+
+def _short_reference(x: np.ndarray, hits: list[int], k: int) -> tuple[np.ndarray, list[int]]:
+    x, hits = x.copy(), list(hits)
+    for _ in range(max(k, 0)):
+        x = x * 0.5 + 1.0
+        hits[0] += 1
+        hits[1] += hits[0] % 2
+    return x, hits
+
+
+def test_a_short_repeat_runs_straight_and_a_new_count_rebuilds_once(loop_arch):
+    """k copies in a straight line for the first call's count (k x 4 nodes <= MAX_STRAIGHT_NODES);
+    another count rebuilds once in the WHILE form, whose later counts (above the threshold too) are
+    node updates: the same values and stats.iterations on every path."""
+    x0 = np.random.default_rng(3).standard_normal(19)
+    x, odd, hits = qgraph.from_numpy(x0), qgraph.ndarray(qgraph.i32, (1,)), qgraph.ndarray(qgraph.i64, (2,))
+    ref, ref_hits = x0, [0, 0]
+    builds = []
+    for k in (5, 5, 7, 0, MAX_STRAIGHT_NODES, -1, 5):
+        short_repeat(x, odd, hits, k)
+        ref, ref_hits = _short_reference(ref, ref_hits, k)
+        np.testing.assert_allclose(x.to_numpy(), ref, rtol=1e-14)
+        assert list(hits.to_numpy()) == ref_hits
+        assert short_repeat.stats.iterations == (max(k, 0),)
+        builds.append(short_repeat.stats.builds)
+    if loop_arch == "cuda":
+        assert builds == [1, 1, 2, 2, 2, 2, 2]
+
+
+def _spec(kernel, *, unroll=None, straight=True, stop_word=0, device_loops=True):
+    """A GraphSpec stand-in (graph_unroll.graph_tree reads these) whose counts are argument 0's bytes."""
+    from qgraph.lang.options import DEFAULT_OPTIONS
+
+    options = DEFAULT_OPTIONS if unroll is None else dataclasses.replace(DEFAULT_OPTIONS, unroll=unroll)
+    names = {r.count if isinstance(r, RepeatLoop) else r.flag for r in control_regions(kernel._source.body)}
+    return types.SimpleNamespace(body=kernel._source.body, options=options, device_loops=device_loops,
+                                 straight_counts=straight, stop_word=stop_word, target=None, name="spec",
+                                 flags={name: (0, None) for name in names})
+
+
+def _packed(k: int) -> tuple:
+    return (k.to_bytes(8, "little", signed=True),)
+
+
+@qgraph.kernel
+def wrapped(x, flag, k: int):
+    for _ in qgraph.repeat(k):  # around a loop
+        while qgraph.loop(flag):
+            flag[0] = 0
+        x[0] += 1.0
+    if qgraph.cond(flag):
+        for _ in qgraph.repeat(k):  # inside an if
+            x[1] += 1.0
+
+
+def test_which_repeats_are_built_straight():
+    tree, fixed = graph_tree(_spec(short_repeat), _packed(6), True)
+    (straight,) = tree.children
+    assert isinstance(straight, Straight) and straight.passes == 6 and len(straight.children) == 6
+    assert len(list(leaf_tasks(tree))) == 6 * 3 and body_nodes(tree) == 6 * 4  # a branch per copy
+    assert fixed == (FixedCount(0, 6, None, (0, None), _packed(6)[0]),)
+    assert counts_hold(fixed, _packed(6)) and not counts_hold(fixed, _packed(7))
+    most = MAX_STRAIGHT_NODES // 4
+    assert isinstance(graph_tree(_spec(short_repeat), _packed(most), True)[0].children[0], Straight)
+    for spec, k, own in ((_spec(short_repeat), most + 1, True),  # over the threshold
+                         (_spec(short_repeat), 0, True), (_spec(short_repeat), -3, True),
+                         (_spec(short_repeat), 6, False),  # a part of another graph (a step's)
+                         (_spec(short_repeat, straight=False), 6, True),  # a count changed before
+                         (_spec(short_repeat, stop_word=64), 6, True),  # debug mode
+                         (_spec(short_repeat, unroll=2), 6, True)):  # U set: the WHILE form
+        tree, fixed = graph_tree(spec, _packed(k), own)
+        assert fixed == () and not any(isinstance(r, Straight) for r in tree.children), (k, own)
+    assert graph_tree(_spec(short_repeat, device_loops=False), _packed(6), True) == (short_repeat._source.body, ())
+    # a repeat around a loop, or inside an if, keeps its WHILE node; inside one loop it goes straight
+    assert graph_tree(_spec(wrapped), _packed(2), True)[1] == ()
+    tree, fixed = graph_tree(_spec(mixed), _packed(2), True)
+    assert isinstance(tree.children[1], Straight) and fixed[0].index == 1 and fixed[0].inside is None
+    tree, fixed = graph_tree(_spec(outer_inner), _packed(3), True)
+    assert isinstance(tree.children[0].body.children[0], Straight) and (fixed[0].index, fixed[0].inside) == (1, 0)
+
+
+class _Loop:
+    """A graph's WhileLoop as loop_passes reads it."""
+
+    def __init__(self, passes: int, remainder: bool = False) -> None:
+        self.remainder, self._passes = remainder, passes
+
+    def passes(self) -> int:
+        return self._passes
+
+
+def test_stats_iterations_put_a_straight_repeat_in_its_place():
+    inside = FixedCount(1, 3, 0, (0, None), b"")
+    assert loop_passes([_Loop(4)], (inside,)) == (4, 3)
+    assert loop_passes([_Loop(0)], (inside,)) == (0, 0)  # the loop around it ran no pass: never entered
+    assert loop_passes([_Loop(8), _Loop(1, True)], (FixedCount(0, 5, None, (0, None), b""),)) == (5, 9)
+
+
+class _Driverless:
+    """graph_cache's WhileLoop and IfBranch stand-in: adding one names it in the nodes it returns."""
+
+    kernel_nodes = 1
+
+    def __init__(self, target, slot, *rest) -> None:
+        self.slot = slot
+
+    @classmethod
+    def of_region(cls, spec, region, number, count_part, outermost):
+        raise AssertionError("a straight repeat has no WHILE node")
+
+    def add_branch(self, graph, deps, block, has_then, has_else):
+        return ("branch", tuple(deps)), "then body", None, [f"IF after {deps}"]
+
+
+def test_the_builder_adds_k_straight_copies_chained_and_no_while_node(monkeypatch):
+    """With the driver faked: a Straight repeat of 5 passes is 5 copies of the body's task nodes,
+    each after the one before (the body's if: a branch kernel and IF node per copy), no WHILE."""
+    from qgraph import graph_cache
+    from qgraph.graph_cache import TaskGraph
+
+    monkeypatch.setattr(graph_cache, "WhileLoop", _Driverless)
+    monkeypatch.setattr(graph_cache, "IfBranch", _Driverless)
+    spec = _spec(short_repeat)
+    tree, fixed = graph_tree(spec, _packed(5), True)
+    kernels = [types.SimpleNamespace(task=t) for t in short_repeat.tasks]
+    graph = TaskGraph.__new__(TaskGraph)
+    graph._spec, graph.name, graph.programmatic, graph._kernel_deps = spec, "short_repeat", True, frozenset()
+    graph._loops, graph._branches, graph._planned, graph._loop_depth, graph._open_loops = [], [], {}, 0, []
+    plan = graph._plan(tree, {tk.task.index: tk for tk in kernels}, [])
+    graph._nodes = [None] * len(plan)
+    added = []
+    monkeypatch.setattr(graph, "_add_task", lambda task, tk, k, g, deps, block, grid: added.append((task, g, deps))
+                        or f"node {len(added) - 1}")
+    ends = graph._add(tree, "graph", [], [b""] * len(plan), [None] * len(plan))
+    # copy c: its first task (node 3c) after the copy before it (its IF node), its second (3c + 1) after
+    # the first, the then body's task (3c + 2) in the IF node's body
+    after_copy = [[]] + [[f"IF after {[f'node {3 * c + 1}']}"] for c in range(4)]
+    expected = [(t, where, deps) for c in range(5) for t, where, deps in
+                ((0, "graph", after_copy[c]), (1, "graph", [f"node {3 * c}"]), (2, "then body", []))]
+    assert [(task.index, g, deps) for task, g, deps in added] == expected
+    assert ends == [f"IF after {['node 13']}"] and len(graph._branches) == 5 and graph._loops == []
+    assert len(plan) == 5 * 4  # per copy: 3 task nodes and a branch kernel

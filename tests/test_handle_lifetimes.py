@@ -180,7 +180,7 @@ def _looping(x, flag, k: int):
         flag[0] -= 1
     if qgraph.cond(flag):
         x[0] = -1.0
-    for _ in qgraph.repeat(k):
+    for _ in qgraph.repeat(k, unroll=2):  # unroll set: the WHILE form (else 2 passes are built straight)
         x[1] += 10.0
 
 

@@ -228,22 +228,35 @@ class CudaLauncher:
 
     def _build_runner(self, spec: Specialisation):
         def build_and_run(args, packs, stream):
-            graph = spec.build_graph(args, packs, stream, self.stats)
-            self.stats.builds += 1
-            self.stats.build_seconds = graph.build_seconds
-            spec.graph = graph
-            spec.nodes = graph.kernel_nodes
-            self.stats.graph_nodes = graph.kernel_nodes
-            run = graph.replay
-            if self.while_mode == "host":
-                spec.host_runner = host_fallback.HostLoop(self.target, graph.replay, graph,
-                                                        spec.flags[self._root_flag], self._guard(), self._cancel)
-                run = spec.host_runner.run
-            spec.run = run
-            self.graphs.add(spec.key, graph)
-            self.stats.cache_size = len(self.graphs)
-            run(args, packs, stream)
+            self._build(spec, args, packs, stream)
+            spec.run(args, packs, stream)
         return build_and_run
+
+    def _build(self, spec: Specialisation, args: tuple, packs: tuple, stream: int):
+        """Build the graph of `spec` for a call (replacing any it had) and make it the one `spec` runs."""
+        graph = spec.build_graph(args, packs, stream, self.stats)
+        graph.on_new_count = lambda args, packs, stream: self._recount(spec, args, packs, stream)
+        self.stats.builds += 1
+        self.stats.build_seconds = graph.build_seconds
+        spec.graph = graph
+        spec.nodes = graph.kernel_nodes
+        self.stats.graph_nodes = graph.kernel_nodes
+        run = graph.replay
+        if self.while_mode == "host":
+            spec.host_runner = host_fallback.HostLoop(self.target, graph.replay, graph,
+                                                    spec.flags[self._root_flag], self._guard(), self._cancel)
+            run = spec.host_runner.run
+        spec.run = run
+        self.graphs.add(spec.key, graph)
+        self.stats.cache_size = len(self.graphs)
+        return graph
+
+    def _recount(self, spec: Specialisation, args: tuple, packs: tuple, stream: int):
+        """A call whose repeat count differs from the one `spec`'s graph was built straight for
+        (graph_unroll.Straight): from now on its repeats keep the WHILE form, where a new count is a
+        node update; the graph is rebuilt in it once (the straight one closed when the device is idle)."""
+        spec.straight_counts = False
+        return self._build(spec, args, packs, stream)
 
     def cancel(self) -> None:
         """kernel.cancel(): the running device loops end after their current pass (runtime.cancel)."""

@@ -46,7 +46,7 @@ class Specialisation:
 
     __slots__ = ("key", "kernels", "flags", "sites", "target", "body", "name", "bounds", "options", "record",
                  "device_loops", "programmatic", "run", "graph", "uses_graph", "host_loop", "nodes", "host_runner",
-                 "captured_run", "again", "cancel_word")
+                 "captured_run", "again", "cancel_word", "straight_counts")
 
     def __init__(self, key: tuple, kernels: list[TaskKernel], flags: dict, sites: list, shared: DeviceKernel) -> None:
         self.key = key
@@ -67,6 +67,7 @@ class Specialisation:
         self.nodes = 0
         self.host_runner = None  # the host_fallback.HostLoop or HostTree
         self.captured_run = None  # eager launches into another library's stream capture (outer_capture)
+        self.straight_counts = True  # short repeats built straight for the call's count, until one changes
         # the same-arguments fast path may replay it (cuda_call): not with struct or vector arguments,
         # which can change behind the same object
         self.again = not any(getattr(arg_type(s), "is_struct", False) or getattr(arg_type(s), "is_vector", False)
