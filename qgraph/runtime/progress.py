@@ -1,9 +1,9 @@
 """`kernel(..., progress=True)`: a live progress bar (or a callback) for a call's device loops.
 
-While the call runs, a watcher thread polls host memory only (nothing it does waits for the
-device): the outermost loop's passes from the launcher's cancel word (runtime.cancel: its
-condition kernel writes them when it reads the word, the host fallback after each pass) and the
-latest value of each `qgraph.report` from the ring (runtime.history). `progress=True` draws a
+While the call runs, a watcher thread polls, without waiting for the call's work: the outermost
+loop's passes beside the launcher's cancel word (runtime.cancel: its condition kernel writes them
+each pass, in device memory the watcher copies through a stream of its own; the host fallback
+after each pass) and the latest value of each `qgraph.report` from the ring (runtime.history). `progress=True` draws a
 tqdm bar with the passes, their rate and those values (tqdm turns itself off when stderr is no
 terminal); `progress=fn` calls `fn(passes, values)` instead, and a return of False cancels the
 loop (`kernel.cancel()`). The calling thread waits for the device meanwhile, so Ctrl-C cancels
@@ -39,7 +39,7 @@ class Watcher(threading.Thread):
             self.update(self.passes())
 
     def passes(self) -> int:
-        found = [word.passes_word.value for word in self.words]
+        found = [word.passes() for word in self.words]
         return max(found) if found else 0
 
     def values(self) -> dict[str, float]:
