@@ -36,6 +36,7 @@ class DeviceState:
         self.guards: set = set()  # device loops with a runaway guard (conditional.WhileLoop)
         self.cancel_words: weakref.WeakSet = weakref.WeakSet()  # runtime.cancel.CancelWord of each launcher
         self.cancelled: set = set()  # the words set since the last sync (CancelWord.set / clear)
+        self.host_nodes: set = set()  # host_call nodes launched since the last sync (backends/step_host.py)
         # held by every kernel call's launch and by sync's bookkeeping: calls from several threads
         # neither interleave their parameter writes, node updates and launches nor race the lifetimes
         self.lock = threading.Lock()
@@ -59,6 +60,10 @@ class DeviceState:
             raise
         with self.lock:
             self.release_all()
+            if self.host_nodes:  # their callbacks have run: the host drops their (fn, args) here
+                for node in self.host_nodes:
+                    node.drop_ran()
+                self.host_nodes = {node for node in self.host_nodes if node.ran < node.queued}
         self.check_guards()
 
     def check_guards(self, interrupted: bool = False) -> None:
