@@ -5,6 +5,8 @@ cannot run (a kernel body, a graph_while step's device loop)."""
 from __future__ import annotations
 
 import gc
+import threading
+import time
 import weakref
 
 import numpy as np
@@ -96,9 +98,13 @@ def test_the_host_drops_a_call_only_once_its_callback_has_returned():
     gc.collect()
     assert [a() is None for a in alive] == [True, False, True]  # the second has not run: kept
     node._run(None)
-    node.queue(HostCall(print, ()))  # the next launch drops what ran
+    node.queue(HostCall(ran.append, (None,)))  # the next launch drops what ran
     gc.collect()
     assert alive[1]() is None and ran == [True, True] and list(node.pending) == [2]
+    late = threading.Timer(0.05, node._run, (None,))  # a callback still running when the sync returns
+    late.start()
+    assert node.settle(time.monotonic() + 5.0) and ran == [True, True, None] and node.pending == {}
+    late.join()
 
 
 def test_a_host_call_in_a_kernel_points_to_report(tmp_path):

@@ -10,10 +10,11 @@ Lifetime: the node's C callback lives as long as the built graph (closed only af
 is idle). Each launch of the graph queues that call's (fn, args) on the node, numbered; the
 callback, on the driver's thread, runs them in launch order (a stream runs launches in order)
 and only counts what has run, after dropping its own references. The host drops the (fn, args)
-of launches counted as run, at the node's next launch and at qgraph.sync(): so `fn` and its
-arguments stay alive until it has run, however many launches are queued, and are released on
-the host's thread at a point the program controls, whenever the driver's thread got to them
-(under compute-sanitizer, a sync could return before the callback's own frame was gone). `fn` runs
+of launches counted as run, at the node's next launch and at qgraph.sync(), which first waits
+(a second at most) for the count to reach the launches it waited for: so `fn` and its arguments
+stay alive until it has run, however many launches are queued, and are released on the host's
+thread once the sync returns, whenever the driver's thread finished them (under
+compute-sanitizer the stream was seen done before the callback had returned). `fn` runs
 on a driver thread and must not call CUDA (qgraph's to_numpy, sync, kernel calls): CUDA
 forbids it there. An exception from `fn` is printed (ctypes reports it) and the graph goes on.
 """
@@ -21,11 +22,13 @@ forbids it there. An exception from `fn` is printed (ctypes reports it) and the 
 from __future__ import annotations
 
 import ctypes
+import time
 
 from ..driver.device import check, driver
 from ..errors import QgraphError
 
 _HOST_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+SETTLE_POLL_S = 1e-4  # DeviceState.sync's wait for callbacks still returning (runtime/state.py)
 
 
 class HostCall:
@@ -85,6 +88,16 @@ class HostNode:
         while self._dropped < ran:
             self.pending.pop(self._dropped, None)
             self._dropped += 1
+
+    def settle(self, deadline: float) -> bool:
+        """After a sync: wait (until `deadline`, time.monotonic(); the GIL released) for the callbacks
+        of the launches the device has finished, then drop what ran; whether all have. A stream can
+        report its work done before the callback's Python code has returned (seen under
+        compute-sanitizer), so the sync waits for the count, not for the stream alone."""
+        while self.ran < self.queued and time.monotonic() < deadline:
+            time.sleep(SETTLE_POLL_S)
+        self.drop_ran()
+        return self.ran >= self.queued
 
     def _run(self, _user_data) -> None:
         number = self.ran

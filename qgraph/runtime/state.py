@@ -15,10 +15,14 @@ from __future__ import annotations
 import contextlib
 import operator
 import threading
+import time
 import weakref
 
 from ..errors import LoopCancelled, QgraphError
 from .settings import ARCHES, Settings, arch_name
+
+# how long a sync waits for host_call callbacks whose launches the device has finished (backends/step_host.py)
+HOST_CALLBACK_PATIENCE_S = 1.0
 
 
 class DeviceState:
@@ -60,10 +64,13 @@ class DeviceState:
             raise
         with self.lock:
             self.release_all()
-            if self.host_nodes:  # their callbacks have run: the host drops their (fn, args) here
-                for node in self.host_nodes:
-                    node.drop_ran()
-                self.host_nodes = {node for node in self.host_nodes if node.ran < node.queued}
+            nodes, self.host_nodes = self.host_nodes, set()
+        if nodes:  # host_call nodes: their callbacks have run, or are returning; then their (fn, args) go
+            deadline = time.monotonic() + HOST_CALLBACK_PATIENCE_S
+            unsettled = {node for node in nodes if not node.settle(deadline)}
+            if unsettled:
+                with self.lock:
+                    self.host_nodes |= unsettled
         self.check_guards()
 
     def check_guards(self, interrupted: bool = False) -> None:
