@@ -1,5 +1,6 @@
 """Watching device loops: the cost of a qgraph.report per pass and of the cancel-word check on the
-README's relax at 128^2, and how soon kernel.cancel() stops a loop, side by side in one process.
+README's relax at 128^2 (also with the former condition kernel), and how soon kernel.cancel() stops
+a loop, side by side in one process.
 
     python benchmarks/watching.py [--json PATH]
 
@@ -39,10 +40,13 @@ def main() -> int:
     for name, us in cost["us_per_pass"].items():
         low, high = cost["spread"][name]
         print(f"  {name:<24} {us:8.3f} us/pass  (spread {low:.3f}-{high:.3f})")
-    base = cost["us_per_pass"]["relax"]
+    us = cost["us_per_pass"]
     print(
-        f"  report costs {cost['us_per_pass']['relax + report'] - base:+.3f} us/pass; the cancel check "
-        f"{base - cost['us_per_pass']['relax, no cancel check']:+.3f} us/pass"
+        f"  report costs {us['relax + report'] - us['relax']:+.3f} us/pass; the cancel check "
+        f"{us['relax'] - us['relax, no cancel check']:+.3f} us/pass (before: "
+        f"{us['before: relax'] - us['before: no cancel check']:+.3f}, of which its clock without the bus read "
+        f"{us['before: clock, no bus read'] - us['before: no cancel check']:+.3f}); relax now vs before "
+        f"{us['relax'] - us['before: relax']:+.3f} us/pass"
     )
     for name, row in cancel.items():
         print(f"cancel -> stopped, {name:<14} median {row['median_ms']:.3f} ms, max {row['max_ms']:.3f} ms")

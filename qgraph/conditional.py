@@ -77,17 +77,18 @@ NO_LIMIT = (1 << 64) - 1
 
 
 class _Helpers:
-    """The slot-writer and condition kernels, loaded once per device."""
+    """The slot-writer and condition kernels, loaded once per device (`source`: HELPER_SOURCE, or
+    the benchmark's former condition kernel)."""
 
-    def __init__(self, target: DeviceState) -> None:
+    def __init__(self, target: DeviceState, source: str = HELPER_SOURCE) -> None:
         device = target.device
         cc = device.info.compute_capability
-        key = entry_key("while-helpers", HELPER_SOURCE, f"sm_{cc[0]}{cc[1]}")
+        key = entry_key("while-helpers", source, f"sm_{cc[0]}{cc[1]}")
         cached = target.code_cache.load(key)
         if cached is not None:
             cubin = cached[1]
         else:
-            cubin = nvrtc.compile_cubin(HELPER_SOURCE, "qgraph_while.cu", cc)
+            cubin = nvrtc.compile_cubin(source, "qgraph_while.cu", cc)
             target.code_cache.store(key, {"nvrtc": nvrtc.version()}, cubin)
         module = device.load_module(cubin)
         self.store = device.function(module, "qgraph_store_flag_address")

@@ -253,11 +253,11 @@ class Kernel:
         return f"<qgraph.kernel {self.__qualname__} ({len(self.tasks)} tasks, {mode})>"
 
 
-def _bind_class(kernel_cls: type, src: frontend.KernelSource, fn: Callable) -> type:
+def _bind_class(kernel_cls: type, src: frontend.KernelSource, fn: Callable, progress=False) -> type:
     """A Kernel subclass whose __call__ has the kernel's own parameters (fast binding)."""
     params = []
     ns: dict = {"_qg_state": runtime.STATE, "_qg_globals": fn.__globals__, "_qg_cells": fn.__closure__,
-                "_qg_rng_state": rng_state}
+                "_qg_rng_state": rng_state, "_qg_progress": progress}  # the calls' default progress=
     positional_defaults = fn.__defaults__ or ()
     user_params = [p for p in src.params if p.source is None]  # implicit ones are read by the binder
     first_default = len([p for p in user_params if not p.keyword_only]) - len(positional_defaults)
@@ -287,7 +287,7 @@ def _bind_class(kernel_cls: type, src: frontend.KernelSource, fn: Callable) -> t
         with body.block("if progress:"):
             body.line(f"return _qg_self._with_progress(progress, ({', '.join(names)},), stream)")
     body.line(f"return _qg_self._launch({', '.join([*names, 'stream'])})")
-    params_call = params + (["progress=None"] if loops else [])
+    params_call = params + (["progress=_qg_progress"] if loops else [])
     # _qg_: no parameter can be named so
     call = generated.function(body.function(f"__call__(_qg_self, {', '.join(params_call)})"), "__call__",
                               f"binder of kernel {src.qualname}", ns)
@@ -331,7 +331,7 @@ _ATTACH_LOCK = threading.RLock()  # kernels attach to the runtime once, whicheve
 def kernel(fn: Callable | None = None, *, cuda_graph: bool = False, graph_while: str | None = None,
            graph_cache_size: int | None = None, deterministic: bool | None = None,
            fast_math: bool | None = None, default_float=None, max_iterations=USE_ENVIRONMENT,
-           debug: bool | str | None = None, unroll=USE_ENVIRONMENT):
+           debug: bool | str | None = None, unroll=USE_ENVIRONMENT, progress=False):
     """Compile a function's top-level statements into offloaded tasks.
 
     `cuda_graph=True` captures a call's tasks into a cached CUDA graph; `graph_while="flag"`
@@ -351,6 +351,7 @@ def kernel(fn: Callable | None = None, *, cuda_graph: bool = False, graph_while:
     finite (FloatingPointError). The default is QGRAPH_DEBUG.
     `unroll=n` runs n copies of each device loop's body per pass of its CUDA WHILE node (a loop's
     own unroll= wins; None: qgraph chooses per loop); the default is QGRAPH_UNROLL (auto).
+    `progress=True` (a bar) or a callback is the default of the calls' progress= (docs/watching.md).
     """
     if graph_while is not None and not isinstance(graph_while, str):
         raise TypeError(f"graph_while must be a parameter name (str), got {graph_while!r}")
@@ -364,7 +365,7 @@ def kernel(fn: Callable | None = None, *, cuda_graph: bool = False, graph_while:
     # checked as it is made (KernelOptions names a bad value); None: the environment decides
     options = KernelOptions(**{name: USE_ENVIRONMENT if value is None else value for name, value in given.items()},
                             debug=debug_setting, max_iterations=max_iterations, cuda_graph=cuda_graph,
-                            graph_while_host=USE_ENVIRONMENT, unroll=unroll)
+                            graph_while_host=USE_ENVIRONMENT, unroll=unroll, progress=progress)
 
     def wrap(f: Callable) -> Kernel:
         if isinstance(f, (Kernel, Func)):
@@ -374,10 +375,11 @@ def kernel(fn: Callable | None = None, *, cuda_graph: bool = False, graph_while:
         source = frontend.parse_kernel(f, graph_while, lang.ndrange)
         source = globals_used.with_implicit(f, source)
         source, _ = reports.with_reports(source, "_qg_self._reports.start()", "_qg_self._reports.state")
-        cls = _bind_class(Kernel, source, f)
-        # device control flow lives in graphs: graph_while= and qgraph.loop/cond/repeat regions imply cuda_graph
-        graphs = cuda_graph or graph_while is not None or any(True for _ in control_regions(source.body))
-        return cls(f, source, dataclasses.replace(options, cuda_graph=graphs))
+        regions = graph_while is not None or any(True for _ in control_regions(source.body))  # imply cuda_graph
+        if progress and not regions:
+            raise TypeError(f"kernel {source.qualname}: progress= shows the progress of device loops; it has none")
+        cls = _bind_class(Kernel, source, f, progress)
+        return cls(f, source, dataclasses.replace(options, cuda_graph=cuda_graph or regions))
 
     return wrap if fn is None else wrap(fn)
 

@@ -64,7 +64,7 @@ class HostLoop:
                 if limit is not None and passes >= limit:
                     raise runaway_error(self.kernel_name, self.region, limit)
                 if cancel is not None:
-                    cancel.passes_word.value = passes
+                    cancel.host_passes = passes
                     if cancel.is_set:
                         cancel.clear()
                         raise cancelled_error(self.kernel_name, self.region, passes)

@@ -1,5 +1,5 @@
-"""kernel.cancel() and Ctrl-C: a running device loop (the CUDA WHILE node or the host fallback)
-stops after its current pass, the error names the kernel, loop line and pass, the arrays hold that
+"""kernel.cancel() and Ctrl-C: a running device loop (the CUDA WHILE node, the host fallback or
+the CPU runner) stops after its current pass, the error names the kernel, loop line and pass, the arrays hold that
 pass, and the next call works (runtime.cancel, driver/loop_state.py)."""
 
 from __future__ import annotations
@@ -17,6 +17,12 @@ import qgraph
 
 @qgraph.kernel(graph_while="flag", max_iterations=2_000_000)  # a failed cancel trips the guard: no hang
 def spin(count, flag, stop_at: int):
+    count[0] += 1
+    flag[0] = 1 if count[0] < stop_at else 0
+
+
+@qgraph.kernel(graph_while="flag", max_iterations=None)  # a cancel that fails ends at stop_at: no error
+def crawl(count, flag, stop_at: int):
     count[0] += 1
     flag[0] = 1 if count[0] < stop_at else 0
 
@@ -57,6 +63,28 @@ def test_cancel_from_another_thread_stops_the_loop_after_a_whole_pass(cuda_loop)
     spin(count, flag, 5)  # the next call runs normally
     qgraph.sync()
     assert count.to_numpy()[0] == 5 and spin.stats.iterations == (5,)
+
+
+def test_cancel_from_another_thread_stops_the_loop_on_every_target(loop_arch):
+    """On the CPU too: the runner, holding the GIL, lets other threads run about every millisecond
+    while there are any, and stops after the pass in which the cancel word was set."""
+    stop_at = 1 << 30 if loop_arch == "cpu" else 1 << 21  # seconds of passes on each target
+    count, flag = qgraph.ndarray(qgraph.i64, (1,)), qgraph.from_numpy(np.ones(1, np.int32))
+    crawl(count, flag, 2)  # compiled before the timer starts
+    qgraph.sync()
+    count.fill(0)
+    timer = threading.Timer(0.05, crawl.cancel)
+    timer.start()
+    with pytest.raises(qgraph.LoopCancelled, match=r"kernel crawl: the device loop at line \d+ was cancelled") as info:
+        crawl(count, flag, stop_at)
+        qgraph.sync()
+    timer.join()
+    passes = int(re.search(r"after pass ([\d,]+)", str(info.value)).group(1).replace(",", ""))
+    assert 1 < passes < stop_at and count.to_numpy()[0] == passes
+    count.fill(0)
+    crawl(count, flag, 3)
+    qgraph.sync()
+    assert count.to_numpy()[0] == 3
 
 
 def test_a_cancel_between_calls_does_not_stop_the_next_one(cuda_loop):

@@ -193,7 +193,7 @@ def test_a_loop_fills_its_state_block_at_the_layouts_offsets_and_frees_it_once(r
     loop.close()
     loop.close()
     assert device.freed == [slot] and freed_host == [record] and target.guards == set()
-    assert ctypes.sizeof(LoopState) == 11 * 8  # with `live` (unrolled copies) and the cancel words
+    assert ctypes.sizeof(LoopState) == 10 * 8  # with `live` (unrolled copies) and the cancel word
 
 
 def test_a_gate_between_unrolled_copies_reads_the_loops_state(recording):

@@ -23,7 +23,7 @@ ENUMS = [("QG_LOOP_MODE", LoopMode), ("QG_BRANCH_BODY", BranchBodies)]
 
 
 def test_the_blocks_are_the_sizes_the_graph_allocates():
-    assert ctypes.sizeof(LoopState) == 11 * 8  # with `live` (unrolled copies) and the cancel words
+    assert ctypes.sizeof(LoopState) == 10 * 8  # with `live` (unrolled copies) and the cancel word
     assert ctypes.sizeof(BranchState) == 3 * 8
     assert [LoopState.trip_record.offset, LoopState.handle.offset, LoopState.stop_record.offset] == [24, 32, 48]
 
@@ -70,3 +70,22 @@ def test_nvrtc_compiles_the_helpers_and_agrees_with_the_python_layout():
                for m in members]
     for cc in [(9, 0), (10, 0)]:
         assert len(compile_cubin(HELPER_SOURCE + "\n".join(checks), "layout_check.cu", cc)) > 1000
+
+
+@pytest.mark.parametrize("kernel", ["qgraph_while_condition", "qgraph_loop_gate"])
+def test_a_pass_costs_two_trips_to_memory_whatever_the_loop_checks(kernel):
+    """The condition and gate kernels sit on the loop's critical path: the block's words are loaded
+    together before any decision, then together what they point at (flag, stop record, cancel word),
+    each skipped only where its pointer is 0; nothing is stored before (docs/watching.md)."""
+    from qgraph.driver.nvrtc import compile_ptx
+
+    _require_nvrtc()
+    ptx = compile_ptx(HELPER_SOURCE, "next_pass.cu", (9, 0))
+    body = ptx[ptx.index(f".entry {kernel}(") :]
+    body = body[: body.index("\n}")]
+    ops = [line.split()[0] for line in body.splitlines() if line.strip() and not line.strip().startswith(("//", "$"))]
+    first_branch = next(k for k, op in enumerate(ops) if op == "bra" or op.startswith("@"))
+    assert ops[:first_branch].count("ld.volatile.global.u64") == len(LOOP_FIELDS) - 2  # all but handle, trip record
+    loads = [k for k, op in enumerate(ops) if op.startswith("ld.volatile.u")]  # through the block's pointers
+    first_store = next(k for k, op in enumerate(ops) if op.startswith("st."))
+    assert len(loads) == 3 and max(loads) < first_store

@@ -1,11 +1,12 @@
-"""kernel(..., progress=...): a bar or a callback fed from host memory while a device loop runs,
-its last update the call's final passes and reported values; a callback returning False cancels."""
+"""kernel(..., progress=...) and @qgraph.kernel(progress=...): a bar or a callback fed while a device
+loop runs, its last update the call's final passes and reported values; a callback returning False
+cancels (on the CPU too)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_cancel import cuda_loop, spin  # noqa: F401 (the fixture)
+from test_cancel import crawl
 
 import qgraph
 
@@ -28,6 +29,38 @@ def test_the_last_update_is_the_calls_passes_and_latest_values(loop_arch):
     assert halve.stats.iterations == (10,)
 
 
+SEEN_BY_THE_OPTION: list = []
+
+
+@qgraph.kernel(graph_while="flag", progress=lambda passes, values: SEEN_BY_THE_OPTION.append(passes))
+def halve_watched(x, flag, tol: float):
+    x[0] = 0.5 * x[0]
+    flag[0] = 1 if x[0] > tol else 0
+
+
+def test_progress_given_to_the_kernel_is_its_calls_default(loop_arch):
+    x, flag = qgraph.from_numpy(np.array([1.0])), qgraph.from_numpy(np.ones(1, np.int32))
+    SEEN_BY_THE_OPTION.clear()
+    halve_watched(x, flag, 1e-3)
+    assert SEEN_BY_THE_OPTION and SEEN_BY_THE_OPTION[-1] == 10
+    SEEN_BY_THE_OPTION.clear()
+    x.fill(1.0)
+    halve_watched(x, flag, 1e-3, progress=False)  # a call's own progress= wins
+    qgraph.sync()
+    assert SEEN_BY_THE_OPTION == [] and halve_watched.stats.iterations == (10,)
+
+
+def test_the_progress_option_is_checked_at_decoration():
+    with pytest.raises(TypeError, match="progress must be True"):
+        qgraph.kernel(graph_while="flag", progress="yes")
+    with pytest.raises(TypeError, match="progress= shows the progress of device loops"):
+
+        @qgraph.kernel(progress=True)
+        def scale(x):
+            for i in range(x.shape[0]):
+                x[i] *= 2.0
+
+
 def test_kernels_without_loops_take_no_progress_argument():
     @qgraph.kernel
     def scale(x):
@@ -38,12 +71,20 @@ def test_kernels_without_loops_take_no_progress_argument():
         scale(np.ones(3), progress=True)
 
 
-def test_a_callback_returning_false_cancels_the_loop(cuda_loop):  # noqa: F811
+def test_a_callback_returning_false_cancels_the_loop(loop_arch):
+    stop_at = 1 << 30 if loop_arch == "cpu" else 1 << 21  # seconds of passes: a failed cancel ends there
     count, flag = qgraph.ndarray(qgraph.i64, (1,)), qgraph.from_numpy(np.ones(1, np.int32))
-    spin(count, flag, 2)
+    crawl(count, flag, 2)
     qgraph.sync()
-    with pytest.raises(qgraph.LoopCancelled, match="kernel spin"):
-        spin(count, flag, 1 << 62, progress=lambda passes, values: passes < 1000)
+    seen = []
+
+    def until_1000(passes, values):
+        seen.append(passes)
+        return passes < 1000
+
+    with pytest.raises(qgraph.LoopCancelled, match="kernel crawl"):
+        crawl(count, flag, stop_at, progress=until_1000)
+    assert len(seen) >= 1 and seen[0] >= 1000  # the passes so far reached the watcher while the loop ran
     count.fill(0)
-    spin(count, flag, 3, progress=True)
+    crawl(count, flag, 3, progress=True)
     assert count.to_numpy()[0] == 3

@@ -5,6 +5,8 @@ cannot run (a kernel body, a graph_while step's device loop)."""
 from __future__ import annotations
 
 import gc
+import threading
+import time
 import weakref
 
 import numpy as np
@@ -69,6 +71,40 @@ def test_the_step_keeps_the_function_and_its_arguments_until_they_ran(arch):
     qgraph.sync()
     gc.collect()
     assert alive() is None
+
+
+def test_the_host_drops_a_call_only_once_its_callback_has_returned():
+    """The node's bookkeeping without a device: callbacks run the queued calls in launch order and
+    only count them; the host drops the counted ones (at the next queue, or sync's drop_ran), never
+    one whose callback has not returned, and a failed launch's call is taken back."""
+    from qgraph.backends.step_host import HostCall, HostNode
+
+    class Target:
+        host_nodes: set = set()
+
+    node = HostNode.__new__(HostNode)  # no graph: __init__ adds the CUDA host node
+    node.pending, node.queued, node.ran, node._dropped, node._target = {}, 0, 0, 0, Target()
+    ran = []
+    payloads = [type("Payload", (), {})() for _ in range(3)]
+    alive = [weakref.ref(p) for p in payloads]
+    for p in payloads:
+        node.queue(HostCall(lambda q: ran.append(q is not None), (p,)))
+    node.unqueue()  # the third launch failed
+    del p, payloads
+    node._run(None)
+    gc.collect()
+    assert ran == [True] and alive[0]() is not None  # counted, but the host has not dropped it yet
+    node.drop_ran()
+    gc.collect()
+    assert [a() is None for a in alive] == [True, False, True]  # the second has not run: kept
+    node._run(None)
+    node.queue(HostCall(ran.append, (None,)))  # the next launch drops what ran
+    gc.collect()
+    assert alive[1]() is None and ran == [True, True] and list(node.pending) == [2]
+    late = threading.Timer(0.05, node._run, (None,))  # a callback still running when the sync returns
+    late.start()
+    assert node.settle(time.monotonic() + 5.0) and ran == [True, True, None] and node.pending == {}
+    late.join()
 
 
 def test_a_host_call_in_a_kernel_points_to_report(tmp_path):

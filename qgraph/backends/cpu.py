@@ -15,10 +15,19 @@ from ..lang import generated
 from ..lang.cpu.codegen import counted_loops
 from ..lang.cpu.loops import RunnerStatus
 from ..lang.front.regions import loop_limit
-from ..lang.lower.debug_checks import INTERRUPT_WORD, RECORD_WORDS, UNIT_WORD
+from ..lang.lower.debug_checks import (
+    CANCEL_WORD,
+    INTERRUPT_WORD,
+    LOOP_PASSES,
+    RECORD_WORDS,
+    UNIT_WORD,
+    YIELD_COUNT,
+    YIELD_STEP,
+)
 from ..lang.options import KernelOptions
 from ..lang.types.weak_types import param_type
 from ..runtime.arrays import Ndarray
+from ..runtime.cancel import cancelled_error
 from . import step_body
 from .checks import (
     check_signature,
@@ -146,6 +155,11 @@ class CpuLauncher:
         for k in self._flags:
             lines += [f"    if v{k}.shape not in ((), (1,)):",
                       f"        raise _flag_error(_src, {k}, v{k}.shape)"]
+        if self._loops:  # kernel.cancel(): a fresh word, and other threads let run if there are any
+            ns["_threads"] = threading.active_count
+            lines += [f"    _rec[{CANCEL_WORD}] = 0", "    if _threads() > 1:",
+                      f"        _rec[{YIELD_COUNT}] = 1", f"        _rec[{YIELD_STEP}] = 0",
+                      "    else:", f"        _rec[{YIELD_COUNT}] = 0"]
         run = ["    try:", f"        r = runner({values}{', ' if n else ''}_rec)", "    except Exception as e:",
                "        raise _task_error(key, e) from None"]
         if self.options.debug:  # a failed check: its record, read now (one call at a time, so records do not mix)
@@ -171,6 +185,10 @@ class CpuLauncher:
 
     def _run(self, key: tuple, runner, values: tuple):
         """The runner's status; an exception from a task names the task (see _task_error)."""
+        if self._loops:  # as the generated launch does
+            self._record[CANCEL_WORD] = 0
+            self._record[YIELD_COUNT] = int(threading.active_count() > 1)
+            self._record[YIELD_STEP] = 0
         with self._debug_lock:
             try:
                 status = runner(*values, self._record)
@@ -260,9 +278,20 @@ class CpuLauncher:
         loop = self._loops[status[1]]
         if status[0] == RunnerStatus.RUNAWAY:
             raise runaway_error(self.src.name, loop, loop_limit(loop, self.options.max_iterations))
+        if status[0] == RunnerStatus.CANCELLED:
+            raise cancelled_error(self.src.name, loop, status[2 + status[1]])
         what = f"flag '{loop.flag}'" if hasattr(loop, "flag") else f"qgraph.repeat({loop.count})"
         raise KeyboardInterrupt(f"kernel {self.src.name} was interrupted in its device loop (line {loop.lineno}, "
                                 f"{what}) after {status[2 + status[1]]} passes; the next call starts afresh")
+
+    def cancel(self) -> None:
+        """kernel.cancel(): the runner's device loops end after their current pass (lang.cpu.loops)."""
+        if self._loops:
+            self._record[CANCEL_WORD] = 1
+
+    def loop_passes(self) -> int:
+        """The first device loop's passes so far, for progress bars (the runner writes them each pass)."""
+        return int(self._record[LOOP_PASSES])
 
     def close(self) -> None:
         self._specs.clear()

@@ -263,6 +263,10 @@ class CudaLauncher:
         if self._cancel is not None:
             self._cancel.set()
 
+    def loop_passes(self) -> int:
+        """The outermost device loop's passes so far, for progress bars (runtime.cancel)."""
+        return self._cancel.passes() if self._cancel is not None else 0
+
     def _evicted(self, key: tuple) -> None:
         spec = self._specs.get(key)
         if spec is not None:

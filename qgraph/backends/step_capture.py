@@ -29,7 +29,7 @@ from ..graph_cache import TaskGraph
 from ..runtime.arrays import Ndarray
 from .checks import written_params
 from .step_body import body_calls, tape_call
-from .step_host import host_node, queue_host_calls
+from .step_host import host_node, queue_host_calls, unqueue_host_calls
 
 _WRITTEN: dict[int, frozenset] = {}  # id(kernel source) -> positions of the array parameters it writes
 
@@ -178,7 +178,7 @@ class BuiltStep:
             for call, waits in zip(calls, deps):
                 launcher = call.launcher
                 if launcher is None:  # qgraph.host_call
-                    part = host_node(into, [n for i in waits for n in ends[i]], self.loop is not None, name)
+                    part = host_node(into, [n for i in waits for n in ends[i]], self.loop is not None, name, target)
                     self.parts.append(part)
                     ends.append(part.ends)
                     continue
@@ -283,6 +283,7 @@ class StepRunner:
             queue_host_calls(built.parts, self._current_calls)
             err = self._launch(built.exec, stream)[0]
             if err:
+                unqueue_host_calls(built.parts, self._current_calls)
                 raise self._fail(err, "cuGraphLaunch")
             self._stats.replays += 1
         return True, last[6]
@@ -326,6 +327,7 @@ class StepRunner:
             queue_host_calls(found.parts, calls)
             err = self._launch(found.exec, stream)[0]
             if err:
+                unqueue_host_calls(found.parts, calls)
                 raise self._fail(err, "cuGraphLaunch")
             stats = self._stats
             stats.replays += 1

@@ -7,22 +7,28 @@ level of a graph: CUDA allows none inside a conditional body, so a graph_while s
 (kernels get values out of a device loop with qgraph.report instead).
 
 Lifetime: the node's C callback lives as long as the built graph (closed only after the device
-is idle). Each launch of the graph queues that call's (fn, args) on the node; the callback,
-on the driver's thread, takes them in launch order (a stream runs launches in order), so `fn`
-and its arguments stay alive until it has run, however many launches are queued. `fn` runs
+is idle). Each launch of the graph queues that call's (fn, args) on the node, numbered; the
+callback, on the driver's thread, runs them in launch order (a stream runs launches in order)
+and only counts what has run, after dropping its own references. The host drops the (fn, args)
+of launches counted as run, at the node's next launch and at qgraph.sync(), which first waits
+(a second at most) for the count to reach the launches it waited for: so `fn` and its arguments
+stay alive until it has run, however many launches are queued, and are released on the host's
+thread once the sync returns, whenever the driver's thread finished them (under
+compute-sanitizer the stream was seen done before the callback had returned). `fn` runs
 on a driver thread and must not call CUDA (qgraph's to_numpy, sync, kernel calls): CUDA
 forbids it there. An exception from `fn` is printed (ctypes reports it) and the graph goes on.
 """
 
 from __future__ import annotations
 
-import collections
 import ctypes
+import time
 
 from ..driver.device import check, driver
 from ..errors import QgraphError
 
 _HOST_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+SETTLE_POLL_S = 1e-4  # DeviceState.sync's wait for callbacks still returning (runtime/state.py)
 
 
 class HostCall:
@@ -43,9 +49,13 @@ class HostNode:
 
     kernel_nodes = 0
 
-    def __init__(self, graph, deps: list) -> None:
+    def __init__(self, graph, deps: list, target) -> None:
         d = driver()
-        self.pending: collections.deque = collections.deque()  # (fn, args) of each launch not yet run
+        self.pending: dict[int, tuple] = {}  # launch number -> (fn, args), until it ran and the host dropped it
+        self.queued = 0  # launches queued so far
+        self.ran = 0  # callbacks that have returned (the callback's count: the host never writes it)
+        self._dropped = 0  # launches whose (fn, args) the host has dropped: all below `ran`
+        self._target = target  # its DeviceState: sync() drops what ran (host_nodes)
         self._callback = _HOST_FN(self._run)  # alive with the graph
         params = d.CUDA_HOST_NODE_PARAMS()
         params.fn = d.CUhostFn(ctypes.cast(self._callback, ctypes.c_void_p).value)
@@ -61,18 +71,49 @@ class HostNode:
         return set()
 
     def queue(self, call: HostCall) -> None:
-        """Before a launch of the graph: the call this launch makes."""
-        self.pending.append((call.fn, call.args))
+        """Before a launch of the graph: the call this launch makes (and what ran is dropped)."""
+        self.drop_ran()
+        self.pending[self.queued] = (call.fn, call.args)
+        self.queued += 1
+        self._target.host_nodes.add(self)
+
+    def unqueue(self) -> None:
+        """The launch after queue() failed: its call never runs."""
+        self.queued -= 1
+        self.pending.pop(self.queued, None)
+
+    def drop_ran(self) -> None:
+        """On the host's thread: drop the (fn, args) of every launch whose callback has returned."""
+        ran = self.ran
+        while self._dropped < ran:
+            self.pending.pop(self._dropped, None)
+            self._dropped += 1
+
+    def settle(self, deadline: float) -> bool:
+        """After a sync: wait (until `deadline`, time.monotonic(); the GIL released) for the callbacks
+        of the launches the device has finished, then drop what ran; whether all have. A stream can
+        report its work done before the callback's Python code has returned (seen under
+        compute-sanitizer), so the sync waits for the count, not for the stream alone."""
+        while self.ran < self.queued and time.monotonic() < deadline:
+            time.sleep(SETTLE_POLL_S)
+        self.drop_ran()
+        return self.ran >= self.queued
 
     def _run(self, _user_data) -> None:
-        fn, args = self.pending.popleft()
-        fn(*args)
+        number = self.ran
+        fn, args = self.pending[number]
+        try:
+            fn(*args)
+        finally:
+            del fn, args  # this frame holds nothing once counted: the host may drop the last references
+            self.ran = number + 1
 
     def close(self) -> None:
         self.pending.clear()
+        self._target.host_nodes.discard(self)
 
 
-def host_node(graph, deps: list, in_loop: bool, step_name: str) -> HostNode:
+def host_node(graph, deps: list, in_loop: bool, step_name: str, target) -> HostNode:
     """A host node after `deps`; a graph_while step's body (a conditional body) cannot have one."""
     if in_loop:
         raise QgraphError(
@@ -81,7 +122,7 @@ def host_node(graph, deps: list, in_loop: bool, step_name: str) -> HostNode:
             "qgraph.report(name, value) in a kernel and read kernel.history, or call host_call in a "
             "step without graph_while"
         )
-    return HostNode(graph, deps)
+    return HostNode(graph, deps, target)
 
 
 def queue_host_calls(parts: list, calls: list) -> None:
@@ -89,3 +130,10 @@ def queue_host_calls(parts: list, calls: list) -> None:
     for part, call in zip(parts, calls):
         if call.launcher is None:
             part.queue(call)
+
+
+def unqueue_host_calls(parts: list, calls: list) -> None:
+    """After a failed launch: take back what queue_host_calls queued."""
+    for part, call in zip(parts, calls):
+        if call.launcher is None:
+            part.unqueue()

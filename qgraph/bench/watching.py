@@ -1,9 +1,11 @@
 """What watching a device loop costs, side by side in one process: the README's `relax` with and
-without a `qgraph.report` per pass and without the cancel-word check; how soon `kernel.cancel()`
-stops a long loop (device WHILE node and host fallback). Run by benchmarks/watching.py."""
+without a `qgraph.report` per pass and without the cancel-word check, and the same with the former
+condition kernel (NEXT_PASS_BEFORE); how soon `kernel.cancel()` stops a long loop (device WHILE
+node and host fallback). Run by benchmarks/watching.py."""
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import statistics
 import threading
@@ -12,6 +14,59 @@ import time
 import numpy as np
 
 import qgraph
+from qgraph import conditional
+from qgraph.driver.device import check, driver
+from qgraph.driver.loop_state import helper_source
+
+# The condition and gate kernels' decision until 2026-11-25, kept to measure beside the current one
+# (driver/loop_state.NEXT_PASS): the block's words loaded behind the `live` test, the cancel word in
+# host-mapped memory read across the bus at most once per QG_CANCEL_PERIOD_NS of device clock (the
+# last read's time, in the state block then, in a global here), the flag loaded after that block.
+NEXT_PASS_BEFORE = r"""
+enum qg_before : unsigned long long { QG_CANCEL_PERIOD_NS = %(period)dull };
+__device__ unsigned long long qg_cancel_checked;
+__device__ unsigned int qgraph_next_pass(unsigned long long* state)
+{
+    const unsigned long long live = state[QG_LOOP_LIVE], passes = state[QG_LOOP_PASSES] + 1;
+    const unsigned long long mode = state[QG_LOOP_MODE], limit = state[QG_LOOP_LIMIT];
+    const unsigned long long flag = state[QG_LOOP_FLAG_ADDRESS], stop = state[QG_LOOP_STOP_RECORD];
+    const unsigned long long cancel = state[QG_LOOP_CANCEL_WORD], checked = qg_cancel_checked;
+    const unsigned long long clears = state[QG_LOOP_CLEARS_CANCEL];
+    if (!live)
+        return 0u;
+    state[QG_LOOP_PASSES] = passes;
+    unsigned int go = 1u;
+    if (stop && *(volatile const long long*)stop != 0) {
+        go = 0u;
+    } else if (cancel) {
+        unsigned long long now;
+        asm volatile("mov.u64 %%0, %%%%globaltimer;" : "=l"(now));
+        if (now - checked >= QG_CANCEL_PERIOD_NS) {
+            qg_cancel_checked = now;
+            if (clears)
+                ((volatile unsigned long long*)cancel)[1] = passes;
+            if (*(volatile const unsigned long long*)cancel != 0) {
+                *(volatile unsigned long long*)state[QG_LOOP_TRIP_RECORD] = passes | QG_CANCELLED;
+                go = 0u;
+            }
+        }
+    }
+    if (go) {
+        if (mode == QG_LOOP_MODE_COUNT) {
+            go = (long long)passes < (long long)limit ? 1u : 0u;
+        } else {
+            go = *(const int*)flag != 0 ? 1u : 0u;
+            if (go && passes >= limit) {
+                go = 0u;
+                *(volatile unsigned long long*)state[QG_LOOP_TRIP_RECORD] = passes;
+            }
+        }
+    }
+    state[QG_LOOP_LIVE] = go;
+    return go;
+}
+"""
+BEFORE_PERIOD_NS = 200_000
 
 
 @qgraph.kernel(graph_while="flag")
@@ -53,30 +108,72 @@ def _without_cancel_check(kernel):
     return copy
 
 
+def _host_mapped_words() -> int:
+    """The former cancel words: 16 bytes of pinned, device-mapped host memory (kept for the process)."""
+    d = driver()
+    host = check(d.cuMemHostAlloc(16, d.CU_MEMHOSTALLOC_DEVICEMAP | d.CU_MEMHOSTALLOC_PORTABLE), "cuMemHostAlloc")
+    ctypes.memset(int(host), 0, 16)
+    _KEPT.append(host)
+    return int(check(d.cuMemHostGetDevicePointer(host, 0), "cuMemHostGetDevicePointer"))
+
+
+_KEPT: list = []
+
+
+def _before(kernel, example: tuple, period_ns: int, cancel: bool = True):
+    """A copy of `kernel` whose device loops run the former condition kernel (NEXT_PASS_BEFORE with
+    `period_ns`) and, with `cancel`, a host-mapped cancel word: its graph is built here, by a call."""
+    copy = kernel._variant()
+    copy._attach()
+    word = _host_mapped_words() if cancel else 0
+    for launcher in copy._launchers.values():
+        if hasattr(launcher, "_shared"):  # CUDA
+            launcher._shared = dataclasses.replace(launcher._shared, cancel_word=word)
+    target = qgraph.runtime.STATE.target
+    current = target.helpers.get("while")
+    target.helpers["while"] = conditional._Helpers(target, helper_source(NEXT_PASS_BEFORE % {"period": period_ns}))
+    try:
+        copy(*example)
+        qgraph.sync()
+    finally:
+        target.helpers.pop("while")
+        if current is not None:
+            target.helpers["while"] = current
+    return copy
+
+
 def report_cost(n: int = 128, tol: float = 1e-5, repeat: int = 7) -> dict:
-    """us per pass of relax at n^2: plain, with one report per pass, without the cancel-word check."""
+    """us per pass of relax at n^2: plain, with one report per pass, without the cancel-word check;
+    the former condition kernel with and without its check, and with its clock read but never the bus."""
     u0 = np.random.default_rng(0).random((n, n))
+
+    def example():
+        u, un = qgraph.from_numpy(u0), qgraph.ndarray(qgraph.f64, (n, n))
+        return u, un, qgraph.ndarray(qgraph.f64, (1,)), qgraph.ndarray(qgraph.i32, (1,)), tol
+
     variants = {
         "relax": relax,
         "relax + report": relax_reporting,
         "relax, no cancel check": _without_cancel_check(relax),
+        "before: relax": _before(relax, example(), BEFORE_PERIOD_NS),
+        "before: no cancel check": _before(relax, example(), BEFORE_PERIOD_NS, cancel=False),
+        "before: clock, no bus read": _before(relax, example(), 1 << 62),
     }
     times: dict[str, list[float]] = {name: [] for name in variants}
     results, passes = {}, {}
     order = list(variants.items())
     for rep in range(repeat + 1):  # the first round compiles and builds
-        for name, kernel in order[rep % len(order):] + order[:rep % len(order)]:  # each goes first in turn
-            u, un = qgraph.from_numpy(u0), qgraph.ndarray(qgraph.f64, (n, n))
-            change, flag = qgraph.ndarray(qgraph.f64, (1,)), qgraph.ndarray(qgraph.i32, (1,))
+        for name, kernel in order[rep % len(order) :] + order[: rep % len(order)]:  # each goes first in turn
+            args = example()
             qgraph.sync()
             started = time.perf_counter()
-            kernel(u, un, change, flag, tol)
+            kernel(*args)
             qgraph.sync()
             elapsed = time.perf_counter() - started
             passes[name] = kernel.stats.iterations[0]
             if rep:
                 times[name].append(elapsed / passes[name] * 1e6)
-            results[name] = u.to_numpy()
+            results[name] = args[0].to_numpy()
     identical = all(np.array_equal(results["relax"], r) for r in results.values())
     history = relax_reporting.history["change"]
     return {

@@ -1,5 +1,6 @@
 """Ctrl-C inside compiled CPU loops: `interrupted()` for a kernel's device loops and between
-the chunks of its lone parallel loops (`chunk_functions()`).
+the chunks of its lone parallel loops (`chunk_functions()`); other threads let run from a
+device loop (`thread_functions()`), so one of them can call kernel.cancel().
 
 A numba function holds the GIL and never returns to the interpreter, so a SIGINT only sets
 Python's "signal pending" flag and a runaway device loop would ignore Ctrl-C for ever. The
@@ -90,3 +91,58 @@ def chunk_functions() -> dict:
                           "_qg_first_chunk": numba.njit(first_chunk, cache=False),
                           "_qg_next_chunk": numba.njit(next_chunk, cache=False)})
     return _CHUNKING[0]
+
+
+# A device loop's runner holds the GIL, so no other Python thread runs (to call kernel.cancel(), or
+# a progress callback) until it returns. While other threads exist (the launcher checks at each
+# call), it releases the GIL for a moment about every YIELD_EVERY_NS: a thread that has waited for
+# it (Python asks for the GIL after its switch interval, 5 ms) runs then. The clock is read only at
+# a release, after a number of passes measured to take about that long (a clock read every pass
+# cost 70 ns on the development machine). Only the thread holding the GIL runs compiled code, so
+# no two runners' parallel loops ever overlap.
+YIELD_EVERY_NS = 1_000_000
+YIELD_GROWTH = 64  # at most this factor from one number of passes to the next
+
+_THREADS = []
+
+
+def thread_functions() -> dict:
+    """{generated name: njit function}: `_qg_let_threads_run(record)`, the runner's call when the
+    record's YIELD_COUNT of passes runs out (lang.lower.debug_checks: the YIELD_ words)."""
+    if not _THREADS:
+        import numba
+        from llvmlite import ir
+        from numba.core import cgutils, types
+        from numba.extending import intrinsic
+
+        from ..lang.lower.debug_checks import YIELD_CLOCK, YIELD_COUNT, YIELD_STEP
+
+        @intrinsic
+        def _qg_release_gil(typingctx):
+            def codegen(context, builder, signature, args):
+                state = ir.IntType(8).as_pointer()
+                save = cgutils.get_or_insert_function(builder.module, ir.FunctionType(state, []),
+                                                      "PyEval_SaveThread")
+                restore = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [state]),
+                                                         "PyEval_RestoreThread")
+                builder.call(restore, [builder.call(save, [])])
+                return context.get_dummy_value()
+
+            return types.none(), codegen
+
+        clock = chunk_functions()["_qg_clock_ns"]
+
+        def let_threads_run(record):
+            step = record[YIELD_STEP]
+            if step != 0:  # passes sized to take YIELD_EVERY_NS from the last ones' time
+                elapsed = max(clock() - record[YIELD_CLOCK], 1)
+                step = max(1, min(step * YIELD_EVERY_NS // elapsed, step * YIELD_GROWTH))
+                _qg_release_gil()
+            else:  # the call's first: start measuring
+                step = 1
+            record[YIELD_STEP] = step
+            record[YIELD_COUNT] = step
+            record[YIELD_CLOCK] = clock()
+
+        _THREADS.append({"_qg_let_threads_run": numba.njit(let_threads_run, cache=False)})
+    return _THREADS[0]

@@ -20,7 +20,7 @@ from ..lang.lower.lowering import PREFIX
 from ..lang.lower.math_calls import MAX, MIN, ROUNDING_FUNCTIONS
 from ..lang.options import DEFAULT_OPTIONS, KernelOptions
 from . import numba_adapter as adapter
-from .cpu_interrupts import chunk_functions, interrupted
+from .cpu_interrupts import chunk_functions, interrupted, thread_functions
 from .cpu_math import cpu_math
 from .random_code import random_functions
 from .toolchain import toolchain_versions_digest
@@ -58,7 +58,7 @@ class CpuProgram:
 
         import_cpu_array_math()  # before numba loads its registries (compile or cache load): unprobed
         injected = {"_qg_prange": adapter.prange(), "_qg_i64": adapter.int64(), "_qg_f32": adapter.float32(),
-                    "_qg_interrupted": interrupted(), **chunk_functions(),
+                    "_qg_interrupted": interrupted(), **chunk_functions(), **thread_functions(),
                     "_qg_trip_count": adapter.njit(_trip_count, parallel=False, cache=None)}
         for name in module.atomics:
             injected[PREFIX + name] = cpu_atomics.BY_NAME[name]

@@ -109,6 +109,7 @@ class CudaDevice:
         # A blocking stream: ordered with the legacy default stream that other libraries use.
         self.stream = check(d.cuStreamCreate(0), "cuStreamCreate")
         self.stream_handle = int(self.stream)
+        self._side = None  # side_stream()
         self._events: list = []
         self._modules: set = set()  # loaded modules, unloaded by their owners (or with the process)
         self._ctx_synchronize = d.cuCtxSynchronize
@@ -156,6 +157,16 @@ class CudaDevice:
         """Wait for qgraph's stream, interruptibly (see wait_event)."""
         self.ensure_current()
         self._wait(self._stream_query, self.stream, "cuStreamQuery")
+
+    def side_stream(self):
+        """A non-blocking stream of qgraph's own for the host's small writes and reads of words the
+        device loops use (runtime.cancel): its work runs beside qgraph's stream, so it reaches a
+        loop whose graph is still running; made at the first use."""
+        if self._side is None:
+            self.ensure_current()
+            d = driver()
+            self._side = check(d.cuStreamCreate(int(d.CUstream_flags.CU_STREAM_NON_BLOCKING)), "cuStreamCreate")
+        return self._side
 
     def stream_idle(self) -> bool:
         """Whether qgraph's stream has finished its work (a query, no wait)."""

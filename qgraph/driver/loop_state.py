@@ -39,15 +39,11 @@ LOOP_FIELDS = (
     ("mode", "a LoopMode"),
     ("stop_record", "debug mode's record (0: none): a failed check ends the loop"),
     ("live", "1 while the pass goes on: 0 once a check between unrolled copies stopped it"),
-    ("cancel_word", "the kernel's host-mapped [cancel, passes] words (0: none): non-zero cancel ends the loop"),
+    ("cancel_word", "the kernel's [cancel, passes] words in device memory (0: none): non-zero cancel ends the loop"),
     ("clears_cancel", "1 for a loop no other loop encloses: its slot writer clears the cancel word as it starts"),
-    ("cancel_checked", "the device clock (globaltimer, ns) when the condition kernel last read the cancel word"),
 )
 
 CANCELLED = 1 << 63  # in a trip record: the loop ended on its cancel word (the low bits: its passes)
-# the condition kernel reads the cancel word (a read across the bus, about a microsecond) at most
-# once per period: a cancel lands within it plus a pass, and costs a short pass almost nothing
-CANCEL_PERIOD_NS = 200_000
 
 BRANCH_FIELDS = (
     ("then_handle", "the conditional handle of the then body's IF node"),
@@ -110,7 +106,7 @@ extern "C" __device__ __cudart_builtin__ void CUDARTAPI cudaGraphSetConditional(
     cudaGraphConditionalHandle handle, unsigned int value);
 """
 
-_KERNELS = r"""
+_STORE = r"""
 extern "C" __global__ void qgraph_store_flag_address(unsigned long long* state, unsigned long long address,
                                                      unsigned long long limit)
 {
@@ -122,58 +118,59 @@ extern "C" __global__ void qgraph_store_flag_address(unsigned long long* state, 
         ((volatile unsigned long long*)state[QG_LOOP_CANCEL_WORD])[0] = 0;
         ((volatile unsigned long long*)state[QG_LOOP_CANCEL_WORD])[1] = 0;
     }
-    state[QG_LOOP_CANCEL_CHECKED] = 0;
     unsigned long long mode = state[QG_LOOP_MODE];
     unsigned int go = mode == QG_LOOP_MODE_DO_WHILE ? 1u
                     : mode == QG_LOOP_MODE_WHILE ? (*(const int*)address != 0 ? 1u : 0u)
                                                      : ((long long)limit > 0 ? 1u : 0u);
     cudaGraphSetConditional(state[QG_LOOP_HANDLE], go);
 }
+"""
 
+NEXT_PASS = r"""
 // After a pass of the body: count it and say whether the next one runs (0 once `live` is 0: a copy
-// of an unrolled body was skipped, so later copies, gates and the condition skip too).
+// of an unrolled body was skipped, so later copies, gates and the condition skip too). This 1-thread
+// function is on the loop's critical path, where each serialised trip to memory costs about 0.2 us,
+// so every load is issued before any decision: the block's words together (volatile, or the compiler
+// sinks them behind the first test), then together the words they point at (the flag, the cancel
+// word, debug's stop record): two trips a pass, whatever the loop checks. The cancel word is device
+// memory (the host sets it through a stream of its own, runtime/cancel.py): an L2 read, never the bus.
 __device__ unsigned int qgraph_next_pass(unsigned long long* state)
 {
-    // every word of the block this pass may need, loaded together: one trip to memory, not one per decision
-    const unsigned long long live = state[QG_LOOP_LIVE], passes = state[QG_LOOP_PASSES] + 1;
-    const unsigned long long mode = state[QG_LOOP_MODE], limit = state[QG_LOOP_LIMIT];
-    const unsigned long long flag = state[QG_LOOP_FLAG_ADDRESS], stop = state[QG_LOOP_STOP_RECORD];
-    const unsigned long long cancel = state[QG_LOOP_CANCEL_WORD], checked = state[QG_LOOP_CANCEL_CHECKED];
-    const unsigned long long clears = state[QG_LOOP_CLEARS_CANCEL];
+    const volatile unsigned long long* block = state;
+    const unsigned long long live = block[QG_LOOP_LIVE], passes = block[QG_LOOP_PASSES] + 1;
+    const unsigned long long mode = block[QG_LOOP_MODE], limit = block[QG_LOOP_LIMIT];
+    const unsigned long long flag = block[QG_LOOP_FLAG_ADDRESS], stop = block[QG_LOOP_STOP_RECORD];
+    volatile unsigned long long* const cancel = (volatile unsigned long long*)block[QG_LOOP_CANCEL_WORD];
+    const unsigned long long clears = block[QG_LOOP_CLEARS_CANCEL];
+    const int raised = flag ? *(volatile const int*)flag : 0;  // a repeat loop has no flag
+    const long long stopped = stop ? *(volatile const long long*)stop : 0;
+    const unsigned long long cancelled = cancel ? cancel[0] : 0;  // kernel.cancel() or Ctrl-C
     if (!live)
         return 0u;
     state[QG_LOOP_PASSES] = passes;
-    unsigned int go = 1u;
-    if (stop && *(volatile const long long*)stop != 0) {
+    if (cancel && clears)  // the host's progress bar reads the outermost loop's passes
+        cancel[1] = passes;
+    unsigned int go;
+    if (stopped) {
         go = 0u;
-    } else if (cancel) {
-        unsigned long long now;
-        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
-        if (now - checked >= QG_CANCEL_PERIOD_NS) {
-            state[QG_LOOP_CANCEL_CHECKED] = now;
-            if (clears)  // the host's progress bar reads the outermost loop's passes
-                ((volatile unsigned long long*)cancel)[1] = passes;
-            if (*(volatile const unsigned long long*)cancel != 0) {  // kernel.cancel() or Ctrl-C: tell the host
-                *(volatile unsigned long long*)state[QG_LOOP_TRIP_RECORD] = passes | QG_CANCELLED;
-                go = 0u;
-            }
-        }
-    }
-    if (go) {
-        if (mode == QG_LOOP_MODE_COUNT) {
-            go = (long long)passes < (long long)limit ? 1u : 0u;
-        } else {
-            go = *(const int*)flag != 0 ? 1u : 0u;
-            if (go && passes >= limit) {  // the runaway guard: stop, and tell the host
-                go = 0u;
-                *(volatile unsigned long long*)state[QG_LOOP_TRIP_RECORD] = passes;
-            }
+    } else if (cancelled) {  // tell the host
+        *(volatile unsigned long long*)block[QG_LOOP_TRIP_RECORD] = passes | QG_CANCELLED;
+        go = 0u;
+    } else if (mode == QG_LOOP_MODE_COUNT) {
+        go = (long long)passes < (long long)limit ? 1u : 0u;
+    } else {
+        go = raised != 0 ? 1u : 0u;
+        if (go && passes >= limit) {  // the runaway guard: stop, and tell the host
+            go = 0u;
+            *(volatile unsigned long long*)block[QG_LOOP_TRIP_RECORD] = passes;
         }
     }
     state[QG_LOOP_LIVE] = go;
     return go;
 }
+"""
 
+_CONDITIONS = r"""
 // The end of the body: `handle` is the WHILE node's, or between unrolled copies an IF node's.
 extern "C" __global__ void qgraph_while_condition(cudaGraphConditionalHandle handle, unsigned long long* state)
 {
@@ -198,10 +195,18 @@ extern "C" __global__ void qgraph_set_branch(const unsigned long long* state, un
 }
 """
 
+
+def helper_source(next_pass: str = NEXT_PASS) -> str:
+    """The helper kernels' module: the state blocks' words and enums, then the kernels, with
+    `next_pass` as the condition and gate kernels' decision (benchmarks/watching.py measures a
+    former one beside it)."""
+    return "\n".join([_PREAMBLE, c_words("QG_LOOP", LoopState, LOOP_FIELDS),
+                      c_constants("QG_LOOP_MODE", LoopMode),
+                      c_words("QG_BRANCH", BranchState, BRANCH_FIELDS),
+                      c_constants("QG_BRANCH_BODY", BranchBodies),
+                      f"enum qg_trip : unsigned long long {{ QG_CANCELLED = {CANCELLED}ull }};",
+                      _STORE, next_pass, _CONDITIONS])
+
+
 # The slot writer, the WHILE condition and the branch kernel, indexing the state blocks above
-HELPER_SOURCE = "\n".join([_PREAMBLE, c_words("QG_LOOP", LoopState, LOOP_FIELDS),
-                           c_constants("QG_LOOP_MODE", LoopMode),
-                           c_words("QG_BRANCH", BranchState, BRANCH_FIELDS),
-                           c_constants("QG_BRANCH_BODY", BranchBodies),
-                           f"enum qg_trip : unsigned long long {{ QG_CANCELLED = {CANCELLED}ull, "
-                           f"QG_CANCEL_PERIOD_NS = {CANCEL_PERIOD_NS}ull }};", _KERNELS])
+HELPER_SOURCE = helper_source()

@@ -48,6 +48,7 @@ class KernelOptions:
     # copies of a device loop's body per WHILE pass on CUDA (None: chosen per loop, graph_unroll.unroll_factor);
     # a loop's own unroll= wins; graphs only, so not a code option
     unroll: int | None = None
+    progress: object = False  # the calls' default progress=: True (a tqdm bar), a callback, or False (runtime.progress)
 
     def __post_init__(self) -> None:
         """A value no option takes raises here, naming the option, whichever way the options were made."""
@@ -62,6 +63,8 @@ class KernelOptions:
                "a positive int (copies of a device loop's body per pass) or None (chosen per loop)")
         _check(self, "default_float", lambda v: v in ("f32", "f64"), ValueError, "'f32' or 'f64'")
         _check(self, "debug", lambda v: v in (None, "bounds", "nan"), ValueError, "None, 'bounds' or 'nan'")
+        _check(self, "progress", lambda v: isinstance(v, bool) or callable(v), TypeError,
+               "True (a progress bar), False or a callback fn(passes, values)")
 
     def resolved(self, settings) -> KernelOptions:
         """These options with every USE_ENVIRONMENT taken from `settings` (a runtime.Settings)."""

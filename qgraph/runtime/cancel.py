@@ -1,13 +1,16 @@
 """Stopping a running device loop from the host: a kernel's cancel word, and its error.
 
-A CUDA launcher of a kernel with device loops owns one word of pinned, device-mapped host
-memory (and a second, the outermost loop's passes, for progress bars); every loop's condition
-kernel reads it at most once per CANCEL_PERIOD_NS of device clock (driver/loop_state.py) and ends
-the loop when it is non-zero, recording its pass count with the CANCELLED bit in the loop's
-trip record, which the host turns into `LoopCancelled` (or, after Ctrl-C, KeyboardInterrupt)
-once the device is idle. `kernel.cancel()` sets it from any thread; Ctrl-C during a wait
-for the device sets every word of that device (DeviceState.sync). A loop no other loop
-encloses clears it as it starts, so a cancel stops the call running then, not a later one.
+A CUDA launcher of a kernel with device loops owns two words of device memory, [cancel, passes];
+every pass, each loop's condition kernel reads the cancel word (an L2 read issued with its other
+loads, driver/loop_state.py) and ends the loop when it is non-zero, recording its pass count with
+the CANCELLED bit in the loop's trip record, which the host turns into `LoopCancelled` (or, after
+Ctrl-C, KeyboardInterrupt) once the device is idle; the outermost loop writes its passes beside it
+for progress bars. The host writes and reads these words through a non-blocking stream of the
+device's own (CudaDevice.side_stream), so they reach the device while the loop's graph still runs:
+a word in host memory instead cost the loop a read across the bus. `kernel.cancel()` sets it from
+any thread; Ctrl-C during a wait for the device sets every word of that device (DeviceState.sync).
+A loop no other loop encloses clears it as it starts, so a cancel stops the call running then, not
+a later one. The host fallback reads the host's copy (`is_set`) after each pass instead.
 """
 
 from __future__ import annotations
@@ -18,45 +21,81 @@ from ..driver.device import check, driver, free_host, owned
 from ..errors import LoopCancelled
 
 
+def _free_words(device, pointer: int) -> None:
+    """Give the words back once the last set() or read on the side stream is done."""
+    d = driver()
+    device.ensure_current()
+    check(d.cuStreamSynchronize(device.side_stream()), "cuStreamSynchronize (cancel words)")
+    check(d.cuMemFree(pointer), "cuMemFree (cancel words)")
+
+
 class CancelWord:
-    """Two host-mapped words, [cancel, passes]: `device_pointer` for the loops' state blocks, `set()` from the host."""
+    """[cancel, passes] in device memory: `device_pointer` for the loops' state blocks; `set()`,
+    `is_set` and `passes()` from the host."""
 
     def __init__(self, target) -> None:
         d = driver()
-        host = check(
-            d.cuMemHostAlloc(16, d.CU_MEMHOSTALLOC_DEVICEMAP | d.CU_MEMHOSTALLOC_PORTABLE),
-            "cuMemHostAlloc (cancel word)",
-        )
-        self._release = owned(self, free_host, host)
-        self.word = ctypes.c_uint64.from_address(int(host))
-        self.word.value = 0
-        # the outermost loop's passes, written by its condition kernel when it reads the word (or by
-        # the host fallback after each pass): what a progress bar shows while the loop runs
-        self.passes_word = ctypes.c_uint64.from_address(int(host) + 8)
-        self.passes_word.value = 0
-        self.device_pointer = int(check(d.cuMemHostGetDevicePointer(host, 0), "cuMemHostGetDevicePointer"))
+        device = self._device = target.device
+        device.ensure_current()
+        self.device_pointer = int(check(d.cuMemAlloc(16), "cuMemAlloc (cancel words)"))
+        self._release = owned(self, _free_words, device, self.device_pointer)
+        check(d.cuMemsetD32Async(self.device_pointer, 0, 4, device.side_stream()), "cuMemsetD32Async")
+        check(d.cuStreamSynchronize(device.side_stream()), "cuStreamSynchronize")
+        host = check(d.cuMemHostAlloc(8, 0), "cuMemHostAlloc (passes read back)")
+        self._release_host = owned(self, free_host, host)
+        self._passes_read = ctypes.c_uint64.from_address(int(host))  # where passes() copies the device's
+        self._passes_read.value = 0
+        self._set = False  # the host's copy of the cancel word
+        self.host_passes = 0  # the host fallback's passes, written after each of them
         self._target = target
         target.cancel_words.add(self)
 
     def set(self) -> None:
-        self.word.value = 1
+        """Ask the running loops to stop: the host's copy now, the device's through the side stream."""
+        self._set = True
         self._target.cancelled.add(self)  # the next sync clears it
+        if self.device_pointer:
+            self._device.ensure_current()
+            check(
+                driver().cuMemsetD32Async(self.device_pointer, 1, 1, self._device.side_stream()),
+                "cuMemsetD32Async (cancel)",
+            )
 
     @property
     def is_set(self) -> bool:
-        return self.word.value != 0
+        return self._set
 
     def clear(self) -> None:
-        self.word.value = 0
+        """After a sync: forget a cancel. The device's word stays set until the next loop that
+        clears it starts; the side stream is waited for, so no set() lands after that start."""
+        self._set = False
         self._target.cancelled.discard(self)
+        if self.device_pointer:
+            self._device.ensure_current()
+            check(driver().cuStreamSynchronize(self._device.side_stream()), "cuStreamSynchronize")
+
+    def passes(self) -> int:
+        """The outermost loop's passes so far (a progress bar's): the device loop's, copied on the
+        side stream while the loop runs, or the host fallback's."""
+        if not self.device_pointer:
+            return self.host_passes
+        d, side = driver(), self._device.side_stream()
+        self._device.ensure_current()
+        check(
+            d.cuMemcpyDtoHAsync(ctypes.addressof(self._passes_read), self.device_pointer + 8, 8, side),
+            "cuMemcpyDtoHAsync (passes)",
+        )
+        check(d.cuStreamSynchronize(side), "cuStreamSynchronize")
+        return max(self._passes_read.value, self.host_passes)
 
     def close(self) -> None:
-        """Give the word back (its launcher's close(), after the device is idle)."""
+        """Give the words back (its launcher's close(), after the device is idle)."""
         self._target.cancel_words.discard(self)
         self._target.cancelled.discard(self)
-        self.word = ctypes.c_uint64(0)  # set() and clear() after close touch no freed memory
-        self.passes_word = ctypes.c_uint64(0)
+        self.device_pointer = 0  # set(), clear() and passes() after close touch no freed memory
+        self._passes_read = ctypes.c_uint64(0)
         self._release()
+        self._release_host()
 
 
 def cancelled_error(kernel_name: str, loop, passes: int) -> LoopCancelled:

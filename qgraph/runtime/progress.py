@@ -1,13 +1,15 @@
 """`kernel(..., progress=True)`: a live progress bar (or a callback) for a call's device loops.
 
-While the call runs, a watcher thread polls host memory only (nothing it does waits for the
-device): the outermost loop's passes from the launcher's cancel word (runtime.cancel: its
-condition kernel writes them when it reads the word, the host fallback after each pass) and the
-latest value of each `qgraph.report` from the ring (runtime.history). `progress=True` draws a
+While the call runs, a watcher thread polls, without waiting for the call's work: the outermost
+loop's passes (CUDA: beside the launcher's cancel word, runtime.cancel, written by its condition
+kernel each pass in device memory the watcher copies through a stream of its own, or by the host
+fallback after each pass; CPU: in the runner's record) and the latest value of each
+`qgraph.report` from the ring (runtime.history). `progress=True` draws a
 tqdm bar with the passes, their rate and those values (tqdm turns itself off when stderr is no
 terminal); `progress=fn` calls `fn(passes, values)` instead, and a return of False cancels the
 loop (`kernel.cancel()`). The calling thread waits for the device meanwhile, so Ctrl-C cancels
-the loop there (DeviceState.sync). On the CPU the runner holds the thread: the bar shows the end.
+the loop there (DeviceState.sync). On the CPU the calling thread runs the loop, which lets the
+watcher run about every millisecond (compiler.cpu_interrupts).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ class Watcher(threading.Thread):
             from tqdm.auto import tqdm
 
             self.bar = tqdm(desc=kernel._source.qualname, unit=" passes", disable=None, leave=True)
-        self.words = [found._cancel for found in kernel._launchers.values() if getattr(found, "_cancel", None)]
+        self.launchers = [found for found in kernel._launchers.values() if hasattr(found, "loop_passes")]
         self.done = threading.Event()
 
     def run(self) -> None:
@@ -39,7 +41,7 @@ class Watcher(threading.Thread):
             self.update(self.passes())
 
     def passes(self) -> int:
-        found = [word.passes_word.value for word in self.words]
+        found = [launcher.loop_passes() for launcher in self.launchers]
         return max(found) if found else 0
 
     def values(self) -> dict[str, float]:

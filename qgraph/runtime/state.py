@@ -15,10 +15,14 @@ from __future__ import annotations
 import contextlib
 import operator
 import threading
+import time
 import weakref
 
 from ..errors import LoopCancelled, QgraphError
 from .settings import ARCHES, Settings, arch_name
+
+# how long a sync waits for host_call callbacks whose launches the device has finished (backends/step_host.py)
+HOST_CALLBACK_PATIENCE_S = 1.0
 
 
 class DeviceState:
@@ -36,6 +40,7 @@ class DeviceState:
         self.guards: set = set()  # device loops with a runaway guard (conditional.WhileLoop)
         self.cancel_words: weakref.WeakSet = weakref.WeakSet()  # runtime.cancel.CancelWord of each launcher
         self.cancelled: set = set()  # the words set since the last sync (CancelWord.set / clear)
+        self.host_nodes: set = set()  # host_call nodes launched since the last sync (backends/step_host.py)
         # held by every kernel call's launch and by sync's bookkeeping: calls from several threads
         # neither interleave their parameter writes, node updates and launches nor race the lifetimes
         self.lock = threading.Lock()
@@ -59,6 +64,13 @@ class DeviceState:
             raise
         with self.lock:
             self.release_all()
+            nodes, self.host_nodes = self.host_nodes, set()
+        if nodes:  # host_call nodes: their callbacks have run, or are returning; then their (fn, args) go
+            deadline = time.monotonic() + HOST_CALLBACK_PATIENCE_S
+            unsettled = {node for node in nodes if not node.settle(deadline)}
+            if unsettled:
+                with self.lock:
+                    self.host_nodes |= unsettled
         self.check_guards()
 
     def check_guards(self, interrupted: bool = False) -> None:

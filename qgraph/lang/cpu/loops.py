@@ -1,8 +1,10 @@
 """How the CPU runner's loops run (lang.cpu.codegen). A parallel task's outer range: indexed by
 numba's prange counter itself, and, for a lone parallel loop, in timed chunks with a Ctrl-C
 check between them (compiler.cpu_interrupts), so a long plain kernel stops within about 0.2 s.
-A device loop or repeat: counted, with the runaway guard and a Ctrl-C check after each pass;
-how the runner stopped is a RunnerStatus, which the launcher (backends.cpu) reads back.
+A device loop or repeat: counted, with the runaway guard, a Ctrl-C check and a kernel.cancel()
+check after each pass (while other threads exist, the runner lets them run about every
+millisecond: compiler.cpu_interrupts.let_threads_run, so one of them can cancel); how the runner
+stopped is a RunnerStatus, which the launcher (backends.cpu) reads back.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import ast
 import enum
 
 from ..front.regions import Dim, RepeatLoop, Task, loop_limit
-from ..lower.debug_checks import INTERRUPT_WORD, RECORD
+from ..lower.debug_checks import CANCEL_WORD, INTERRUPT_WORD, LOOP_PASSES, RECORD, YIELD_COUNT
 from ..lower.lowering import binop, call, name_node
 
 # Lone parallel loops run in chunks with a Ctrl-C check between them (`outer_loop`); False
@@ -28,6 +30,7 @@ class RunnerStatus(enum.IntEnum):
     INTERRUPTED = 2  # Ctrl-C after a pass of a device loop or repeat
     CHECK_FAILED = 3  # a debug check failed (lang.lower.debug_checks; the record says which)
     CHUNK_INTERRUPTED = 4  # Ctrl-C between the chunks of a lone parallel loop (outer_loop)
+    CANCELLED = 5  # kernel.cancel() (the record's CANCEL_WORD) after a pass of a device loop or repeat
 
 
 class IndexByCounter(ast.NodeTransformer):
@@ -112,17 +115,24 @@ def flag_value(flag: str, zero_d: frozenset[str]) -> str:
 def counted_loop(region, k: int, n_loops: int, body: list[ast.stmt], zero_d: frozenset[str],
                  kernel_limit: int | None, at: ast.AST, debug: bool = False) -> list[ast.stmt]:
     """A loop that counts its passes (`_qg_n<k>`, of its last entry), stops at the runaway guard
-    and checks for Ctrl-C (and in debug mode for a failed check) after each pass: do-while or
-    while on a flag, or `count` passes."""
+    and checks for Ctrl-C, kernel.cancel() (and in debug mode for a failed check) after each pass:
+    do-while or while on a flag, or `count` passes."""
     def stop(status: RunnerStatus) -> str:
         return f"    return {runner_status(status, k, n_loops)}"
 
-    checks = [f"if {RECORD}[0] != 0:\n{stop(RunnerStatus.CHECK_FAILED)}"] if debug else []
+    checks = [f"if {RECORD}[{YIELD_COUNT}] != 0:\n    {RECORD}[{YIELD_COUNT}] -= 1\n"
+              f"    if {RECORD}[{YIELD_COUNT}] == 0:\n        _qg_let_threads_run({RECORD})",
+              f"if {RECORD}[{CANCEL_WORD}] != 0:\n{stop(RunnerStatus.CANCELLED)}"]
+    checks += [f"if {RECORD}[0] != 0:\n{stop(RunnerStatus.CHECK_FAILED)}"] if debug else []
+    start = [_parse(f"_qg_n{k} = 0", at)]
+    if k == 0:  # the first loop (no loop encloses it): its passes for progress bars (backends.cpu)
+        checks.insert(0, f"{RECORD}[{LOOP_PASSES}] = _qg_n0")
+        start.append(_parse(f"{RECORD}[{LOOP_PASSES}] = 0", at))
     if isinstance(region, RepeatLoop):
         tail = [f"_qg_n{k} += 1", f"if _qg_interrupted():\n{stop(RunnerStatus.INTERRUPTED)}"] + checks
         loop = ast.For(_parse("_qg_pass = 0", at).targets[0], _parse(f"range({region.count})", at).value,
                        body + [_parse(line, at) for line in tail], [])
-        return [_parse(f"_qg_n{k} = 0", at), ast.fix_missing_locations(ast.copy_location(loop, at))]
+        return start + [ast.fix_missing_locations(ast.copy_location(loop, at))]
     flag = flag_value(region.flag, zero_d)
     limit = loop_limit(region, kernel_limit)
     tail = [f"_qg_n{k} += 1", f"if {flag} == 0:\n    break"]
@@ -132,4 +142,4 @@ def counted_loop(region, k: int, n_loops: int, body: list[ast.stmt], zero_d: fro
     tail += checks
     test = _parse(f"{flag} != 0", at).value if region.test_first else ast.Constant(True)
     loop = ast.While(test, body + [_parse(line, at) for line in tail], [])
-    return [_parse(f"_qg_n{k} = 0", at), ast.fix_missing_locations(ast.copy_location(loop, at))]
+    return start + [ast.fix_missing_locations(ast.copy_location(loop, at))]
