@@ -42,7 +42,8 @@ def offline_key(args: tuple) -> tuple[str, ...]:
         elif is_struct_class(type(value)):
             key.append(_offline_struct_sig(value, struct_sig))
         elif isinstance(value, np.ndarray):
-            key.append(array_sig(as_dtype(value.dtype), value.ndim, value.flags.c_contiguous, value.size))
+            key.append(array_sig(as_dtype(value.dtype), value.ndim, value.flags.c_contiguous, value.size,
+                                 longest=max(value.shape, default=0)))
         else:
             key.append(scalar_value(value, f"argument {k}", None)[0])
     return tuple(key)
