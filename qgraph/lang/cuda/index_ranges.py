@@ -99,9 +99,10 @@ class IndexRanges(ast.NodeVisitor):
     def counts_fit(self, task) -> bool:
         """Whether every dimension of `task`'s parallel loop has fewer than 2**31 iterations, by
         the ranges of its bounds alone (values the arguments cannot change)."""
+        plain = IndexRanges(self.arrays)  # not the shapes narrowed inside the body
         for dim in task.dims:
-            start = (0, 0) if dim.start is None else self.visit(dim.start)
-            stop = self.visit(dim.stop)
+            start = (0, 0) if dim.start is None else plain.visit(dim.start)
+            stop = plain.visit(dim.stop)
             if start is None or stop is None or max(stop[1] - start[0], start[1] - stop[0]) > INT32_MAX:
                 return False
         return bool(task.dims)
