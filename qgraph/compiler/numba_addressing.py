@@ -11,11 +11,14 @@ _ADDRESSING: dict = {}
 
 def addressing() -> dict:
     """`_qg_ld2/3(a, i, j[, k])` and `_qg_st2/3(a, i, j[, k], v)`: elements of C-contiguous
-    arrays below 2**31 elements addressed with a 32-bit offset, as `int` index math in CUDA
+    arrays below 2**31 - 2**16 elements addressed with a 32-bit offset, as `int` index math in CUDA
     C++ would (lang.cuda.addressing rewrites subscripts into them). `_qg_thread_x(mask)`: the
     global x thread index (lang.cuda.loops). `_qg_ldd2/3(a, i, j[, k], di, dj[, dk])` and
     `_qg_std2/3(..., v)`: the element at non-negative `i + di, j + dj[, k + dk]` (literal deltas),
     for stencils: neighbours share the offset of `i, j[, k]` and differ by a stride or a constant.
+    `_qg_ldx(a, program, leaves)` and `_qg_stx(a, program, leaves, v)` (1-D to 3-D): each index
+    computed in 32 bits by its postfix program over the leaf values (lang.cuda.index_ranges:
+    `min(i + 1, a.shape[0] - 1)` in two 32-bit instructions where 64 bits took eleven).
 
     numba computes every address in 64 bits, and LLVM widens a 32-bit multiply back to 64
     bits (with shift pairs for the sign extension); the row offset is therefore one

@@ -3,9 +3,10 @@
 numba addresses `u[i, j]` as `data + (i * shape[1] + j) * 4` in 64-bit arithmetic: a 64-bit
 multiply per row (three instructions in SASS) and every offset held in a register pair,
 which doubled a stencil's instructions and registers against the same kernel in CUDA C++.
-For C-contiguous arrays below 2**31 elements (the argument kind says so: larger ones are
-a key text of their own) subscripts become `_qg_ld2/3` and `_qg_st2/3`, which compute the
-offset with one 32-bit multiply-add (compiler.numba_addressing).
+For C-contiguous arrays below 2**31 - 2**16 elements (the argument kind says so: larger ones
+are a key text of their own) subscripts become `_qg_ld2/3` and `_qg_st2/3`, which compute the
+offset with one 32-bit multiply-add (compiler.numba_addressing), and indices whose range
+lang.cuda.index_ranges bounds are computed in 32 bits themselves (`_qg_ldx`, `_qg_stx`).
 """
 
 from __future__ import annotations
