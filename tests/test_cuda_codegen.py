@@ -56,6 +56,7 @@ CASES = [
     (tr.total, (A("u8", 1), A("u8", 1))), (tr.largest, (A("u4", 1), A("u4", 1))), (tr.total, (A("i4", 1), A("i4", 1))),
     (tk.serial_range_forms, (A("i8", 1), "int", "int", "int")),
     (ti.clamped_sweep, (A("f4", 2),) * 3), (ti.offset_rows, (A("f8", 2), A("f8", 2), S("i8"))),
+    (ti.clamped_locals, (A("f8", 2),) * 3),
     (ti.wrapped, (A("f8", 2), A("f8", 1), A("f8", 3), A("f8", 2), A("f8", 2), A("f8", 1), A("f8", 3), A("f8", 2))),
 ]
 

@@ -12,7 +12,8 @@ import numpy as np
 from test_precision import call
 
 import qgraph
-from qgraph.args.kinds import MAX_EXTENT
+from qgraph.args.kinds import MAX_EXTENT, array_sig
+from qgraph.compiler import cuda_program
 from qgraph.lang.cuda.index_ranges import INT32_MAX, INT32_MIN, IndexRanges, Program32
 from qgraph.lang.front.regions import Dim, Task
 
@@ -48,6 +49,18 @@ def offset_rows(u, out, base):
         out[i, j] = u[min(i + base, u.shape[0] - 1), j] + 2 * u[max(i - base, 0), min(j + base, 1)]
 
 
+@qgraph.kernel
+def clamped_locals(p, out, out2):
+    """Clamps in locals assigned once (32-bit where they are read as indices) and one assigned twice."""
+    for i, j in qgraph.ndrange(p.shape[0], p.shape[1]):
+        ip = min(i + 1, p.shape[0] - 1)
+        jm = j - 1  # wraps at 0
+        out[i, j] = p[ip, j] + 2 * p[max(i - 1, 0), jm] + 3 * p[ip, ip % 3] + 5 * jm
+        k = i
+        k = k + 1
+        out2[i, j] = p[min(k, p.shape[0] - 1), j]
+
+
 def test_a_clamped_stencil_matches_numpy(arch):
     rng = np.random.default_rng(11)
     p, div = rng.random((37, 70), dtype=np.float32), rng.random((37, 70), dtype=np.float32)
@@ -73,6 +86,17 @@ def test_negative_indices_wrap_as_python_and_clamps_flips_and_products_match_num
     a, b, c = np.indices(v.shape)
     expected3 = v[np.maximum(a - 1, 0), b, (c - 1) % 6] + 2 * v[a, np.minimum(b + 1, 4), 5 - c]
     np.testing.assert_allclose(out3, expected3, rtol=1e-15)
+
+
+def test_clamps_held_in_locals_match_numpy(arch):
+    p = np.random.default_rng(14).random((7, 6))
+    out, out2 = np.zeros_like(p), np.zeros_like(p)
+    call(clamped_locals, p, out, out2)
+    i, j = np.indices(p.shape)
+    ip = np.minimum(i + 1, 6)
+    expected = p[ip, j] + 2 * p[np.maximum(i - 1, 0), (j - 1) % 6] + 3 * p[ip, ip % 3] + 5 * (j - 1)
+    np.testing.assert_allclose(out, expected, rtol=1e-15)
+    np.testing.assert_array_equal(out2, p[ip, j])
 
 
 def test_indices_past_32_bits_keep_64_bit_arithmetic(arch):
@@ -171,3 +195,11 @@ def test_programs_give_python_values_at_the_ends_of_their_ranges():
 def test_an_index_of_unknown_range_is_one_64_bit_leaf():
     program = Program32(IndexRanges.of_task(_task("a.shape[0]"), {"a": 1}))
     assert program.dimension(_expr("min(i + n, 5)")) == "o0" and program.narrowed == 0
+
+
+def test_a_local_assigned_once_is_a_32_bit_leaf_and_one_assigned_twice_is_not():
+    """The CUDA task's generated subscripts (lang.cuda.addressing), without a device."""
+    a = array_sig(np.dtype(np.float64), 2, True)
+    code = ast.unparse(cuda_program.task_codes(clamped_locals._source, (a, a, a)).codes[0].function)
+    assert "_qg_ldx(p, 'a0;a1', (ip, j))" in code and "'a0 1 - 0 max;a1 w', (i, jm)" in code, code
+    assert "_qg_ldx(p, 'o0;a1', (_qg_min(k, p.shape[0] - 1), j))" in code, code

@@ -150,6 +150,7 @@ def cuda_task(src: KernelSource, task: Task, param_order: list[str], symbols: Sy
         updates = UpdateRewriter(task, set(src.param_names), src.resolve, src.error, symbols.atomic,
                                  reductions.partial_update)
     body = lower_statements(src, statements, local_names, symbols, updates)
+    ranges.add_locals(body, set(kind_of) | set(task.loop_vars))
     found = list(updates.reductions.values()) if updates is not None else []
     bounds = cuda_bound_params(task)
     scratch: tuple[str, ...] = ()

@@ -15,6 +15,7 @@ as `i + 1` need. Only subscripts are narrowed: the variables keep their int64 va
 from __future__ import annotations
 
 import ast
+from collections import Counter
 
 from ...args.kinds import MAX_EXTENT
 from ..front.parse import collect_names
@@ -57,6 +58,7 @@ class IndexRanges(ast.NodeVisitor):
         self.arrays = arrays
         self.loops = loops or {}
         self.shapes: dict[tuple[str, int], Range] = {}  # (array, axis) -> a narrower range than [0, MAX_EXTENT]
+        self.locals: dict[str, Range] = {}  # locals assigned once from an expression with a range
 
     @classmethod
     def of_task(cls, task, arrays: dict[str, int]) -> IndexRanges:
@@ -77,6 +79,20 @@ class IndexRanges(ast.NodeVisitor):
                     body_shapes[shape] = (min(least, MAX_EXTENT), MAX_EXTENT)
         ranges.shapes = body_shapes
         return ranges
+
+    def add_locals(self, body: list[ast.stmt], reserved: set[str]) -> None:
+        """The ranges of the locals `body` assigns once, in a statement of its own top level, from
+        an expression with a range (`ip = min(i + 1, n - 1)`, then `p[ip, j]`): every read of such
+        a local follows its one assignment, so it holds that expression's value. `reserved`:
+        parameter names and loop variables."""
+        stores = Counter(n.id for stmt in body for n in ast.walk(stmt)
+                         if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store))
+        for stmt in body:
+            if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
+                name = stmt.targets[0].id
+                found = self.visit(stmt.value) if stores[name] == 1 and name not in reserved else None
+                if found is not None:
+                    self.locals[name] = found
 
     def _shape_plus_literal(self, expr: ast.expr) -> tuple[tuple[str, int] | None, int]:
         """((array, axis), c) for `a.shape[k] + c` or `- c` (c a literal, 0 without one)."""
@@ -118,7 +134,7 @@ class IndexRanges(ast.NodeVisitor):
         return (node.value, node.value) if type(node.value) is int else None
 
     def visit_Name(self, node: ast.Name) -> Range | None:
-        return self.loops.get(node.id)
+        return self.loops.get(node.id, self.locals.get(node.id))
 
     def visit_Subscript(self, node: ast.Subscript) -> Range | None:
         """`a.shape[k]` of an array that is not large."""
