@@ -99,7 +99,7 @@ def example_argument(text: str, arch: str):
     if found is None:
         return _dtype(text, text).type(0)  # a NumPy scalar: its own type, not a weak Python number
     if found["large"]:
-        raise ValueError(f"{text!r}: an array of 2**31 elements or more cannot be made up for a warm-up; "
+        raise ValueError(f"{text!r}: an array of 2**31 - 2**16 elements or more cannot be made up for a warm-up; "
                          "call qgraph.compile with a real array in a warm-up function instead")
     dtype = _dtype(found["dtype"], text)
     element = tuple(int(n) for n in found["element"].split("x")[1:])

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import test_atomics as ta
 import test_graph_while as tw
+import test_index_ranges as ti
 import test_kernels as tk
 import test_reductions as tr
 import test_updates as tu
@@ -54,6 +55,9 @@ CASES = [
     (tr.private_updates, (A("f8", 1), A("f8", 1))), (tr.strided_sum, (A("f8", 1), A("f8", 1), S("i8"))),
     (tr.total, (A("u8", 1), A("u8", 1))), (tr.largest, (A("u4", 1), A("u4", 1))), (tr.total, (A("i4", 1), A("i4", 1))),
     (tk.serial_range_forms, (A("i8", 1), "int", "int", "int")),
+    (ti.clamped_sweep, (A("f4", 2),) * 3), (ti.offset_rows, (A("f8", 2), A("f8", 2), S("i8"))),
+    (ti.clamped_locals, (A("f8", 2),) * 3),
+    (ti.wrapped, (A("f8", 2), A("f8", 1), A("f8", 3), A("f8", 2), A("f8", 2), A("f8", 1), A("f8", 3), A("f8", 2))),
 ]
 
 
@@ -277,9 +281,29 @@ def test_a_stencils_neighbours_share_one_offset(sm90):
 
     (ptx,) = _ptx(laplacian, (A("f4", 3),) * 2)
     code = _instructions(ptx)
-    assert len([i for i in code if i.startswith("mad.lo.s32")]) == 4, code
+    assert len(re.findall(r"// begin inline asm\s+mad\.lo\.s32", ptx)) == 4, code  # not the thread indices' mads
     assert [i for i in code if re.match(r"ld\.global\.f32\s+%f\d+, \[%rd\d+\+4\]", i)], code
     assert [i for i in code if re.match(r"ld\.global\.f32\s+%f\d+, \[%rd\d+\+-4\]", i)], code
+
+
+def _wide_integer_ops(ptx: str) -> list[str]:
+    """64-bit compares, min/max and sign-bit shifts (the wraparound fix-up)."""
+    return [i for i in _instructions(ptx) if re.match(r"(setp\.\w+|min|max)\.[su]64|shr\.s64", i)]
+
+
+def test_a_clamped_stencil_computes_its_indices_and_bounds_in_32_bits(sm90):
+    """`p[min(i + 1, p.shape[0] - 1), j]`, `p[max(i - 1, 0), j]` (the stable-fluids sweep): 32-bit
+    min/max and one 32-bit compare per bound, as `int` in CUDA C++ (lang.cuda.index_ranges); the
+    same kernel with a large array, or a clamp of a scalar argument, keeps 64-bit arithmetic."""
+    (ptx,) = _ptx(ti.clamped_sweep, (A("f4", 2),) * 3)
+    code = _instructions(ptx)
+    assert not _wide_integer_ops(ptx), code
+    assert [i for i in code if i.startswith("min.s32")] and [i for i in code if i.startswith("max.s32")], code
+    assert len([i for i in code if re.match(r"setp\.\w+\.u32", i)]) == 3, code  # x, y and the y loop's test
+    (wide,) = _ptx(ti.clamped_sweep, (array_sig(np.dtype("f4"), 2, True, 1 << 31),) * 3)
+    assert [i for i in _instructions(wide) if re.match(r"setp\.\w+\.[su]64", i)]
+    (scalar,) = _ptx(ti.offset_rows, (A("f8", 2), A("f8", 2), S("i8")))
+    assert [i for i in _instructions(scalar) if re.match(r"min\.s64", i)]
 
 
 def test_the_thread_index_is_one_widening_multiply_masked_to_48_bits(sm90):

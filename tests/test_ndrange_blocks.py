@@ -200,11 +200,16 @@ def test_three_dimensional_neighbours_match_numpy(arch):
     np.testing.assert_allclose(out, expected, rtol=1e-15)
 
 
-def test_arrays_of_2_31_elements_or_more_have_a_key_text_of_their_own():
-    from qgraph.args.kinds import arg_type, array_sig
+def test_large_arrays_have_a_key_text_of_their_own():
+    """From LARGE (2**31 - 2**16) elements, or an extent that long (an empty array's other extents
+    are not bounded by its size), an array keeps 64-bit indexing on CUDA; below, index
+    expressions have the 2**16 of room lang.cuda.index_ranges counts on."""
+    from qgraph.args.kinds import LARGE, MAX_EXTENT, arg_type, array_sig
 
-    small = array_sig(np.dtype(np.float32), 2, True, (1 << 31) - 1)
-    large = array_sig(np.dtype(np.float32), 2, True, 1 << 31)
-    assert small == "float32[2d]" and large == "float32[2d,large]"
+    assert LARGE == (1 << 31) - (1 << 16) and MAX_EXTENT == LARGE - 1
+    small = array_sig(np.dtype(np.float32), 2, True, LARGE - 1, longest=MAX_EXTENT)
+    large = array_sig(np.dtype(np.float32), 2, True, LARGE)
+    empty = array_sig(np.dtype(np.float32), 2, True, 0, longest=LARGE)
+    assert small == "float32[2d]" and large == empty == "float32[2d,large]"
     assert not arg_type(small).large and arg_type(large).large
     assert arg_type(large).numba_type() == arg_type(small).numba_type()

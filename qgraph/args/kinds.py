@@ -126,15 +126,20 @@ class ArrayLayout:
     data = slice(DATA, DATA + 8)
 
 
-LARGE = 1 << 31  # arrays of at least this many elements are addressed in 64 bits on CUDA
+INDEX_HEADROOM = 1 << 16  # what literals may add to an extent in a 32-bit index (lang.cuda.index_ranges)
+LARGE = (1 << 31) - INDEX_HEADROOM  # arrays of this many elements, or an extent this long, index in 64 bits on CUDA
+MAX_EXTENT = LARGE - 1  # the longest extent of an array that is not large
 
 
 class ArrayKind(ArgKind):
     """An array passed by value as numba's flattened array struct.
 
-    `large`: 2**31 elements or more. Smaller C-contiguous 2-D/3-D arrays are addressed with
-    32-bit offsets on CUDA (lang.cuda.addressing); a large one is a key text of its own
-    (",large"), so its kernels keep numba's 64-bit indexing."""
+    `large`: LARGE (2**31 - 2**16) elements or more, or an extent that long (an empty array's
+    other extents are otherwise unbounded). Smaller C-contiguous 2-D/3-D arrays are addressed
+    with 32-bit offsets on CUDA (lang.cuda.addressing), and index expressions of their shapes
+    computed in 32 bits (lang.cuda.index_ranges, whose literals the 2**16 below 2**31 leaves
+    room for); a large one is a key text of its own (",large"), so its kernels keep numba's
+    64-bit indexing."""
 
     def __init__(self, dtype: np.dtype, ndim: int, contiguous: bool, large: bool = False,
                  element: tuple[int, ...] = ()) -> None:
@@ -186,9 +191,11 @@ def array_kind(dtype: np.dtype, ndim: int, contiguous: bool, large: bool = False
     return kind
 
 
-def array_sig(dtype: np.dtype, ndim: int, contiguous: bool, size: int = 0, element: tuple[int, ...] = ()) -> str:
-    """The interned key text of an array argument of `size` elements (`ndim` as stored)."""
-    return array_kind(dtype, ndim, contiguous, size >= LARGE, element).sig
+def array_sig(dtype: np.dtype, ndim: int, contiguous: bool, size: int = 0, element: tuple[int, ...] = (),
+              longest: int = 0) -> str:
+    """The interned key text of an array argument of `size` elements whose longest extent is
+    `longest` (`ndim` as stored)."""
+    return array_kind(dtype, ndim, contiguous, size >= LARGE or longest >= LARGE, element).sig
 
 
 def scalar_sig(dtype: np.dtype) -> str:

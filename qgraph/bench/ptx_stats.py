@@ -42,7 +42,8 @@ def offline_key(args: tuple) -> tuple[str, ...]:
         elif is_struct_class(type(value)):
             key.append(_offline_struct_sig(value, struct_sig))
         elif isinstance(value, np.ndarray):
-            key.append(array_sig(as_dtype(value.dtype), value.ndim, value.flags.c_contiguous, value.size))
+            key.append(array_sig(as_dtype(value.dtype), value.ndim, value.flags.c_contiguous, value.size,
+                                 longest=max(value.shape, default=0)))
         else:
             key.append(scalar_value(value, f"argument {k}", None)[0])
     return tuple(key)
@@ -173,3 +174,37 @@ def assembled(ptx: str, arch: str, entry: str | None = None) -> dict[str, int | 
             listing = subprocess.run([nvdisasm, cubin], capture_output=True, text=True).stdout
             result["sass"] = _sass_lines(_nvdisasm_function(listing, entry))
         return result
+
+
+def sass_profile(ptx: str, arch: str, entry: str | None = None) -> dict[str, int | None]:
+    """What the index arithmetic of one entry costs in SASS: instructions (NOPs and the closing
+    self-branch aside), those before the first global load, integer compares, selects and
+    min/max, 64-bit carry halves (`.X`, `.EX`: an add or compare on 64 bits is two), registers.
+    Empty when ptxas or nvdisasm is not on PATH."""
+    ptxas, nvdisasm = shutil.which("ptxas"), shutil.which("nvdisasm")
+    if not (ptxas and nvdisasm):
+        return {}
+    with tempfile.TemporaryDirectory() as d:
+        src, cubin = os.path.join(d, "k.ptx"), os.path.join(d, "k.cubin")
+        with open(src, "w") as f:
+            f.write(ptx)
+        out = subprocess.run([ptxas, "-v", f"-arch={arch}", src, "-o", cubin], capture_output=True, text=True)
+        if out.returncode != 0:
+            raise RuntimeError(f"ptxas failed:\n{out.stderr[-2000:]}")
+        info = out.stderr
+        if entry is not None:
+            info = info.split(f"Compiling entry function '{entry}'")[-1].split("Compiling entry function")[0]
+        regs = re.search(r"Used (\d+) registers", info)
+        listing = _nvdisasm_function(subprocess.run([nvdisasm, "-c", cubin], capture_output=True, text=True).stdout,
+                                     entry)
+    lines = [ln for ln in listing.splitlines() if re.match(r"^\s+/\*[0-9a-f]{4,}\*/\s+[A-Z@{]", ln)]
+    code = [re.sub(r"^\s*/\*[0-9a-f]+\*/\s*", "", ln).split(";")[0].strip() for ln in lines]
+    code = [c for c in code if not c.startswith("NOP")]
+    while code and code[-1].startswith("BRA"):  # the self-branch after the last EXIT
+        code.pop()
+    ops = [re.sub(r"^@!?U?P\w+\s+", "", c).split()[0] for c in code]
+    first_load = next((k for k, op in enumerate(ops) if op.startswith("LDG")), None)
+    return {"sass": len(ops), "before load": first_load,
+            "cmp/sel": sum(1 for op in ops if op.startswith(("ISETP", "SEL", "IMNMX", "VIMNMX", "VIADDMNMX"))),
+            "64-bit": sum(1 for op in ops if op.endswith(".X") or ".X." in op or ".EX" in op),
+            "regs": int(regs.group(1)) if regs else None}

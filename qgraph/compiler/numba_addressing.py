@@ -11,11 +11,14 @@ _ADDRESSING: dict = {}
 
 def addressing() -> dict:
     """`_qg_ld2/3(a, i, j[, k])` and `_qg_st2/3(a, i, j[, k], v)`: elements of C-contiguous
-    arrays below 2**31 elements addressed with a 32-bit offset, as `int` index math in CUDA
+    arrays below 2**31 - 2**16 elements addressed with a 32-bit offset, as `int` index math in CUDA
     C++ would (lang.cuda.addressing rewrites subscripts into them). `_qg_thread_x(mask)`: the
     global x thread index (lang.cuda.loops). `_qg_ldd2/3(a, i, j[, k], di, dj[, dk])` and
     `_qg_std2/3(..., v)`: the element at non-negative `i + di, j + dj[, k + dk]` (literal deltas),
     for stencils: neighbours share the offset of `i, j[, k]` and differ by a stride or a constant.
+    `_qg_ldx(a, program, leaves)` and `_qg_stx(a, program, leaves, v)` (1-D to 3-D): each index
+    computed in 32 bits by its postfix program over the leaf values (lang.cuda.index_ranges:
+    `min(i + 1, a.shape[0] - 1)` in two 32-bit instructions where 64 bits took eleven).
 
     numba computes every address in 64 bits, and LLVM widens a 32-bit multiply back to 64
     bits (with shift pairs for the sign extension); the row offset is therefore one
@@ -35,6 +38,12 @@ def _intrinsics() -> dict:
     mad = ir.FunctionType(i32, [i32, i32, i32])
     # the same, readnone: LLVM computes the row offset that several shifted subscripts share once
     shared_mad = ir.InlineAsm(mad, "mad.lo.s32 $0, $1, $2, $3;", "=r,r,r,r", False)
+    mul = ir.InlineAsm(ir.FunctionType(i32, [i32, i32]), "mul.lo.s32 $0, $1, $2;", "=r,r,r", False)
+    # the operators of a 32-bit index program; nsw: lang.cuda.index_ranges proved no step leaves int32
+    binary = {"+": lambda b, x, y: b.add(x, y, flags=["nsw"]), "-": lambda b, x, y: b.sub(x, y, flags=["nsw"]),
+              "*": lambda b, x, y: b.call(mul, [x, y], attrs=("readnone", "nounwind")),
+              "min": lambda b, x, y: b.select(b.icmp_signed("<", y, x), y, x),
+              "max": lambda b, x, y: b.select(b.icmp_signed(">", y, x), y, x)}
 
     def offset(context, builder, arrty, arr, indices):
         ary = context.make_array(arrty)(context, builder, arr)
@@ -70,6 +79,54 @@ def _intrinsics() -> dict:
             ptr = builder.bitcast(builder.gep(builder.bitcast(ptr, byte), [step], inbounds=True), ptr.type)
         return ptr
 
+    def extended(builder, v, ty, width):
+        """An integer of numba type `ty` as `width` bits (truncated, or extended as its sign says)."""
+        target = ir.IntType(width)
+        if v.type.width > width:
+            return builder.trunc(v, target)
+        if v.type.width < width:
+            return builder.sext(v, target) if ty.signed else builder.zext(v, target)
+        return v
+
+    def index32(builder, program, leaves, leaf_types, extent):
+        """One dimension's index in 32 bits from its postfix program (lang.cuda.index_ranges.Program32)."""
+        stack = []
+        for token in program.split():
+            if token[0] in "ao":
+                k = int(token[1:])
+                v = leaves[k]
+                if token[0] == "o":  # an index of unknown range: wrapped in 64 bits, as numba does
+                    v = extended(builder, v, leaf_types[k], 64)
+                    v = builder.select(builder.icmp_signed("<", v, ir.Constant(i64, 0)), builder.add(v, extent), v)
+                stack.append(extended(builder, v, leaf_types[k], 32))
+            elif token == "w":  # may be negative: wraps by the extent, as Python indexes
+                v = stack.pop()
+                fixed = builder.add(v, builder.trunc(extent, i32), flags=["nsw"])
+                stack.append(builder.select(builder.icmp_signed("<", v, ir.Constant(i32, 0)), fixed, v))
+            elif token == "neg":
+                stack.append(builder.sub(ir.Constant(i32, 0), stack.pop(), flags=["nsw"]))
+            elif token in binary:
+                b, a = stack.pop(), stack.pop()
+                stack.append(binary[token](builder, a, b))
+            else:
+                stack.append(ir.Constant(i32, int(token)))
+        (v,) = stack
+        return v
+
+    def narrowed(context, builder, sig, args):
+        """The element of `_qg_ldx/_qg_stx(a, program, leaves)`: each dimension's index from its
+        program, the row offset by `mad.lo.s32` (readnone, so equal rows are computed once)."""
+        arrty, programs = sig.args[0], sig.args[1].literal_value.split(";")
+        ary = context.make_array(arrty)(context, builder, args[0])
+        shape = cgutils.unpack_tuple(builder, ary.shape)
+        leaves, leaf_types = cgutils.unpack_tuple(builder, args[2]), list(sig.args[2])
+        total = None
+        for k, program in enumerate(programs):
+            v = index32(builder, program, leaves, leaf_types, shape[k])
+            total = v if total is None else builder.call(shared_mad, [total, builder.trunc(shape[k], i32), v],
+                                                         attrs=("readnone", "nounwind"))
+        return builder.gep(ary.data, [builder.sext(total, i64)], inbounds=True)
+
     def literal_deltas(deltas):
         if not all(isinstance(d, types.IntegerLiteral) for d in deltas):
             raise errors.TypingError("internal: shifted subscripts take literal deltas")
@@ -93,9 +150,31 @@ def _intrinsics() -> dict:
             return context.get_dummy_value()
         return types.void(arr, *bases, *deltas, value), codegen
 
-    def check(arr, indices):
-        if not isinstance(arr, types.Array) or arr.layout != "C" or arr.ndim != len(indices):
-            raise errors.TypingError(f"internal: 32-bit addressing of {arr} with {len(indices)} indices")
+    def check_narrowed(arr, program, leaves):
+        if not isinstance(program, types.StringLiteral) or not isinstance(leaves, types.BaseTuple):
+            raise errors.TypingError("internal: _qg_ldx/_qg_stx take a literal program and a tuple of leaves")
+        check(arr, leaves, len(program.literal_value.split(";")))
+
+    def narrowed_load(arr, program, leaves):
+        check_narrowed(arr, program, leaves)
+
+        def codegen(context, builder, sig, args):
+            return builder.load(narrowed(context, builder, sig, args))
+        return arr.dtype(arr, program, leaves), codegen
+
+    def narrowed_store(arr, program, leaves, value):
+        check_narrowed(arr, program, leaves)
+
+        def codegen(context, builder, sig, args):
+            v = context.cast(builder, args[-1], sig.args[-1], sig.args[0].dtype)
+            builder.store(v, narrowed(context, builder, sig, args))
+            return context.get_dummy_value()
+        return types.void(arr, program, leaves, value), codegen
+
+    def check(arr, indices, ndim=None):
+        ndim = len(indices) if ndim is None else ndim
+        if not isinstance(arr, types.Array) or arr.layout != "C" or arr.ndim != ndim:
+            raise errors.TypingError(f"internal: 32-bit addressing of {arr} with {ndim} indices")
         for t in indices:
             if not isinstance(t, types.Integer):
                 raise errors.TypingError(f"array index must be an integer, got {t}")
@@ -141,6 +220,12 @@ def _intrinsics() -> dict:
     def std3(typingctx, a, i, j, k, di, dj, dk, v):
         return shifted_store(a, (i, j, k), (di, dj, dk), v)
 
+    def ldx(typingctx, a, program, leaves):
+        return narrowed_load(a, program, leaves)
+
+    def stx(typingctx, a, program, leaves, v):
+        return narrowed_store(a, program, leaves, v)
+
     def thread_x(typingctx, mask):
         """`blockIdx.x * blockDim.x + threadIdx.x`, each widened unsigned to 64 bits, `& mask`:
         the IR numba lowers that expression to, in one call numba types and lowers once (the
@@ -162,4 +247,5 @@ def _intrinsics() -> dict:
 
     return {"_qg_ld2": intrinsic(ld2), "_qg_ld3": intrinsic(ld3), "_qg_st2": intrinsic(st2),
             "_qg_st3": intrinsic(st3), "_qg_ldd2": intrinsic(ldd2), "_qg_ldd3": intrinsic(ldd3),
-            "_qg_std2": intrinsic(std2), "_qg_std3": intrinsic(std3), "_qg_thread_x": intrinsic(thread_x)}
+            "_qg_std2": intrinsic(std2), "_qg_std3": intrinsic(std3), "_qg_thread_x": intrinsic(thread_x),
+            "_qg_ldx": intrinsic(ldx), "_qg_stx": intrinsic(stx)}

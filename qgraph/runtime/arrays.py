@@ -50,7 +50,7 @@ class Ndarray:
         self._size = int(np.prod(self._shape, dtype=np.int64)) if self._shape else 1
         itemsize = self._dtype.itemsize
         self._sig = array_sig(self._dtype, len(self._shape), True, self._size,
-                              element.shape if element is not None else ())
+                              element.shape if element is not None else (), max(self._shape, default=0))
         if state.arch == "cpu":
             self._host = np.zeros(self._shape, self._dtype)
             self._free = self._device = None

@@ -32,7 +32,8 @@ from ..options import DEFAULT_OPTIONS, KernelOptions
 from ..types.precision import weak_typed
 from ..types.weak_types import param_type
 from . import reductions
-from .addressing import Addressing32, loop_floors
+from .addressing import Addressing32
+from .index_ranges import IndexRanges, loop_floors
 from .loops import ContinueToReturn, CountedLoops, as_list, flat_indices, thread_index, tiled_loops
 
 
@@ -132,7 +133,10 @@ def cuda_task(src: KernelSource, task: Task, param_order: list[str], symbols: Sy
     zero_d = frozenset(name for name, t in kind_of.items() if t.ndim == 0)
     dtypes = {name: t.dtype for name, t in kind_of.items() if t.is_array}
     addressed = {name: t.ndim for name, t in kind_of.items()
-                 if t.is_array and t.ndim in (2, 3) and t.contiguous and not t.large}
+                 if t.is_array and t.ndim in (1, 2, 3) and t.contiguous and not t.large and name not in task.stored}
+    # index expressions of these arrays' shapes and the loop variables have ranges known here
+    ranges = IndexRanges.of_task(task, {name: t.ndim for name, t in kind_of.items()
+                                        if t.is_array and not t.large and name not in task.stored})
     precision = ({name: param_type(t) for name, t in kind_of.items()}, options.default_float)
     n_arrays = sum(1 for name in param_order if kind_of[name].is_array)
     deterministic = options.deterministic
@@ -146,6 +150,7 @@ def cuda_task(src: KernelSource, task: Task, param_order: list[str], symbols: Sy
         updates = UpdateRewriter(task, set(src.param_names), src.resolve, src.error, symbols.atomic,
                                  reductions.partial_update)
     body = lower_statements(src, statements, local_names, symbols, updates)
+    ranges.add_locals(body, set(kind_of) | set(task.loop_vars))
     found = list(updates.reductions.values()) if updates is not None else []
     bounds = cuda_bound_params(task)
     scratch: tuple[str, ...] = ()
@@ -161,12 +166,12 @@ def cuda_task(src: KernelSource, task: Task, param_order: list[str], symbols: Sy
         else:
             combine = [rewriter.visit(s) for s in reductions.block_combine(found, at, symbols.atomic, targets)]
         if tiled:  # the launch caps the grid at one wave
-            body = init + tiled_loops(task, body, at, early_return=False) + combine
+            body = init + tiled_loops(task, body, at, early_return=False, narrow=ranges.counts_fit(task)) + combine
         else:
             loop = reductions.grid_stride_loop(flat_indices(task, at) + body, at)
             body = init + [assign("_qg_t0", thread_index(at), at)] + loop + combine
     elif tiled:
-        body = tiled_loops(task, body, at)
+        body = tiled_loops(task, body, at, narrow=ranges.counts_fit(task))
     elif task.parallel:
         body = [ContinueToReturn().visit(s) for s in body]
         guard = ast.copy_location(ast.If(
@@ -183,8 +188,7 @@ def cuda_task(src: KernelSource, task: Task, param_order: list[str], symbols: Sy
     one_element = _one_element_targets(body, zero_d)
     body = [ZeroDIndex(one_element, frozenset(CUDA_ATOMICS.values()), rename=False).visit(s) for s in body]
     if addressed:
-        rewriter = Addressing32({n: d for n, d in addressed.items() if n not in task.stored},
-                                loop_floors(task) if task.parallel else {})
+        rewriter = Addressing32(addressed, loop_floors(task) if task.parallel else {}, ranges)
         body = [rewriter.visit(s) for s in body]
     split = n_arrays
     record = [RECORD] if debug is not None else []

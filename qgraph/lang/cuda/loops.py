@@ -112,7 +112,8 @@ def flat_indices(task: Task, at: ast.AST) -> list[ast.stmt]:
     return out
 
 
-def tiled_loops(task: Task, body: list[ast.stmt], at: ast.AST, early_return: bool = True) -> list[ast.stmt]:
+def tiled_loops(task: Task, body: list[ast.stmt], at: ast.AST, early_return: bool = True,
+                narrow: bool = False) -> list[ast.stmt]:
     """A multi-dimensional loop on a grid of 2-D blocks (launch_code.tile_shape sizes it).
 
     x covers the last dimension (one thread per index), y the one before and z the first
@@ -122,37 +123,56 @@ def tiled_loops(task: Task, body: list[ast.stmt], at: ast.AST, early_return: boo
     division per thread, which a `range` loop costs) to unroll a loop that runs once.
     Every index is computed from unsigned values (no negative-index wraparound follows).
     With `early_return=False` (reductions, whose block combine needs every thread) the
-    threads past the last x index skip the loops instead of returning."""
+    threads past the last x index skip the loops instead of returning. `narrow`: every count
+    is below 2**31 whatever the arguments (lang.cuda.index_ranges), so the thread indices,
+    bound checks and loop steps are uint32 (one compare each, as `int` gives in CUDA C++;
+    nothing overflows: an index stays below its count plus a grid's stride, under 2**32),
+    and the loop variables their zero-extended int64 values."""
     v, ndim = task.loop_vars, len(task.dims)
     x, y = ndim - 1, ndim - 2
-    u32 = "_qg_u32(_qg_cuda.{}.{})".format
-    lines = [f"_qg_tx = _qg_thread_x({_MASK})",
-             f"if _qg_tx >= _qg_c{x}:",
+    spell = _NARROW if narrow else _WIDE
+    lines = [f"_qg_tx = {spell['tx']}",
+             f"if _qg_tx >= {spell['count'].format(x)}:",
              "    return"]
     past_end = ""
     if not early_return:  # threads past the last x index start their loops at the end
         lines = lines[:1]
-        past_end = f" if _qg_tx < _qg_c{x} else _qg_c{{}}"
+        past_end = f" if _qg_tx < {spell['count'].format(x)} else {spell['count']}"
     indent = ""
     if ndim == 3:
-        lines += [f"_qg_zz = _qg_i64({u32('blockIdx', 'z')}){past_end.format(0)}",
-                  "while _qg_zz < _qg_c0:",
-                  f"    _qg_tz = _qg_zz & {_MASK}",
-                  f"    _qg_zz = (_qg_zz + _qg_i64({u32('gridDim', 'z')})) & {_MASK}"]
+        lines += [f"_qg_zz = {spell['first_z']}{past_end.format(0)}",
+                  f"while _qg_zz < {spell['count'].format(0)}:",
+                  f"    _qg_tz = {spell['index'].format('_qg_zz')}",
+                  f"    _qg_zz = {spell['step'].format('_qg_zz', spell['stride_z'])}"]
         indent = "    "
-    first = f"_qg_i64({u32('blockIdx', 'y')} * {u32('blockDim', 'y')} + {u32('threadIdx', 'y')})"
-    lines += [f"{indent}_qg_yy = {first}{past_end.format(y)}",
-              f"{indent}while _qg_yy < _qg_c{y}:",
-              f"{indent}    _qg_ty = _qg_yy & {_MASK}",
-              f"{indent}    _qg_yy = (_qg_yy + _qg_i64({u32('gridDim', 'y')} * {u32('blockDim', 'y')})) & {_MASK}"]
+    lines += [f"{indent}_qg_yy = {spell['first_y']}{past_end.format(y)}",
+              f"{indent}while _qg_yy < {spell['count'].format(y)}:",
+              f"{indent}    _qg_ty = {spell['index'].format('_qg_yy')}",
+              f"{indent}    _qg_yy = {spell['step'].format('_qg_yy', spell['stride_y'])}"]
     stmts = _parse_at("\n".join(lines), at)
     inner = stmts[-1] if ndim == 2 else stmts[-1].body[-1]  # the y loop
-    indices = [assign(v[x], _offset(task, x, name_node("_qg_tx", at), at), at),
+    tx = name_node("_qg_tx", at) if not narrow else call("_qg_i64", [name_node("_qg_tx", at)], at)
+    indices = [assign(v[x], _offset(task, x, tx, at), at),
                assign(v[y], _offset(task, y, name_node("_qg_ty", at), at), at)]
     if ndim == 3:
         indices.append(assign(v[0], _offset(task, 0, name_node("_qg_tz", at), at), at))
     inner.body = inner.body + indices + body
     return stmts
+
+
+_SREG = "_qg_u32(_qg_cuda.{}.{})".format
+# how tiled_loops spells its thread indices, counts and steps: int64 masked to 48 bits, or uint32
+_WIDE = {"tx": f"_qg_thread_x({_MASK})", "count": "_qg_c{}",
+         "first_y": f"_qg_i64({_SREG('blockIdx', 'y')} * {_SREG('blockDim', 'y')} + {_SREG('threadIdx', 'y')})",
+         "first_z": f"_qg_i64({_SREG('blockIdx', 'z')})", "index": f"{{}} & {_MASK}",
+         "step": f"({{}} + _qg_i64({{}})) & {_MASK}",
+         "stride_y": f"{_SREG('gridDim', 'y')} * {_SREG('blockDim', 'y')}", "stride_z": _SREG("gridDim", "z")}
+_NARROW = {"tx": f"_qg_u32({_SREG('blockIdx', 'x')} * {_SREG('blockDim', 'x')} + {_SREG('threadIdx', 'x')})",
+           "count": "_qg_u32(_qg_c{})",
+           "first_y": f"_qg_u32({_SREG('blockIdx', 'y')} * {_SREG('blockDim', 'y')} + {_SREG('threadIdx', 'y')})",
+           "first_z": _SREG("blockIdx", "z"), "index": "_qg_i64({})", "step": "_qg_u32({} + {})",
+           "stride_y": f"_qg_u32({_SREG('gridDim', 'y')} * {_SREG('blockDim', 'y')})",
+           "stride_z": _SREG("gridDim", "z")}
 
 
 def _offset(task: Task, k: int, index: ast.expr, at: ast.AST) -> ast.expr:
