@@ -84,7 +84,10 @@ def test_a_callback_returning_false_cancels_the_loop(loop_arch):
 
     with pytest.raises(qgraph.LoopCancelled, match="kernel crawl"):
         crawl(count, flag, stop_at, progress=until_1000)
-    assert len(seen) >= 1 and seen[0] >= 1000  # the passes so far reached the watcher while the loop ran
+    # the passes so far reached the watcher while the loop ran (a failed call gets no final update), and
+    # only its answer to 1000 passes or more stopped the loop (how many polls that took depends on the
+    # pass rate: the host fallback's passes wait for the GPU, shared with other processes in a test run)
+    assert seen and seen == sorted(seen) and seen[-1] >= 1000 and count.to_numpy()[0] < stop_at
     count.fill(0)
     crawl(count, flag, 3, progress=True)
     assert count.to_numpy()[0] == 3
