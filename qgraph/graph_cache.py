@@ -158,6 +158,9 @@ class TaskGraph:
         self._open_loops: list[WhileLoop] = []  # while adding: the loops around the region being added
         self._loop_depth = 0  # while planning: the loops around the region being planned
         body = unrolled(spec.body, spec.options.unroll) if spec.device_loops else spec.body  # graph_unroll
+        self._overlap = getattr(spec, "overlap", None)  # interchanged loops' arrays (lang.front.interchange)
+        if self._overlap is not None:
+            self._overlap(packs)
         try:
             plan = self._plan(body, {tk.task.index: tk for tk in spec.kernels}, [])
             self._nodes: list[GraphNode | None] = [None] * len(plan)  # by plan index, set as _add adds them
@@ -287,6 +290,8 @@ class TaskGraph:
 
     def update_for(self, instance: _Instance, args: tuple, packs: tuple) -> None:
         """Set `instance`'s nodes for a call with other arguments (a @qgraph.graph step's part)."""
+        if self._overlap is not None:
+            self._overlap(packs)
         self._update(instance, *self._blocks(args, packs))
 
     def kernel_handles(self) -> set[int]:
@@ -312,6 +317,8 @@ class TaskGraph:
         """An instance set up for these arguments: a new one, or the oldest one updated."""
         if self.state is not GraphState.BUILT:
             raise self._closed_error()
+        if self._overlap is not None:
+            self._overlap(packs)
         blocks, grids = self._blocks(args, packs)
         instances = self._instances
         if len(instances) < self._max_instances:

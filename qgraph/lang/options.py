@@ -48,10 +48,12 @@ class KernelOptions:
     # copies of a device loop's body per WHILE pass on CUDA (None: chosen per loop, graph_unroll.unroll_factor);
     # a loop's own unroll= wins; graphs only, so not a code option
     unroll: int | None = None
+    # elementwise qgraph.repeat loops run as one task looping inside (lang.front.interchange)
+    interchange: bool = _code(True)
 
     def __post_init__(self) -> None:
         """A value no option takes raises here, naming the option, whichever way the options were made."""
-        for name in ("deterministic", "fast_math", "graph_while_host"):
+        for name in ("deterministic", "fast_math", "graph_while_host", "interchange"):
             _check(self, name, lambda v: isinstance(v, bool), TypeError, "True, False or None")
         if not isinstance(self.cuda_graph, bool):
             raise TypeError(f"cuda_graph must be True or False, got {self.cuda_graph!r}")
