@@ -186,3 +186,35 @@ def test_the_option_and_its_environment_variable():
         Settings.from_environ({"QGRAPH_INTERCHANGE": "sometimes"})
     with pytest.raises(TypeError, match="interchange must be True, False or None"):
         qgraph.kernel(interchange="no")
+
+
+def test_the_fused_tasks_compile_for_cuda(cuda_compiler, monkeypatch):
+    """The interchanged ballistic loop and its interchanged adjoint compile to PTX for sm_90 without
+    a GPU, one entry each (vec3 components, the vec3 argument, float32)."""
+    from types import SimpleNamespace
+
+    import numba.cuda.dispatcher as dispatcher
+    from test_cuda_codegen import _compile
+
+    from qgraph.args.kinds import array_sig, scalar_sig
+    from qgraph.args.vectors import value_sig
+    from qgraph.lang.adjoint import adjoint_source
+
+    monkeypatch.setattr(dispatcher, "get_current_device", lambda: SimpleNamespace(compute_capability=(9, 0)))
+    f4 = np.dtype("f4")
+    vec3 = array_sig(f4, 2, True, element=(3,))
+    key = (
+        vec3,
+        vec3,
+        value_sig(qgraph.vec3(0.0, 0.0, 0.0), "g"),
+        scalar_sig(f4),
+        scalar_sig(f4),
+        scalar_sig(np.dtype("i8")),
+    )
+    forward = interchanged(ballistic_loop._source)
+    _, entries, _ = _compile(SimpleNamespace(_source=forward), key)
+    assert len(entries) == len(forward.tasks) == 1
+    adjoint = interchanged(adjoint_source(ballistic_loop._source, ("x", "v")))
+    assert [type(t) for t in adjoint.tasks] == [InterchangedTask]
+    _, entries, _ = _compile(SimpleNamespace(_source=adjoint), key + (vec3, vec3))
+    assert len(entries) == 1

@@ -48,8 +48,9 @@ class KernelOptions:
     # copies of a device loop's body per WHILE pass on CUDA (None: chosen per loop, graph_unroll.unroll_factor);
     # a loop's own unroll= wins; graphs only, so not a code option
     unroll: int | None = None
-    # elementwise qgraph.repeat loops run as one task looping inside (lang.front.interchange)
-    interchange: bool = _code(True)
+    # elementwise qgraph.repeat loops run as one task looping inside (lang.front.interchange); it changes
+    # the tasks themselves, which the code's fingerprint covers, so not a code option
+    interchange: bool = True
 
     def __post_init__(self) -> None:
         """A value no option takes raises here, naming the option, whichever way the options were made."""
