@@ -338,9 +338,12 @@ def table(result: dict) -> str:
     """The rows as text (ms, MB, or a relative difference), under a line naming the workloads."""
     if not result:
         return ""
+    drag = any(name.startswith("drag") for name in result["rows"])  # --no-drag: the ballistic rows only
     lines = [
         f"\ngradients through device loops on {result['device']}: ballistic {result['n']} particles x "
-        f"{result['steps']} passes, drag {result['drag_n']} x {result['drag_steps']} (ms, MB)"
+        f"{result['steps']} passes"
+        + (f", drag {result['drag_n']} x {result['drag_steps']}" if drag else "")
+        + " (ms, MB)"
     ]
     lines += [f"  {name:60s} {_figure(value)}" for name, value in result["rows"].items()]
     return "\n".join(lines)
