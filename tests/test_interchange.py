@@ -75,6 +75,11 @@ BODIES = {
     "an array handed to a func": "for i in range(x.shape[0]):\n            x[i] = helper(y, i)",
     "a NumPy call": "for i in range(x.shape[0]):\n            x[i] = np.sum(y)",
     "a loop over an array": "for i in range(x.shape[0]):\n            for a in y:\n                x[i] += a",
+    "an array passed on through a local": "for i in range(x.shape[0]):\n            a = y\n"
+    "            x[i] = helper(a, i)",
+    "a continue before another task": "for i in range(x.shape[0]):\n            if x[i] > 0:\n"
+    "                continue\n            x[i] = 1.0\n        for i in range(x.shape[0]):\n            x[i] += 1.0",
+    "a parameter assigned": "for i in range(x.shape[0]):\n            f = 2.0\n            x[i] += f",
     "the loop variables swapped": "for i, j in qgraph.ndrange(3, 3):\n            z[j, i] = z[i, j]",
 }
 

@@ -119,8 +119,19 @@ def qualifies(loop: RepeatLoop, src, params: dict) -> bool:
         if not check.ok:
             return False
         stored |= collect_names(task.body).stored
+        if len(tasks) > 1 and any(_ends_iteration(stmt) for stmt in task.body):
+            return False  # inside the fused pass loop it would skip the next tasks' bodies too
     bound_names = set().union(*(t.bound_names for t in tasks))
-    return not (bound_names & stored) and loop.count not in stored
+    return not (bound_names & stored or stored & set(params)) and loop.count not in stored
+
+
+def _ends_iteration(stmt: ast.stmt) -> bool:
+    """A `continue` of the task's own loop in `stmt` (not one of a loop nested in it)."""
+    if isinstance(stmt, ast.Continue):
+        return True
+    if isinstance(stmt, (ast.For, ast.While)):  # a continue in its body is its own
+        return any(_ends_iteration(s) for s in stmt.orelse)
+    return any(_ends_iteration(s) for s in ast.iter_child_nodes(stmt) if isinstance(s, ast.stmt))
 
 
 class _Elementwise(ast.NodeVisitor):
@@ -137,6 +148,7 @@ class _Elementwise(ast.NodeVisitor):
         self.src = src
         self.ok = True
         self.arrays: dict[str, bool] = {}
+        self.aliases: set[str] = set()  # locals that may hold an array (`a = x`)
 
     def visit_Subscript(self, node: ast.Subscript) -> None:
         base, index = node.value, node.slice
@@ -179,6 +191,11 @@ class _Elementwise(ast.NodeVisitor):
             self.ok = False  # NumPy, methods, anything unknown
         self.generic_visit(node)
 
+    def visit_Assign(self, node: ast.Assign) -> None:
+        if self._may_be_array(node.value):
+            self.aliases.update(n.id for t in node.targets for n in ast.walk(t) if isinstance(n, ast.Name))
+        self.generic_visit(node)
+
     def visit_Starred(self, node: ast.Starred) -> None:
         self.ok = False
 
@@ -193,6 +210,8 @@ class _Elementwise(ast.NodeVisitor):
                 root = root.value
             if isinstance(root, ast.Name) and root.id in self.params:
                 return True
+        if isinstance(arg, ast.Name) and arg.id in self.aliases:
+            return True
         if isinstance(arg, ast.Name) and arg.id in self.params:
             annotation = self.params[arg.id].annotation
             return annotation is None or isinstance(annotation, ast.Subscript)
