@@ -167,6 +167,20 @@ def falling(x, v, steps: int, dt: float):
             x[i] += dt * v[i]
 
 
+@qgraph.kernel
+def swinging(x, v, steps: int):
+    for _ in qgraph.repeat(steps):
+        for i in range(x.shape[0]):
+            x[i] = math.sin(x[i]) * 0.9 + 0.1 * v[i]
+
+
+def test_a_nonlinear_loop_keeps_its_checkpoints(arch):
+    """Its gradient keeps states: the tape runs the recording pass and the checkpointed adjoint
+    (loops of launches, which do not qualify), the plain call the interchanged loop."""
+    check_gradients(swinging, uniform(N), uniform(N), 6, tape=True, rtol=1e-6, atol=1e-8)
+    assert _interchanged(swinging)
+
+
 def test_gradients_through_an_interchanged_loop(arch):
     args = [uniform(N), uniform(N), 8, 0.05]
     found = check_gradients(falling, *args, tape=True)  # against central differences
