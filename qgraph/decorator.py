@@ -331,7 +331,7 @@ _ATTACH_LOCK = threading.RLock()  # kernels attach to the runtime once, whicheve
 def kernel(fn: Callable | None = None, *, cuda_graph: bool = False, graph_while: str | None = None,
            graph_cache_size: int | None = None, deterministic: bool | None = None,
            fast_math: bool | None = None, default_float=None, max_iterations=USE_ENVIRONMENT,
-           debug: bool | str | None = None, unroll=USE_ENVIRONMENT, progress=False):
+           debug: bool | str | None = None, unroll=USE_ENVIRONMENT, interchange: bool | None = None, progress=False):
     """Compile a function's top-level statements into offloaded tasks.
 
     `cuda_graph=True` captures a call's tasks into a cached CUDA graph; `graph_while="flag"`
@@ -345,13 +345,13 @@ def kernel(fn: Callable | None = None, *, cuda_graph: bool = False, graph_while:
     (only Python numbers and integers meet); the default is QGRAPH_DEFAULT_FLOAT (float64).
     `max_iterations=n` stops a device loop after n passes with its flag still set and raises
     QgraphError (the runaway guard; None turns it off); the default is QGRAPH_MAX_ITERATIONS.
-    `debug=True` compiles a bounds-checked specialisation (an index out of bounds raises
-    IndexError naming the line, array, index and shape when the call completes; on CUDA every
-    call then waits for the device); `debug="nan"` also checks that every float stored is
-    finite (FloatingPointError). The default is QGRAPH_DEBUG.
+    `debug=True` compiles a bounds-checked specialisation (an index out of bounds raises IndexError
+    naming the line, array, index and shape when the call completes; on CUDA every call then waits
+    for the device); `debug="nan"` also checks every float stored is finite. Default QGRAPH_DEBUG.
     `unroll=n` runs n copies of each device loop's body per pass of its CUDA WHILE node (a loop's
     own unroll= wins; None: qgraph chooses per loop); the default is QGRAPH_UNROLL (auto).
-    `progress=True` (a bar) or a callback is the default of the calls' progress= (docs/watching.md).
+    `interchange=False` keeps elementwise `qgraph.repeat` loops as loops of launches, not one task looping
+    inside (default QGRAPH_INTERCHANGE, on). `progress=` is the calls' default progress= (docs/watching.md).
     """
     if graph_while is not None and not isinstance(graph_while, str):
         raise TypeError(f"graph_while must be a parameter name (str), got {graph_while!r}")
@@ -361,7 +361,7 @@ def kernel(fn: Callable | None = None, *, cuda_graph: bool = False, graph_while:
     except ValueError as e:
         raise ValueError(f"debug: {e}") from None
     given = {"deterministic": deterministic, "fast_math": fast_math, "default_float": precision,
-             "graph_cache_size": graph_cache_size}
+             "graph_cache_size": graph_cache_size, "interchange": interchange}
     # checked as it is made (KernelOptions names a bad value); None: the environment decides
     options = KernelOptions(**{name: USE_ENVIRONMENT if value is None else value for name, value in given.items()},
                             debug=debug_setting, max_iterations=max_iterations, cuda_graph=cuda_graph,

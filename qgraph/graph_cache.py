@@ -28,6 +28,7 @@ import enum
 import time
 from collections import OrderedDict
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
 from .compiler.cuda_program import TaskKernel
@@ -80,19 +81,16 @@ class GraphCache:
             graph.close()
 
 
+@dataclass(slots=True)
 class _Instance:
     """One executable instance and the parameter blocks its nodes hold."""
 
-    __slots__ = ("exec", "blocks")
-
-    def __init__(self, exec_handle, blocks: list) -> None:
-        self.exec = exec_handle
-        self.blocks = blocks
+    exec: object
+    blocks: list
 
 
 class _Planned(NamedTuple):
-    """A region's updatable node in a graph's plan: its index into the parameter blocks, and the
-    WhileLoop, IfBranch or TaskKernel that makes it."""
+    """A region's updatable node in a graph's plan: its parameter block's index, and its maker."""
 
     index: int
     item: object
@@ -164,6 +162,8 @@ class TaskGraph:
         self._loop_depth = 0  # while planning: the loops around the region being planned
         body, self._fixed = graph_tree(spec, packs, into is None)  # graph_unroll: loops unrolled, counts fixed
         self.on_new_count = None  # (args, packs, stream) -> the graph replacing this one, built for those
+        # interchanged loops' arrays must not overlap: checked by build_graph, then at each miss and update
+        self._overlap = getattr(spec, "overlap", None) or (lambda packs: None)
         try:
             plan = self._plan(body, {tk.task.index: tk for tk in spec.kernels}, [])
             self._nodes: list[GraphNode | None] = [None] * len(plan)  # by plan index, set as _add adds them
@@ -293,6 +293,7 @@ class TaskGraph:
 
     def update_for(self, instance: _Instance, args: tuple, packs: tuple) -> None:
         """Set `instance`'s nodes for a call with other arguments (a @qgraph.graph step's part)."""
+        self._overlap(packs)
         self._update(instance, *self._blocks(args, packs))
 
     def kernel_handles(self) -> set[int]:
@@ -320,6 +321,7 @@ class TaskGraph:
             raise self._closed_error()
         if not counts_hold(self._fixed, packs):  # built straight for another repeat count
             return self.on_new_count(args, packs, stream)._instances[packs]  # its graph, built for them
+        self._overlap(packs)
         blocks, grids = self._blocks(args, packs)
         instances = self._instances
         if len(instances) < self._max_instances:

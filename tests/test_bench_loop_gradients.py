@@ -44,6 +44,19 @@ def test_drag_rows_gradient_matches_finite_differences(arch):
     np.testing.assert_allclose(grads["k"], [expected_k], rtol=1e-3)
 
 
+def test_ballistic_rows_side_by_side(arch):
+    """The repeat loop interchanged and as a loop of launches: both timed, both gradients close to
+    the exact one and the same bits; --no-drag runs these rows only."""
+    result = loop_gradients.run(8, 3, 4, 2, 1, drag=False)
+    rows = result["rows"]
+    for form in ("", ", not interchanged"):
+        assert rows[f"ballistic, repeat loop{form}: forward (one graph)"] > 0
+        assert rows[f"ballistic, repeat loop{form}: forward + backward (one graph)"] > 0
+        assert rows[f"ballistic, repeat loop{form}: gradient's largest relative error"] < 1e-4
+    assert rows["ballistic, repeat loop: both forms' gradients the same bits"] == "True"
+    assert result["checkpoints"] == [] and not any(name.startswith("drag") for name in rows)
+
+
 def test_jax_rows_say_why_when_jax_is_missing(monkeypatch):
     monkeypatch.setitem(sys.modules, "jax", None)  # `import jax` raises ImportError
     rows, figures = loop_gradients.jax_drag_rows(4, 4, 1, {})

@@ -106,11 +106,13 @@ def _arrays_a_func_writes(func: KernelSource, call: ast.Call, visiting: frozense
 
 def check_repeat_counts(src: KernelSource, key: tuple[str, ...]) -> None:
     """TypeError unless every qgraph.repeat count is an integer scalar."""
-    for region in control_regions(src.body):
-        if isinstance(region, RepeatLoop) and region.count in src.param_names:
-            kind = arg_type(key[src.param_names.index(region.count)])
+    counts = [r.count for r in control_regions(src.body) if isinstance(r, RepeatLoop)]
+    counts += [t.count for t in src.tasks if getattr(t, "count", None)]  # interchanged loops (lang.front.interchange)
+    for count in counts:
+        if count in src.param_names:
+            kind = arg_type(key[src.param_names.index(count)])
             if kind.is_array or kind.dtype.kind not in "iu" or getattr(kind, "is_struct", False):
-                raise TypeError(f"qgraph.repeat count '{region.count.replace('__', '.')}' must be an integer "
+                raise TypeError(f"qgraph.repeat count '{count.replace('__', '.')}' must be an integer "
                                 f"scalar, got {kind.sig}; pass an int")
 
 
@@ -190,6 +192,7 @@ def check_signature(src: KernelSource, key: tuple[str, ...], args: tuple, bounds
     check_outside_values(src, key)
     flat = flat_source(src, [arg_type(sig) for sig in key], options.default_float)
     check_flag_types(flat.src, flat.key)
+    check_repeat_counts(src, key)  # an interchanged loop's count (a task's now, lang.front.interchange)
     check_repeat_counts(flat.src, flat.key)
     if options.deterministic:
         check_deterministic(flat.src, flat.key)

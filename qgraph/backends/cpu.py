@@ -14,6 +14,7 @@ from ..errors import runaway_error
 from ..lang import generated
 from ..lang.cpu.codegen import counted_loops
 from ..lang.cpu.loops import RunnerStatus
+from ..lang.front.interchange import checked_pairs, for_launch, overlap_error
 from ..lang.front.regions import loop_limit
 from ..lang.lower.debug_checks import (
     CANCEL_WORD,
@@ -49,7 +50,7 @@ class CpuLauncher:
 
     def __init__(self, kernel, state, options: KernelOptions) -> None:
         self.kernel = kernel
-        self.src = kernel._source
+        self.src = for_launch(kernel._source, options)  # elementwise repeat loops interchanged
         self.stats = kernel.stats
         # resolved once (Kernel._options_now). On the CPU deterministic mode only rejects float scatters:
         # numba's parallel loops split their range statically among its threads and combine the
@@ -149,6 +150,7 @@ class CpuLauncher:
                   # a call in a @qgraph.graph body (counted for its stats) or under a tape (which may run it)
                   f"    if _steps[0] and _count(_launcher, ({args}{comma}), key):",
                   "        return",
+                  *self._overlap_lines(ns),
                   "    runner = _get(key)",
                   "    if runner is None:",
                   f"        return _first_call(key, ({values}{comma}), ({args}{comma}))"]
@@ -174,6 +176,15 @@ class CpuLauncher:
             lines += ["    if r is not None:", "        _interrupted()"]
         source = f"def launch({args}{', ' if n else ''}stream):\n" + "\n".join(lines) + "\n"
         return generated.function(source, "launch", f"launch of kernel {src.qualname} (cpu)", ns)
+
+    def _overlap_lines(self, ns: dict) -> list[str]:
+        """The launch's check that the arrays of interchanged loops do not partially overlap."""
+        pairs = checked_pairs(self.src)
+        if not pairs:
+            return []
+        names = list(dict.fromkeys(name for pair in pairs for name in pair))
+        ns["_overlap"] = overlap_check(self.src.name, pairs, names)
+        return [f"    _overlap({', '.join(f'v{self.src.param_names.index(n)}' for n in names)})"]
 
     def _first_call(self, key: tuple, values: tuple, args: tuple) -> None:
         """Compile (once, whichever thread comes first) and run a new signature."""
@@ -305,3 +316,19 @@ def _leaf_caller(runner, flat, n: int):
     body = generated.Lines().line(f"return _runner({', '.join([*leaves, 'record'])})")
     return generated.function(body.function(f"run({values}, record)"), "run",
                               f"struct unpacking of kernel {flat.src.qualname}", {"_runner": runner})
+
+
+def overlap_check(kernel: str, pairs: tuple, names: list[str]):
+    """check(*arrays) for the NumPy arrays of `names`: raises lang.front.interchange.overlap_error
+    when two of `pairs` share memory other than as the same view."""
+    index = {name: k for k, name in enumerate(names)}
+    def check(*arrays) -> None:
+        for a, b in pairs:
+            x, y = arrays[index[a]], arrays[index[b]]
+            if np.may_share_memory(x, y):
+                views = {n: (v.__array_interface__["data"][0], v.shape, v.strides, v.itemsize)
+                         for n, v in ((a, x), (b, y))}
+                error = overlap_error(kernel, ((a, b),), views)
+                if error is not None:
+                    raise error
+    return check

@@ -22,13 +22,14 @@ from ..errors import FallbackWarning
 from ..graph_cache import GraphCache
 from ..lang.cpu.codegen import counted_loops
 from ..lang.flat.view import flat_name
+from ..lang.front.interchange import checked_pairs, for_launch
 from ..lang.front.regions import RepeatLoop, control_regions, is_root_loop
 from ..lang.options import KernelOptions
 from ..runtime import DeviceState
 from ..runtime.cancel import CancelWord
 from . import cuda_call, outer_capture
 from .checks import check_signature, compile_error, flag_params, flag_shape_error, host_bounds
-from .cuda_spec import DeviceKernel, EagerRunner, Specialisation
+from .cuda_spec import DeviceKernel, EagerRunner, Specialisation, overlap_check
 from .debug_report import DeviceRecord, check_failure
 
 
@@ -37,7 +38,7 @@ class CudaLauncher:
 
     def __init__(self, kernel, state, target: DeviceState, options: KernelOptions) -> None:
         self.kernel = kernel
-        self.src = src = kernel._source
+        self.src = src = for_launch(kernel._source, options)  # elementwise repeat loops interchanged
         self.stats = kernel.stats
         self.target = target
         self.device = target.device
@@ -76,6 +77,7 @@ class CudaLauncher:
         self.launch = cuda_call.launch_function(self)
         self._strict = None  # strict_launch(), made when a call is first routed here
         self._resolve = None  # resolve(a0, ..., an) -> key, generated for compile()
+        self._overlap = overlap_check(src, checked_pairs(src))  # None without interchanged loops
 
     def compile(self, args: tuple) -> tuple[str, ...]:
         """Compile (or load from the disk cache) the signature of `args` and load its module, without
@@ -196,7 +198,10 @@ class CudaLauncher:
         names = [r.count if isinstance(r, RepeatLoop) else r.flag for r in control_regions(src.body)]
         flags = {name: flat.slots[flat.src.param_names.index(flat_name(name))] for name in names}
         spec = Specialisation(key, kernels, flags, debug.sites if debug is not None else [], self._shared)
+        spec.overlap = self._overlap  # graphs check it where their arguments change, eager runs at each call
         self._assign_runner(spec)
+        if spec.overlap is not None and not spec.uses_graph:
+            spec.run = _checked(spec.run, spec.overlap)
         self._specs[key] = spec
         self.stats.specialisations += 1
         self.stats.cache_loads += from_cache
@@ -297,3 +302,11 @@ class CudaLauncher:
             self._record.close()
         if self._cancel is not None:
             self._cancel.close()
+
+
+def _checked(run, check):
+    """`run` after `check(packs)` (an interchanged loop's overlap check): the eager and host-walk runners."""
+    def checked_run(args, packs, stream):
+        check(packs)
+        return run(args, packs, stream)
+    return checked_run

@@ -10,10 +10,11 @@ nothing outside the launcher reads the launcher's fields to build them.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..args.kinds import arg_type
+from ..args.kinds import ArrayLayout, arg_type
 from ..compiler.cuda_program import TaskKernel
 from ..compiler.launch_code import block_expr, generate, grid_expr, signature_with_constants, tile_shape
 from ..driver.device import driver, kernel_failure
@@ -46,7 +47,7 @@ class Specialisation:
 
     __slots__ = ("key", "kernels", "flags", "sites", "target", "body", "name", "bounds", "options", "record",
                  "device_loops", "programmatic", "run", "graph", "uses_graph", "host_loop", "nodes", "host_runner",
-                 "captured_run", "again", "cancel_word", "straight_counts")
+                 "captured_run", "again", "cancel_word", "straight_counts", "overlap")
 
     def __init__(self, key: tuple, kernels: list[TaskKernel], flags: dict, sites: list, shared: DeviceKernel) -> None:
         self.key = key
@@ -68,6 +69,7 @@ class Specialisation:
         self.host_runner = None  # the host_fallback.HostLoop or HostTree
         self.captured_run = None  # eager launches into another library's stream capture (outer_capture)
         self.straight_counts = True  # short repeats built straight for the call's count, until one changes
+        self.overlap = None  # packs -> None, raising when arrays of an interchanged loop overlap (overlap_check)
         # the same-arguments fast path may replay it (cuda_call): not with struct or vector arguments,
         # which can change behind the same object
         self.again = not any(getattr(arg_type(s), "is_struct", False) or getattr(arg_type(s), "is_vector", False)
@@ -83,11 +85,42 @@ class Specialisation:
         """A graph of this specialisation for these arguments (graph_cache.TaskGraph); `into=(graph,
         deps)` adds the nodes to another graph after `deps` instead (`kernel_deps`: which of those
         are kernel nodes, for programmatic edges). `stats` counts its replays and node updates."""
+        if self.overlap is not None:  # interchanged loops need their arrays apart (TaskGraph checks its misses)
+            self.overlap(packs)
         return TaskGraph(self, args, packs, stream, stats, into, kernel_deps)
 
     def eager(self) -> EagerRunner:
         """Launches of the tasks one by one, on the stream of each call."""
         return EagerRunner(self.kernels, self.bounds, self.name)
+
+
+def overlap_check(src, pairs: tuple):
+    """check(packs): raise lang.front.interchange.overlap_error for the arrays of `pairs` (names of
+    `src`'s parameters) as the parameter bytes `packs` give them; None without pairs. The last
+    parameter bytes checked are remembered, so a replay with them costs one comparison."""
+    if not pairs:
+        return None
+    from ..lang.front.interchange import overlap_error
+
+    index = {name: src.param_names.index(name) for pair in pairs for name in pair}
+    last = [None]
+
+    def check(packs: tuple) -> None:
+        if packs == last[0]:
+            return
+        views = {}
+        for name, k in index.items():
+            block = packs[k]
+            if not isinstance(block, bytes) or len(block) < ArrayLayout.SHAPE:
+                return  # not an array's parameters (a struct, a number): nothing to compare
+            ndim = (len(block) - ArrayLayout.SHAPE) // 16
+            words = struct.unpack_from(f"<{5 + 2 * ndim}q", block)
+            views[name] = (words[4], words[5:5 + ndim], words[5 + ndim:], words[3])
+        error = overlap_error(src.name, pairs, views)
+        if error is not None:
+            raise error
+        last[0] = packs
+    return check
 
 
 class EagerRunner:

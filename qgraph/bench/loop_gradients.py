@@ -4,6 +4,9 @@ gradient keeps checkpoints, at several spacings.
 
     ballistic, repeat loop: forward                 the repeat kernel and the loss, one @qgraph.graph step
     ballistic, repeat loop: forward + backward      restart, tape, loop, loss, backward: one @qgraph.graph step
+                                                    (each with the loop interchanged, qgraph's default: one
+                                                    task looping inside; and with interchange=False: a
+                                                    loop of launches, WHILE nodes on CUDA)
     drag, every c: forward + backward               `v -= k v |v| dt; x += v dt` for `steps` passes under a
                                                     tape with checkpoint_every=c, then backward (eager calls);
                                                     c = 1, 10, 100 and sqrt(steps); also the backward alone and
@@ -12,7 +15,7 @@ gradient keeps checkpoints, at several spacings.
                                                     segments of c passes (jit), XLA's temporary memory, and the
                                                     gradient's largest relative difference from qgraph's
 
-    python benchmarks/loop_grad.py [--n 65536] [--steps 200] [--repeats 20] [--json PATH] [--plot PATH.png]
+    python benchmarks/loop_grad.py [--n 65536] [--steps 200] [--repeats 20] [--no-drag] [--json PATH] [--plot PATH.png]
     python benchmarks/loop_grad.py --plot-from PATH.json [--plot PATH.png]   (plot an earlier run's figures)
 """
 
@@ -32,12 +35,15 @@ import qgraph
 from .gradients import DRAG, DT, G, Problem, _time, mean_square_distance, reference_gradient, restart
 
 
-@qgraph.kernel(cuda_graph=True)
-def ballistic_loop(x: qgraph.vec3[:], v: qgraph.vec3[:], g: qgraph.vec3, dt: qgraph.f32, drag: qgraph.f32, steps: int):
+def _ballistic(x: qgraph.vec3[:], v: qgraph.vec3[:], g: qgraph.vec3, dt: qgraph.f32, drag: qgraph.f32, steps: int):
     for _ in qgraph.repeat(steps):
         for i in range(x.shape[0]):
             v[i] += dt * (g - drag * v[i])
             x[i] += dt * v[i]
+
+
+ballistic_loop = qgraph.kernel(cuda_graph=True)(_ballistic)  # interchanged: one task, `steps` passes inside
+ballistic_launches = qgraph.kernel(cuda_graph=True, interchange=False)(_ballistic)  # a loop of launches
 
 
 @qgraph.kernel(cuda_graph=True)
@@ -48,36 +54,44 @@ def drag_loop(x: qgraph.vec3[:], v: qgraph.vec3[:], k: qgraph.f32[:], dt: qgraph
             x[i] += dt * v[i]
 
 
-def _forward(x, v, x0, v0, target, loss, steps: int) -> None:
-    restart(x, v, x0, v0, loss)
-    ballistic_loop(x, v, qgraph.vec3(*G), DT, DRAG, steps)
-    mean_square_distance(x, target, loss)
+def _steps(kernel):
+    """The forward and the forward + backward of the ballistic workload with `kernel`, each one @qgraph.graph step."""
+
+    def forward(x, v, x0, v0, target, loss, steps: int) -> None:
+        restart(x, v, x0, v0, loss)
+        kernel(x, v, qgraph.vec3(*G), DT, DRAG, steps)
+        mean_square_distance(x, target, loss)
+
+    def forward_backward(x, v, x0, v0, target, loss, steps: int) -> None:
+        tape = qgraph.Tape()
+        with tape:
+            forward(x, v, x0, v0, target, loss, steps)
+        tape.zero()
+        tape.backward(loss)
+
+    return qgraph.graph(forward), qgraph.graph(forward_backward)
 
 
-def _forward_backward(x, v, x0, v0, target, loss, steps: int) -> None:
-    tape = qgraph.Tape()
-    with tape:
-        _forward(x, v, x0, v0, target, loss, steps)
-    tape.zero()
-    tape.backward(loss)
-
-
-forward_step = qgraph.graph(_forward)
-forward_backward_step = qgraph.graph(_forward_backward)
+forward_step, forward_backward_step = _steps(ballistic_loop)
+FORMS = {"": (forward_step, forward_backward_step), ", not interchanged": _steps(ballistic_launches)}
 
 
 def ballistic_rows(n: int, steps: int, repeats: int) -> dict:
+    """Forward and forward + backward with the loop interchanged and not, side by side; the
+    gradient's error against the exact one, and whether both forms give the same bits."""
     p = Problem(n, steps)
-    rows = {
-        "ballistic, repeat loop: forward (one graph)": _time(
-            lambda: forward_step(*p.arrays, steps), repeats, qgraph.sync
-        ),
-        "ballistic, repeat loop: forward + backward (one graph)": _time(
-            lambda: forward_backward_step(*p.arrays, steps), repeats, qgraph.sync
-        ),
-    }
-    error = np.abs(p.gradient() - reference_gradient(p)).max() / np.abs(reference_gradient(p)).max()
-    rows["ballistic, repeat loop: gradient's largest relative error"] = float(error)
+    rows, found = {}, []
+    for form, (forward, forward_backward) in FORMS.items():
+        rows[f"ballistic, repeat loop{form}: forward (one graph)"] = _time(
+            lambda forward=forward: forward(*p.arrays, steps), repeats, qgraph.sync
+        )
+        rows[f"ballistic, repeat loop{form}: forward + backward (one graph)"] = _time(
+            lambda forward_backward=forward_backward: forward_backward(*p.arrays, steps), repeats, qgraph.sync
+        )
+        found.append(p.gradient())
+        error = np.abs(found[-1] - reference_gradient(p)).max() / np.abs(reference_gradient(p)).max()
+        rows[f"ballistic, repeat loop{form}: gradient's largest relative error"] = float(error)
+    rows["ballistic, repeat loop: both forms' gradients the same bits"] = str(np.array_equal(found[0], found[1]))
     return rows
 
 
@@ -283,23 +297,15 @@ def _json_run(text: str) -> dict:
         raise argparse.ArgumentTypeError(f"cannot read the figures of an earlier --json run: {e}") from None
 
 
-def run(n: int, steps: int, drag_n: int, drag_steps: int, repeats: int) -> dict:
-    """Every row (ms, MB or a relative difference) and the checkpoint figures, as in the JSON."""
-    rows, checkpoints = {}, []
+def run(n: int, steps: int, drag_n: int, drag_steps: int, repeats: int, drag: bool = True) -> dict:
+    """Every row (ms, MB or a relative difference) and the checkpoint figures, as in the JSON;
+    `drag=False` runs the ballistic rows only."""
+    rows = {}
     try:
         rows.update(ballistic_rows(n, steps, repeats))
     except Exception as e:  # a row that fails says why, the others still run
         rows["ballistic_rows"] = _failed(e)
-    try:
-        drag, checkpoints, ours = drag_rows(drag_n, drag_steps, repeats)
-        rows.update(drag)
-        found, theirs = jax_drag_rows(drag_n, drag_steps, repeats, ours)
-        rows.update(found)
-        by_every = {p["every"]: p for p in checkpoints}
-        for p in theirs:
-            by_every[p["every"]].update(p)
-    except Exception as e:
-        rows["drag_rows"] = _failed(e)
+    checkpoints = _drag_section(rows, drag_n, drag_steps, repeats) if drag else []
     return {
         "device": _device_name(),
         "n": n,
@@ -312,13 +318,32 @@ def run(n: int, steps: int, drag_n: int, drag_steps: int, repeats: int) -> dict:
     }
 
 
+def _drag_section(rows: dict, drag_n: int, drag_steps: int, repeats: int) -> list[dict]:
+    """The drag rows and JAX's into `rows`; the checkpoint figures."""
+    checkpoints = []
+    try:
+        drag, checkpoints, ours = drag_rows(drag_n, drag_steps, repeats)
+        rows.update(drag)
+        found, theirs = jax_drag_rows(drag_n, drag_steps, repeats, ours)
+        rows.update(found)
+        by_every = {p["every"]: p for p in checkpoints}
+        for p in theirs:
+            by_every[p["every"]].update(p)
+    except Exception as e:
+        rows["drag_rows"] = _failed(e)
+    return checkpoints
+
+
 def table(result: dict) -> str:
     """The rows as text (ms, MB, or a relative difference), under a line naming the workloads."""
     if not result:
         return ""
+    drag = any(name.startswith("drag") for name in result["rows"])  # --no-drag: the ballistic rows only
     lines = [
         f"\ngradients through device loops on {result['device']}: ballistic {result['n']} particles x "
-        f"{result['steps']} passes, drag {result['drag_n']} x {result['drag_steps']} (ms, MB)"
+        f"{result['steps']} passes"
+        + (f", drag {result['drag_n']} x {result['drag_steps']}" if drag else "")
+        + " (ms, MB)"
     ]
     lines += [f"  {name:60s} {_figure(value)}" for name, value in result["rows"].items()]
     return "\n".join(lines)
@@ -347,6 +372,7 @@ def main(argv=None) -> None:
     parser.add_argument("--drag-n", type=int, default=16384)
     parser.add_argument("--drag-steps", type=int, default=1000)
     parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--no-drag", action="store_true", help="only the ballistic rows (no drag loop, no JAX)")
     parser.add_argument("--json", metavar="PATH", type=_output_path, help="write every figure as JSON")
     parser.add_argument("--plot", metavar="PATH", type=_plot_path, help="write the checkpoint plot (PNG)")
     parser.add_argument("--plot-from", metavar="JSON", type=_json_run, help="only plot an earlier --json run")
@@ -360,7 +386,7 @@ def main(argv=None) -> None:
         plot(args.plot_from, args.plot)
         return
     qgraph.init()
-    result = run(args.n, args.steps, args.drag_n, args.drag_steps, args.repeats)
+    result = run(args.n, args.steps, args.drag_n, args.drag_steps, args.repeats, drag=not args.no_drag)
     print(table(result))
     if args.json:
         with open(args.json, "w") as f:

@@ -49,10 +49,13 @@ class KernelOptions:
     # a loop's own unroll= wins; graphs only, so not a code option
     unroll: int | None = None
     progress: object = False  # the calls' default progress=: True (a tqdm bar), a callback, or False (runtime.progress)
+    # elementwise qgraph.repeat loops run as one task looping inside (lang.front.interchange); it changes
+    # the tasks themselves, which the code's fingerprint covers, so not a code option
+    interchange: bool = True
 
     def __post_init__(self) -> None:
         """A value no option takes raises here, naming the option, whichever way the options were made."""
-        for name in ("deterministic", "fast_math", "graph_while_host"):
+        for name in ("deterministic", "fast_math", "graph_while_host", "interchange"):
             _check(self, name, lambda v: isinstance(v, bool), TypeError, "True, False or None")
         if not isinstance(self.cuda_graph, bool):
             raise TypeError(f"cuda_graph must be True or False, got {self.cuda_graph!r}")

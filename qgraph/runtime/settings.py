@@ -71,6 +71,7 @@ class Settings:
     max_iterations: int | None = DEFAULT_OPTIONS.max_iterations  # QGRAPH_MAX_ITERATIONS: the guard (0: none)
     debug: str | None = DEFAULT_OPTIONS.debug  # QGRAPH_DEBUG=1 ("bounds") or =nan: checked code
     unroll: int | None = DEFAULT_OPTIONS.unroll  # QGRAPH_UNROLL=<n>: device-loop body copies per pass (auto: chosen)
+    interchange: bool = DEFAULT_OPTIONS.interchange  # QGRAPH_INTERCHANGE=0: elementwise repeat loops stay loops
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] = os.environ) -> Settings:
@@ -98,7 +99,8 @@ class Settings:
                    fast_math=switch(environ, "QGRAPH_FAST_MATH", default=False),
                    default_float="f32" if precision in ("float32", "f32") else "f64",
                    debug=_debug_setting(environ.get("QGRAPH_DEBUG", "")),
-                   unroll=_unroll(env_text(environ, "QGRAPH_UNROLL", "auto")))
+                   unroll=_unroll(env_text(environ, "QGRAPH_UNROLL", "auto")),
+                   interchange=switch(environ, "QGRAPH_INTERCHANGE", default=DEFAULT_OPTIONS.interchange))
 
 
 def _debug_setting(text: str) -> str | None:

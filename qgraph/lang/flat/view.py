@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from ...args.kinds import is_vector_kind
 from ...errors import QgraphSyntaxError
 from ..front.globals_used import func_array_globals
+from ..front.interchange import InterchangedTask, fused_task
 from ..front.parse import KernelSource, Param, _analyse_names, collect_names
 from ..front.regions import Dim, Region, RepeatLoop, Sequence, Task, with_bodies
 from ..lower.lowering import function_def
@@ -167,16 +168,13 @@ def flat_source(src: KernelSource, kinds: list, default_float: str = "f64") -> F
     taken = _all_names(src.fn_def)
     base = dataclasses.replace(src, globals={**src.globals, **GLOBALS})
     tasks: dict[int, Task] = {}
+    parts: dict[int, list[Task]] = {}  # an interchanged repeat loop's tasks, flattened one by one
     for task in src.tasks:
-        fl = Flattener(base, env, specs, taken, counter, task, default_float)
-        body = fl.run(copy.deepcopy(task.body))
-        if fl.random_draws:
-            body = random_prologue(task, task.body[0]) + body
-        dims = tuple(Dim(*(None if e is None else _bound(fl, e) for e in (d.start, d.stop, d.step)))
-                     for d in task.dims)
-        tasks[task.index] = Task(task.index, task.parallel, task.lineno, body, task.loop_vars, dims,
-                                 bound_names=frozenset(collect_names([e for d in dims for e in (d.start, d.stop, d.step)
-                                                                      if e is not None]).loaded))
+        if isinstance(task, InterchangedTask):
+            parts[task.index] = [_flat_task(Flattener(base, env, specs, taken, counter, p, default_float), p)
+                                 for p in task.parts]
+            continue
+        tasks[task.index] = _flat_task(Flattener(base, env, specs, taken, counter, task, default_float), task)
     reads: dict[int, frozenset[str]] = {}
     if src.adjoint is not None:  # each task's body becomes its adjoint, now that it is scalars and arrays
         from ..adjoint import adjoint_task
@@ -185,12 +183,44 @@ def flat_source(src: KernelSource, kinds: list, default_float: str = "f64") -> F
         for index, task in tasks.items():
             if src.adjoint.primal_of[index] is not None:  # else a task the adjoint runs forward
                 tasks[index], reads[index] = adjoint_task(base, task, kinds_by_name, specs.defs)
+        for task in src.tasks:
+            if isinstance(task, InterchangedTask):
+                done = [adjoint_task(base, p, kinds_by_name, specs.defs) if primal is not None else (p, None)
+                        for p, primal in zip(parts[task.index], task.part_primals)]
+                parts[task.index] = [p for p, _ in done]
+                reads[task.index] = _merged([r for _, r in done if r is not None])
+    for task in src.tasks:  # each interchanged loop's parts joined into one task (lang.front.interchange)
+        if isinstance(task, InterchangedTask):
+            first = dataclasses.replace(parts[task.index][0], index=task.index)
+            tasks[task.index] = fused_task(first, parts[task.index], flat_name(task.count))
     ordered = [tasks[t.index] for t in src.tasks]
     names = [p.name for p in params]
     _analyse_names(ordered, set(names), src.filename)
     flat = dataclasses.replace(base, params=tuple(params), tasks=tuple(ordered), body=_rebuild(src.body, tasks),
                                graph_while=flat_name(src.graph_while) if src.graph_while else None)
     return FlatSource(flat, flat_kinds, slots, specs, reads)
+
+
+def _flat_task(fl: Flattener, task: Task) -> Task:
+    """`task` flattened by `fl`: its body, and its bounds as scalar expressions."""
+    body = fl.run(copy.deepcopy(task.body))
+    if fl.random_draws:
+        body = random_prologue(task, task.body[0]) + body
+    dims = tuple(Dim(*(None if e is None else _bound(fl, e) for e in (d.start, d.stop, d.step))) for d in task.dims)
+    bounds = [e for d in dims for e in (d.start, d.stop, d.step) if e is not None]
+    return Task(task.index, task.parallel, task.lineno, body, task.loop_vars, dims,
+                bound_names=frozenset(collect_names(bounds).loaded))
+
+
+def _merged(reads: list):
+    """The adjoint reads of a fused task: its parts' together (an array read from either)."""
+    if all(isinstance(r, dict) for r in reads):
+        out: dict = {}
+        for r in reads:
+            for name, value in r.items():
+                out[name] = out.get(name, False) or value
+        return out
+    return frozenset().union(*reads)
 
 
 def _bound(fl: Flattener, expr: ast.expr) -> ast.expr:
