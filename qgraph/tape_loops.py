@@ -52,7 +52,7 @@ def plan(tape, kernel, args: tuple, states) -> LoopPlan:
     kept = [sum(size[n] for n in names) for _, names in states.kept]
     owned = [sum(size[n] for _, n, kind, o in states.buffers() if kind == "pass" and o == j)
              for j in range(len(states.kept))]
-    counts = tuple(None if isinstance(loop, DeviceLoop) else max(int(args[src.param_names.index(loop.count)]), 0)
+    counts = tuple(None if isinstance(loop, DeviceLoop) else max(int(_count(src, args, loop.count)), 0)
                    for loop, _ in states.kept)
     budget = tape.checkpoint_bytes
 
@@ -83,6 +83,15 @@ def plan(tape, kernel, args: tuple, states) -> LoopPlan:
         need = fixed + sum(cost(k, every[k], max(slots[k], 1)) for k in range(len(counts)))
         raise _over(src, loop, passes, every[j] if j is not None else 1, need, budget)
     return LoopPlan(states, counts, tuple(every), tuple(slots), nbytes)
+
+
+def _count(src, args: tuple, name: str):
+    """A repeat loop's count: a parameter, or a struct parameter's field (`s.steps`)."""
+    root, *fields = name.split(".")
+    value = args[src.param_names.index(root)]
+    for field in fields:
+        value = getattr(value, field)
+    return value
 
 
 def _over(src, loop, passes: str, every: int, nbytes: int, budget: int) -> QgraphError:
