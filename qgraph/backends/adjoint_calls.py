@@ -195,17 +195,14 @@ def _states(src, facts: _Facts, kinds: list, per_task: dict) -> LoopStates | Non
     inside = {loop: [t.index for t in leaf_tasks(loop.body)] for loop in loops}
     own = {loop: frozenset().union(*(facts.written_by_task[t] for t in inside[loop])) for loop in loops}
     branches = tuple(r for r in control_regions(src.body) if isinstance(r, IfRegion) and r.flag in written)
+    for loop in reversed(loops):  # a struct's arrays are not followed from pass to pass (outermost last)
+        for t in inside[loop]:
+            _no_struct_writes(src, src.tasks[t], f"inside the {loop_title(loop)} at line {loop.lineno} ")
     if not branches and not any(isinstance(loop, DeviceLoop) or _read_around(loop, per_task, own[loop])
                                 or any(set(per_task.get(t, ())) & own[loop] for t in inside[loop]) for loop in loops):
         return None
-    for task in src.tasks:  # a struct's arrays are not followed from pass to pass
-        for node in (n for stmt in task.body for n in ast.walk(stmt)):
-            if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store) \
-                    and isinstance(node.value, ast.Attribute):
-                raise QgraphError(f"kernel {src.name}: the task at line {task.lineno} writes "
-                                  f"`{ast.unparse(node.value)}`, an array inside a struct, in a kernel whose gradient "
-                                  "keeps the states of its device loops or branches; it follows only arrays passed "
-                                  "as arguments of their own: pass that array as one")
+    for task in src.tasks:
+        _no_struct_writes(src, task, "of a kernel whose gradient keeps states (device loops, written branch flags) ")
     stored = {t: tuple(sorted(set(reads) & written)) for t, reads in per_task.items() if t is not None}
     stored = {t: names for t, names in stored.items() if names}
     kept = []
@@ -222,3 +219,13 @@ def _states(src, facts: _Facts, kinds: list, per_task: dict) -> LoopStates | Non
         ranks.append((name, kind.ndim - len(kind.element)))
     named = kept[0][0] if kept else branches[0] if branches else loops[0]
     return LoopStates(src.body, named, tuple(ranks), tuple(sorted(stored.items())), tuple(kept), branches)
+
+
+def _no_struct_writes(src, task, where: str) -> None:
+    """A task whose writes the kept states must follow writes no array inside a struct."""
+    for node in (n for stmt in task.body for n in ast.walk(stmt)):
+        if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store) \
+                and isinstance(node.value, ast.Attribute):
+            raise QgraphError(f"kernel {src.name}: the task at line {task.lineno} {where}writes "
+                              f"`{ast.unparse(node.value)}`, an array inside a struct; a loop's gradient follows only "
+                              "arrays passed as arguments of their own: pass that array as one")
