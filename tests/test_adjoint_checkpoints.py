@@ -69,6 +69,19 @@ def switching(x, v, phase, flag, steps: int, dt: float):
 
 
 @qgraph.kernel
+def settle(x, left, flag, outer: int):
+    for _ in qgraph.repeat(outer):  # linear, yet around a flag loop, whose count must be kept
+        left[()] = 3
+        flag[()] = 1
+        while qgraph.loop(flag):
+            for i in range(x.shape[0]):
+                x[i] = 0.5 * x[i] + 1.0
+            left[()] -= 1
+            if left[()] <= 0:
+                flag[()] = 0
+
+
+@qgraph.kernel
 def drag_pass(x, v, k, dt: float):
     for i in range(x.shape[0]):
         v[i] -= k[0] * v[i] * abs(v[i]) * dt
@@ -104,6 +117,15 @@ def test_a_loop_nested_in_a_repeat_loop(loop_arch, outer, inner):
 def test_a_loop_nested_in_a_flag_loop(loop_arch):
     args = [*_xvk(), np.array(3, np.int64), np.array(1, np.int32), 4, 0.05]
     check_gradients(nested_until, *args, tape=True, rtol=1e-6, atol=1e-8)
+
+
+def test_a_linear_loop_around_a_flag_loop(arch):
+    x = qgraph.from_numpy(uniform(N), requires_grad=True)
+    left, flag = qgraph.from_numpy(np.array(0, np.int64)), qgraph.from_numpy(np.array(0, np.int32))
+    with qgraph.Tape() as tape:
+        settle(x, left, flag, 2)
+    tape.backward(grads={x: 1.0})
+    np.testing.assert_allclose(x.grad.to_numpy(), 0.5**6)  # 2 x 3 passes of x = 0.5 x + 1
 
 
 def test_two_loops_and_a_task_between_them(arch):

@@ -207,8 +207,8 @@ def _states(src, facts: _Facts, kinds: list, per_task: dict) -> LoopStates | Non
     stored = {t: names for t, names in stored.items() if names}
     kept = []
     for loop in loops:
-        if isinstance(loop, DeviceLoop) or any(t in stored for t in inside[loop]) \
-                or any(b in branches for b in control_regions(loop)):
+        if any(t in stored for t in inside[loop]) or any(isinstance(r, DeviceLoop) or r in branches
+                                                          for r in control_regions(loop)):  # itself included
             touched = {n.id for t in inside[loop] for s in src.tasks[t].body for n in ast.walk(s)
                        if isinstance(n, ast.Name)}
             touched |= {r.flag for r in control_regions(loop) if not isinstance(r, RepeatLoop)}
