@@ -11,6 +11,7 @@ import math
 import numpy as np
 import pytest
 from test_adjoint import check_gradients, seeds_for, to_qgraph, uniform
+from test_adjoint_checkpoints import nested, nested_until, switching
 
 import qgraph
 
@@ -215,8 +216,9 @@ def test_checkpoint_memory_is_reported_and_bounded(arch):
     x, v, k, out = to_qgraph(_drag_args(16)[:4], True)
     with qgraph.Tape() as tape:  # a checkpoint every sqrt(16) = 4 passes
         drag(x, v, k, out, 16, 0.05)
-    carried, kept = x.nbytes + v.nbytes, v.nbytes  # the adjoint of the pass reads v only
-    assert tape.stats.checkpoint_bytes == (16 // 4 + 2) * carried + 4 * kept  # checkpoints, final, working
+    working, kept = x.nbytes + v.nbytes + out.nbytes, x.nbytes + v.nbytes  # the arrays drag writes; the loop's
+    after = x.nbytes  # the task after the loop: its adjoint reads x as the loop left it
+    assert tape.stats.checkpoint_bytes == working + after + (16 // 4) * kept + 4 * v.nbytes  # the pass reads v
     before = x.to_numpy()
     message = (r"kernel drag: the gradient of its qgraph.repeat loop \(line \d+, 16 passes, a checkpoint every 2\) "
                r"keeps \d+ bytes, over the tape's checkpoint_bytes=100; raise qgraph.Tape\(checkpoint_bytes=...\)")
@@ -258,8 +260,8 @@ def test_branch_on_an_unwritten_flag(arch):
         np.testing.assert_allclose(found[0], seeds[0] + 3 * (2.0 if taken else -3.0) * seeds[1])
 
 
-@pytest.mark.parametrize("kernel", [drag, coupled, drag_until, drag_do, bounce],
-                         ids=["drag", "coupled", "until", "do", "bounce"])
+@pytest.mark.parametrize("kernel", [drag, coupled, drag_until, drag_do, bounce, nested, nested_until, switching],
+                         ids=["drag", "coupled", "until", "do", "bounce", "nested", "nested_until", "switching"])
 def test_recording_and_adjoint_compile_for_cuda(cuda_compiler, cpu, monkeypatch, kernel):
     """The recording forward pass and the checkpointed adjoint compile to PTX for sm_90 without a
     GPU: one entry per task (the generated copies, counters and recomputed passes included)."""
@@ -270,31 +272,29 @@ def test_recording_and_adjoint_compile_for_cuda(cuda_compiler, cpu, monkeypatch,
 
     from qgraph.args.kinds import arg_type, array_sig, scalar_sig
     from qgraph.backends.adjoint_calls import loop_states
-    from qgraph.lang.adjoint import adjoint_source, hidden_adjoint_params, recording_source
+    from qgraph.lang.adjoint import adjoint_source, recording_source
+    from qgraph.lang.adjoint.loops import COUNTERS
 
     monkeypatch.setattr(dispatcher, "get_current_device", lambda: SimpleNamespace(compute_capability=(9, 0)))
     f8, i8, i4 = (np.dtype(t) for t in ("f8", "i8", "i4"))
     src = kernel._source
-    special = {"steps": scalar_sig(i8), "dt": scalar_sig(f8), "left": array_sig(i8, 0, True),
-               "flag": array_sig(i4, 0, True)}
+    special = {"steps": scalar_sig(i8), "outer": scalar_sig(i8), "inner": scalar_sig(i8), "dt": scalar_sig(f8),
+               "left": array_sig(i8, 0, True), "phase": array_sig(i8, 0, True), "flag": array_sig(i4, 0, True)}
     key = tuple(special.get(p.name, array_sig(f8, 1, True)) for p in src.params)
     states = loop_states(kernel, key)
     assert states is not None
     kinds = {p.name: arg_type(sig) for p, sig in zip(src.params, key)}
-    buffers = tuple(array_sig(kinds[n].dtype, kinds[n].ndim + 1, True) for _, n, _ in states.buffers())
+    buffers = tuple(array_sig(kinds[n].dtype, kinds[n].ndim + 1, True) for _, n, _, _ in states.buffers())
+    flags, counters = array_sig(i4, 0, True), array_sig(i8, 0, True)
+    kinds_of = {"every": scalar_sig(i8), "go": flags, "more": flags}
+    hidden = buffers + tuple(kinds_of.get(name, counters) for _ in states.kept for name in COUNTERS)
     recording = recording_source(src, states)
-    checkpoints = buffers[:len(states.carried)]
-    _, entries, _ = _compile(SimpleNamespace(_source=recording), key + checkpoints + (array_sig(i8, 0, True),
-                                                                                      scalar_sig(i8)))
-    assert len(entries) == len(recording.tasks) == len(src.tasks) + 2 * len(states.carried) + 2
+    _, entries, _ = _compile(SimpleNamespace(_source=recording), key + hidden)
+    assert len(entries) == len(recording.tasks) > len(src.tasks)  # the copies and counters are tasks too
     grads = tuple(p.name for p in src.params if p.name not in special)
-    flags = array_sig(i4, 0, True)
-    counters = {"_qg_lp_every": scalar_sig(i8), "_qg_lp_go": flags, "_qg_lp_more": flags}
-    hidden = tuple(counters.get(p.name, array_sig(i8, 0, True))
-                   for p in hidden_adjoint_params(src, states))[len(buffers):]
     adjoint = adjoint_source(src, grads, states)
     grad_sigs = tuple(key[src.param_names.index(g)] for g in grads)
-    _, entries, _ = _compile(SimpleNamespace(_source=adjoint), key + grad_sigs + buffers + hidden)
+    _, entries, _ = _compile(SimpleNamespace(_source=adjoint), key + grad_sigs + hidden)
     assert len(entries) == len(adjoint.tasks)
 
 
@@ -318,9 +318,11 @@ def test_flag_loops_count_their_passes(loop_arch, kernel):
 def test_a_flag_loop_longer_than_its_checkpoints_says_so(arch):
     x, v, k = to_qgraph(_drag_args(0)[:3], True)
     left, flag = qgraph.from_numpy(np.array(5, np.int64)), qgraph.from_numpy(np.array(1, np.int32))
-    with qgraph.Tape(checkpoint_every=1, checkpoint_bytes=408) as tape:  # room for 2 checkpoints
+    carried = x.nbytes + v.nbytes + left.nbytes + flag.nbytes  # working arrays, and a checkpoint's bytes
+    budget = carried + 2 * carried + v.nbytes  # room for 2 checkpoints, and the inputs of one pass (v)
+    with qgraph.Tape(checkpoint_every=1, checkpoint_bytes=budget) as tape:
         drag_until(x, v, k, left, flag, 0.05)
-    assert tape.stats.checkpoint_bytes == 408
+    assert tape.stats.checkpoint_bytes == budget
     with pytest.raises(qgraph.QgraphError, match=r"kernel drag_until: its qgraph.loop loop \(line \d+\) ran 5 passes, "
                                                  r"more than the tape's checkpoints held \(2 checkpoints every 1 "
                                                  r"passes\); record it again under qgraph.Tape\(checkpoint_every=3\)"):

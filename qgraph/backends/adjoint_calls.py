@@ -16,7 +16,7 @@ from ..errors import QgraphError
 from ..lang.adjoint import LoopStates, adjoint_source, recording_source
 from ..lang.adjoint.loops import loop_title
 from ..lang.flat.view import flat_source
-from ..lang.front.regions import DeviceLoop, IfRegion, Region, RepeatLoop, control_regions, leaf_tasks
+from ..lang.front.regions import DeviceLoop, IfRegion, RepeatLoop, control_regions, leaf_tasks
 from ..runtime import state as runtime
 from ..runtime.arrays import Ndarray
 from .checks import _written_names, written_params
@@ -69,8 +69,9 @@ def run_adjoint(kernel, values: tuple) -> None:
     key = kernel._compile(*values)
     states = loop_states(kernel, key)
     if states is not None:
-        what = (f"the arrays the loop overwrites ({', '.join(n for n, _ in states.carried)}) as each pass left them"
-                if states.stored else "the number of passes it ran")
+        kept = dict(states.kept).get(states.loop)
+        what = (f"the arrays the loop overwrites ({', '.join(kept)}) as each pass left them" if kept and states.stored
+                else "the branch taken" if isinstance(states.loop, IfRegion) else "the number of passes it ran")
         raise QgraphError(f"kernel {src.name}.grad: the gradient of its {loop_title(states.loop)} (line "
                           f"{states.loop.lineno}) needs {what}; record the call under qgraph.Tape, which keeps "
                           "them, and call tape.backward")
@@ -103,7 +104,6 @@ class _Facts:
 
     written: dict[int, int]  # parameter position -> first line writing that array (checks.written_params)
     written_by_task: tuple[frozenset[str], ...]  # per task, in launch order: the arrays it writes
-    loop_of: dict[int, Region]  # task -> the outermost loop (repeat or flag) it runs in
     reads: dict = field(default_factory=dict)  # signature -> adjoint_reads' answer
     states: dict = field(default_factory=dict)  # signature -> loop_states' answer
 
@@ -117,9 +117,7 @@ def kernel_facts(kernel) -> _Facts:
         src = kernel._source
         by_task = tuple(frozenset(_written_names(src, [n for s in t.body for n in ast.walk(s)], frozenset()))
                         for t in src.tasks)
-        loops = [r for r in control_regions(src.body) if isinstance(r, (RepeatLoop, DeviceLoop))]
-        loop_of = {t.index: loop for loop in reversed(loops) for t in leaf_tasks(loop.body)}  # outermost last
-        found = _FACTS[kernel] = _Facts(written_params(src), by_task, loop_of)
+        found = _FACTS[kernel] = _Facts(written_params(src), by_task)
     return found
 
 
@@ -151,27 +149,14 @@ def _analyse(kernel, key: tuple) -> None:
     adjoint = adjoint_source(src, grads, analysis=True)
     flat = flat_source(adjoint, kinds + [kinds[src.param_names.index(g)] for g in grads],
                        kernel._options_now(runtime.STATE).default_float)
-    carried = {loop: frozenset().union(*(facts.written_by_task[t.index] for t in leaf_tasks(loop.body)))
-               for loop in set(facts.loop_of.values())}
-    for t, loop in facts.loop_of.items():  # a struct's arrays are not followed from pass to pass
-        for node in (n for stmt in src.tasks[t].body for n in ast.walk(stmt)):
-            if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store) \
-                    and isinstance(node.value, ast.Attribute):
-                raise QgraphError(f"kernel {src.name}: the task at line {src.tasks[t].lineno} inside the "
-                                  f"{loop_title(loop)} at line {loop.lineno} writes `{ast.unparse(node.value)}`, an "
-                                  "array inside a struct; a loop's gradient follows only arrays passed as arguments "
-                                  "of their own: pass that array as one")
     per_task = {adjoint.adjoint.primal_of[a]: reads for a, reads in flat.adjoint_reads.items()}
-    stored = {t: tuple(sorted(n for n in reads if n in carried[facts.loop_of[t]]))
-              for t, reads in per_task.items() if t in facts.loop_of}
-    always = [loop for loop in carried if isinstance(loop, DeviceLoop) or _read_around(loop, per_task, carried[loop])]
-    states = _states(src, facts, kinds, carried, {t: n for t, n in stored.items() if n}, always)
+    states = _states(src, facts, kinds, per_task)
     skip = frozenset(n for n, _ in states.carried) if states else frozenset()
     found = {}
     n = len(src.tasks)
     for t, reads in per_task.items():
         for name, clobbered in reads.items():  # clobbered: task t itself may overwrite what it read
-            if name in skip or (t in facts.loop_of and name in carried[facts.loop_of[t]]):
+            if name in skip:
                 continue
             later = clobbered or any(name in facts.written_by_task[u] for u in range(t + 1, n))
             earlier = any(name in facts.written_by_task[u] for u in range(t))
@@ -185,7 +170,7 @@ def _analyse(kernel, key: tuple) -> None:
                                   "the kernel writes it; split the kernel")
             found[name] = when
     for region in control_regions(src.body):  # a branch's flag is read again by the adjoint
-        if isinstance(region, IfRegion):
+        if isinstance(region, IfRegion) and region.flag not in skip:
             found.setdefault(region.flag, "after")
     facts.reads[key] = found
     facts.states[key] = states
@@ -200,29 +185,47 @@ def _read_around(loop, per_task: dict, carried: frozenset) -> bool:
     return bool(before & after & carried)
 
 
-def _states(src, facts: _Facts, kinds: list, carried: dict, stored: dict, always: list) -> LoopStates | None:
-    """The LoopStates of a kernel whose loop adjoints read `stored` (primal task -> carried
-    arrays), or whose loop keeps states `always` (a flag loop, whose pass count the tape
-    records; a loop whose arrays the adjoints around it read as it got and as it left them)."""
-    if not stored and not always:
+def _states(src, facts: _Facts, kinds: list, per_task: dict) -> LoopStates | None:
+    """The LoopStates of a kernel that must keep states, or None: a loop whose adjoints read an
+    array it overwrites, a flag loop (whose pass count the tape records), a loop whose arrays the
+    adjoints around it read as it got and as it left them, a branch on a flag the kernel writes."""
+    loops = [r for r in control_regions(src.body) if isinstance(r, (RepeatLoop, DeviceLoop))]
+    arrays = {p.name for p, kind in zip(src.params, kinds) if getattr(kind, "is_array", False)}
+    written = frozenset().union(*facts.written_by_task) & arrays
+    inside = {loop: [t.index for t in leaf_tasks(loop.body)] for loop in loops}
+    own = {loop: frozenset().union(*(facts.written_by_task[t] for t in inside[loop])) for loop in loops}
+    branches = tuple(r for r in control_regions(src.body) if isinstance(r, IfRegion) and r.flag in written)
+    for loop in reversed(loops):  # a struct's arrays are not followed from pass to pass (outermost last)
+        for t in inside[loop]:
+            _no_struct_writes(src, src.tasks[t], f"inside the {loop_title(loop)} at line {loop.lineno} ")
+    if not branches and not any(isinstance(loop, DeviceLoop) or _read_around(loop, per_task, own[loop])
+                                or any(set(per_task.get(t, ())) & own[loop] for t in inside[loop]) for loop in loops):
         return None
-    loop = facts.loop_of[next(iter(stored))] if stored else always[0]
-    inside = [r for r in control_regions(loop)][1:]
-    if loop not in src.body.children or len(list(control_regions(src.body))) != len(inside) + 1 \
-            or not all(isinstance(r, IfRegion) for r in inside):
-        raise QgraphError(f"kernel {src.name}: the gradient of the {loop_title(loop)} at line {loop.lineno} keeps the "
-                          "states of its passes, which is done yet only for one loop at the top level of a kernel, "
-                          "with no other device region (branches inside it aside); split the kernel there")
-    names = sorted(carried[loop])
-    for t, task in enumerate(src.tasks):
-        clash = sorted(facts.written_by_task[t] & carried[loop])
-        if t not in facts.loop_of and clash:
-            raise QgraphError(f"kernel {src.name}: the task at line {task.lineno} writes `{clash[0]}`, which the "
-                              f"{loop_title(loop)} at line {loop.lineno} carries from pass to pass; the loop's "
-                              "gradient keeps its states only when the tasks outside the loop leave those arrays "
-                              "alone: move that task into a kernel of its own")
+    for task in src.tasks:
+        _no_struct_writes(src, task, "of a kernel whose gradient keeps states (device loops, written branch flags) ")
+    stored = {t: tuple(sorted(set(reads) & written)) for t, reads in per_task.items() if t is not None}
+    stored = {t: names for t, names in stored.items() if names}
+    kept = []
+    for loop in loops:
+        if any(t in stored for t in inside[loop]) or any(isinstance(r, DeviceLoop) or r in branches
+                                                          for r in control_regions(loop)):  # itself included
+            touched = {n.id for t in inside[loop] for s in src.tasks[t].body for n in ast.walk(s)
+                       if isinstance(n, ast.Name)}
+            touched |= {r.flag for r in control_regions(loop) if not isinstance(r, RepeatLoop)}
+            kept.append((loop, tuple(sorted(touched & written))))
     ranks = []
-    for name in names:
+    for name in sorted(written):
         kind = kinds[src.param_names.index(name)]
         ranks.append((name, kind.ndim - len(kind.element)))
-    return LoopStates(loop, tuple(ranks), tuple(sorted(stored.items())))
+    named = kept[0][0] if kept else branches[0] if branches else loops[0]
+    return LoopStates(src.body, named, tuple(ranks), tuple(sorted(stored.items())), tuple(kept), branches)
+
+
+def _no_struct_writes(src, task, where: str) -> None:
+    """A task whose writes the kept states must follow writes no array inside a struct."""
+    for node in (n for stmt in task.body for n in ast.walk(stmt)):
+        if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store) \
+                and isinstance(node.value, ast.Attribute):
+            raise QgraphError(f"kernel {src.name}: the task at line {task.lineno} {where}writes "
+                              f"`{ast.unparse(node.value)}`, an array inside a struct; a loop's gradient follows only "
+                              "arrays passed as arguments of their own: pass that array as one")

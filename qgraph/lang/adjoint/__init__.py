@@ -18,8 +18,9 @@ from ..front.globals_used import RNG_STATE
 from ..front.parse import KernelSource, Param
 from ..front.regions import Task, leaf_tasks
 from ..types.weak_types import INT, Typer, infer_locals, param_type
+from .checkpoints import checkpointed_regions, recording_source
 from .ir import Let, render, walk
-from .loops import LoopStates, checkpointed_regions, hidden_adjoint_params, recording_source, reversed_regions
+from .loops import LoopStates, hidden_adjoint_params, reversed_regions
 from .reverse import adjoint_name, adjoint_statements
 from .three_address import three_address
 

@@ -1,14 +1,12 @@
 """The adjoint's region tree, device loops included.
 
 A straight body reverses task by task. A `qgraph.repeat` loop whose body's adjoints read no
-array the loop overwrites (linear updates) reverses to a repeat loop of the reversed body, and
+array the kernel overwrites (linear updates) reverses to a repeat loop of the reversed body, and
 a `qgraph.cond` branch on a flag the kernel never writes to a branch on the same flag: neither
-keeps anything. A repeat loop whose adjoints read what it overwrites (`LoopStates`) keeps
-checkpoints instead: its *recording* source (the forward pass a tape runs) copies the arrays the
-loop carries every `every` passes, and its adjoint recomputes each segment of passes from its
-checkpoint, last segment first, keeping each task's inputs per pass, then runs the passes'
-adjoints in reverse, each after restoring the inputs its task saw. A flag loop (`qgraph.loop`,
-`graph_while`) always keeps states: the recording counts its passes, which the adjoint reads.
+keeps anything. A kernel whose loops' adjoints read what it overwrites, or with a flag loop (whose
+pass count the adjoint needs) or a branch on a flag it writes, keeps states instead
+(`LoopStates`, built by lang.adjoint.checkpoints): a recording forward pass and an adjoint that
+recomputes each loop's passes from checkpoints, nested loops and branches included.
 Counters and loop flags are 0-d arrays the generated serial tasks advance, so the CPU runner,
 the CUDA graph's WHILE nodes and the host fallback run it unchanged.
 """
@@ -18,6 +16,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 from dataclasses import dataclass
+from functools import cached_property
 
 from ..front.parse import KernelSource, Param
 from ..front.regions import (
@@ -34,165 +33,115 @@ from ..front.regions import (
 )
 from .source_facts import arrays_stored
 
-PREFIX = "_qg_lp_"  # the hidden parameters of a loop's recording and adjoint sources
-PASS, EVERY, SEGMENT, STEP, STEPS, GO, COUNT, MORE = (
-    PREFIX + n for n in ("pass", "every", "seg", "j", "n", "go", "count", "more"))
+PREFIX = "_qg_lp_"  # the hidden parameters of a kernel's recording and adjoint sources
+COUNTERS = ("count", "most", "seg", "j", "n", "go", "more", "every")  # per loop that keeps states
 
 
 @dataclass(frozen=True)
 class LoopStates:
-    """What the gradient of a kernel's top-level device loop keeps: `carried` (array, index rank)
-    are the arrays the loop body writes (checkpointed every `every` passes); `stored` (primal
-    task, arrays) the carried arrays each body task's adjoint reads (kept per pass while a
-    segment is recomputed)."""
+    """What the gradient of a kernel keeps when its adjoints need states it overwrites.
+    `carried` (array, index rank): every array the kernel writes (working arrays in the adjoint,
+    restored before each read); `stored` (primal task, arrays): the carried arrays each task's
+    adjoint reads (kept per pass of the innermost loop around it, once outside loops); `kept`
+    (loop, arrays): per loop that keeps states, in pre-order, the carried arrays its passes
+    touch (its checkpoints, and its entry state inside an outer loop's pass); `branches`: the
+    `qgraph.cond` branches on a flag the kernel writes (the flag kept per pass); `loop`: the
+    region messages name."""
 
-    loop: RepeatLoop | DeviceLoop
+    body: Region
+    loop: Region
     carried: tuple[tuple[str, int], ...]
     stored: tuple[tuple[int, tuple[str, ...]], ...]
+    kept: tuple[tuple[Region, tuple[str, ...]], ...] = ()
+    branches: tuple[IfRegion, ...] = ()
 
-    @property
-    def count(self) -> str:
-        """The pass count as the adjoint reads it: the recording's pass counter (a flag loop's
-        count is known only once it ran)."""
-        return f"{COUNT}[()]"
+    def checkpoint(self, j: int, name: str) -> str:
+        return f"{PREFIX}ck{j}_{name}"
 
-    def checkpoint(self, name: str) -> str:
-        return f"{PREFIX}ck_{name}"
+    def entry(self, j: int, name: str) -> str:
+        return f"{PREFIX}in{j}_{name}"
 
     def inputs(self, task: int, name: str) -> str:
         return f"{PREFIX}st{task}_{name}"
 
-    def buffers(self) -> list[tuple[str, str, str]]:
-        """(parameter, array it copies, "checkpoint" or "pass") of every buffer, in parameter order."""
-        out = [(self.checkpoint(n), n, "checkpoint") for n, _ in self.carried]
-        return out + [(self.inputs(t, n), n, "pass") for t, names in self.stored for n in names]
+    def flag(self, branch: int) -> str:
+        return f"{PREFIX}fl{branch}"
+
+    def counter(self, name: str, j: int) -> str:
+        return f"{PREFIX}{name}{j}"
+
+    def loop_index(self, region: Region) -> int | None:
+        return next((j for j, (loop, _) in enumerate(self.kept) if loop is region), None)
+
+    @cached_property
+    def owners(self) -> dict[int, int | None]:
+        """id(task, branch or loop) -> the innermost loop that keeps states around it (its index), or None."""
+        found: dict[int, int | None] = {}
+
+        def walk(region: Region, owner: int | None) -> None:
+            found[id(region)] = owner
+            j = self.loop_index(region)
+            for child in children_of(region):
+                walk(child, owner if j is None else j)
+
+        walk(self.body, None)
+        return found
+
+    def buffers(self) -> list[tuple[str, str, str, int | None]]:
+        """(parameter, array it copies, "checkpoint" or "pass", loop index) of every buffer, in
+        parameter order: a checkpoint buffer has a slot per segment of its loop; a pass buffer a
+        slot per pass of a segment of its loop (one slot for None: outside every loop)."""
+        out = [(self.checkpoint(j, n), n, "checkpoint", j) for j, (_, names) in enumerate(self.kept) for n in names]
+        out += [(self.entry(j, n), n, "pass", self.owners[id(loop)]) for j, (loop, names) in enumerate(self.kept)
+                if self.owners[id(loop)] is not None for n in names]
+        tasks = {t.index: t for t in leaf_tasks(self.body)}
+        out += [(self.inputs(t, n), n, "pass", self.owners[id(tasks[t])]) for t, names in self.stored for n in names]
+        return out + [(self.flag(b), r.flag, "pass", self.owners[id(r)]) for b, r in enumerate(self.branches)]
+
+    def counters(self) -> list[str]:
+        return [self.counter(c, j) for j in range(len(self.kept)) for c in COUNTERS]
 
 
 def loop_title(loop: Region) -> str:
     """How messages name a loop region."""
     if isinstance(loop, RepeatLoop):
         return "qgraph.repeat loop"
+    if isinstance(loop, IfRegion):
+        return "qgraph.cond branch"
     return "qgraph.loop loop" if loop.test_first else "graph_while loop"
 
 
 def reversed_regions(src: KernelSource, region: Region, order: list[int | None], analysis: bool = False) -> Region:
     """`region` reversed for the adjoint; `order` gets the primal task of each adjoint task.
-    `analysis`: a flag loop reversed as a repeat loop would be (to find what the adjoints read)."""
+    `analysis`: flag loops and branches on written flags reversed as if they kept nothing (to
+    find what the adjoints read)."""
     if isinstance(region, Task):
         order.append(region.index)
         return dataclasses.replace(region, index=len(order) - 1)
     if isinstance(region, Sequence):
         return Sequence(tuple(reversed_regions(src, c, order, analysis) for c in reversed(region.children)))
-    if isinstance(region, IfRegion) and not arrays_stored([s for t in src.tasks for s in t.body], {region.flag}):
+    if isinstance(region, IfRegion) and (analysis or not arrays_stored([s for t in src.tasks for s in t.body],
+                                                                         {region.flag})):
         return with_bodies(region, lambda body: reversed_regions(src, body, order, analysis))
     if isinstance(region, RepeatLoop) or (analysis and isinstance(region, DeviceLoop)):
         return with_bodies(region, lambda body: reversed_regions(src, body, order, analysis))
     if isinstance(region, IfRegion):
-        raise src.error(f"kernel {src.name}: cannot differentiate the qgraph.cond branch on `{region.flag}`, which "
-                        "the kernel writes; compute the flag in a kernel of its own", region.lineno)
+        raise src.error(f"kernel {src.name}: the gradient of the qgraph.cond branch on `{region.flag}`, which "
+                        "the kernel writes, needs the branch taken, which a qgraph.Tape records; record the call "
+                        "under a tape and call tape.backward", region.lineno)
     assert isinstance(region, DeviceLoop)
     raise src.error(f"kernel {src.name}: the gradient of a flag loop (qgraph.loop, graph_while) needs the count of "
                     "its passes, which a qgraph.Tape records; record the call under a tape and call tape.backward",
                     region.lineno)
 
 
-def recording_source(src: KernelSource, states: LoopStates) -> KernelSource:
-    """The forward pass a tape runs for a call: `src` with the carried arrays copied into their
-    checkpoints before every `every`-th pass and after the last one (the last slot)."""
-    loop, line = states.loop, states.loop.lineno
-    saves = [_copy(states.checkpoint(n), f"{PASS}[()] // {EVERY}", n, rank, line,
-                   when=f"{PASS}[()] % {EVERY} == 0 and {PASS}[()] // {EVERY} < {states.checkpoint(n)}.shape[0] - 1")
-             for n, rank in states.carried]
-    body = Sequence((*saves, *loop.body.children, _serial(f"{PASS}[()] += 1", line)))
-    final = [_copy(states.checkpoint(n), f"{states.checkpoint(n)}.shape[0] - 1", n, rank, line)
-             for n, rank in states.carried]
-    children: list[Region] = []
-    for child in src.body.children:
-        if child is loop:
-            children += [_serial(f"{PASS}[()] = 0", line), dataclasses.replace(loop, body=body), *final]
-        else:
-            children.append(child)
-    tree, _ = _indexed(src, Sequence(tuple(children)))
-    hidden = tuple(p for p in hidden_adjoint_params(src, states) if p.name.startswith(PREFIX + "ck_"))
-    return dataclasses.replace(src, name=f"{src.name}_recording", qualname=f"{src.qualname}.recording",
-                               params=src.params + hidden + (Param(PASS, None, False), Param(EVERY, None, False)),
-                               tasks=tuple(leaf_tasks(tree)), body=tree, graph_while=None)
-
-
-def checkpointed_regions(src: KernelSource, states: LoopStates, order: list[int | None]) -> Region:
-    """The adjoint's tree for a kernel whose loop keeps states (see the module docstring); the
-    carried arrays are working arrays of the tape's, restored from the buffers as needed."""
-    loop, line = states.loop, states.loop.lineno
-    ranks = dict(states.carried)
-    stored = dict(states.stored)
-
-    def restore(slot, when: str | None = None) -> list[Task]:
-        return [_copy(states.checkpoint(n), slot(n), n, r, line, when, restore=True) for n, r in states.carried]
-
-    written = arrays_stored([s for t in src.tasks for s in t.body], {r.flag for r in _branches(loop.body)})
-
-    def passes(seq: Sequence) -> tuple[list[Region], list[Region]]:
-        """A pass's forward part (keeping each task's inputs) and its backward part (restoring them)."""
-        forward: list[Region] = []
-        backward: list[Region] = []
-        for child in seq.children:
-            if isinstance(child, IfRegion) and child.flag not in written:  # the same branch on the way back
-                (then_f, then_b), (else_f, else_b) = passes(child.then), passes(child.orelse)
-                forward.append(IfRegion(child.flag, Sequence(tuple(then_f)), Sequence(tuple(else_f)), child.lineno))
-                backward.insert(0, IfRegion(child.flag, Sequence(tuple(then_b)), Sequence(tuple(else_b)),
-                                            child.lineno))
-                continue
-            if not isinstance(child, Task):
-                raise src.error(f"kernel {src.name}: cannot differentiate this device region inside the "
-                                f"{loop_title(loop)} whose passes keep states yet (a branch only on a flag the kernel "
-                                "never writes); call the inner part as a kernel of its own", getattr(child, "lineno",
-                                                                                                     loop.lineno))
-            names = stored.get(child.index, ())
-            forward += [_copy(states.inputs(child.index, n), f"{STEP}[()]", n, ranks[n], line) for n in names]
-            forward.append(_Forward(child))
-            backward = [*(_copy(states.inputs(child.index, n), f"{STEP}[()]", n, ranks[n], line, restore=True)
-                          for n in names), _Adjoint(child), *backward]
-        return forward, backward
-
-    forward, backward = passes(loop.body)
-    forward.append(_serial(f"{STEP}[()] += 1\n{GO}[()] = 1 if {STEP}[()] < {STEPS}[()] else 0", line))
-    backward.append(_serial(f"{STEP}[()] -= 1\n{GO}[()] = 1 if {STEP}[()] >= 0 else 0", line))
-    segment = Sequence((
-        *restore(lambda n: f"{SEGMENT}[()]"),
-        _serial(f"{PASS}[()] = {SEGMENT}[()] * {EVERY}\n{STEP}[()] = 0\n"
-                f"{STEPS}[()] = min({EVERY}, {states.count} - {PASS}[()])\n{GO}[()] = 1", line),
-        DeviceLoop(GO, Sequence(tuple(forward)), line, test_first=True, max_iterations=None),
-        _serial(f"{STEP}[()] = {STEPS}[()] - 1\n{GO}[()] = 1", line),
-        DeviceLoop(GO, Sequence(tuple(backward)), line, test_first=True, max_iterations=None),
-        _serial(f"{SEGMENT}[()] -= 1\n{MORE}[()] = 1 if {SEGMENT}[()] >= 0 else 0", line)))
-    children: list[Region] = restore(lambda n: f"{states.checkpoint(n)}.shape[0] - 1")
-    for child in reversed(src.body.children):
-        if child is loop:
-            first = f"({states.count} + {EVERY} - 1) // {EVERY} - 1"  # the last segment
-            children += [_serial(f"{SEGMENT}[()] = {first}\n{MORE}[()] = 1 if {SEGMENT}[()] >= 0 else 0", line),
-                         DeviceLoop(MORE, segment, line, test_first=True, max_iterations=None),
-                         *restore(lambda n: "0", f"{states.count} > 0")]  # slot 0 holds a state only then
-        else:
-            children.append(_Adjoint(child))
-    tree, primal = _indexed(src, Sequence(tuple(children)))
-    order += primal
-    return tree
-
-
-def _branches(region: Region) -> list[IfRegion]:
-    found = [region] if isinstance(region, IfRegion) else []
-    for child in children_of(region):
-        found += _branches(child)
-    return found
-
-
 def hidden_adjoint_params(src: KernelSource, states: LoopStates) -> tuple[Param, ...]:
-    """The checkpointed adjoint's parameters after the gradients: buffers, counters, flags, sizes.
-    A buffer of an array annotated `qgraph.vec3[:]` is annotated `qgraph.vec3[:, :]`."""
+    """The recording's and the checkpointed adjoint's parameters after the gradients: buffers,
+    then per loop its counters, flags and spacing. A buffer of an array annotated `qgraph.vec3[:]`
+    is annotated `qgraph.vec3[:, :]`."""
     by_name = {p.name: p for p in src.params}
-    buffers = [Param(p, _stacked(by_name[n].annotation), False) for p, n, _ in states.buffers()]
-    names = (PASS, EVERY, SEGMENT, STEP, STEPS, GO, COUNT, MORE)
-    return tuple(buffers) + tuple(Param(n, None, False) for n in names)
+    buffers = [Param(p, _stacked(by_name[n].annotation), False) for p, n, _, _ in states.buffers()]
+    return tuple(buffers) + tuple(Param(n, None, False) for n in states.counters())
 
 
 def _stacked(annotation: ast.expr | None) -> ast.expr | None:
@@ -208,28 +157,28 @@ def _stacked(annotation: ast.expr | None) -> ast.expr | None:
 
 
 @dataclass(frozen=True, eq=False)
-class _Forward(Region):
-    """A primal task run forward inside an adjoint (recomputing a segment)."""
+class Forward(Region):
+    """A primal task run forward inside an adjoint (recomputing a segment) or a recording."""
 
     task: Task
 
 
 @dataclass(frozen=True, eq=False)
-class _Adjoint(Region):
-    """A primal region whose adjoint goes here (a task outside the loop, reversed)."""
+class Adjoint(Region):
+    """A primal region whose adjoint goes here (reversed)."""
 
     region: Region
 
 
-def _indexed(src: KernelSource, tree: Region) -> tuple[Region, list[int | None]]:
+def indexed(src: KernelSource, tree: Region) -> tuple[Region, list[int | None]]:
     """The tree with every task renumbered in launch order, and per task the primal task whose
     adjoint it is (None: it runs forward)."""
     order: list[int | None] = []
 
     def walk(region: Region) -> Region:
-        if isinstance(region, _Adjoint):
+        if isinstance(region, Adjoint):
             return reversed_regions(src, region.region, order)
-        if isinstance(region, (_Forward, Task)):
+        if isinstance(region, (Forward, Task)):
             order.append(None)
             return dataclasses.replace(getattr(region, "task", region), index=len(order) - 1)
         if isinstance(region, Sequence):
@@ -239,7 +188,7 @@ def _indexed(src: KernelSource, tree: Region) -> tuple[Region, list[int | None]]
     return walk(tree), order
 
 
-def _serial(code: str, line: int) -> Task:
+def serial(code: str, line: int) -> Task:
     return Task(-1, False, line, _parsed(code, line))
 
 
@@ -250,8 +199,8 @@ def _parsed(code: str, line: int) -> list[ast.stmt]:
     return body
 
 
-def _copy(buffer: str, slot: str, array: str, rank: int, line: int, when: str | None = None,
-          restore: bool = False) -> Task:
+def copy_task(buffer: str, slot: str, array: str, rank: int, line: int, when: str | None = None,
+              restore: bool = False) -> Task:
     """`buffer[slot, ...] = array[...]` over every element of `array` (`restore`: the other way
     round), inside `if when:` where given: a parallel task (a serial one for a 0-d array)."""
     idx = [f"{PREFIX}i{d}" for d in range(rank)]
