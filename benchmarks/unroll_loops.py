@@ -10,7 +10,8 @@
   sweeps as `qgraph.repeat(50)` (chosen: 100 nodes in a straight line; the WHILE form with the U it
   would choose, 16; and U = 1), against the same sweeps in hand-written CUDA
   C++ captured as one graph of 100 kernel nodes (qgraph.bench.fluids_pressure: programmatic edges,
-  and as variants plain edges, an early launch of each successor, and two diagnostics of the gap
+  and as variants plain edges, an early launch of each successor (at the entry, or after the wait:
+  at most one grid waiting ahead), and two diagnostics of the gap
   to qgraph's task: plain loads instead of ld.global.nc, and those with qgraph's 256-byte
   parameter block instead of 32 bytes; and qgraph's repeat form with every node's launch_dependents
   twin, which compiler.cuda_program.TRIGGER_BLOCKS keeps for grids of at most 8 blocks);
@@ -225,6 +226,7 @@ def _hand_sweeps(shape: tuple[int, int], div, sweeps: int) -> dict:
     device = qgraph.runtime.STATE.cuda
     options = {HAND_FLUIDS: {}, f"{HAND_FLUIDS}, plain edges": {"programmatic": False},
                f"{HAND_FLUIDS}, early launch": {"early": True},
+               f"{HAND_FLUIDS}, launch after the wait": {"variant": "late"},
                f"{HAND_FLUIDS}, plain loads": {"variant": "aliased"},
                f"{HAND_FLUIDS}, plain loads, 256 B params": {"variant": "qgraph_params"}}
     return {who: UnrolledSweeps(device, qgraph.ndarray(qgraph.f32, shape), qgraph.ndarray(qgraph.f32, shape), div,

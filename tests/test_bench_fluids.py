@@ -12,6 +12,7 @@ import pytest
 
 import qgraph
 from qgraph.bench import fluids_pressure
+from qgraph.compiler import ptx_text
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -36,7 +37,11 @@ def test_nvrtc_compiles_the_sweeps_with_programmatic_waits_on_hopper_only():
     hopper, ampere = compile_ptx(source, "fluids.cu", (9, 0)), compile_ptx(source, "fluids.cu", (8, 0))
     for entry in fluids_pressure.ENTRIES:
         assert f".entry {entry}(" in hopper and f".entry {entry}(" in ampere
-    assert hopper.count("griddepcontrol.wait") == 4 and hopper.count("griddepcontrol.launch_dependents") == 1
+    assert hopper.count("griddepcontrol.wait") == 5 and hopper.count("griddepcontrol.launch_dependents") == 2
+    for entry, first, then in [("pressure_sweep_early", "launch_dependents", "wait"),
+                               ("pressure_sweep_late", "wait", "launch_dependents")]:
+        text = ptx_text.entry_text(hopper, entry)
+        assert text.index(f"griddepcontrol.{first}") < text.index(f"griddepcontrol.{then}")
     assert "griddepcontrol" not in ampere
     assert ".f64" not in hopper  # float32 throughout, as the qgraph kernels on float32 arrays
 

@@ -16,6 +16,7 @@ import test_atomics as ta
 import test_graph_while as tw
 import test_index_ranges as ti
 import test_kernels as tk
+import test_ndrange_blocks as tn
 import test_reductions as tr
 import test_updates as tu
 
@@ -56,7 +57,8 @@ CASES = [
     (tr.total, (A("u8", 1), A("u8", 1))), (tr.largest, (A("u4", 1), A("u4", 1))), (tr.total, (A("i4", 1), A("i4", 1))),
     (tk.serial_range_forms, (A("i8", 1), "int", "int", "int")),
     (ti.clamped_sweep, (A("f4", 2),) * 3), (ti.offset_rows, (A("f8", 2), A("f8", 2), S("i8"))),
-    (ti.clamped_locals, (A("f8", 2),) * 3),
+    (ti.clamped_locals, (A("f8", 2),) * 3), (tn.index_code_of_counts, (A("i8", 2), "int", "int")),
+    (tn.mark_3d, (A("i1", 3),)), (tn.three_d, (A("i8", 3),)),
     (ti.wrapped, (A("f8", 2), A("f8", 1), A("f8", 3), A("f8", 2), A("f8", 2), A("f8", 1), A("f8", 3), A("f8", 2))),
 ]
 
@@ -275,13 +277,15 @@ def test_index_math_has_no_wraparound_and_no_division(sm90):
 
 def test_a_stencils_neighbours_share_one_offset(sm90):
     """`u[i - 1, j, k]` ... `u[i, j, k + 1]` of a 3-D stencil over (1, n - 1) ranges: one 32-bit
-    offset of (i, j, k) for all six loads (two mad.lo.s32, and two for the store), the others a
+    offset of (i, j, k) for all six loads (two mad.lo.s32, and two for the store, in each of the
+    task's two forms, lang.cuda.loops.tiled_loops), the others a
     loop-invariant byte step or an immediate (`[%rd+4]`), as `c - plane`, `c + 1` in CUDA C++."""
     from test_ndrange_blocks import laplacian
 
     (ptx,) = _ptx(laplacian, (A("f4", 3),) * 2)
     code = _instructions(ptx)
-    assert len(re.findall(r"// begin inline asm\s+mad\.lo\.s32", ptx)) == 4, code  # not the thread indices' mads
+    # not the thread indices' mads; the body twice: the one-pass form and the grid-stride form
+    assert len(re.findall(r"// begin inline asm\s+mad\.lo\.s32", ptx)) == 2 * 4, code
     assert [i for i in code if re.match(r"ld\.global\.f32\s+%f\d+, \[%rd\d+\+4\]", i)], code
     assert [i for i in code if re.match(r"ld\.global\.f32\s+%f\d+, \[%rd\d+\+-4\]", i)], code
 
@@ -299,7 +303,7 @@ def test_a_clamped_stencil_computes_its_indices_and_bounds_in_32_bits(sm90):
     code = _instructions(ptx)
     assert not _wide_integer_ops(ptx), code
     assert [i for i in code if i.startswith("min.s32")] and [i for i in code if i.startswith("max.s32")], code
-    assert len([i for i in code if re.match(r"setp\.\w+\.u32", i)]) == 3, code  # x, y and the y loop's test
+    assert len([i for i in code if re.match(r"setp\.\w+\.u32", i)]) == 2, code  # x and y: one pass, no loop
     (wide,) = _ptx(ti.clamped_sweep, (array_sig(np.dtype("f4"), 2, True, 1 << 31),) * 3)
     assert [i for i in _instructions(wide) if re.match(r"setp\.\w+\.[su]64", i)]
     (scalar,) = _ptx(ti.offset_rows, (A("f8", 2), A("f8", 2), S("i8")))
@@ -372,3 +376,34 @@ def test_the_gated_variant_links_with_one_parameter_more(sm90, kernel, key, tmp_
     out = subprocess.run([nvlink, "-arch=sm_90", *objects, "-o", str(tmp_path / "all.cubin")],
                          capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
+
+
+def _backward_branches(ptx: str) -> list[str]:
+    """Branches to a label defined above them: the loops of the generated code."""
+    lines = [line.strip() for line in ptx.splitlines()]
+    labels = {line[:-1]: k for k, line in enumerate(lines) if re.match(r"^\$\w+:$", line)}
+    return [line for k, line in enumerate(lines)
+            if (found := re.search(r"\bbra(?:\.uni)?\s+(\$\w+);", line)) and labels.get(found.group(1), k) < k]
+
+
+def test_tiled_loops_run_one_pass_where_the_grid_covers_them(sm90, tmp_path):
+    """A 2-D loop whose counts are below 2**31 (the fluids sweep) has no loop at all: its y blocks
+    spread over the grid's y and z (launch_code.tile_shape), so one `if` per dimension bounds it
+    and ptxas needs 18 registers (27 with the grid-stride loop, 20 for the hand-written sweep).
+    A 2-D loop of a large array and a 3-D loop keep a grid-stride form for launches the grid
+    cannot cover, behind a uniform test of the launch shape."""
+    (narrow,) = _ptx(ti.clamped_sweep, (A("f4", 2),) * 3)
+    assert not _backward_branches(narrow), _instructions(narrow)
+    (wide,) = _ptx(ti.clamped_sweep, (array_sig(np.dtype("f4"), 2, True, 1 << 31),) * 3)
+    from test_ndrange_blocks import laplacian
+
+    (cube,) = _ptx(laplacian, (A("f4", 3),) * 2)
+    for ptx in (wide, cube):
+        assert _backward_branches(ptx) and "%nctaid.z" in ptx, _instructions(ptx)
+    ptxas = shutil.which("ptxas")
+    if ptxas:
+        path = tmp_path / "sweep.ptx"
+        path.write_text(ptx_text.add_grid_dependency_control(narrow))
+        out = subprocess.run([ptxas, "-v", "-arch=sm_90", str(path), "-o", str(tmp_path / "k.cubin")],
+                             capture_output=True, text=True)
+        assert int(re.search(r"Used (\d+) registers", out.stderr).group(1)) <= 20, out.stderr

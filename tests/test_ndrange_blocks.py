@@ -65,6 +65,31 @@ def test_a_y_extent_past_the_grid_limit(arch):
     np.testing.assert_array_equal(out, _index_codes(shape))
 
 
+@qgraph.kernel
+def index_code_of_counts(out, n: int, m: int):
+    for i, j in qgraph.ndrange(n, m):
+        out[i, j] = i * 100003 + j
+
+
+@qgraph.kernel
+def mark_3d(out):
+    for a, b, c in qgraph.ndrange(out.shape[0], out.shape[1], out.shape[2]):
+        out[a, b, c] += 1
+
+
+def test_a_y_extent_past_the_grid_limit_with_counts_of_any_size(arch):
+    shape = (70000 * 8 + 5, 33)  # scalar counts: 64-bit indices; one pass over the grid's y and z
+    out = np.full(shape, -1, dtype=np.int64)
+    call(index_code_of_counts, out, *shape)
+    np.testing.assert_array_equal(out, _index_codes(shape))
+
+
+def test_a_3d_y_extent_past_the_grid_limit(arch):
+    out = np.zeros((2, 65535 * 256 + 3, 1), dtype=np.int8)  # y blocks of 256 past 65535: the y loop
+    call(mark_3d, out)
+    assert out.min() == 1 and out.max() == 1
+
+
 def test_a_z_extent_past_the_grid_limit(arch):
     out = np.full((70001, 2, 3), -1, dtype=np.int64)
     call(three_d, out)
@@ -111,6 +136,15 @@ def test_tile_shapes_fill_blocks_and_cover_the_extents():
         if min(counts) >= 8:
             assert bx * by == 256  # no idle threads in a block for extents that fill it
     assert tile_shape((2046, 2046), 256)[3:] == (32, 8)  # a warp reads 128 contiguous bytes of float32
+    # a 2-D loop spreads its y blocks over the grid's y and z (one pass) while they fit 65535**2
+    for counts in [(65535 * 8, 32), (65535 * 8 + 1, 32), (70000 * 8 + 5, 33), ((1 << 31) - 1, 32)]:
+        gx, gy, gz, bx, by = tile_shape(counts, 256)
+        assert (bx, by) == (32, 8) and gy <= 65535 and gz <= 65535 and gy * gz * by >= counts[0]
+        assert (gy * gz - 1) * by < counts[0] + gz * by  # no more than a row of blocks in z idle
+    assert tile_shape((65535 * 8, 32), 256)[1:3] == (65535, 1)
+    assert tile_shape((1 << 40, 1), 256) == (1, 65535, 1, 1, 256)  # past 65535**2 blocks: the y loop
+    assert tile_shape((70001, 3, 2), 256)[1:3] == (1, 65535)  # a 3-D loop's z: the z loop
+    assert tile_shape((700, 3, 2), 256)[1:3] == (1, 700)
     with pytest.raises(OverflowError, match="2\\*\\*48"):
         tile_shape((1 << 30, 1 << 20), 256)
 

@@ -59,6 +59,15 @@ extern "C" __global__ void pressure_sweep_early(const float* __restrict__ p, flo
     sweep(p, p_new, div, nx, ny);
 }
 
+// The trigger after the wait: the successor launches once every block of this grid has passed
+// its wait (its predecessor done), so at most one grid waits ahead instead of a cascade of them.
+extern "C" __global__ void pressure_sweep_late(const float* __restrict__ p, float* __restrict__ p_new,
+                                               const float* __restrict__ div, int nx, int ny) {
+    WAIT();
+    LAUNCH_DEPENDENTS();
+    sweep(p, p_new, div, nx, ny);
+}
+
 // Diagnostics for the gap to qgraph's task (docs/benchmarks.md, "Unrolled device loops"):
 // the same sweep with plain loads, and the same sweep taking qgraph's 256-byte parameter block
 // (5 bounds, then each array as numba's 2-D array struct) instead of 32 bytes.
@@ -79,8 +88,10 @@ extern "C" __global__ void pressure_sweep_qgraph_params(long long s0, long long 
 }
 """
 
-ENTRIES = ("pressure_sweep", "pressure_sweep_early", "pressure_sweep_aliased", "pressure_sweep_qgraph_params")
-VARIANTS = {"baseline": ENTRIES[0], "early": ENTRIES[1], "aliased": ENTRIES[2], "qgraph_params": ENTRIES[3]}
+ENTRIES = ("pressure_sweep", "pressure_sweep_early", "pressure_sweep_aliased", "pressure_sweep_qgraph_params",
+           "pressure_sweep_late")
+VARIANTS = {"baseline": ENTRIES[0], "early": ENTRIES[1], "aliased": ENTRIES[2], "qgraph_params": ENTRIES[3],
+            "late": ENTRIES[4]}
 
 
 class NumbaArray2(ctypes.Structure):
@@ -102,7 +113,7 @@ class UnrolledSweeps:
     programmatic: programmatic edges between the nodes (compute capability 9.0+; plain edges, what
     a stream capture such as Warp's makes, otherwise); early: each sweep lets its successor launch
     at its entry (griddepcontrol.launch_dependents); variant: another kernel of VARIANTS (the
-    diagnostics). The final field is in `result`."""
+    diagnostics; "late": the trigger after the wait). The final field is in `result`."""
 
     def __init__(self, device, p, p_new, div, sweeps: int, programmatic: bool = True, early: bool = False,
                  variant: str = "baseline") -> None:

@@ -47,9 +47,12 @@ def tile_shape(counts: tuple[int, ...], threads: int, limit: int = 0) -> tuple[i
     """(gx, gy, gz, bx, by) of a tiled task: blocks of `threads` shaped to the extents.
 
     x takes 32 threads (a warp reads 128 contiguous bytes of float32) unless the last
-    extent is smaller, y the rest of the block unless its extent is smaller; y and z
-    are capped at the grid limit (the kernel loops over what remains), and with `limit`
-    (a task with reductions: one atomic per block) so that about `limit` blocks run.
+    extent is smaller, y the rest of the block unless its extent is smaller. The grid's y
+    and z are limited to 65535 blocks: a 2-D loop spreads its y blocks over both, a 3-D
+    loop takes one z block per index of its first dimension; the kernel runs each index
+    once where that covers them (lang.cuda.loops.tiled_loops tests the shape) and loops
+    over what remains otherwise. With `limit` (a task with reductions: one atomic per
+    block, grid-stride loops) y and z are capped so that about `limit` blocks run.
     Every grid dimension is at least 1, so a graph node stays valid for an empty loop."""
     nx, ny = counts[-1], counts[-2]
     nz = 1
@@ -62,7 +65,12 @@ def tile_shape(counts: tuple[int, ...], threads: int, limit: int = 0) -> tuple[i
     if bx * by < threads and nx > bx:  # a short y extent: widen x instead
         bx = min(threads // by, 1 << (nx - 1).bit_length())
     gx = -(-nx // bx) or 1
-    gy = min(-(-ny // by), MAX_GRID_YZ) or 1
+    rows = -(-ny // by)  # blocks in y
+    if len(counts) == 2 and not limit and rows > MAX_GRID_YZ:
+        gz = -(-rows // MAX_GRID_YZ)
+        if gz <= MAX_GRID_YZ:  # one pass: y blocks over the grid's y and z
+            return gx, -(-rows // gz), gz, bx, by
+    gy = min(rows, MAX_GRID_YZ) or 1
     gz = min(nz, MAX_GRID_YZ) or 1
     if limit:
         gz = max(1, min(gz, limit // gx))
