@@ -29,7 +29,9 @@ def kernel_module_source(tasks: int) -> str:
         lines += [deco, f"def {name}({params}, n, a: qgraph.f32):"] + body + [""]
     lines += ['@qgraph.kernel(graph_while="flag")', f"def loop({params}, counter, flag, n, a: qgraph.f32):"]
     lines += loop_body + [""]
-    lines += ["@qgraph.kernel", f"def repeat({params}, k: int, n, a: qgraph.f32):", "    for _ in qgraph.repeat(k):"]
+    # the loop rows time a repeat loop's passes: interchanged, its elementwise body would be one task
+    lines += ["@qgraph.kernel(interchange=False)", f"def repeat({params}, k: int, n, a: qgraph.f32):",
+              "    for _ in qgraph.repeat(k):"]
     lines += ["    " + line for line in body] + [""]
     return "\n".join(lines)
 
