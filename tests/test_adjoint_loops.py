@@ -11,7 +11,7 @@ import math
 import numpy as np
 import pytest
 from test_adjoint import check_gradients, seeds_for, to_qgraph, uniform
-from test_adjoint_checkpoints import nested, nested_until, switching
+from test_adjoint_checkpoints import drag_pass, nested, nested_until, switching
 
 import qgraph
 
@@ -77,13 +77,6 @@ def around(x, v, out, steps: int, dt: float):
 def drag_before(x, out):
     for i in range(x.shape[0]):
         out[i] = 0.5 * x[i]
-
-
-@qgraph.kernel
-def drag_pass(x, v, k, dt: float):
-    for i in range(x.shape[0]):
-        v[i] -= k[0] * v[i] * abs(v[i]) * dt
-        x[i] += v[i] * dt
 
 
 @qgraph.kernel

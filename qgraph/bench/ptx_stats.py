@@ -153,15 +153,7 @@ def assembled(ptx: str, arch: str, entry: str | None = None) -> dict[str, int | 
     if not ptxas:
         return {}
     with tempfile.TemporaryDirectory() as d:
-        src, cubin = os.path.join(d, "k.ptx"), os.path.join(d, "k.cubin")
-        with open(src, "w") as f:
-            f.write(ptx)
-        out = subprocess.run([ptxas, "-v", f"-arch={arch}", src, "-o", cubin], capture_output=True, text=True)
-        if out.returncode != 0:
-            raise RuntimeError(f"ptxas failed:\n{out.stderr[-2000:]}")
-        info = out.stderr
-        if entry is not None:
-            info = info.split(f"Compiling entry function '{entry}'")[-1].split("Compiling entry function")[0]
+        cubin, info = _assembled(ptxas, ptx, arch, entry, d)
         regs = re.search(r"Used (\d+) registers", info)
         spills = re.findall(r"(\d+) bytes spill (?:stores|loads)", info)
         result: dict[str, int | None] = {"regs": int(regs.group(1)) if regs else None,
@@ -176,6 +168,21 @@ def assembled(ptx: str, arch: str, entry: str | None = None) -> dict[str, int | 
         return result
 
 
+def _assembled(ptxas: str, ptx: str, arch: str, entry: str | None, directory: str) -> tuple[str, str]:
+    """`ptx` assembled by ptxas -v into a cubin in `directory`: its path, and ptxas's report (the
+    part about `entry` when given)."""
+    src, cubin = os.path.join(directory, "k.ptx"), os.path.join(directory, "k.cubin")
+    with open(src, "w") as f:
+        f.write(ptx)
+    out = subprocess.run([ptxas, "-v", f"-arch={arch}", src, "-o", cubin], capture_output=True, text=True)
+    if out.returncode != 0:
+        raise RuntimeError(f"ptxas failed:\n{out.stderr[-2000:]}")
+    info = out.stderr
+    if entry is not None:
+        info = info.split(f"Compiling entry function '{entry}'")[-1].split("Compiling entry function")[0]
+    return cubin, info
+
+
 def sass_profile(ptx: str, arch: str, entry: str | None = None) -> dict[str, int | None]:
     """What the index arithmetic of one entry costs in SASS: instructions (NOPs and the closing
     self-branch aside), those before the first global load, integer compares, selects and
@@ -185,15 +192,7 @@ def sass_profile(ptx: str, arch: str, entry: str | None = None) -> dict[str, int
     if not (ptxas and nvdisasm):
         return {}
     with tempfile.TemporaryDirectory() as d:
-        src, cubin = os.path.join(d, "k.ptx"), os.path.join(d, "k.cubin")
-        with open(src, "w") as f:
-            f.write(ptx)
-        out = subprocess.run([ptxas, "-v", f"-arch={arch}", src, "-o", cubin], capture_output=True, text=True)
-        if out.returncode != 0:
-            raise RuntimeError(f"ptxas failed:\n{out.stderr[-2000:]}")
-        info = out.stderr
-        if entry is not None:
-            info = info.split(f"Compiling entry function '{entry}'")[-1].split("Compiling entry function")[0]
+        cubin, info = _assembled(ptxas, ptx, arch, entry, d)
         regs = re.search(r"Used (\d+) registers", info)
         listing = _nvdisasm_function(subprocess.run([nvdisasm, "-c", cubin], capture_output=True, text=True).stdout,
                                      entry)
