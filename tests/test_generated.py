@@ -1,10 +1,13 @@
-"""Generated code: tracebacks show the generated line, QGRAPH_DUMP writes every source."""
+"""Generated code: tracebacks show the generated line, QGRAPH_DUMP writes every source, task code
+keeps only the globals it reads."""
 
 from __future__ import annotations
 
+import gc
 import os
 import re
 import traceback
+import weakref
 
 import numpy as np
 import pytest
@@ -27,6 +30,33 @@ def test_a_traceback_through_launch_code_shows_the_generated_line(arch):
     launch = [f for f in frames if f.filename.startswith("<qgraph: launch of kernel scaled")]
     assert launch, [f.filename for f in frames]
     assert "_slow(a1" in launch[-1].line  # the generated statement itself, read through linecache
+
+
+OFFSET = 0.5  # a global the kernel of the next test reads
+
+
+def test_a_compiled_kernel_keeps_only_the_globals_it_reads(arch):
+    """Task code runs among the names it reads, not a copy of its module's globals: an object a
+    script still held in a global while the kernel compiled (a step's argument, say) goes with its
+    last reference, and the global the kernel reads is compiled in."""
+
+    class Payload:
+        pass
+
+    globals()["_held_while_compiling"] = Payload()
+    alive = weakref.ref(globals()["_held_while_compiling"])
+
+    @qgraph.kernel
+    def shifted(x, a: float):
+        for i in range(x.shape[0]):
+            x[i] = a + OFFSET
+
+    x = qgraph.ndarray(qgraph.f64, (3,))
+    shifted(x, 2.0)
+    np.testing.assert_array_equal(x.to_numpy(), np.full(3, 2.5))
+    del globals()["_held_while_compiling"]
+    gc.collect()
+    assert alive() is None
 
 
 def test_qgraph_dump_writes_every_generated_source(arch, tmp_path, monkeypatch):

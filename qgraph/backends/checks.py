@@ -221,9 +221,7 @@ def host_bounds(src: KernelSource):
     """The host function evaluating every parallel loop's bounds (lang.lower.bounds.bounds_function)."""
     from ..lang.lower.bounds import bounds_function
 
-    ns = dict(src.globals)
-    ns.update(src.closure)
-    return bounds_function(src, ns)
+    return bounds_function(src)
 
 
 class _Missing:

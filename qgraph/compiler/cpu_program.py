@@ -74,11 +74,11 @@ class CpuProgram:
         namespaces = []
         raw: dict[str, object] = {}
         for name, tree, owner in module.func_codes:
-            ns = generated.run_tree(tree, owner.filename, f"cpu {name}", _namespace(owner, injected))
+            ns = generated.run_tree(tree, owner.filename, f"cpu {name}", _namespace(tree, owner, injected))
             raw[name] = ns[name]
             namespaces.append(ns)
         kernel_ns = generated.run_tree(module.tree, src.filename, f"cpu tasks of {src.qualname}",
-                                       _namespace(src, injected))
+                                       _namespace(module.tree, src, injected))
         namespaces.append(kernel_ns)
 
         compiled = {name: adapter.njit(raw[name], parallel=False, cache=cache, fastmath=fast_math)
@@ -123,8 +123,5 @@ def _importable(src: KernelSource) -> bool:
     return sys.modules.get(src.globals.get("__name__", "")) is not None
 
 
-def _namespace(src: KernelSource, injected: dict) -> dict:
-    ns = dict(src.globals)
-    ns.update(src.closure)
-    ns.update(injected)
-    return ns
+def _namespace(tree: ast.AST, src: KernelSource, injected: dict) -> dict:
+    return generated.namespace(tree, src.globals, src.closure, injected)

@@ -14,6 +14,7 @@ therefore the plain concatenation of its arguments' packed bytes.
 
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass
 
 import numpy as np
@@ -310,12 +311,13 @@ def _compile_ptx(src, codes, orders, task_types, func_defs, cc, types, fast_math
     raw_funcs = {}
     func_namespaces = []
     for fdef, _, fsrc in func_defs:
-        ns = generated.run_tree(module_of([fdef]), fsrc.filename, f"cuda {fdef.name}", _namespace(fsrc, ns_base))
+        tree = module_of([fdef])
+        ns = generated.run_tree(tree, fsrc.filename, f"cuda {fdef.name}", _namespace(tree, fsrc, ns_base))
         raw_funcs[fdef.name] = ns[fdef.name]
         func_namespaces.append(ns)
     device_funcs = {name: adapter.cuda_device_function(f, fast_math) for name, f in raw_funcs.items()}
-    kernel_ns = generated.run_tree(module_of([c.function for c in codes]), src.filename,
-                                   f"cuda tasks of {src.qualname}", _namespace(src, ns_base))
+    tree = module_of([c.function for c in codes])
+    kernel_ns = generated.run_tree(tree, src.filename, f"cuda tasks of {src.qualname}", _namespace(tree, src, ns_base))
     for ns in func_namespaces + [kernel_ns]:
         ns.update(device_funcs)
 
@@ -356,8 +358,5 @@ def _compile_ptx(src, codes, orders, task_types, func_defs, cc, types, fast_math
     return list(zip(names, modules)), entries, [sum(sizes) for sizes in expected]
 
 
-def _namespace(src: KernelSource, injected: dict) -> dict:
-    ns = dict(src.globals)
-    ns.update(src.closure)
-    ns.update(injected)
-    return ns
+def _namespace(tree: ast.AST, src: KernelSource, injected: dict) -> dict:
+    return generated.namespace(tree, src.globals, src.closure, injected)

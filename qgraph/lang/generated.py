@@ -102,6 +102,22 @@ def compile_tree(module: ast.Module, filename: str, label: str):
     return code
 
 
+_MODULE_ENTRIES = ("__name__", "__file__", "__package__", "__spec__", "__loader__", "__builtins__")
+
+
+def namespace(tree: ast.AST, globals_: dict, closure, injected: dict) -> dict:
+    """The namespace generated `tree` runs in: its module's own entries (__name__...), the globals
+    and closure variables the tree names, then `injected`. Never a copy of every global: the
+    compiled code keeps its namespace, so a copy would keep every module-level object of the
+    user's module (an argument a script still held at compile time) alive as long as the kernel."""
+    names = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
+    ns = {name: globals_[name] for name in _MODULE_ENTRIES if name in globals_}
+    ns.update((name, globals_[name]) for name in names if name in globals_)
+    ns.update((name, closure[name]) for name in names if name in closure)
+    ns.update(injected)
+    return ns
+
+
 def run_tree(module: ast.Module, filename: str, label: str, namespace: dict) -> dict:
     exec(compile_tree(module, filename, label), namespace)
     return namespace

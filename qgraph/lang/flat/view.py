@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import copy
 import dataclasses
+from collections import ChainMap
 from dataclasses import dataclass
 
 from ...args.kinds import is_vector_kind
@@ -85,7 +86,7 @@ class FuncSpecs:
         if arrays:
             raise src.error(f"{fn.__name__} reads the module-level array '{arrays[0]}': a @qgraph.func reads arrays "
                             "through its parameters; pass it in from the kernel", src.fn_def)
-        spec_src = dataclasses.replace(src, globals={**src.globals, **GLOBALS})
+        spec_src = dataclasses.replace(src, globals=ChainMap(GLOBALS, src.globals))
         env, params = {}, []
         for p, t in zip(src.params, types):
             if t is not None:
@@ -166,7 +167,7 @@ def flat_source(src: KernelSource, kinds: list, default_float: str = "f64") -> F
     specs = FuncSpecs()
     counter = _Counter()
     taken = _all_names(src.fn_def)
-    base = dataclasses.replace(src, globals={**src.globals, **GLOBALS})
+    base = dataclasses.replace(src, globals=ChainMap(GLOBALS, src.globals))
     tasks: dict[int, Task] = {}
     parts: dict[int, list[Task]] = {}  # an interchanged repeat loop's tasks, flattened one by one
     for task in src.tasks:

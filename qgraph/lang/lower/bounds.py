@@ -26,7 +26,7 @@ def _line(lineno: int) -> ast.AST:
     return node
 
 
-def bounds_function(src: KernelSource, namespace: dict):
+def bounds_function(src: KernelSource):
     """A host function: args -> (packed bound params per parallel task, iteration counts,
     per-dimension counts: a tuple for a multi-dimensional loop, the count for a 1-d one).
 
@@ -90,7 +90,8 @@ def bounds_function(src: KernelSource, namespace: dict):
                         ast.Tuple(extents, ast.Load())], ast.Load())
     body.append(ast.copy_location(ast.Return(result), src.fn_def))
     fdef = function_def("_qg_bounds", list(src.param_names), body, src.lineno)
-    ns = dict(namespace)
-    ns.update({"_qg_index": operator.index, "_qg_len": len, "_qg_range": range, "_qg_max": max})
-    ns.update({f"_qg_pack{n}": pack for n, pack in _PACK_Q.items()})
-    return generated.tree_function(module_of([fdef]), src.filename, f"bounds of {src.qualname}", ns, "_qg_bounds")
+    tree = module_of([fdef])
+    helpers = {"_qg_index": operator.index, "_qg_len": len, "_qg_range": range, "_qg_max": max}
+    helpers.update({f"_qg_pack{n}": pack for n, pack in _PACK_Q.items()})
+    ns = generated.namespace(tree, src.globals, src.closure, helpers)
+    return generated.tree_function(tree, src.filename, f"bounds of {src.qualname}", ns, "_qg_bounds")
