@@ -64,31 +64,36 @@ class GraphFunction:
             return self._fn(*args, **kwargs)  # a step called by a step: its calls join the outer one
         if not isinstance(target, DeviceState):
             return self._cpu_run(args, kwargs, state.settings)
-        runner = self._last or self._runner(target, state)
-        if stream is not None:
-            from .driver.device import stream_handle
+        try:
+            runner = self._last or self._runner(target, state)
+            if stream is not None:
+                from .driver.device import stream_handle
 
-            stream = stream_handle(stream)
-        if not (step_body.ACTIVE[0] and step_body.tape_recording()):  # a tape must see the body's calls
-            replayed, result = runner.replay_same(args, kwargs, runner.own_stream if stream is None else stream)
-            if replayed:
-                return result
-        calls, result = step_body.run_body(self._fn, args, kwargs)
-        if not calls:  # nothing to launch
-            self.stats.kernel_calls = self.stats.graph_nodes = 0
-        else:
-            # the graph lives on the device its kernels ran on (their arrays' device)
-            targets = {call.launcher.target for call in calls if call.launcher is not None} or {target}
-            if len(targets) > 1:
-                where = ", ".join(sorted(t.key for t in targets))
-                raise QgraphError(f"step {self.__name__}: its kernel calls ran on different devices ({where}); a "
-                                  "step's graph lives on one device: give all its calls arrays of one device")
-            runner = self._runner(targets.pop(), state)
-            handle = runner.own_stream if stream is None else stream
-            runner.run(calls, handle, self._flag(args, kwargs))
-            runner.remember(args, kwargs, handle, result)
-            self._last = runner
-        return result
+                stream = stream_handle(stream)
+            if not (step_body.ACTIVE[0] and step_body.tape_recording()):  # a tape must see the body's calls
+                replayed, result = runner.replay_same(args, kwargs, runner.own_stream if stream is None else stream)
+                if replayed:
+                    return result
+            calls, result = step_body.run_body(self._fn, args, kwargs)
+            if not calls:  # nothing to launch
+                self.stats.kernel_calls = self.stats.graph_nodes = 0
+            else:
+                # the graph lives on the device its kernels ran on (their arrays' device)
+                targets = {call.launcher.target for call in calls if call.launcher is not None} or {target}
+                if len(targets) > 1:
+                    where = ", ".join(sorted(t.key for t in targets))
+                    raise QgraphError(f"step {self.__name__}: its kernel calls ran on different devices ({where}); a "
+                                      "step's graph lives on one device: give all its calls arrays of one device")
+                runner = self._runner(targets.pop(), state)
+                handle = runner.own_stream if stream is None else stream
+                runner.run(calls, handle, self._flag(args, kwargs))
+                runner.remember(args, kwargs, handle, result)
+                self._last = runner
+            return result
+        finally:
+            # a tool may keep this frame after it returns (compute-sanitizer keeps the caller frames
+            # of each CUDA launch, with their locals): it then keeps none of the call's arguments
+            args = kwargs = calls = None
 
     def _runner(self, target: DeviceState, state):
         """The step runner of one device (its graphs and their cache), made on first use."""

@@ -73,6 +73,34 @@ def test_the_step_keeps_the_function_and_its_arguments_until_they_ran(arch):
     assert alive() is None
 
 
+def test_a_step_called_many_times_keeps_only_the_arguments_of_calls_not_yet_synced(arch):
+    class Payload:
+        pass
+
+    got = []
+
+    @qgraph.graph
+    def step(x, item):
+        put(x, 2.0)
+        qgraph.host_call(lambda p: got.append(type(p) is Payload), item)
+
+    x = qgraph.ndarray(qgraph.f64, (2,))
+    alive = []
+    for k in range(16):
+        payload = Payload()
+        alive.append(weakref.ref(payload))
+        step(x, payload)
+        del payload
+        if k == 7:
+            qgraph.sync()
+    gc.collect()
+    assert [a() is None for a in alive[:8]] == [True] * 8  # ran before a sync: released
+    qgraph.sync()
+    gc.collect()
+    assert got == [True] * 16 and [a() for a in alive] == [None] * 16
+    assert x.to_numpy()[1] == 2.0
+
+
 def test_the_host_drops_a_call_only_once_its_callback_has_returned():
     """The node's bookkeeping without a device: callbacks run the queued calls in launch order and
     only count them; the host drops the counted ones (at the next queue, or sync's drop_ran), never

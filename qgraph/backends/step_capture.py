@@ -296,43 +296,47 @@ class StepRunner:
                     if c.launcher is not None for p in c.launcher.src.params)
         if built is None or draws or not all(_reusable(v) for v in args + tuple(kwargs.values())):
             self._same = None
+            self._current_calls = []  # never replayed: its arguments (a host_call's too) go at the sync
             return
         self._same = (args, tuple(kwargs.values()), stream, built, STRUCT_EPOCH[0], tuple(kwargs), result,
                       self._current_version)
 
     def run(self, calls: list[StepCall], stream: int, flag=None) -> None:
-        signature = tuple((id(c.launcher), c.key) for c in calls)
-        address = self._flag_address(calls, flag) if self._loop is not None else None
-        slots = self._array_slots.get(signature)
-        if slots is None:
-            slots = self._array_slots[signature] = tuple(_array_positions(c) for c in calls)
-        # the dependencies follow the arrays alone: a changed number is a node update, never a new analysis
-        arrays = tuple(tuple(c.packs[k] for k in where) for c, where in zip(calls, slots))
-        with self._target.lock:
-            found = self._last.get((signature, arrays))
-            if found is None or found not in self._built.values():
-                deps = dependencies(calls)
-                found = self._built.get((signature, deps))
-                if found is None:
-                    found = self._build(signature, deps, calls, stream, address)
-                if len(self._last) >= 4 * self._capacity:
-                    self._last.clear()
-                    self._array_slots.clear()
-                self._last[(signature, arrays)] = found
-            found.update(calls)
-            if address is not None:
-                found.set_flag(address)
-            self._current, self._current_calls, self._current_version = found, calls, found.version
-            self._target.lifetimes.hold(stream, [c.args for c in calls])
-            queue_host_calls(found.parts, calls)
-            err = self._launch(found.exec, stream)[0]
-            if err:
-                unqueue_host_calls(found.parts, calls)
-                raise self._fail(err, "cuGraphLaunch")
-            stats = self._stats
-            stats.replays += 1
-            stats.graph_nodes = found.kernel_nodes
-            stats.kernel_calls = sum(c.launcher is not None for c in calls)
+        try:
+            signature = tuple((id(c.launcher), c.key) for c in calls)
+            address = self._flag_address(calls, flag) if self._loop is not None else None
+            slots = self._array_slots.get(signature)
+            if slots is None:
+                slots = self._array_slots[signature] = tuple(_array_positions(c) for c in calls)
+            # the dependencies follow the arrays alone: a changed number is a node update, never a new analysis
+            arrays = tuple(tuple(c.packs[k] for k in where) for c, where in zip(calls, slots))
+            with self._target.lock:
+                found = self._last.get((signature, arrays))
+                if found is None or found not in self._built.values():
+                    deps = dependencies(calls)
+                    found = self._built.get((signature, deps))
+                    if found is None:
+                        found = self._build(signature, deps, calls, stream, address)
+                    if len(self._last) >= 4 * self._capacity:
+                        self._last.clear()
+                        self._array_slots.clear()
+                    self._last[(signature, arrays)] = found
+                found.update(calls)
+                if address is not None:
+                    found.set_flag(address)
+                self._current, self._current_calls, self._current_version = found, calls, found.version
+                self._target.lifetimes.hold(stream, [c.args for c in calls])
+                queue_host_calls(found.parts, calls)
+                err = self._launch(found.exec, stream)[0]
+                if err:
+                    unqueue_host_calls(found.parts, calls)
+                    raise self._fail(err, "cuGraphLaunch")
+                stats = self._stats
+                stats.replays += 1
+                stats.graph_nodes = found.kernel_nodes
+                stats.kernel_calls = sum(c.launcher is not None for c in calls)
+        finally:
+            calls = flag = None  # this frame may outlive the call, as GraphFunction.__call__'s may (qgraph/step.py)
 
     def _flag_address(self, calls: list[StepCall], flag) -> bytes:
         """The flag's element pointer, from a kernel call the flag is passed to (one must set it)."""
