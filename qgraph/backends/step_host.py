@@ -11,12 +11,17 @@ is idle). Each launch of the graph queues that call's (fn, args) on the node, nu
 callback, on the driver's thread, runs them in launch order (a stream runs launches in order)
 and only counts what has run, after dropping its own references. The host drops the (fn, args)
 of launches counted as run, at the node's next launch and at qgraph.sync(), which first waits
-(a second at most) for the count to reach the launches it waited for: so `fn` and its arguments
-stay alive until it has run, however many launches are queued, and are released on the host's
-thread once the sync returns, whenever the driver's thread finished them (under
-compute-sanitizer the stream was seen done before the callback had returned). `fn` runs
-on a driver thread and must not call CUDA (qgraph's to_numpy, sync, kernel calls): CUDA
-forbids it there. An exception from `fn` is printed (ctypes reports it) and the graph goes on.
+(a second at most) for the count to reach the launches it waited for (under compute-sanitizer
+the stream was seen done before the callback had returned): so `fn` and its arguments stay
+alive until it has run, however many launches are queued, and are released on the host's
+thread once the sync returns. Nothing else keeps them past that sync: the step keeps its last
+call list only while it may replay it (StepRunner.remember: all arguments qgraph arrays,
+structs or numbers, the body not run again), the launching frames unbind the call's arguments
+on return (compute-sanitizer keeps the caller frames of every CUDA launch), and compiled task
+code keeps only the globals it reads (lang.generated.namespace: a copy of the module's globals
+kept a script's global payload alive for good). `fn` runs on a driver thread and must not call
+CUDA (qgraph's to_numpy, sync, kernel calls): CUDA forbids it there. An exception from `fn` is
+printed (ctypes reports it) and the graph goes on.
 """
 
 from __future__ import annotations
