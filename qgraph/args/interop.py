@@ -46,7 +46,8 @@ def _view_from_parts(name: str, ptr: int, shape, strides_bytes, dtype: np.dtype,
     for n in shape:
         size *= n
     abi = numba_abi(int(ptr), shape, strides_t, itemsize)
-    return DeviceView(array_sig(dtype, len(shape), contiguous, size, longest=max(shape, default=0)), abi, owner, device)
+    longest = 0 if size else max(shape, default=0)  # a non-empty array's extents are at most its size
+    return DeviceView(array_sig(dtype, len(shape), contiguous, size, longest=longest), abi, owner, device)
 
 
 def _from_torch(value, name: str) -> DeviceView:

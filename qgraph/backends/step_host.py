@@ -11,8 +11,10 @@ is idle). Each launch of the graph queues that call's (fn, args) on the node, nu
 callback, on the driver's thread, runs them in launch order (a stream runs launches in order)
 and only counts what has run, after dropping its own references. The host drops the (fn, args)
 of launches counted as run, at the node's next launch and at qgraph.sync(), which first waits
-(a second at most) for the count to reach the launches it waited for (under compute-sanitizer
-the stream was seen done before the callback had returned): so `fn` and its arguments stay
+(a second at most) for the count to reach the launches it waited for (a bound, not a cost: the
+callback counts before it returns, so a synchronised stream normally finds the count there
+already; what once looked like a late callback under compute-sanitizer was that tool keeping
+the launching frames, below): so `fn` and its arguments stay
 alive until it has run, however many launches are queued, and are released on the host's
 thread once the sync returns. Nothing else keeps them past that sync: the step keeps its last
 call list only while it may replay it (StepRunner.remember: all arguments qgraph arrays,
@@ -96,9 +98,8 @@ class HostNode:
 
     def settle(self, deadline: float) -> bool:
         """After a sync: wait (until `deadline`, time.monotonic(); the GIL released) for the callbacks
-        of the launches the device has finished, then drop what ran; whether all have. A stream can
-        report its work done before the callback's Python code has returned (seen under
-        compute-sanitizer), so the sync waits for the count, not for the stream alone."""
+        of the launches the device has finished, then drop what ran; whether all have. The count is
+        what the host trusts, not the stream's state, so a callback still returning is waited for."""
         while self.ran < self.queued and time.monotonic() < deadline:
             time.sleep(SETTLE_POLL_S)
         self.drop_ran()
