@@ -211,8 +211,9 @@ def packed_count(packs: tuple, slot: tuple) -> bytes:
 
 
 def counts_hold(fixed: tuple[FixedCount, ...], packs: tuple) -> bool:
-    """Whether a call packed as `packs` has the counts a graph was built straight for."""
-    return all(packed_count(packs, f.slot) == f.raw for f in fixed)
+    """Whether a call packed as `packs` has the counts a graph was built straight for (on the
+    new-numbers path: a graph with none makes no generator)."""
+    return not fixed or all(packed_count(packs, f.slot) == f.raw for f in fixed)
 
 
 def count_part(loop: RepeatLoop) -> tuple[int, bool]:
