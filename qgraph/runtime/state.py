@@ -64,7 +64,9 @@ class DeviceState:
             raise
         with self.lock:
             self.release_all()
-            nodes, self.host_nodes = self.host_nodes, set()
+            nodes = self.host_nodes
+            if nodes:  # a fresh set only when host_call nodes ran: a plain sync allocates nothing
+                self.host_nodes = set()
         if nodes:  # host_call nodes: their callbacks have run, or are returning; then their (fn, args) go
             deadline = time.monotonic() + HOST_CALLBACK_PATIENCE_S
             unsettled = {node for node in nodes if not node.settle(deadline)}
