@@ -170,10 +170,10 @@ class CpuLauncher:
         lines += run
         if self._loops:  # the runner's status: the guard stopped a loop, or Ctrl-C arrived
             ns.update({"_last": self._last, "_stopped": self._stopped})
-            lines += ["    _last[0] = r", "    if r[0]:", "        _stopped(r)"]
+            lines += ["    _last[0] = r", "    if r[0]:", "        _stopped(r, key)"]
         else:  # None, or 1 when Ctrl-C stopped a chunked parallel loop
             ns["_interrupted"] = self._interrupted
-            lines += ["    if r is not None:", "        _interrupted()"]
+            lines += ["    if r is not None:", "        _interrupted(key)"]
         source = f"def launch({args}{', ' if n else ''}stream):\n" + "\n".join(lines) + "\n"
         return generated.function(source, "launch", f"launch of kernel {src.qualname} (cpu)", ns)
 
@@ -213,15 +213,17 @@ class CpuLauncher:
         if self._loops:
             self._last[0] = status
             if status[0]:
-                self._stopped(status)
+                self._stopped(status, key)
         elif status is not None:
-            self._interrupted()
+            self._interrupted(key)
 
-    def _interrupted(self) -> None:
-        """KeyboardInterrupt for a call Ctrl-C stopped in a chunked parallel loop, naming its task."""
-        index = int(self._record[INTERRUPT_WORD]) - 1
+    def _interrupted(self, key: tuple) -> None:
+        """KeyboardInterrupt for a call Ctrl-C stopped in a chunked parallel loop, naming its task
+        (a chunked unit has one task; units of the same code share a function, so the runner's
+        unit word names it)."""
         self._record[INTERRUPT_WORD] = 0
-        task = next((t for t in self.src.tasks if t.index == index), None)
+        program, unit = self._program_of.get(key), int(self._record[UNIT_WORD])
+        task = program.unit_tasks[unit][0] if program is not None and 0 <= unit < len(program.unit_tasks) else None
         where = f"in the parallel loop at line {task.lineno}" if task is not None else "in a parallel loop"
         raise KeyboardInterrupt(f"kernel {self.src.name} was interrupted {where}; the arrays it writes hold "
                                 "partial results, and the next call starts afresh")
@@ -280,12 +282,12 @@ class CpuLauncher:
             runner = _leaf_caller(runner, flat, len(key))
         return runner, program, flat
 
-    def _stopped(self, status: tuple) -> None:
+    def _stopped(self, status: tuple, key: tuple) -> None:
         """Raise for a runner that stopped early: QgraphError (the guard) or KeyboardInterrupt."""
         if status[0] == RunnerStatus.CHECK_FAILED:  # its record was read already: nothing more to say
             return
         if status[0] == RunnerStatus.CHUNK_INTERRUPTED:  # Ctrl-C in a chunked parallel loop
-            self._interrupted()
+            self._interrupted(key)
         loop = self._loops[status[1]]
         if status[0] == RunnerStatus.RUNAWAY:
             raise runaway_error(self.src.name, loop, loop_limit(loop, self.options.max_iterations))

@@ -83,7 +83,7 @@ class CpuProgram:
 
         compiled = {name: adapter.njit(raw[name], parallel=False, cache=cache, fastmath=fast_math)
                     for name in module.funcs}
-        for name, parallel in module.units:
+        for name, parallel in dict.fromkeys(module.units):  # units of the same code share a function
             compiled[name] = adapter.njit(kernel_ns[name], parallel=parallel, cache=cache, fastmath=fast_math)
         for ns in namespaces:  # numba reads globals at compile time: point them at the dispatchers
             ns.update(compiled)

@@ -39,6 +39,7 @@ from ..types.precision import weak_typed
 from ..types.weak_types import param_type
 from . import loops as cpu_loops
 from .loops import IndexByCounter, RunnerStatus, counted_loop, flag_value, outer_loop, runner_status, trip_count
+from .shared_units import shared_units
 
 
 @dataclass
@@ -302,7 +303,13 @@ def cpu_module(src: KernelSource, options: KernelOptions = DEFAULT_OPTIONS, kind
         # numba compile and optimise the unit's code a second time, linked into the runner.
         runner_parallel = units.pop()[1]
         runner_body = runner_body[:1] + defs.pop().body
-    defs.append(function_def(RUNNER, list(src.param_names) + [RECORD], runner_body, src.lineno))
+    runner = function_def(RUNNER, list(src.param_names) + [RECORD], runner_body, src.lineno)
+    same = shared_units(defs)  # units of the same code up to names: one function, called with each unit's arguments
+    if any(name != first for name, first in same.items()):
+        _Rename(same).visit(runner)
+        defs = [d for d in defs if same[d.name] == d.name]
+        units = [(same[name], parallel) for name, parallel in units]
+    defs.append(runner)
     func_defs = lower_funcs(symbols)
     # the options that change code (compile flags such as fast math) are part of the fingerprint: numba's
     # cache index does not key on them, so each setting gets symbols and cache entries of its own

@@ -88,7 +88,7 @@ def outer_loop(task: Task, counter: str, count: ast.expr | None, iter_: ast.expr
                   f"        {counter} = {value}\n"
                   f"    _qg_cb_{t} += _qg_cl_{t}\n"
                   f"    if _qg_interrupted():\n"
-                  f"        {RECORD}[{INTERRUPT_WORD}] = {t + 1}\n"
+                  f"        {RECORD}[{INTERRUPT_WORD}] = 1\n"
                   f"        return {int(RunnerStatus.CHUNK_INTERRUPTED)}\n"
                   f"    _qg_cs_{t} = _qg_next_chunk(_qg_cs_{t}, _qg_clock_ns() - _qg_ct_{t})", at)
     loop.body[3].body += body

@@ -13,7 +13,7 @@ by compare-and-swap), [1] the index (finite checks: 0 NaN, 1 +inf, 2 -inf), [2] 
 values in [3:], [3:3+n] the array's shape (finite checks: the element's index, when known;
 divisor checks: nothing),
 [UNIT_WORD] the unit of tasks running (CPU: names the task an exception came from),
-[INTERRUPT_WORD] the task whose chunked parallel loop Ctrl-C stopped, plus one (CPU),
+[INTERRUPT_WORD] 1 once Ctrl-C stopped a chunked parallel loop (CPU; UNIT_WORD names its unit),
 [CANCEL_WORD] non-zero once kernel.cancel() asked the runner's device loops to stop (CPU),
 [YIELD_COUNT, YIELD_STEP, YIELD_CLOCK] while other threads exist, the passes until the runner next
 lets them run, that number's last value, and the clock (ns) then (CPU: compiler.cpu_interrupts),
@@ -34,7 +34,7 @@ DIVISOR_AXIS = -2  # a Site's axis for a divisor check (its `array` is then the 
 RECORD = "_qg_record"
 RECORD_WORDS = 32
 UNIT_WORD = RECORD_WORDS - 1
-INTERRUPT_WORD = RECORD_WORDS - 2  # CPU: the task (index + 1) a chunked parallel loop stopped on Ctrl-C
+INTERRUPT_WORD = RECORD_WORDS - 2  # CPU: 1 once a chunked parallel loop stopped on Ctrl-C (in unit UNIT_WORD)
 CANCEL_WORD = RECORD_WORDS - 3  # CPU: kernel.cancel() was called (its device loops stop after their pass)
 YIELD_COUNT = RECORD_WORDS - 4  # CPU: 0 (no other thread), or passes until the runner next releases the GIL
 YIELD_STEP = RECORD_WORDS - 5  # CPU: the passes between two releases (0: not measured yet)
