@@ -63,6 +63,7 @@ class TaskKernel:
     scratch: Scratch | None = None  # deterministic reductions' partials and block counter
     module: object = None  # the CUmodule holding this specialisation's kernels (unloaded on close)
     tiled: bool = False  # a multi-dimensional loop on 2-D blocks: its grid is a shape (launch_code.tile_shape)
+    temporal: tuple | None = None  # a temporally tiled task's (passes, tile, halo): its grid is launch_code.tiles_of
     arg_exprs: tuple[str, ...] = ()  # each argument slot's value from the call's `p` (a struct leaf: p[k][j])
     record: bytes = b""  # debug mode: the record array's parameter bytes, after the scratch arrays
     arrays: int = 0  # array arguments (the scratch arrays and the record follow them)
@@ -238,6 +239,7 @@ def compile_tasks(src: KernelSource, key: tuple[str, ...], device: CudaDevice, c
         kernel.arg_exprs = tuple(flat.slot_expr(k) for k in order)
         kernel.module = module
         kernel.tiled = code.tiled
+        kernel.temporal = code.temporal
         kernel.arrays = sum(1 for k in order if types[k].is_array)
         if task.parallel:
             per_sm = check(driver().cuOccupancyMaxActiveBlocksPerMultiprocessor(function, block, 0),
