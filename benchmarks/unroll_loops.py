@@ -164,26 +164,39 @@ def pressure_repeat(p, p_new, div, pairs: int):
             p[i, j] = 0.25 * (pl + pr + pb + pt - div[i, j])
 
 
-def fluid_rows(shape: tuple[int, int], sweeps: int, budget: float, repeat: int) -> list[dict]:
+def fluid_rows(shape: tuple[int, int], sweeps: int, budget: float, repeat: int, every: bool = True) -> list[dict]:
     """The pressure solve of a stable-fluids substep: the example's graph_while loop (U = 1, chosen)
-    and the same sweeps as a repeat loop (chosen: a straight line; the WHILE form; U = 1), every variant
-    the same bits, against the hand-written CUDA C++ graph of `sweeps` nodes (the issue's baseline)."""
+    and the same sweeps as a repeat loop (chosen: temporally tiled, S passes per launch; untiled: a
+    straight line; tiled with S = 2, 4, 8 and another tile; the WHILE form; U = 1), every variant the
+    same bits, against the hand-written CUDA C++ graph of `sweeps` nodes (the issue's baseline).
+    `every=False`: the baseline, the graph_while loop and the repeat's chosen, untiled and S rows only."""
     from qgraph.compiler import cuda_program
     from qgraph.examples.stable_fluids_kernels import pressure_scalar
+    from qgraph.lang.cuda import tiling
 
     trigger_blocks = cuda_program.TRIGGER_BLOCKS
+    tiles = tiling.TILES
 
     p, p_new, div = (qgraph.ndarray(qgraph.f32, shape) for _ in range(3))
     div.from_numpy(np.random.default_rng(1).standard_normal(shape).astype(np.float32))
     iters, flag = qgraph.ndarray(qgraph.i32, (1,)), qgraph.ndarray(qgraph.i32, (1,))
-    variants = {f"graph_while U={u or 'chosen'}": pressure_scalar._variant(unroll=u) for u in (1, None)}
+    unrolls = (1, None) if every else (None,)
+    variants = {f"graph_while U={u or 'chosen'}": pressure_scalar._variant(unroll=u) for u in unrolls}
     from qgraph.graph_unroll import unroll_factor
 
     u = unroll_factor(pressure_repeat._source.body.children[0], None)  # what the WHILE form would choose
-    repeats = {"repeat, chosen (straight line)": pressure_repeat,
-               f"repeat, WHILE form U={u}": pressure_repeat._variant(unroll=u),
-               "repeat U=1": pressure_repeat._variant(unroll=1), TRIGGERED: pressure_repeat._variant(unroll=None)}
-    sides = {who: (hand.launch, hand.buffers, hand.result) for who, hand in _hand_sweeps(shape, div, sweeps).items()}
+    plain = pressure_repeat._variant(temporal_tiling=False)
+    repeats = {TILED: pressure_repeat, UNTILED: plain}
+    repeats.update({f"repeat, tiled S={s}": pressure_repeat._variant(temporal_tiling=s) for s in (2, 4, 8)})
+    if every:
+        repeats.update({OTHER_TILE: pressure_repeat._variant(temporal_tiling=8, unroll=None),
+                        f"repeat, WHILE form U={u}, tiled": pressure_repeat._variant(unroll=u),
+                        f"repeat, WHILE form U={u}, untiled": plain._variant(unroll=u),
+                        "repeat U=1": plain._variant(unroll=1), TRIGGERED: plain._variant(unroll=None)})
+    hands = _hand_sweeps(shape, div, sweeps)
+    if not every:
+        hands = {HAND_FLUIDS: hands[HAND_FLUIDS]}
+    sides = {who: (hand.launch, hand.buffers, hand.result) for who, hand in hands.items()}
     for who, kernel in variants.items():
         sides[who] = (lambda kernel=kernel: (iters.fill(0), kernel(p, p_new, div, iters, flag, sweeps)), (p, p_new), p)
     for who, kernel in repeats.items():
@@ -194,15 +207,17 @@ def fluid_rows(shape: tuple[int, int], sweeps: int, budget: float, repeat: int) 
             array.fill(0)
         # the graph is built by the first call; TRIGGERED's nodes (128 blocks) run the launch_dependents twin
         cuda_program.TRIGGER_BLOCKS = 1 << 20 if who == TRIGGERED else trigger_blocks
+        tiling.TILES = {**tiles, 2: (32, 32)} if who == OTHER_TILE else tiles  # compiled by the first call
         try:
             call()
             qgraph.sync()
         finally:
             cuda_program.TRIGGER_BLOCKS = trigger_blocks
+            tiling.TILES = tiles
         results[who] = field.to_numpy()
         if who in repeats:
             builds[who] = repeats[who].stats.build_seconds * 1e3
-    first = results["graph_while U=1"]
+    first = results[next(iter(variants))]
     for who in (*variants, *repeats):
         assert np.array_equal(results[who], first), f"{who} differs"
     assert pressure_repeat.stats.iterations == (sweeps // 2,)
@@ -214,6 +229,9 @@ def fluid_rows(shape: tuple[int, int], sweeps: int, budget: float, repeat: int) 
 
 
 HAND_FLUIDS = "CUDA C++ unrolled graph"
+TILED = "repeat, chosen (temporally tiled)"
+UNTILED = "repeat, untiled (straight line)"
+OTHER_TILE = "repeat, tiled S=8, 32x32 tiles"
 TRIGGERED = "repeat, chosen, launch_dependents"  # every node's trigger twin (TRIGGER_BLOCKS lifted)
 
 
@@ -253,6 +271,7 @@ def main() -> None:
         rows += short_repeat_rows(budget, repeat)
     if every or args.fluids:
         rows += fluid_rows((256, 128), 100, budget, repeat)
+        rows += fluid_rows((2048, 2048), 100, budget, repeat, every=False)  # tiling must not lose here
     device = qgraph.runtime.STATE.cuda.info
     print(f"device: {getattr(device, 'name', '?')} cc {device.compute_capability} driver {device.driver_version}")
     for r in rows:

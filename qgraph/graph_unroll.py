@@ -184,7 +184,7 @@ def graph_tree(spec, packs: tuple, own: bool) -> tuple[Region, tuple[FixedCount,
     `spec.straight_counts`, the repeats `_Straightening` allows as Straight copies of this count."""
     if not spec.device_loops:  # the host do-while repeats the graph of the plain body
         return spec.body, ()
-    tiles = {tk.task.index: tk for tk in spec.kernels if tk.temporal}
+    tiles = {tk.task.index: tk for tk in getattr(spec, "kernels", ()) if tk.temporal}  # temporally tiled tasks
     if not (own and spec.straight_counts) or spec.stop_word:
         return unrolled(spec.body, spec.options.unroll, tiles=tiles), ()
     straight = _Straightening(spec, packs)
