@@ -170,12 +170,13 @@ def fluid_rows(shape: tuple[int, int], sweeps: int, budget: float, repeat: int, 
     straight line; tiled with S = 2, 4, 8 and another tile; the WHILE form; U = 1), every variant the
     same bits, against the hand-written CUDA C++ graph of `sweeps` nodes (the issue's baseline).
     `every=False`: the baseline, the graph_while loop and the repeat's chosen, untiled and S rows only."""
+    from qgraph import graph_unroll
     from qgraph.compiler import cuda_program
     from qgraph.examples.stable_fluids_kernels import pressure_scalar
     from qgraph.lang.cuda import tiling
 
     trigger_blocks = cuda_program.TRIGGER_BLOCKS
-    tiles = tiling.TILES
+    tiles, waves = tiling.TILES, graph_unroll.MAX_TILED_WAVES
 
     p, p_new, div = (qgraph.ndarray(qgraph.f32, shape) for _ in range(3))
     div.from_numpy(np.random.default_rng(1).standard_normal(shape).astype(np.float32))
@@ -186,8 +187,10 @@ def fluid_rows(shape: tuple[int, int], sweeps: int, budget: float, repeat: int, 
 
     u = unroll_factor(pressure_repeat._source.body.children[0], None)  # what the WHILE form would choose
     plain = pressure_repeat._variant(temporal_tiling=False)
-    repeats = {TILED: pressure_repeat, UNTILED: plain}
-    repeats.update({f"repeat, tiled S={s}": pressure_repeat._variant(temporal_tiling=s) for s in (2, 4, 8)})
+    chosen = pressure_repeat._variant()  # its own graph: whether it tiles is decided for this grid
+    repeats = {TILED: chosen, UNTILED: plain}
+    forced = "" if every else ", forced"  # a large grid: tiled although its tiles exceed MAX_TILED_WAVES
+    repeats.update({f"repeat, tiled S={s}{forced}": pressure_repeat._variant(temporal_tiling=s) for s in (2, 4, 8)})
     if every:
         repeats.update({OTHER_TILE: pressure_repeat._variant(temporal_tiling=8, unroll=None),
                         f"repeat, WHILE form U={u}, tiled": pressure_repeat._variant(unroll=u),
@@ -208,19 +211,21 @@ def fluid_rows(shape: tuple[int, int], sweeps: int, budget: float, repeat: int, 
         # the graph is built by the first call; TRIGGERED's nodes (128 blocks) run the launch_dependents twin
         cuda_program.TRIGGER_BLOCKS = 1 << 20 if who == TRIGGERED else trigger_blocks
         tiling.TILES = {**tiles, 2: (32, 32)} if who == OTHER_TILE else tiles  # compiled by the first call
+        graph_unroll.MAX_TILED_WAVES = 1 << 30 if who.endswith("forced") else waves  # built by it
         try:
             call()
             qgraph.sync()
         finally:
             cuda_program.TRIGGER_BLOCKS = trigger_blocks
             tiling.TILES = tiles
+            graph_unroll.MAX_TILED_WAVES = waves
         results[who] = field.to_numpy()
         if who in repeats:
             builds[who] = repeats[who].stats.build_seconds * 1e3
     first = results[next(iter(variants))]
     for who in (*variants, *repeats):
         assert np.array_equal(results[who], first), f"{who} differs"
-    assert pressure_repeat.stats.iterations == (sweeps // 2,)
+    assert chosen.stats.iterations == (sweeps // 2,)
     spreads = interleaved_spreads({who: side[0] for who, side in sides.items()}, budget, repeat, qgraph.sync)
     floor = spreads[HAND_FLUIDS].median
     return [{"section": "fluids pressure", "n": f"{shape[0]}x{shape[1]}", "mode": who, "us": s.median * 1e6,

@@ -33,7 +33,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from .compiler.cuda_program import TaskKernel
+from .compiler.cuda_program import TaskKernel, blocks_in
+from .compiler.launch_code import tiles_of
 from .lang.front.regions import (
     USE_KERNEL,
     DeviceLoop,
@@ -70,6 +71,10 @@ MAX_COPY_NODES = 32  # kernel nodes of all copies of a body: larger graphs build
 # and a straight graph of 100-128 nodes built in 4.4-7.8 ms (40-60 us a node, once per graph, and the
 # WHILE form's 1-3 ms once more if the count changes): paid back within a few hundred calls.
 MAX_STRAIGHT_NODES = 128  # kernel nodes of a repeat built as a straight line, at most
+# A temporally tiled task (lang.cuda.tiling) replaces S passes of its loop where its tiles fit in this
+# many waves of the device: a small grid's passes wait on launches, which tiling saves; a large grid's
+# are bound by memory and arithmetic, which the halo's recomputation adds to.
+MAX_TILED_WAVES = 1
 
 
 @dataclass(frozen=True, eq=False)
@@ -178,17 +183,29 @@ def passes_of(loop: Region, body: Sequence, passes: int, tiles) -> tuple[Sequenc
     return groups + tuple(clone(body) for _ in range(passes % s))
 
 
-def graph_tree(spec, packs: tuple, own: bool) -> tuple[Region, tuple[FixedCount, ...]]:
+def graph_tree(spec, packs: tuple, own: bool, args: tuple | None = None) -> tuple[Region, tuple[FixedCount, ...]]:
     """The tree a graph of `spec` (graph_cache.GraphSpec) builds for a call packed as `packs`, and the
     repeat counts it fixes: with `own` (the kernel's own graph, not a part of another) and
-    `spec.straight_counts`, the repeats `_Straightening` allows as Straight copies of this count."""
+    `spec.straight_counts`, the repeats `_Straightening` allows as Straight copies of this count;
+    with the call's `args`, the temporally tiled tasks whose tiles fit (MAX_TILED_WAVES)."""
     if not spec.device_loops:  # the host do-while repeats the graph of the plain body
         return spec.body, ()
-    tiles = {tk.task.index: tk for tk in getattr(spec, "kernels", ()) if tk.temporal}  # temporally tiled tasks
+    tiles = tiled_kernels(spec, args)
     if not (own and spec.straight_counts) or spec.stop_word:
         return unrolled(spec.body, spec.options.unroll, tiles=tiles), ()
     straight = _Straightening(spec, packs)
     return unrolled(spec.body, spec.options.unroll, straight, tiles=tiles), tuple(straight.fixed)
+
+
+def tiled_kernels(spec, args: tuple | None) -> dict:
+    """Task index -> TaskKernel of each temporally tiled task of `spec` whose grid of tiles for these
+    arguments fits MAX_TILED_WAVES waves (a graph built so keeps its form for later shapes)."""
+    kernels = [tk for tk in getattr(spec, "kernels", ()) if tk.temporal]
+    if not kernels or args is None:
+        return {}
+    counts = spec.bounds(*args)[2]
+    return {tk.task.index: tk for tk in kernels
+            if blocks_in(tiles_of(counts[tk.bounds_slot], tk.temporal[1], tk.block)) <= MAX_TILED_WAVES * tk.wave}
 
 
 class _Straightening:

@@ -24,6 +24,7 @@ from ..driver.device import CudaDevice, check, driver, owned
 from ..errors import QgraphError
 from ..lang import generated
 from ..lang.cuda import codegen as cuda_codegen
+from ..lang.cuda import tiling
 from ..lang.cuda.reductions import dtype_name
 from ..lang.flat.view import FlatSource, flat_source
 from ..lang.front.parse import KernelSource, Task
@@ -232,7 +233,7 @@ def compile_tasks(src: KernelSource, key: tuple[str, ...], device: CudaDevice, c
             limit = check(driver().cuFuncGetAttribute(
                 driver().CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, function),
                 "cuFuncGetAttribute")
-            block = min(BLOCK, limit)
+            block = min(tiling.BLOCK if code.temporal else BLOCK, limit)
             bounds_slot = slot
             slot += 1
         kernel = TaskKernel(task, function, block, size, bounds_slot, tuple(order), waits, suffix)

@@ -27,12 +27,14 @@ from ..types.weak_types import param_type
 from . import reductions
 from .loops import CountedLoops, as_list
 
-# Tile extents per loop dimension count (x, the last dimension, over the contiguous axis) and the
-# passes per launch tried from the largest, at most 48 KB of static shared memory per block.
+# Tile extents per loop dimension count (x, the last dimension, over the contiguous axis), the
+# passes per launch tried from the largest, at most 48 KB of static shared memory per block, and
+# the threads of a tiled task's block (compiler.cuda_program launches it so, where it fits).
 # TODO(s51): from the fluids rows of benchmarks/unroll_loops.py on the GPU host.
-TILES = {1: (256,), 2: (16, 32)}
+TILES = {1: (1024,), 2: (16, 32)}
 PASSES = (8, 4, 2)
 SHARED_BYTES = 48 * 1024
+BLOCK = 512
 CONTIGUOUS_DTYPES = "iuf"  # element kinds a tile stages (no vectors, structs or bools)
 
 
@@ -41,42 +43,51 @@ def halo(task: TiledTask, passes: int) -> int:
     return (passes - 1) * sum(task.radii) + sum(task.radii[:-1])
 
 
-def tile_plan(task: TiledTask, kind_of: dict, option) -> tuple[int, tuple[int, ...], int] | None:
-    """(passes per launch S, tile extents, halo) for these argument kinds, or None where the task
-    cannot be tiled: a carried array not a plain numeric array of the loop's rank, or no S whose
-    regions fit the shared memory."""
+def tile_plan(task: TiledTask, kind_of: dict, option) -> tuple[int, tuple[int, ...], int, tuple[str, ...]] | None:
+    """(passes per launch S, tile extents, halo, the read-only arrays staged too) for these argument
+    kinds, or None where the task cannot be tiled: a carried array not a plain numeric array of the
+    loop's rank, or no S whose regions fit the shared memory. The read-only arrays read near their
+    element are staged where they fit beside the carried ones (their reads then wait on no global load)."""
     ndim = len(task.dims)
+
+    def stageable(kind) -> bool:
+        return kind.is_array and kind.ndim == ndim and not kind.large and kind.dtype.kind in CONTIGUOUS_DTYPES
+
     carried = [kind_of[name] for name in task.arrays if name in task.written]
-    if any(not k.is_array or k.ndim != ndim or k.large or k.dtype.kind not in CONTIGUOUS_DTYPES for k in carried):
+    if not all(stageable(k) for k in carried):
         return None
+    read_only = tuple(name for name in task.read_only if stageable(kind_of[name]))
     tile = TILES[ndim]
-    tries = (option,) if option is not True else PASSES
-    for passes in tries:
+    for passes in (option,) if option is not True else PASSES:
         h = halo(task, passes)
         cells = 1
         for t in tile:
             cells *= t + 2 * h
-        if cells * sum(k.dtype.itemsize for k in carried) <= SHARED_BYTES:
-            return passes, tile, h
+        for extra in (read_only, ()):
+            arrays = carried + [kind_of[name] for name in extra]
+            if cells * sum(k.dtype.itemsize for k in arrays) <= SHARED_BYTES:
+                return passes, tile, h, extra
     return None
 
 
 def tiled_body(src, task: TiledTask, symbols: Symbols, kinds: list, options: KernelOptions):
-    """(the statements of the tiled kernel, its plan (S, tile, halo)), or ([return], None)."""
+    """(the statements of the tiled kernel, its plan (S, tile, halo, staged read-only arrays)), or
+    ([return], None)."""
     kind_of = dict(zip(src.param_names, kinds))
     plan = tile_plan(task, kind_of, options.temporal_tiling) if options.debug is None else None
     at = task.body[0]
     if plan is None:
         return [ast.copy_location(ast.Return(None), at)], None
-    passes, tile, h = plan
+    passes, tile, h, read_only = plan
     carried = [name for name in task.arrays if name in task.written]
-    parts = [_lowered(src, part, symbols, kind_of, options, carried) for part in task.parts]
+    shared = carried + list(read_only)
+    parts = [_lowered(src, part, symbols, kind_of, options, shared) for part in task.parts]
     ndim = len(task.dims)
     axes = ("x",) if ndim == 1 else ("y", "x")
     region = [t + 2 * h for t in tile]
     ends = ["_qg_n"] if ndim == 1 else [f"_qg_c{d}" for d in range(ndim)]
     shape = ", ".join(str(r) for r in region)
-    lines = [f"_qg_sh_{a} = _qg_cuda.shared.array(({shape},), _qg_dt_{a})" for a in carried]
+    lines = [f"_qg_sh_{a} = _qg_cuda.shared.array(({shape},), _qg_dt_{a})" for a in shared]
     for d, axis in enumerate(axes):
         lines += [
             f"_qg_o{d} = _qg_s{d} + _qg_i64(_qg_cuda.blockIdx.{axis}) * {tile[d]} - {h}",
@@ -84,22 +95,18 @@ def tiled_body(src, task: TiledTask, symbols: Symbols, kinds: list, options: Ker
             f"_qg_u{d} = _qg_i64(_qg_cuda.threadIdx.{axis})",
             f"_qg_w{d} = _qg_i64(_qg_cuda.blockDim.{axis})",
         ]
-    cell = ", ".join(f"_qg_r{d}" for d in range(ndim))
+    cell = ", ".join(f"_qg_u64(_qg_r{d})" for d in range(ndim))
     glob = ", ".join(f"_qg_g{d}" for d in range(ndim))
     inside = " and ".join(f"_qg_g{d} >= _qg_s{d} and _qg_g{d} < _qg_e{d}" for d in range(ndim))
 
     def in_array(a: str) -> str:
         return " and ".join(f"_qg_g{d} >= 0 and _qg_g{d} < {a}.shape[{d}]" for d in range(ndim))
 
-    stage = [f"if {in_array(a)}:" + f"\n    _qg_sh_{a}[{cell}] = {a}[{glob}]" for a in task.staged]
+    whole = [*task.staged, *read_only]
+    stage = [f"if {in_array(a)}:\n    _qg_sh_{a}[{cell}] = {a}[{glob}]" for a in whole]
     stage += [f"if not ({inside}) and {in_array(a)}:\n    _qg_sh_{a}[{cell}] = {a}[{glob}]" for a in task.rewritten]
-    lines += _nest(
-        ndim,
-        [f"range(_qg_u{d}, {region[d]}, _qg_w{d})" for d in range(ndim)],
-        [f"_qg_g{d} = _qg_o{d} + _qg_r{d}" for d in range(ndim)],
-        [None] * ndim,
-        stage,
-    )
+    every = [("0", str(r)) for r in region]
+    lines += _nest(every, [f"_qg_g{d} = _qg_o{d} + _qg_r{d}" for d in range(ndim)], [None] * ndim, stage)
     lines.append("_qg_cuda.syncthreads()")
     lines.append(f"for _qg_pass in range({passes}):")
     total, done = sum(task.radii), 0
@@ -111,8 +118,7 @@ def tiled_body(src, task: TiledTask, symbols: Symbols, kinds: list, options: Ker
             lines.append(f"    if _qg_pass < {passes - 1}:")
         lines.append(f"{pad}_qg_m = _qg_pass * {total} + {done}")
         loop = _nest(
-            ndim,
-            [f"range(_qg_u{d} + _qg_m, {region[d]} - _qg_m, _qg_w{d})" for d in range(ndim)],
+            [("_qg_m", f"{r} - _qg_m") for r in region],
             [f"{v} = _qg_o{d} + _qg_r{d}" for d, v in enumerate(task.loop_vars)],
             [f"{v} >= _qg_s{d} and {v} < _qg_e{d}" for d, v in enumerate(task.loop_vars)],
             [f"_qg_part_{k}"],
@@ -120,8 +126,7 @@ def tiled_body(src, task: TiledTask, symbols: Symbols, kinds: list, options: Ker
         lines += [pad + line for line in loop] + [f"{pad}_qg_cuda.syncthreads()"]
     back = [f"{a}[{glob}] = _qg_sh_{a}[{cell}]" for a in task.written_back]
     lines += _nest(
-        ndim,
-        [f"range(_qg_u{d} + {h}, {h + tile[d]}, _qg_w{d})" for d in range(ndim)],
+        [(str(h), str(h + t)) for t in tile],
         [f"_qg_g{d} = _qg_o{d} + _qg_r{d}" for d in range(ndim)],
         [f"_qg_g{d} < _qg_e{d}" for d in range(ndim)],
         back,
@@ -131,19 +136,17 @@ def tiled_body(src, task: TiledTask, symbols: Symbols, kinds: list, options: Ker
     return [ast.fix_missing_locations(s) for s in body], plan
 
 
-def _nest(ndim: int, ranges: list[str], heads: list[str], guards: list, inner: list[str]) -> list[str]:
-    """`for _qg_r{d} in ranges[d]:` loops, outermost first, each starting with heads[d] and guarded
-    by guards[d] (None: no guard), around the lines of `inner`."""
-    lines, pad = [], ""
-    for d in range(ndim):
-        lines += [f"{pad}for _qg_r{d} in {ranges[d]}:", f"{pad}    {heads[d]}"]
-        pad += "    "
-        if guards[d] is not None:
-            lines.append(f"{pad}if {guards[d]}:")
-            pad += "    "
-    for text in inner:
-        lines += [pad + line for line in text.split("\n")]
-    return lines
+def _nest(spans: list[tuple[str, str]], heads: list[str], guards: list, inner: list[str]) -> list[str]:
+    """Block-strided loops over region cells `_qg_r{d}` in [spans[d][0], spans[d][1]), outermost
+    first, each starting with heads[d] and running the next behind guards[d] (None: no guard), the
+    innermost `inner`'s lines. While loops: a `for` over a range with a variable step divides."""
+    if not spans:
+        return [line for text in inner for line in text.split("\n")]
+    d = len(heads) - len(spans)
+    (start, stop), rest = spans[0], _nest(spans[1:], heads, guards, inner)
+    body = [heads[d]] + ([f"if {guards[d]}:"] + ["    " + line for line in rest] if guards[d] else rest)
+    body.append(f"_qg_r{d} += _qg_w{d}")
+    return [f"_qg_r{d} = _qg_u{d} + {start}", f"while _qg_r{d} < {stop}:"] + ["    " + line for line in body]
 
 
 def _lowered(src, part, symbols: Symbols, kind_of: dict, options: KernelOptions, carried: list) -> list[ast.stmt]:
@@ -182,7 +185,10 @@ class _ToShared(ast.NodeTransformer):
         if not (isinstance(node.value, ast.Name) and node.value.id in self.carried):
             return node
         parts = list(node.slice.elts) if isinstance(node.slice, ast.Tuple) else [node.slice]
-        shifted = [ast.BinOp(p, ast.Sub(), ast.Name(f"_qg_o{d}", ast.Load())) for d, p in enumerate(parts)]
+        shifted = [  # non-negative: an unsigned index needs no wraparound
+            ast.Call(ast.Name("_qg_u64", ast.Load()), [ast.BinOp(p, ast.Sub(), ast.Name(f"_qg_o{d}", ast.Load()))], [])
+            for d, p in enumerate(parts)
+        ]
         index = ast.Tuple(shifted, ast.Load()) if len(shifted) > 1 else shifted[0]
         new = ast.Subscript(ast.Name(f"_qg_sh_{node.value.id}", ast.Load()), index, node.ctx)
         return ast.fix_missing_locations(ast.copy_location(new, node))

@@ -45,12 +45,14 @@ class TiledRepeat(RepeatLoop):
 class TiledTask(Task):
     """The tiled kernel of a TiledRepeat: its `parts` (the loop's tasks, loop variables renamed to
     the first's and locals apart; `body` is theirs joined, for the names it reads); `radii` each
-    part's largest distance of a carried read from its element; `staged` the carried arrays live on
-    entry (staged whole), `rewritten` those first written (staged outside the iteration space only),
-    `written_back` those the parts before the last write; `arrays`/`written` for the overlap check."""
+    part's largest distance of a read (of a carried array, or one of `read_only`) from its element;
+    `staged` the carried arrays live on entry (staged whole), `rewritten` those first written (staged
+    outside the iteration space only), `written_back` those the parts before the last write;
+    `arrays`/`written` for the overlap check."""
 
     parts: tuple[Task, ...] = ()
     radii: tuple[int, ...] = ()
+    read_only: tuple[str, ...] = ()  # arrays the loop only reads, each read near its element: stageable
     staged: tuple[str, ...] = ()
     rewritten: tuple[str, ...] = ()
     written_back: tuple[str, ...] = ()
@@ -125,6 +127,10 @@ def tiled_task(loop: RepeatLoop, src, params: dict, index: int) -> TiledTask | N
     tail_only = written[-1] - written_back
     if not all(_stored_at_top(tasks[-1], name) for name in tail_only):
         return None  # the last task must rewrite what X does not write back
+    if checks[-1].loads & (carried - written_back):
+        return None  # the last task would read what X changed in shared memory only
+    far = set().union(*(c.far for c in checks))
+    near = [n for n in src.param_names if n not in carried and n not in far and any(n in c.near for c in checks)]
     parts = _renamed_parts(tasks)
     order = [n for n in src.param_names if any(n in c.arrays for c in checks)]
     return TiledTask(
@@ -136,7 +142,8 @@ def tiled_task(loop: RepeatLoop, src, params: dict, index: int) -> TiledTask | N
         first.dims,
         bound_names=frozenset(bound_names),
         parts=parts,
-        radii=tuple(c.radius for c in checks),
+        radii=tuple(max(c.radius, c.near_radius) for c in checks),
+        read_only=tuple(near),
         staged=tuple(n for n in order if n in staged),
         rewritten=tuple(n for n in order if n in rewritten),
         written_back=tuple(n for n in order if n in written_back),
@@ -212,6 +219,9 @@ class _Stencil(_Elementwise):
         self.radius = 0
         self.loads: set[str] = set()
         self.stores: set[str] = set()
+        self.near: set[str] = set()  # arrays the loop only reads, read within a distance here ...
+        self.far: set[str] = set()  # ... or not
+        self.near_radius = 0
 
     def written(self) -> frozenset | None:
         """The arrays the task stores into, each at exactly its loop variables; None otherwise."""
@@ -250,6 +260,9 @@ class _Stencil(_Elementwise):
                 return
             self.radius = max(self.radius, distance)
         elif isinstance(node.ctx, ast.Load):  # any index of an array the loop only reads
+            distance = self._distance(index)
+            (self.far if distance is None else self.near).add(base.id)
+            self.near_radius = max(self.near_radius, distance or 0)
             self.visit(index)
 
     def visit_AugAssign(self, node: ast.AugAssign) -> None:
