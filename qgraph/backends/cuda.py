@@ -24,7 +24,7 @@ from ..lang.cpu.codegen import counted_loops
 from ..lang.flat.view import flat_name
 from ..lang.front.interchange import checked_pairs, for_launch
 from ..lang.front.regions import RepeatLoop, control_regions, is_root_loop
-from ..lang.front.temporal_tiling import tiled, tiled_pairs
+from ..lang.front.temporal_tiling import TiledTask, tiled, tiled_pairs
 from ..lang.options import KernelOptions
 from ..runtime import DeviceState
 from ..runtime.cancel import CancelWord
@@ -166,7 +166,7 @@ class CudaLauncher:
         stats.used_graph = spec.uses_graph
         stats.graph_nodes = spec.nodes
         stats.host_loop = spec.host_loop
-        stats.num_tasks = len(spec.kernels)
+        stats.num_tasks = sum(not isinstance(tk.task, TiledTask) for tk in spec.kernels)  # the tasks as written
         if spec.graph is not None:
             self.graphs.touch(spec.key)
 
