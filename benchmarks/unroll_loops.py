@@ -186,14 +186,14 @@ def fluid_rows(shape: tuple[int, int], sweeps: int, budget: float, repeat: int, 
     from qgraph.graph_unroll import unroll_factor
 
     u = unroll_factor(pressure_repeat._source.body.children[0], None)  # what the WHILE form would choose
-    plain = pressure_repeat._variant(temporal_tiling=False)
-    chosen = pressure_repeat._variant()  # its own graph: whether it tiles is decided for this grid
+    plain = pressure_repeat  # untiled, the default
+    chosen = pressure_repeat._variant(temporal_tiling=True)  # its own graph: whether it tiles is decided per grid
     repeats = {TILED: chosen, UNTILED: plain}
     forced = "" if every else ", forced"  # a large grid: tiled although its tiles exceed MAX_TILED_WAVES
     repeats.update({f"repeat, tiled S={s}{forced}": pressure_repeat._variant(temporal_tiling=s) for s in (2, 4, 8)})
     if every:
         repeats.update({OTHER_TILE: pressure_repeat._variant(temporal_tiling=8, unroll=None),
-                        f"repeat, WHILE form U={u}, tiled": pressure_repeat._variant(unroll=u),
+                        f"repeat, WHILE form U={u}, tiled": chosen._variant(unroll=u),
                         f"repeat, WHILE form U={u}, untiled": plain._variant(unroll=u),
                         "repeat U=1": plain._variant(unroll=1), TRIGGERED: plain._variant(unroll=None)})
     hands = _hand_sweeps(shape, div, sweeps)
@@ -234,8 +234,8 @@ def fluid_rows(shape: tuple[int, int], sweeps: int, budget: float, repeat: int, 
 
 
 HAND_FLUIDS = "CUDA C++ unrolled graph"
-TILED = "repeat, chosen (temporally tiled)"
-UNTILED = "repeat, untiled (straight line)"
+TILED = "repeat, temporally tiled (S chosen)"
+UNTILED = "repeat, chosen (untiled: straight line)"
 OTHER_TILE = "repeat, tiled S=8, 32x32 tiles"
 TRIGGERED = "repeat, chosen, launch_dependents"  # every node's trigger twin (TRIGGER_BLOCKS lifted)
 

@@ -15,7 +15,7 @@ from qgraph.lang.front.temporal_tiling import TiledRepeat, TiledTask, tiled
 from qgraph.lang.options import KernelOptions
 from qgraph.runtime.settings import Settings
 
-ON = KernelOptions()
+ON = KernelOptions(temporal_tiling=True)
 S = 3  # passes per launch of the kernels below (temporal_tiling=3): small counts cross it
 
 
@@ -190,8 +190,9 @@ def test_overlapping_arrays_are_refused(cuda):
 
 
 def test_the_option_and_its_environment_variable():
-    assert Settings.from_environ({"QGRAPH_TEMPORAL_TILING": "0"}).temporal_tiling is False
-    assert Settings.from_environ({}).temporal_tiling is True
+    assert Settings.from_environ({"QGRAPH_TEMPORAL_TILING": "1"}).temporal_tiling is True
+    assert Settings.from_environ({}).temporal_tiling is False  # off unless asked for (docs/benchmarks.md)
+    assert tiled(jacobi._source, KernelOptions()) is jacobi._source
     with pytest.raises(TypeError, match="temporal_tiling must be"):
         KernelOptions(temporal_tiling=0)
 

@@ -53,8 +53,9 @@ class KernelOptions:
     # the tasks themselves, which the code's fingerprint covers, so not a code option
     interchange: bool = True
     # stencil qgraph.repeat loops on CUDA run S passes per launch in shared memory (lang.front.temporal_tiling):
-    # True (S chosen, lang.cuda.tiling), an int S, or False; the tiled task's code carries S, so not a code option
-    temporal_tiling: bool | int = True
+    # True (S chosen, lang.cuda.tiling), an int S, or False; the tiled task's code carries S, so not a code option.
+    # Off by default: measured slower than the untiled straight line (docs/benchmarks.md, "Temporally tiled")
+    temporal_tiling: bool | int = False
 
     def __post_init__(self) -> None:
         """A value no option takes raises here, naming the option, whichever way the options were made."""
