@@ -14,7 +14,10 @@
   at most one grid waiting ahead), and two diagnostics of the gap
   to qgraph's task: plain loads instead of ld.global.nc, and those with qgraph's 256-byte
   parameter block instead of 32 bytes; and qgraph's repeat form with every node's launch_dependents
-  twin, which compiler.cuda_program.TRIGGER_BLOCKS keeps for grids of at most 8 blocks);
+  twin, which compiler.cuda_program.TRIGGER_BLOCKS keeps for grids of at most 8 blocks); and the
+  repeat temporally tiled (lang.cuda.tiling: S chosen, S = 2, 4, 8, 32x32 tiles, the WHILE form),
+  also on a 2048 x 2048 grid (where graph_unroll.MAX_TILED_WAVES leaves it untiled: "forced" rows
+  lift it);
 - short repeat loops (k x tasks = graph_unroll.MAX_STRAIGHT_NODES one-block tasks): built as a
   straight line (chosen), the WHILE form with the U it would choose, and U = 1, with each form's
   graph build time.
