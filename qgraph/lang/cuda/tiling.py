@@ -33,10 +33,10 @@ from .loops import CountedLoops, as_list
 # `benchmarks/unroll_loops.py --quick --fluids` on an H100 (driver for CUDA 13.0), the fluids pressure
 # solve (100 sweeps of 256x128 float32, 512-thread blocks): hand-written graph 94.7 us, untiled
 # straight line 106.5, tiled S=2 159.6, S=4 125.9, S=8 127.1 (16x32 tiles), S=8 on 32x32 tiles 173.5;
-# 2048x2048: hand-written 2071, untiled 2123, tiled S=2/4/8 5670/4876/5399 us. A sweep inside a block
-# costs ~1.3 us (issue-bound: ~45 PTX instructions a cell, 64-bit index arithmetic, ~2.7 cells a
-# thread over tile and halo), more than a kernel node behind a programmatic edge (~1.06 us): tiling
-# is off by default (lang.options) until that drops.
+# 2048x2048: hand-written 2071, untiled 2123, tiled S=2/4/8 5670/4876/5399 us. A tiled launch costs
+# about 1.8 us + 1.2 us a sweep whatever the region (S=2: 22x38, S=8: 46x62): each thread's chain
+# of a few dependent cells and the barrier, more than a kernel node behind a programmatic edge
+# (~1.06 us), so tiling is off by default (lang.options) until a sweep costs far less.
 TILES = {1: (1024,), 2: (16, 32)}
 PASSES = (4, 2)
 SHARED_BYTES = 48 * 1024
