@@ -15,7 +15,7 @@
   to qgraph's task: plain loads instead of ld.global.nc, and those with qgraph's 256-byte
   parameter block instead of 32 bytes; and qgraph's repeat form with every node's launch_dependents
   twin, which compiler.cuda_program.TRIGGER_BLOCKS keeps for grids of at most 8 blocks); and the
-  repeat temporally tiled (lang.cuda.tiling: S chosen, S = 2, 4, 8, 32x32 tiles, the WHILE form),
+  repeat temporally tiled (lang.cuda.tiling: S chosen, S = 2, 3, 4, 16x64 blocks, the WHILE form),
   also on a 2048 x 2048 grid (where graph_unroll.MAX_TILED_WAVES leaves it untiled: "forced" rows
   lift it);
 - short repeat loops (k x tasks = graph_unroll.MAX_STRAIGHT_NODES one-block tasks): built as a
@@ -179,7 +179,7 @@ def fluid_rows(shape: tuple[int, int], sweeps: int, budget: float, repeat: int, 
     from qgraph.lang.cuda import tiling
 
     trigger_blocks = cuda_program.TRIGGER_BLOCKS
-    tiles, waves = tiling.TILES, graph_unroll.MAX_TILED_WAVES
+    regions, waves = tiling.REGIONS, graph_unroll.MAX_TILED_WAVES
 
     p, p_new, div = (qgraph.ndarray(qgraph.f32, shape) for _ in range(3))
     div.from_numpy(np.random.default_rng(1).standard_normal(shape).astype(np.float32))
@@ -193,9 +193,9 @@ def fluid_rows(shape: tuple[int, int], sweeps: int, budget: float, repeat: int, 
     chosen = pressure_repeat._variant(temporal_tiling=True)  # its own graph: whether it tiles is decided per grid
     repeats = {TILED: chosen, UNTILED: plain}
     forced = "" if every else ", forced"  # a large grid: tiled although its tiles exceed MAX_TILED_WAVES
-    repeats.update({f"repeat, tiled S={s}{forced}": pressure_repeat._variant(temporal_tiling=s) for s in (2, 4, 8)})
+    repeats.update({f"repeat, tiled S={s}{forced}": pressure_repeat._variant(temporal_tiling=s) for s in (2, 3, 4)})
     if every:
-        repeats.update({OTHER_TILE: pressure_repeat._variant(temporal_tiling=8, unroll=None),
+        repeats.update({OTHER_TILE: pressure_repeat._variant(temporal_tiling=2, unroll=None),
                         f"repeat, WHILE form U={u}, tiled": chosen._variant(unroll=u),
                         f"repeat, WHILE form U={u}, untiled": plain._variant(unroll=u),
                         "repeat U=1": plain._variant(unroll=1), TRIGGERED: plain._variant(unroll=None)})
@@ -213,14 +213,14 @@ def fluid_rows(shape: tuple[int, int], sweeps: int, budget: float, repeat: int, 
             array.fill(0)
         # the graph is built by the first call; TRIGGERED's nodes (128 blocks) run the launch_dependents twin
         cuda_program.TRIGGER_BLOCKS = 1 << 20 if who == TRIGGERED else trigger_blocks
-        tiling.TILES = {**tiles, 2: (32, 32)} if who == OTHER_TILE else tiles  # compiled by the first call
+        tiling.REGIONS = {**regions, 2: (16, 64)} if who == OTHER_TILE else regions  # compiled by the first call
         graph_unroll.MAX_TILED_WAVES = 1 << 30 if who.endswith("forced") else waves  # built by it
         try:
             call()
             qgraph.sync()
         finally:
             cuda_program.TRIGGER_BLOCKS = trigger_blocks
-            tiling.TILES = tiles
+            tiling.REGIONS = regions
             graph_unroll.MAX_TILED_WAVES = waves
         results[who] = field.to_numpy()
         if who in repeats:
@@ -239,7 +239,7 @@ def fluid_rows(shape: tuple[int, int], sweeps: int, budget: float, repeat: int, 
 HAND_FLUIDS = "CUDA C++ unrolled graph"
 TILED = "repeat, temporally tiled (S chosen)"
 UNTILED = "repeat, chosen (untiled: straight line)"
-OTHER_TILE = "repeat, tiled S=8, 32x32 tiles"
+OTHER_TILE = "repeat, tiled S=2, 16x64 blocks"
 TRIGGERED = "repeat, chosen, launch_dependents"  # every node's trigger twin (TRIGGER_BLOCKS lifted)
 
 

@@ -205,7 +205,7 @@ def tiled_kernels(spec, args: tuple | None) -> dict:
         return {}
     counts = spec.bounds(*args)[2]
     return {tk.task.index: tk for tk in kernels
-            if blocks_in(tiles_of(counts[tk.bounds_slot], tk.temporal[1], tk.block)) <= MAX_TILED_WAVES * tk.wave}
+            if blocks_in(tiles_of(counts[tk.bounds_slot], *tk.temporal[1:3])) <= MAX_TILED_WAVES * tk.wave}
 
 
 class _Straightening:

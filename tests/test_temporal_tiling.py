@@ -149,7 +149,7 @@ def test_jacobi_sweeps(arch, shape):
 
 def test_a_one_dimensional_stencil(arch):
     rng = np.random.default_rng(11)
-    a0, b0 = rng.standard_normal(300), rng.standard_normal(300)  # more than one tile of 256
+    a0, b0 = rng.standard_normal(2100), rng.standard_normal(2100)  # two tiles of 1014 and a part of one
     untiled = smooth._variant(temporal_tiling=False)
     for k in (2 * S + 3, S):
         found, kept = (qgraph.from_numpy(a0), qgraph.from_numpy(b0)), (qgraph.from_numpy(a0), qgraph.from_numpy(b0))
@@ -197,6 +197,15 @@ def test_the_option_and_its_environment_variable():
         KernelOptions(temporal_tiling=0)
 
 
+def test_a_tiled_block_is_its_region():
+    from qgraph.compiler.launch_code import tiles_of
+
+    # (gx, gy, gz, bx, by): a block per tile, a thread per cell of the tile and its halo
+    assert tiles_of((256, 128), (26, 26), 3) == (5, 10, 1, 32, 32)
+    assert tiles_of((5, 7), (22, 22), 5) == (1, 1, 1, 32, 32)
+    assert tiles_of(2100, (1014,), 5) == (3, 1, 1, 1024, 1)
+
+
 def test_the_tiled_task_stages_in_shared_memory(cuda_compiler, monkeypatch):
     import numba.cuda.dispatcher as dispatcher
 
@@ -212,7 +221,8 @@ def test_the_tiled_task_stages_in_shared_memory(cuda_compiler, monkeypatch):
     f4 = array_sig(np.dtype("f4"), 2, True)
     key = (f4, f4, f4, scalar_sig(np.dtype("i8")))
     codes = cuda_program.task_codes(src, key, KernelOptions(temporal_tiling=S))
-    assert codes.codes[-1].temporal == (S, (16, 32), 2 * S - 1, ("div",))
+    h = 2 * S - 1  # S - 1 passes of two radius-1 sweeps and the first once more
+    assert codes.codes[-1].temporal == (S, (32 - 2 * h, 32 - 2 * h), h, ("div",))  # a 32x32 block, a thread a cell
     flat = codes.flat
     ptx, entries, sizes = cuda_program._compile_ptx(
         flat.src,
@@ -225,4 +235,6 @@ def test_the_tiled_task_stages_in_shared_memory(cuda_compiler, monkeypatch):
     )
     text = "".join(t for _, t in ptx)
     tiled_entry = text.split(".entry")[-1]
-    assert len(entries) == 3 and "ld.shared.f32" in tiled_entry and "bar.sync" in tiled_entry
+    assert len(entries) == 3 and "ld.shared.f32" in tiled_entry and ".local" not in tiled_entry
+    # one barrier after staging and one after each of the 2S - 1 sweeps but the last, no loop over cells
+    assert tiled_entry.count("bar.sync") == 2 * S - 1 and tiled_entry.count("ld.shared.f32") == 5 * (2 * S - 1)

@@ -15,6 +15,7 @@ therefore the plain concatenation of its arguments' packed bytes.
 from __future__ import annotations
 
 import ast
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -227,20 +228,23 @@ def compile_tasks(src: KernelSource, key: tuple[str, ...], device: CudaDevice, c
     slot = 0
     for task, code, order, entry, size, suffix in zip(node_tasks, codes, orders, entries, sizes, suffixes):
         function = device.function(module, entry)
-        block = 1
+        block, temporal = 1, None
         bounds_slot = None
         if task.parallel:
             limit = check(driver().cuFuncGetAttribute(
                 driver().CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, function),
                 "cuFuncGetAttribute")
-            block = min(tiling.BLOCK if code.temporal else BLOCK, limit)
+            block = min(BLOCK, limit)
+            cells = math.prod(tiling.region_of(code.temporal)) if code.temporal else 0
+            if 0 < cells <= limit:  # a thread a region cell; a kernel allowing fewer runs its loop untiled
+                block, temporal = cells, code.temporal
             bounds_slot = slot
             slot += 1
         kernel = TaskKernel(task, function, block, size, bounds_slot, tuple(order), waits, suffix)
         kernel.arg_exprs = tuple(flat.slot_expr(k) for k in order)
         kernel.module = module
         kernel.tiled = code.tiled
-        kernel.temporal = code.temporal
+        kernel.temporal = temporal
         kernel.arrays = sum(1 for k in order if types[k].is_array)
         if task.parallel:
             per_sm = check(driver().cuOccupancyMaxActiveBlocksPerMultiprocessor(function, block, 0),

@@ -32,7 +32,7 @@ def grid_expr(tk: TaskKernel, at_least_one: bool) -> str:
     if not tk.parallel:
         return "1"
     if tk.temporal:
-        return f"_tiles(c[{tk.bounds_slot}], {tk.temporal[1]!r}, {tk.block})"
+        return f"_tiles(c[{tk.bounds_slot}], {tk.temporal[1]!r}, {tk.temporal[2]})"
     if tk.tiled:
         return f"_tile(c[{tk.bounds_slot}], {tk.block}, {tk.grid_limit})"
     expr = f"(n[{tk.bounds_slot}] + {tk.block - 1}) // {tk.block}"
@@ -80,12 +80,13 @@ def tile_shape(counts: tuple[int, ...], threads: int, limit: int = 0) -> tuple[i
     return gx, gy, gz, bx, by
 
 
-def tiles_of(counts, tile: tuple[int, ...], threads: int) -> tuple[int, int, int, int, int]:
+def tiles_of(counts, tile: tuple[int, ...], halo: int) -> tuple[int, int, int, int, int]:
     """(gx, gy, gz, bx, by) of a temporally tiled task (lang.cuda.tiling): a block per tile, x over the
-    last dimension; `counts` a 1-d loop's count or a 2-d loop's counts."""
+    last dimension, the block its region (the tile and `halo` each side: a thread a cell); `counts`
+    a 1-d loop's count or a 2-d loop's counts."""
     if type(counts) is int:
-        return -(-counts // tile[0]) or 1, 1, 1, threads, 1
-    return -(-counts[1] // tile[1]) or 1, -(-counts[0] // tile[0]) or 1, 1, 32, threads // 32
+        return -(-counts // tile[0]) or 1, 1, 1, tile[0] + 2 * halo, 1
+    return -(-counts[1] // tile[1]) or 1, -(-counts[0] // tile[0]) or 1, 1, tile[1] + 2 * halo, tile[0] + 2 * halo
 
 
 def generate(source: str, name: str, constants: dict, label: str):

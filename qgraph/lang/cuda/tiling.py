@@ -17,7 +17,9 @@ same order: the same bits); only the subscripts of carried arrays change, to sha
 from __future__ import annotations
 
 import ast
+import copy
 
+from ..front.names import collect_names
 from ..front.temporal_tiling import TiledTask
 from ..lower.lowering import Symbols, function_def, lower_statements, task_locals, task_name
 from ..lower.updates import UpdateRewriter
@@ -27,20 +29,13 @@ from ..types.weak_types import param_type
 from . import reductions
 from .loops import CountedLoops, as_list
 
-# Tile extents per loop dimension count (x, the last dimension, over the contiguous axis), the
-# passes per launch tried from the first, at most 48 KB of static shared memory per block, and the
-# threads of a tiled task's block (compiler.cuda_program launches it so, where it fits).
-# `benchmarks/unroll_loops.py --quick --fluids` on an H100 (driver for CUDA 13.0), the fluids pressure
-# solve (100 sweeps of 256x128 float32, 512-thread blocks): hand-written graph 94.7 us, untiled
-# straight line 106.5, tiled S=2 159.6, S=4 125.9, S=8 127.1 (16x32 tiles), S=8 on 32x32 tiles 173.5;
-# 2048x2048: hand-written 2071, untiled 2123, tiled S=2/4/8 5670/4876/5399 us. A tiled launch costs
-# about 1.8 us + 1.2 us a sweep whatever the region (S=2: 22x38, S=8: 46x62): each thread's chain
-# of a few dependent cells and the barrier, more than a kernel node behind a programmatic edge
-# (~1.06 us), so tiling is off by default (lang.options) until a sweep costs far less.
-TILES = {1: (1024,), 2: (16, 32)}
-PASSES = (4, 2)
+# Region extents per loop dimension count (x, the last dimension, over the contiguous axis): a tiled
+# task's block is its region, one thread per cell for the whole launch; its tile is the region less
+# the halo H each side. The passes per launch tried from the first, at most 48 KB of static shared
+# memory per block (compiler.cuda_program launches the block so where the kernel allows its threads).
+REGIONS = {1: (1024,), 2: (32, 32)}
+PASSES = (4, 3, 2)
 SHARED_BYTES = 48 * 1024
-BLOCK = 512
 CONTIGUOUS_DTYPES = "iuf"  # element kinds a tile stages (no vectors, structs or bools)
 
 
@@ -49,11 +44,17 @@ def halo(task: TiledTask, passes: int) -> int:
     return (passes - 1) * sum(task.radii) + sum(task.radii[:-1])
 
 
+def region_of(plan: tuple) -> tuple[int, ...]:
+    """A plan's region (its block's extents): the tile and its halo each side."""
+    return tuple(t + 2 * plan[2] for t in plan[1])
+
+
 def tile_plan(task: TiledTask, kind_of: dict, option) -> tuple[int, tuple[int, ...], int, tuple[str, ...]] | None:
     """(passes per launch S, tile extents, halo, the read-only arrays staged too) for these argument
     kinds, or None where the task cannot be tiled: a carried array not a plain numeric array of the
-    loop's rank, or no S whose regions fit the shared memory. The read-only arrays read near their
-    element are staged where they fit beside the carried ones (their reads then wait on no global load)."""
+    loop's rank, or no S whose halo leaves a tile in the region and whose region fits the shared
+    memory. The read-only arrays read near their element are staged where they fit beside the
+    carried ones (their reads then wait on no global load)."""
     ndim = len(task.dims)
 
     def stageable(kind) -> bool:
@@ -63,101 +64,89 @@ def tile_plan(task: TiledTask, kind_of: dict, option) -> tuple[int, tuple[int, .
     if not all(stageable(k) for k in carried):
         return None
     read_only = tuple(name for name in task.read_only if stageable(kind_of[name]))
-    tile = TILES[ndim]
+    region = REGIONS[ndim]
+    cells = 1
+    for r in region:
+        cells *= r
     for passes in (option,) if option is not True else PASSES:
         h = halo(task, passes)
-        cells = 1
-        for t in tile:
-            cells *= t + 2 * h
+        if min(region) <= 2 * h:
+            continue
         for extra in (read_only, ()):
             arrays = carried + [kind_of[name] for name in extra]
             if cells * sum(k.dtype.itemsize for k in arrays) <= SHARED_BYTES:
-                return passes, tile, h, extra
+                return passes, tuple(r - 2 * h for r in region), h, extra
     return None
 
 
 def tiled_body(src, task: TiledTask, symbols: Symbols, kinds: list, options: KernelOptions):
     """(the statements of the tiled kernel, its plan (S, tile, halo, staged read-only arrays)), or
-    ([return], None)."""
+    ([return], None). Each thread owns one region cell: its coordinates, in-space test, depth in
+    the region and shared offsets are computed once; part k of pass q is then `if depth >= margin:`
+    its statements, then a barrier."""
     kind_of = dict(zip(src.param_names, kinds))
     plan = tile_plan(task, kind_of, options.temporal_tiling) if options.debug is None else None
     at = task.body[0]
     if plan is None:
         return [ast.copy_location(ast.Return(None), at)], None
     passes, tile, h, read_only = plan
+    region = region_of(plan)
     carried = [name for name in task.arrays if name in task.written]
     shared = carried + list(read_only)
-    parts = [_lowered(src, part, symbols, kind_of, options, shared) for part in task.parts]
     ndim = len(task.dims)
+    stored = set().union(*(collect_names(p.body).stored for p in task.parts))
+    offsets = _SharedOffsets(set(shared), task.loop_vars, region, stored)
+    parts = [offsets.lowered(_lowered(src, part, symbols, kind_of, options)) for part in task.parts]
     axes = ("x",) if ndim == 1 else ("y", "x")
-    region = [t + 2 * h for t in tile]
     ends = ["_qg_n"] if ndim == 1 else [f"_qg_c{d}" for d in range(ndim)]
-    shape = ", ".join(str(r) for r in region)
-    lines = [f"_qg_sh_{a} = _qg_cuda.shared.array(({shape},), _qg_dt_{a})" for a in shared]
-    for d, axis in enumerate(axes):
+    cells = 1
+    for r in region:
+        cells *= r
+    lines = [f"_qg_sh_{a} = _qg_cuda.shared.array(({cells},), _qg_dt_{a})" for a in shared]
+    for d, (axis, v) in enumerate(zip(axes, task.loop_vars)):
         lines += [
+            f"_qg_r{d} = _qg_i32(_qg_cuda.threadIdx.{axis})",
             f"_qg_o{d} = _qg_s{d} + _qg_i64(_qg_cuda.blockIdx.{axis}) * {tile[d]} - {h}",
-            f"_qg_e{d} = _qg_s{d} + {ends[d]}",
-            f"_qg_u{d} = _qg_i64(_qg_cuda.threadIdx.{axis})",
-            f"_qg_w{d} = _qg_i64(_qg_cuda.blockDim.{axis})",
+            f"{v} = _qg_o{d} + _qg_r{d}",
         ]
-    cell = ", ".join(f"_qg_u64(_qg_r{d})" for d in range(ndim))
-    glob = ", ".join(f"_qg_g{d}" for d in range(ndim))
-    inside = " and ".join(f"_qg_g{d} >= _qg_s{d} and _qg_g{d} < _qg_e{d}" for d in range(ndim))
+    flat = "_qg_r0" if ndim == 1 else f"_qg_r0 * {region[1]} + _qg_r1"
+    lines.append(f"_qg_b = _qg_u32({flat})")
+    inside = " and ".join(f"{v} >= _qg_s{d} and {v} < _qg_s{d} + {ends[d]}" for d, v in enumerate(task.loop_vars))
+    lines.append("_qg_depth = _qg_i32(-1)")  # the cell's distance from the region's edge, -1 outside the space
+    lines.append(f"if {inside}:")
+    lines.append("    _qg_depth = _qg_r0")
+    for d in range(ndim):
+        for e in ([f"_qg_r{d}"] if d else []) + [f"_qg_i32({region[d] - 1} - _qg_r{d})"]:
+            lines.append(f"    _qg_depth = _qg_min(_qg_depth, {e})")
 
     def in_array(a: str) -> str:
-        return " and ".join(f"_qg_g{d} >= 0 and _qg_g{d} < {a}.shape[{d}]" for d in range(ndim))
+        return " and ".join(f"{v} >= 0 and {v} < {a}.shape[{d}]" for d, v in enumerate(task.loop_vars))
 
-    whole = [*task.staged, *read_only]
-    stage = [f"if {in_array(a)}:\n    _qg_sh_{a}[{cell}] = {a}[{glob}]" for a in whole]
-    stage += [f"if not ({inside}) and {in_array(a)}:\n    _qg_sh_{a}[{cell}] = {a}[{glob}]" for a in task.rewritten]
-    every = [("0", str(r)) for r in region]
-    lines += _nest(every, [f"_qg_g{d} = _qg_o{d} + _qg_r{d}" for d in range(ndim)], [None] * ndim, stage)
+    glob = ", ".join(task.loop_vars)
+    for a in [*task.staged, *read_only]:
+        lines.append(f"if {in_array(a)}:\n    _qg_sh_{a}[_qg_b] = {a}[{glob}]")
+    for a in task.rewritten:
+        lines.append(f"if _qg_depth < 0 and {in_array(a)}:\n    _qg_sh_{a}[_qg_b] = {a}[{glob}]")
+    lines.append("_qg_offsets")
     lines.append("_qg_cuda.syncthreads()")
-    lines.append(f"for _qg_pass in range({passes}):")
-    total, done = sum(task.radii), 0
-    for k, radius in enumerate(task.radii):
-        done += radius
-        last = k == len(task.radii) - 1
-        pad = "        " if last else "    "
-        if last:
-            lines.append(f"    if _qg_pass < {passes - 1}:")
-        lines.append(f"{pad}_qg_m = _qg_pass * {total} + {done}")
-        loop = _nest(
-            [("_qg_m", f"{r} - _qg_m") for r in region],
-            [f"{v} = _qg_o{d} + _qg_r{d}" for d, v in enumerate(task.loop_vars)],
-            [f"{v} >= _qg_s{d} and {v} < _qg_e{d}" for d, v in enumerate(task.loop_vars)],
-            [f"_qg_part_{k}"],
-        )
-        lines += [pad + line for line in loop] + [f"{pad}_qg_cuda.syncthreads()"]
-    back = [f"{a}[{glob}] = _qg_sh_{a}[{cell}]" for a in task.written_back]
-    lines += _nest(
-        [(str(h), str(h + t)) for t in tile],
-        [f"_qg_g{d} = _qg_o{d} + _qg_r{d}" for d in range(ndim)],
-        [f"_qg_g{d} < _qg_e{d}" for d in range(ndim)],
-        back,
-    )
+    total, count = sum(task.radii), len(task.parts)
+    for q in range(passes):
+        done = q * total
+        for k, radius in enumerate(task.radii[: count if q < passes - 1 else count - 1]):
+            done += radius
+            lines.append(f"if _qg_depth >= {done}:\n    _qg_part_{k}")
+            if not (q == passes - 1 and k == count - 2):  # the write back reads the thread's own cells
+                lines.append("_qg_cuda.syncthreads()")
+    for a in task.written_back:
+        lines.append(f"if _qg_depth >= {h}:\n    {a}[{glob}] = _qg_sh_{a}[_qg_b]")
     body = reductions._parse("\n".join(lines), at)
-    body = [_Splice(parts).visit(s) for s in body]
+    body = [s for stmt in body for s in as_list(_Splice(parts, offsets.definitions(at)).visit(stmt))]
     return [ast.fix_missing_locations(s) for s in body], plan
 
 
-def _nest(spans: list[tuple[str, str]], heads: list[str], guards: list, inner: list[str]) -> list[str]:
-    """Block-strided loops over region cells `_qg_r{d}` in [spans[d][0], spans[d][1]), outermost
-    first, each starting with heads[d] and running the next behind guards[d] (None: no guard), the
-    innermost `inner`'s lines. While loops: a `for` over a range with a variable step divides."""
-    if not spans:
-        return [line for text in inner for line in text.split("\n")]
-    d = len(heads) - len(spans)
-    (start, stop), rest = spans[0], _nest(spans[1:], heads, guards, inner)
-    body = [heads[d]] + ([f"if {guards[d]}:"] + ["    " + line for line in rest] if guards[d] else rest)
-    body.append(f"_qg_r{d} += _qg_w{d}")
-    return [f"_qg_r{d} = _qg_u{d} + {start}", f"while _qg_r{d} < {stop}:"] + ["    " + line for line in body]
-
-
-def _lowered(src, part, symbols: Symbols, kind_of: dict, options: KernelOptions, carried: list) -> list[ast.stmt]:
+def _lowered(src, part, symbols: Symbols, kind_of: dict, options: KernelOptions) -> list[ast.stmt]:
     """A part's statements lowered as lang.cuda.codegen.cuda_task lowers a task's (weak typing,
-    builtins and funcs, element updates, counted loops), then its carried subscripts to shared memory."""
+    builtins and funcs, element updates, counted loops)."""
     precision = {name: param_type(t) for name, t in kind_of.items()}
     local_names = task_locals(src, part)
     statements = weak_typed(
@@ -176,39 +165,98 @@ def _lowered(src, part, symbols: Symbols, kind_of: dict, options: KernelOptions,
     counted = CountedLoops(
         lambda func: src.resolve(func) is range if isinstance(func, ast.Name) and func.id not in local_names else False
     )
-    body = [s for stmt in body for s in as_list(counted.visit(stmt))]
-    return [_ToShared(set(carried)).visit(s) for s in body]
+    return [s for stmt in body for s in as_list(counted.visit(stmt))]
 
 
-class _ToShared(ast.NodeTransformer):
-    """`a[e0, e1]` of a carried array -> `_qg_sh_a[e0 - _qg_o0, e1 - _qg_o1]` (its tile region)."""
+class _SharedOffsets(ast.NodeTransformer):
+    """`a[e0, e1]` of a staged array -> `_qg_sh_a[x]`, x its flat offset in the region
+    `(e0 - o0) * W + (e1 - o1)` (W the region's width): `_qg_b + c` where each e is its loop
+    variable plus a constant c_d (c = c0 * W + c1), else each e less the region's origin (a clamp
+    `min(i + 1, n - 1)` keeps its clamped cell). Offsets of names no part stores are computed once,
+    before the passes (`definitions`), in 32 bits: a region has at most 1024 cells."""
 
-    def __init__(self, carried: set[str]) -> None:
-        self.carried = carried
+    def __init__(self, staged: set[str], loop_vars, region: tuple[int, ...], stored: set[str]) -> None:
+        self.staged, self.loop_vars, self.region, self.stored = staged, list(loop_vars), region, stored
+        self.found: dict[str, tuple[str, ast.expr]] = {}  # ast.dump of an index -> (its variable, its offset)
+
+    def lowered(self, body: list[ast.stmt]) -> list[ast.stmt]:
+        return [self.visit(s) for s in body]
+
+    def definitions(self, at: ast.AST) -> list[ast.stmt]:
+        return [
+            ast.copy_location(ast.Assign([ast.Name(name, ast.Store())], offset), at)
+            for name, offset in self.found.values()
+        ]
 
     def visit_Subscript(self, node: ast.Subscript) -> ast.AST:
         self.generic_visit(node)
-        if not (isinstance(node.value, ast.Name) and node.value.id in self.carried):
+        if not (isinstance(node.value, ast.Name) and node.value.id in self.staged):
             return node
         parts = list(node.slice.elts) if isinstance(node.slice, ast.Tuple) else [node.slice]
-        shifted = [  # non-negative: an unsigned index needs no wraparound
-            ast.Call(ast.Name("_qg_u64", ast.Load()), [ast.BinOp(p, ast.Sub(), ast.Name(f"_qg_o{d}", ast.Load()))], [])
-            for d, p in enumerate(parts)
-        ]
-        index = ast.Tuple(shifted, ast.Load()) if len(shifted) > 1 else shifted[0]
+        key = ast.dump(ast.Tuple(parts, ast.Load()))
+        if key in self.found:
+            index = ast.Name(self.found[key][0], ast.Load())
+        else:
+            offset = self._offset(parts)
+            if any(isinstance(n, ast.Name) and n.id in self.stored for n in ast.walk(offset)):
+                index = offset  # an index of a part's locals: computed where it is read
+            elif isinstance(offset, ast.Name):
+                index = offset
+            else:
+                name = f"_qg_x{len(self.found)}"
+                self.found[key] = (name, offset)
+                index = ast.Name(name, ast.Load())
         new = ast.Subscript(ast.Name(f"_qg_sh_{node.value.id}", ast.Load()), index, node.ctx)
         return ast.fix_missing_locations(ast.copy_location(new, node))
 
+    def _offset(self, parts: list[ast.expr]) -> ast.expr:
+        shifts = [self._shift(p, v) for p, v in zip(parts, self.loop_vars)]
+        if all(s is not None for s in shifts):
+            shift = shifts[-1] + (shifts[0] * self.region[1] if len(shifts) == 2 else 0)
+            if shift == 0:
+                return ast.Name("_qg_b", ast.Load())
+            return _call("_qg_u32", ast.BinOp(ast.Name("_qg_b", ast.Load()), ast.Add(), ast.Constant(shift)))
+        local = [
+            _call("_qg_i32", ast.BinOp(p, ast.Sub(), ast.Name(f"_qg_o{d}", ast.Load()))) for d, p in enumerate(parts)
+        ]
+        flat = local[0]
+        if len(local) == 2:
+            flat = ast.BinOp(ast.BinOp(flat, ast.Mult(), ast.Constant(self.region[1])), ast.Add(), local[1])
+        return _call("_qg_u32", flat)
+
+    @staticmethod
+    def _shift(expr: ast.expr, var: str) -> int | None:
+        """c where `expr` is `var`, `var + c` or `var - c` (c an int literal), else None."""
+        if isinstance(expr, ast.Name) and expr.id == var:
+            return 0
+        if (
+            isinstance(expr, ast.BinOp)
+            and isinstance(expr.op, (ast.Add, ast.Sub))
+            and isinstance(expr.left, ast.Name)
+            and expr.left.id == var
+            and isinstance(expr.right, ast.Constant)
+            and type(expr.right.value) is int
+        ):
+            return expr.right.value if isinstance(expr.op, ast.Add) else -expr.right.value
+        return None
+
+
+def _call(func: str, arg: ast.expr) -> ast.expr:
+    return ast.Call(ast.Name(func, ast.Load()), [arg], [])
+
 
 class _Splice(ast.NodeTransformer):
-    """The marker statement `_qg_part_k` replaced by part k's lowered statements."""
+    """The marker statements `_qg_part_k` replaced by a copy of part k's lowered statements and
+    `_qg_offsets` by the shared offsets' definitions."""
 
-    def __init__(self, parts: list[list[ast.stmt]]) -> None:
-        self.parts = parts
+    def __init__(self, parts: list[list[ast.stmt]], offsets: list[ast.stmt]) -> None:
+        self.parts, self.offsets = parts, offsets
 
     def visit_Expr(self, node: ast.Expr):
+        if isinstance(node.value, ast.Name) and node.value.id == "_qg_offsets":
+            return self.offsets
         if isinstance(node.value, ast.Name) and node.value.id.startswith("_qg_part_"):
-            return self.parts[int(node.value.id.rsplit("_", 1)[1])]
+            return copy.deepcopy(self.parts[int(node.value.id.rsplit("_", 1)[1])])
         return node
 
 
