@@ -7,8 +7,8 @@
   and 2048^2, U = 1, 2, 4 against the hand-written CUDA C++ WHILE-node solver;
 - the stable-fluids pressure solve of a substep (100 Jacobi sweeps of a 256 x 128 grid, as in
   Warp's example): the example's graph_while loop (two sweeps per pass, U = 1, chosen) and the same
-  sweeps as `qgraph.repeat(50)` (chosen: 100 nodes in a straight line; the WHILE form with the U it
-  would choose, 16; and U = 1), against the same sweeps in hand-written CUDA
+  sweeps as `qgraph.repeat(50)` (chosen: temporally tiled; untiled, 100 nodes in a straight line; the
+  WHILE form with the U it would choose, 16; and U = 1), against the same sweeps in hand-written CUDA
   C++ captured as one graph of 100 kernel nodes (qgraph.bench.fluids_pressure: programmatic edges,
   and as variants plain edges, an early launch of each successor (at the entry, or after the wait:
   at most one grid waiting ahead), and two diagnostics of the gap
@@ -169,9 +169,10 @@ def pressure_repeat(p, p_new, div, pairs: int):
 
 def fluid_rows(shape: tuple[int, int], sweeps: int, budget: float, repeat: int, every: bool = True) -> list[dict]:
     """The pressure solve of a stable-fluids substep: the example's graph_while loop (U = 1, chosen)
-    and the same sweeps as a repeat loop (chosen: temporally tiled, S passes per launch; untiled: a
-    straight line; tiled with S = 2, 4, 8 and another tile; the WHILE form; U = 1), every variant the
-    same bits, against the hand-written CUDA C++ graph of `sweeps` nodes (the issue's baseline).
+    and the same sweeps as a repeat loop (chosen: temporally tiled where its tiles fit a wave, S
+    passes per launch; untiled: a straight line; tiled with S = 2, 3, 4 and another block; the WHILE
+    form; U = 1), every variant the same bits, against the hand-written CUDA C++ graph of `sweeps`
+    nodes (the issue's baseline).
     `every=False`: the baseline, the graph_while loop and the repeat's chosen, untiled and S rows only."""
     from qgraph import graph_unroll
     from qgraph.compiler import cuda_program
@@ -189,8 +190,8 @@ def fluid_rows(shape: tuple[int, int], sweeps: int, budget: float, repeat: int, 
     from qgraph.graph_unroll import unroll_factor
 
     u = unroll_factor(pressure_repeat._source.body.children[0], None)  # what the WHILE form would choose
-    plain = pressure_repeat  # untiled, the default
-    chosen = pressure_repeat._variant(temporal_tiling=True)  # its own graph: whether it tiles is decided per grid
+    plain = pressure_repeat._variant(temporal_tiling=False)  # untiled
+    chosen = pressure_repeat  # the default: tiled where the grid's tiles fit a wave, decided per grid
     repeats = {TILED: chosen, UNTILED: plain}
     forced = "" if every else ", forced"  # a large grid: tiled although its tiles exceed MAX_TILED_WAVES
     repeats.update({f"repeat, tiled S={s}{forced}": pressure_repeat._variant(temporal_tiling=s) for s in (2, 3, 4)})
@@ -237,8 +238,8 @@ def fluid_rows(shape: tuple[int, int], sweeps: int, budget: float, repeat: int, 
 
 
 HAND_FLUIDS = "CUDA C++ unrolled graph"
-TILED = "repeat, temporally tiled (S chosen)"
-UNTILED = "repeat, chosen (untiled: straight line)"
+TILED = "repeat, chosen (tiled, S chosen)"
+UNTILED = "repeat, untiled (straight line)"
 OTHER_TILE = "repeat, tiled S=2, 16x64 blocks"
 TRIGGERED = "repeat, chosen, launch_dependents"  # every node's trigger twin (TRIGGER_BLOCKS lifted)
 

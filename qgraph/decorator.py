@@ -352,7 +352,7 @@ def kernel(fn: Callable | None = None, *, cuda_graph: bool = False, graph_while:
     own unroll= wins; None: qgraph chooses per loop); the default is QGRAPH_UNROLL (auto).
     `interchange=False` keeps elementwise `qgraph.repeat` loops as loops of launches, not one task looping
     inside (default QGRAPH_INTERCHANGE, on). `progress=` is the calls' default progress= (docs/watching.md).
-    `temporal_tiling=True` (or S, passes per launch) tiles stencil repeat loops on CUDA (QGRAPH_TEMPORAL_TILING)."""
+    `temporal_tiling=False` keeps stencil repeat loops on CUDA a launch a pass (QGRAPH_TEMPORAL_TILING, on; int: S)."""
     if graph_while is not None and not isinstance(graph_while, str):
         raise TypeError(f"graph_while must be a parameter name (str), got {graph_while!r}")
     precision = None if default_float is None else float_precision(default_float, "default_float")

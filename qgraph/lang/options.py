@@ -54,8 +54,9 @@ class KernelOptions:
     interchange: bool = True
     # stencil qgraph.repeat loops on CUDA run S passes per launch in shared memory (lang.front.temporal_tiling):
     # True (S chosen, lang.cuda.tiling), an int S, or False; the tiled task's code carries S, so not a code option.
-    # Off by default: measured slower than the untiled straight line (docs/benchmarks.md, "Temporally tiled")
-    temporal_tiling: bool | int = False
+    # On by default: a graph tiles a loop only where its tiles fit one wave (graph_unroll.MAX_TILED_WAVES),
+    # where the fluids solve ran in 0.56x the hand-written graph on an H100 (docs/benchmarks.md, "Temporally tiled")
+    temporal_tiling: bool | int = True
 
     def __post_init__(self) -> None:
         """A value no option takes raises here, naming the option, whichever way the options were made."""

@@ -72,7 +72,7 @@ class Settings:
     debug: str | None = DEFAULT_OPTIONS.debug  # QGRAPH_DEBUG=1 ("bounds") or =nan: checked code
     unroll: int | None = DEFAULT_OPTIONS.unroll  # QGRAPH_UNROLL=<n>: device-loop body copies per pass (auto: chosen)
     interchange: bool = DEFAULT_OPTIONS.interchange  # QGRAPH_INTERCHANGE=0: elementwise repeat loops stay loops
-    temporal_tiling: bool = DEFAULT_OPTIONS.temporal_tiling  # QGRAPH_TEMPORAL_TILING=1: S stencil passes a launch
+    temporal_tiling: bool = DEFAULT_OPTIONS.temporal_tiling  # QGRAPH_TEMPORAL_TILING=0: a launch per stencil pass
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] = os.environ) -> Settings:
