@@ -72,8 +72,9 @@ MAX_COPY_NODES = 32  # kernel nodes of all copies of a body: larger graphs build
 # WHILE form's 1-3 ms once more if the count changes): paid back within a few hundred calls.
 MAX_STRAIGHT_NODES = 128  # kernel nodes of a repeat built as a straight line, at most
 # A temporally tiled task (lang.cuda.tiling) replaces S passes of its loop where its tiles fit in this
-# many waves of the device: a small grid's passes wait on launches, which tiling saves; a large grid's
-# are bound by memory and arithmetic, which the halo's recomputation adds to.
+# many waves of the device: a small grid's passes wait on launches, which tiling saves (the fluids solve
+# at 256x128 on an H100: 52.3 us against 105.9 untiled); a large grid's are bound by memory and
+# arithmetic, which the halo's recomputation adds to (2048x2048: S=2/3/4 2232/2057/2275 against 2117 us).
 MAX_TILED_WAVES = 1
 
 
