@@ -15,7 +15,7 @@
   to qgraph's task: plain loads instead of ld.global.nc, and those with qgraph's 256-byte
   parameter block instead of 32 bytes; and qgraph's repeat form with every node's launch_dependents
   twin, which compiler.cuda_program.TRIGGER_BLOCKS keeps for grids of at most 8 blocks); and the
-  repeat temporally tiled (lang.cuda.tiling: S chosen, S = 2, 3, 4, 16x64 blocks, the WHILE form),
+  repeat temporally tiled (lang.cuda.tiling: S chosen, S = 2 to 5, 16x64 blocks, the WHILE form),
   also on a 2048 x 2048 grid (where graph_unroll.MAX_TILED_WAVES leaves it untiled: "forced" rows
   lift it);
 - short repeat loops (k x tasks = graph_unroll.MAX_STRAIGHT_NODES one-block tasks): built as a
@@ -170,7 +170,7 @@ def pressure_repeat(p, p_new, div, pairs: int):
 def fluid_rows(shape: tuple[int, int], sweeps: int, budget: float, repeat: int, every: bool = True) -> list[dict]:
     """The pressure solve of a stable-fluids substep: the example's graph_while loop (U = 1, chosen)
     and the same sweeps as a repeat loop (chosen: temporally tiled where its tiles fit a wave, S
-    passes per launch; untiled: a straight line; tiled with S = 2, 3, 4 and another block; the WHILE
+    passes per launch; untiled: a straight line; tiled with S = 2 to 5 and another block; the WHILE
     form; U = 1), every variant the same bits, against the hand-written CUDA C++ graph of `sweeps`
     nodes (the issue's baseline).
     `every=False`: the baseline, the graph_while loop and the repeat's chosen, untiled and S rows only."""
@@ -194,7 +194,7 @@ def fluid_rows(shape: tuple[int, int], sweeps: int, budget: float, repeat: int, 
     chosen = pressure_repeat  # the default: tiled where the grid's tiles fit a wave, decided per grid
     repeats = {TILED: chosen, UNTILED: plain}
     forced = "" if every else ", forced"  # a large grid: tiled although its tiles exceed MAX_TILED_WAVES
-    repeats.update({f"repeat, tiled S={s}{forced}": pressure_repeat._variant(temporal_tiling=s) for s in (2, 3, 4)})
+    repeats.update({f"repeat, tiled S={s}{forced}": pressure_repeat._variant(temporal_tiling=s) for s in (2, 3, 4, 5)})
     if every:
         repeats.update({OTHER_TILE: pressure_repeat._variant(temporal_tiling=2, unroll=None),
                         f"repeat, WHILE form U={u}, tiled": chosen._variant(unroll=u),
