@@ -36,7 +36,7 @@ from .loops import CountedLoops, as_list
 # memory per block (compiler.cuda_program launches the block so where the kernel allows its threads).
 # `benchmarks/unroll_loops.py --quick --fluids` on an H100 (driver for CUDA 13.0), side by side, the
 # fluids pressure solve (100 sweeps of 256x128 float32, 32x32 blocks): hand-written graph 94.8 us,
-# untiled straight line 105.9, tiled S=2 86.2, S=3 63.5, S=4 52.3 (S=2 on 16x64 blocks 84.4);
+# untiled straight line 105.9, tiled S=2 86.2, S=3 63.5, S=4 52.3, S=5 54.6 (S=2 on 16x64 blocks 84.4);
 # 2048x2048, tiled although its tiles exceed a wave: S=2/3/4 2232/2057/2275 us against 2117 untiled,
 # 2068 hand-written (graph_unroll.MAX_TILED_WAVES). A tiled launch costs about 2.0 us + 0.14 us a
 # sweep (its nodes' time less the untiled nodes' ~1.06 us each); with a block-stride loop over the
