@@ -7,14 +7,17 @@
   and 2048^2, U = 1, 2, 4 against the hand-written CUDA C++ WHILE-node solver;
 - the stable-fluids pressure solve of a substep (100 Jacobi sweeps of a 256 x 128 grid, as in
   Warp's example): the example's graph_while loop (two sweeps per pass, U = 1, chosen) and the same
-  sweeps as `qgraph.repeat(50)` (chosen: 100 nodes in a straight line; the WHILE form with the U it
-  would choose, 16; and U = 1), against the same sweeps in hand-written CUDA
+  sweeps as `qgraph.repeat(50)` (chosen: temporally tiled; untiled, 100 nodes in a straight line; the
+  WHILE form with the U it would choose, 16; and U = 1), against the same sweeps in hand-written CUDA
   C++ captured as one graph of 100 kernel nodes (qgraph.bench.fluids_pressure: programmatic edges,
   and as variants plain edges, an early launch of each successor (at the entry, or after the wait:
   at most one grid waiting ahead), and two diagnostics of the gap
   to qgraph's task: plain loads instead of ld.global.nc, and those with qgraph's 256-byte
   parameter block instead of 32 bytes; and qgraph's repeat form with every node's launch_dependents
-  twin, which compiler.cuda_program.TRIGGER_BLOCKS keeps for grids of at most 8 blocks);
+  twin, which compiler.cuda_program.TRIGGER_BLOCKS keeps for grids of at most 8 blocks); and the
+  repeat temporally tiled (lang.cuda.tiling: S chosen, S = 2 to 5, 16x64 blocks, the WHILE form),
+  also on a 2048 x 2048 grid (where graph_unroll.MAX_TILED_WAVES leaves it untiled: "forced" rows
+  lift it);
 - short repeat loops (k x tasks = graph_unroll.MAX_STRAIGHT_NODES one-block tasks): built as a
   straight line (chosen), the WHILE form with the U it would choose, and U = 1, with each form's
   graph build time.
@@ -164,26 +167,43 @@ def pressure_repeat(p, p_new, div, pairs: int):
             p[i, j] = 0.25 * (pl + pr + pb + pt - div[i, j])
 
 
-def fluid_rows(shape: tuple[int, int], sweeps: int, budget: float, repeat: int) -> list[dict]:
+def fluid_rows(shape: tuple[int, int], sweeps: int, budget: float, repeat: int, every: bool = True) -> list[dict]:
     """The pressure solve of a stable-fluids substep: the example's graph_while loop (U = 1, chosen)
-    and the same sweeps as a repeat loop (chosen: a straight line; the WHILE form; U = 1), every variant
-    the same bits, against the hand-written CUDA C++ graph of `sweeps` nodes (the issue's baseline)."""
+    and the same sweeps as a repeat loop (chosen: temporally tiled where its tiles fit a wave, S
+    passes per launch; untiled: a straight line; tiled with S = 2 to 5 and another block; the WHILE
+    form; U = 1), every variant the same bits, against the hand-written CUDA C++ graph of `sweeps`
+    nodes (the issue's baseline).
+    `every=False`: the baseline, the graph_while loop and the repeat's chosen, untiled and S rows only."""
+    from qgraph import graph_unroll
     from qgraph.compiler import cuda_program
     from qgraph.examples.stable_fluids_kernels import pressure_scalar
+    from qgraph.lang.cuda import tiling
 
     trigger_blocks = cuda_program.TRIGGER_BLOCKS
+    regions, waves = tiling.REGIONS, graph_unroll.MAX_TILED_WAVES
 
     p, p_new, div = (qgraph.ndarray(qgraph.f32, shape) for _ in range(3))
     div.from_numpy(np.random.default_rng(1).standard_normal(shape).astype(np.float32))
     iters, flag = qgraph.ndarray(qgraph.i32, (1,)), qgraph.ndarray(qgraph.i32, (1,))
-    variants = {f"graph_while U={u or 'chosen'}": pressure_scalar._variant(unroll=u) for u in (1, None)}
+    unrolls = (1, None) if every else (None,)
+    variants = {f"graph_while U={u or 'chosen'}": pressure_scalar._variant(unroll=u) for u in unrolls}
     from qgraph.graph_unroll import unroll_factor
 
     u = unroll_factor(pressure_repeat._source.body.children[0], None)  # what the WHILE form would choose
-    repeats = {"repeat, chosen (straight line)": pressure_repeat,
-               f"repeat, WHILE form U={u}": pressure_repeat._variant(unroll=u),
-               "repeat U=1": pressure_repeat._variant(unroll=1), TRIGGERED: pressure_repeat._variant(unroll=None)}
-    sides = {who: (hand.launch, hand.buffers, hand.result) for who, hand in _hand_sweeps(shape, div, sweeps).items()}
+    plain = pressure_repeat._variant(temporal_tiling=False)  # untiled
+    chosen = pressure_repeat  # the default: tiled where the grid's tiles fit a wave, decided per grid
+    repeats = {TILED: chosen, UNTILED: plain}
+    forced = "" if every else ", forced"  # a large grid: tiled although its tiles exceed MAX_TILED_WAVES
+    repeats.update({f"repeat, tiled S={s}{forced}": pressure_repeat._variant(temporal_tiling=s) for s in (2, 3, 4, 5)})
+    if every:
+        repeats.update({OTHER_TILE: pressure_repeat._variant(temporal_tiling=2, unroll=None),
+                        f"repeat, WHILE form U={u}, tiled": chosen._variant(unroll=u),
+                        f"repeat, WHILE form U={u}, untiled": plain._variant(unroll=u),
+                        "repeat U=1": plain._variant(unroll=1), TRIGGERED: plain._variant(unroll=None)})
+    hands = _hand_sweeps(shape, div, sweeps)
+    if not every:
+        hands = {HAND_FLUIDS: hands[HAND_FLUIDS]}
+    sides = {who: (hand.launch, hand.buffers, hand.result) for who, hand in hands.items()}
     for who, kernel in variants.items():
         sides[who] = (lambda kernel=kernel: (iters.fill(0), kernel(p, p_new, div, iters, flag, sweeps)), (p, p_new), p)
     for who, kernel in repeats.items():
@@ -194,18 +214,22 @@ def fluid_rows(shape: tuple[int, int], sweeps: int, budget: float, repeat: int) 
             array.fill(0)
         # the graph is built by the first call; TRIGGERED's nodes (128 blocks) run the launch_dependents twin
         cuda_program.TRIGGER_BLOCKS = 1 << 20 if who == TRIGGERED else trigger_blocks
+        tiling.REGIONS = {**regions, 2: (16, 64)} if who == OTHER_TILE else regions  # compiled by the first call
+        graph_unroll.MAX_TILED_WAVES = 1 << 30 if who.endswith("forced") else waves  # built by it
         try:
             call()
             qgraph.sync()
         finally:
             cuda_program.TRIGGER_BLOCKS = trigger_blocks
+            tiling.REGIONS = regions
+            graph_unroll.MAX_TILED_WAVES = waves
         results[who] = field.to_numpy()
         if who in repeats:
             builds[who] = repeats[who].stats.build_seconds * 1e3
-    first = results["graph_while U=1"]
+    first = results[next(iter(variants))]
     for who in (*variants, *repeats):
         assert np.array_equal(results[who], first), f"{who} differs"
-    assert pressure_repeat.stats.iterations == (sweeps // 2,)
+    assert chosen.stats.iterations == (sweeps // 2,)
     spreads = interleaved_spreads({who: side[0] for who, side in sides.items()}, budget, repeat, qgraph.sync)
     floor = spreads[HAND_FLUIDS].median
     return [{"section": "fluids pressure", "n": f"{shape[0]}x{shape[1]}", "mode": who, "us": s.median * 1e6,
@@ -214,6 +238,9 @@ def fluid_rows(shape: tuple[int, int], sweeps: int, budget: float, repeat: int) 
 
 
 HAND_FLUIDS = "CUDA C++ unrolled graph"
+TILED = "repeat, chosen (tiled, S chosen)"
+UNTILED = "repeat, untiled (straight line)"
+OTHER_TILE = "repeat, tiled S=2, 16x64 blocks"
 TRIGGERED = "repeat, chosen, launch_dependents"  # every node's trigger twin (TRIGGER_BLOCKS lifted)
 
 
@@ -253,6 +280,7 @@ def main() -> None:
         rows += short_repeat_rows(budget, repeat)
     if every or args.fluids:
         rows += fluid_rows((256, 128), 100, budget, repeat)
+        rows += fluid_rows((2048, 2048), 100, budget, repeat, every=False)  # tiling must not lose here
     device = qgraph.runtime.STATE.cuda.info
     print(f"device: {getattr(device, 'name', '?')} cc {device.compute_capability} driver {device.driver_version}")
     for r in rows:

@@ -329,9 +329,9 @@ _ATTACH_LOCK = threading.RLock()  # kernels attach to the runtime once, whicheve
 
 
 def kernel(fn: Callable | None = None, *, cuda_graph: bool = False, graph_while: str | None = None,
-           graph_cache_size: int | None = None, deterministic: bool | None = None,
-           fast_math: bool | None = None, default_float=None, max_iterations=USE_ENVIRONMENT,
-           debug: bool | str | None = None, unroll=USE_ENVIRONMENT, interchange: bool | None = None, progress=False):
+           graph_cache_size: int | None = None, deterministic: bool | None = None, fast_math: bool | None = None,
+           default_float=None, max_iterations=USE_ENVIRONMENT, debug: bool | str | None = None,
+           unroll=USE_ENVIRONMENT, interchange: bool | None = None, progress=False, temporal_tiling=None):
     """Compile a function's top-level statements into offloaded tasks.
 
     `cuda_graph=True` captures a call's tasks into a cached CUDA graph; `graph_while="flag"`
@@ -352,7 +352,7 @@ def kernel(fn: Callable | None = None, *, cuda_graph: bool = False, graph_while:
     own unroll= wins; None: qgraph chooses per loop); the default is QGRAPH_UNROLL (auto).
     `interchange=False` keeps elementwise `qgraph.repeat` loops as loops of launches, not one task looping
     inside (default QGRAPH_INTERCHANGE, on). `progress=` is the calls' default progress= (docs/watching.md).
-    """
+    `temporal_tiling=False` keeps stencil repeat loops on CUDA a launch a pass (QGRAPH_TEMPORAL_TILING, on; int: S)."""
     if graph_while is not None and not isinstance(graph_while, str):
         raise TypeError(f"graph_while must be a parameter name (str), got {graph_while!r}")
     precision = None if default_float is None else float_precision(default_float, "default_float")
@@ -361,7 +361,7 @@ def kernel(fn: Callable | None = None, *, cuda_graph: bool = False, graph_while:
     except ValueError as e:
         raise ValueError(f"debug: {e}") from None
     given = {"deterministic": deterministic, "fast_math": fast_math, "default_float": precision,
-             "graph_cache_size": graph_cache_size, "interchange": interchange}
+             "graph_cache_size": graph_cache_size, "interchange": interchange, "temporal_tiling": temporal_tiling}
     # checked as it is made (KernelOptions names a bad value); None: the environment decides
     options = KernelOptions(**{name: USE_ENVIRONMENT if value is None else value for name, value in given.items()},
                             debug=debug_setting, max_iterations=max_iterations, cuda_graph=cuda_graph,

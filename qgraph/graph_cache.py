@@ -160,7 +160,7 @@ class TaskGraph:
         self._planned: dict[Region, _Planned] = {}  # region -> its updatable node's plan entry
         self._open_loops: list[WhileLoop] = []  # while adding: the loops around the region being added
         self._loop_depth = 0  # while planning: the loops around the region being planned
-        body, self._fixed = graph_tree(spec, packs, into is None)  # graph_unroll: loops unrolled, counts fixed
+        body, self._fixed = graph_tree(spec, packs, into is None, args)  # graph_unroll: loops unrolled, counts fixed
         self.on_new_count = None  # (args, packs, stream) -> the graph replacing this one, built for those
         # interchanged loops' arrays must not overlap: checked by build_graph, then at each miss and update
         self._overlap = getattr(spec, "overlap", None) or (lambda packs: None)

@@ -24,6 +24,7 @@ from ..lang.cpu.codegen import counted_loops
 from ..lang.flat.view import flat_name
 from ..lang.front.interchange import checked_pairs, for_launch
 from ..lang.front.regions import RepeatLoop, control_regions, is_root_loop
+from ..lang.front.temporal_tiling import TiledTask, tiled, tiled_pairs
 from ..lang.options import KernelOptions
 from ..runtime import DeviceState
 from ..runtime.cancel import CancelWord
@@ -38,7 +39,8 @@ class CudaLauncher:
 
     def __init__(self, kernel, state, target: DeviceState, options: KernelOptions) -> None:
         self.kernel = kernel
-        self.src = src = for_launch(kernel._source, options)  # elementwise repeat loops interchanged
+        # elementwise repeat loops interchanged, stencil repeat loops given their tiled task
+        self.src = src = tiled(for_launch(kernel._source, options), options)
         self.stats = kernel.stats
         self.target = target
         self.device = target.device
@@ -77,7 +79,7 @@ class CudaLauncher:
         self.launch = cuda_call.launch_function(self)
         self._strict = None  # strict_launch(), made when a call is first routed here
         self._resolve = None  # resolve(a0, ..., an) -> key, generated for compile()
-        self._overlap = overlap_check(src, checked_pairs(src))  # None without interchanged loops
+        self._overlap = overlap_check(src, checked_pairs(src), tiled_pairs(src))  # None without such loops
 
     def compile(self, args: tuple) -> tuple[str, ...]:
         """Compile (or load from the disk cache) the signature of `args` and load its module, without
@@ -164,7 +166,7 @@ class CudaLauncher:
         stats.used_graph = spec.uses_graph
         stats.graph_nodes = spec.nodes
         stats.host_loop = spec.host_loop
-        stats.num_tasks = len(spec.kernels)
+        stats.num_tasks = sum(not isinstance(tk.task, TiledTask) for tk in spec.kernels)  # the tasks as written
         if spec.graph is not None:
             self.graphs.touch(spec.key)
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from ..args.kinds import ArrayLayout, arg_type
 from ..compiler.cuda_program import TaskKernel
-from ..compiler.launch_code import block_expr, generate, grid_expr, signature_with_constants, tile_shape
+from ..compiler.launch_code import block_expr, generate, grid_expr, signature_with_constants, tile_shape, tiles_of
 from ..driver.device import driver, kernel_failure
 from ..driver.params import ParamBuffer
 from ..graph_cache import TaskGraph
@@ -94,10 +94,12 @@ class Specialisation:
         return EagerRunner(self.kernels, self.bounds, self.name)
 
 
-def overlap_check(src, pairs: tuple):
+def overlap_check(src, pairs: tuple, tiled: tuple = ()):
     """check(packs): raise lang.front.interchange.overlap_error for the arrays of `pairs` (names of
     `src`'s parameters) as the parameter bytes `packs` give them; None without pairs. The last
-    parameter bytes checked are remembered, so a replay with them costs one comparison."""
+    parameter bytes checked are remembered, so a replay with them costs one comparison. `tiled`: the
+    pairs of temporally tiled loops (not even the same view)."""
+    pairs, tiled = tuple(dict.fromkeys(pairs + tiled)), frozenset(tiled)
     if not pairs:
         return None
     from ..lang.front.interchange import overlap_error
@@ -116,7 +118,7 @@ def overlap_check(src, pairs: tuple):
             ndim = (len(block) - ArrayLayout.SHAPE) // 16
             words = struct.unpack_from(f"<{5 + 2 * ndim}q", block)
             views[name] = (words[4], words[5:5 + ndim], words[5 + ndim:], words[3])
-        error = overlap_error(src.name, pairs, views)
+        error = overlap_error(src.name, pairs, views, tiled)
         if error is not None:
             raise error
         last[0] = packs
@@ -131,7 +133,7 @@ class EagerRunner:
         self.buffers = [ParamBuffer(tk.param_size) for tk in kernels]
         d = driver()
         # _keep: the driver reads each buffer's `extra` array by address; it lives as long as `run`
-        constants = {"_bounds": bounds, "_memo": {}, "_tile": tile_shape,
+        constants = {"_bounds": bounds, "_memo": {}, "_tile": tile_shape, "_tiles": tiles_of,
                      "_launch": d.cuLaunchKernel, "_fail": kernel_failure(name), "_keep": self.buffers,
                      "_memo_size": _BOUNDS_MEMO}
         lines = []

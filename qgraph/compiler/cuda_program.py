@@ -15,6 +15,7 @@ therefore the plain concatenation of its arguments' packed bytes.
 from __future__ import annotations
 
 import ast
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,6 +25,7 @@ from ..driver.device import CudaDevice, check, driver, owned
 from ..errors import QgraphError
 from ..lang import generated
 from ..lang.cuda import codegen as cuda_codegen
+from ..lang.cuda import tiling
 from ..lang.cuda.reductions import dtype_name
 from ..lang.flat.view import FlatSource, flat_source
 from ..lang.front.parse import KernelSource, Task
@@ -63,6 +65,7 @@ class TaskKernel:
     scratch: Scratch | None = None  # deterministic reductions' partials and block counter
     module: object = None  # the CUmodule holding this specialisation's kernels (unloaded on close)
     tiled: bool = False  # a multi-dimensional loop on 2-D blocks: its grid is a shape (launch_code.tile_shape)
+    temporal: tuple | None = None  # a temporally tiled task's (passes, tile, halo): its grid is launch_code.tiles_of
     arg_exprs: tuple[str, ...] = ()  # each argument slot's value from the call's `p` (a struct leaf: p[k][j])
     record: bytes = b""  # debug mode: the record array's parameter bytes, after the scratch arrays
     arrays: int = 0  # array arguments (the scratch arrays and the record follow them)
@@ -225,19 +228,23 @@ def compile_tasks(src: KernelSource, key: tuple[str, ...], device: CudaDevice, c
     slot = 0
     for task, code, order, entry, size, suffix in zip(node_tasks, codes, orders, entries, sizes, suffixes):
         function = device.function(module, entry)
-        block = 1
+        block, temporal = 1, None
         bounds_slot = None
         if task.parallel:
             limit = check(driver().cuFuncGetAttribute(
                 driver().CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, function),
                 "cuFuncGetAttribute")
             block = min(BLOCK, limit)
+            cells = math.prod(tiling.region_of(code.temporal)) if code.temporal else 0
+            if 0 < cells <= limit:  # a thread a region cell; a kernel allowing fewer runs its loop untiled
+                block, temporal = cells, code.temporal
             bounds_slot = slot
             slot += 1
         kernel = TaskKernel(task, function, block, size, bounds_slot, tuple(order), waits, suffix)
         kernel.arg_exprs = tuple(flat.slot_expr(k) for k in order)
         kernel.module = module
         kernel.tiled = code.tiled
+        kernel.temporal = temporal
         kernel.arrays = sum(1 for k in order if types[k].is_array)
         if task.parallel:
             per_sm = check(driver().cuOccupancyMaxActiveBlocksPerMultiprocessor(function, block, 0),

@@ -31,6 +31,8 @@ def grid_expr(tk: TaskKernel, at_least_one: bool) -> str:
     `_tile` (tile_shape, which callers bind)."""
     if not tk.parallel:
         return "1"
+    if tk.temporal:
+        return f"_tiles(c[{tk.bounds_slot}], {tk.temporal[1]!r}, {tk.temporal[2]})"
     if tk.tiled:
         return f"_tile(c[{tk.bounds_slot}], {tk.block}, {tk.grid_limit})"
     expr = f"(n[{tk.bounds_slot}] + {tk.block - 1}) // {tk.block}"
@@ -78,6 +80,15 @@ def tile_shape(counts: tuple[int, ...], threads: int, limit: int = 0) -> tuple[i
     return gx, gy, gz, bx, by
 
 
+def tiles_of(counts, tile: tuple[int, ...], halo: int) -> tuple[int, int, int, int, int]:
+    """(gx, gy, gz, bx, by) of a temporally tiled task (lang.cuda.tiling): a block per tile, x over the
+    last dimension, the block its region (the tile and `halo` each side: a thread a cell); `counts`
+    a 1-d loop's count or a 2-d loop's counts."""
+    if type(counts) is int:
+        return -(-counts // tile[0]) or 1, 1, 1, tile[0] + 2 * halo, 1
+    return -(-counts[1] // tile[1]) or 1, -(-counts[0] // tile[0]) or 1, 1, tile[1] + 2 * halo, tile[0] + 2 * halo
+
+
 def generate(source: str, name: str, constants: dict, label: str):
     """Compile generated launch code; `constants` become the function's default arguments."""
     fn = generated.function(source, name, label, {})
@@ -96,7 +107,7 @@ def graph_blocks(plan: list, kernels: list[TaskKernel], bounds, name: str):
     """blocks(args, p) -> (parameter block per node, grid per node) of a graph's `plan` (a TaskKernel's
     node, or a loop's or branch's slot writer: an item with `slot_expr` and `constants()`), generated."""
     exprs, grids = [], []
-    constants = {"_bounds": bounds, "_tile": tile_shape}
+    constants = {"_bounds": bounds, "_tile": tile_shape, "_tiles": tiles_of}
     for item in plan:
         if isinstance(item, TaskKernel):
             exprs.append(block_expr(item))

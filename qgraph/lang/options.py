@@ -52,6 +52,11 @@ class KernelOptions:
     # elementwise qgraph.repeat loops run as one task looping inside (lang.front.interchange); it changes
     # the tasks themselves, which the code's fingerprint covers, so not a code option
     interchange: bool = True
+    # stencil qgraph.repeat loops on CUDA run S passes per launch in shared memory (lang.front.temporal_tiling):
+    # True (S chosen, lang.cuda.tiling), an int S, or False; the tiled task's code carries S, so not a code option.
+    # On by default: a graph tiles a loop only where its tiles fit one wave (graph_unroll.MAX_TILED_WAVES),
+    # where the fluids solve ran in 0.56x the hand-written graph on an H100 (docs/benchmarks.md, "Temporally tiled")
+    temporal_tiling: bool | int = True
 
     def __post_init__(self) -> None:
         """A value no option takes raises here, naming the option, whichever way the options were made."""
@@ -64,6 +69,8 @@ class KernelOptions:
         _check(self, "graph_cache_size", _positive, ValueError, "a positive int")
         _check(self, "unroll", lambda v: v is None or _positive(v), ValueError,
                "a positive int (copies of a device loop's body per pass) or None (chosen per loop)")
+        _check(self, "temporal_tiling", lambda v: isinstance(v, bool) or _positive(v), TypeError,
+               "True (passes per launch chosen), False or a positive int (passes per launch)")
         _check(self, "default_float", lambda v: v in ("f32", "f64"), ValueError, "'f32' or 'f64'")
         _check(self, "debug", lambda v: v in (None, "bounds", "nan"), ValueError, "None, 'bounds' or 'nan'")
         _check(self, "progress", lambda v: isinstance(v, bool) or callable(v), TypeError,

@@ -72,6 +72,7 @@ class Settings:
     debug: str | None = DEFAULT_OPTIONS.debug  # QGRAPH_DEBUG=1 ("bounds") or =nan: checked code
     unroll: int | None = DEFAULT_OPTIONS.unroll  # QGRAPH_UNROLL=<n>: device-loop body copies per pass (auto: chosen)
     interchange: bool = DEFAULT_OPTIONS.interchange  # QGRAPH_INTERCHANGE=0: elementwise repeat loops stay loops
+    temporal_tiling: bool = DEFAULT_OPTIONS.temporal_tiling  # QGRAPH_TEMPORAL_TILING=0: a launch per stencil pass
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] = os.environ) -> Settings:
@@ -100,7 +101,8 @@ class Settings:
                    default_float="f32" if precision in ("float32", "f32") else "f64",
                    debug=_debug_setting(environ.get("QGRAPH_DEBUG", "")),
                    unroll=_unroll(env_text(environ, "QGRAPH_UNROLL", "auto")),
-                   interchange=switch(environ, "QGRAPH_INTERCHANGE", default=DEFAULT_OPTIONS.interchange))
+                   interchange=switch(environ, "QGRAPH_INTERCHANGE", default=DEFAULT_OPTIONS.interchange),
+                   temporal_tiling=switch(environ, "QGRAPH_TEMPORAL_TILING", default=DEFAULT_OPTIONS.temporal_tiling))
 
 
 def _debug_setting(text: str) -> str | None:

@@ -12,6 +12,7 @@ import ast
 from dataclasses import dataclass
 
 from ..front.parse import KernelSource, Task
+from ..front.temporal_tiling import TiledTask
 from ..lower.debug_checks import RECORD, DebugPlan
 from ..lower.lowering import (
     CUDA_ATOMICS,
@@ -31,7 +32,7 @@ from ..lower.updates import Reduction, UpdateRewriter
 from ..options import DEFAULT_OPTIONS, KernelOptions
 from ..types.precision import weak_typed
 from ..types.weak_types import param_type
-from . import reductions
+from . import reductions, tiling
 from .addressing import Addressing32
 from .index_ranges import IndexRanges, loop_floors
 from .loops import ContinueToReturn, CountedLoops, as_list, flat_indices, thread_index, tiled_loops
@@ -49,6 +50,7 @@ class CudaTaskCode:
     reductions: tuple[Reduction, ...] = ()  # when non-empty: a grid-stride loop, launched capped
     scratch: tuple[str, ...] = ()  # deterministic mode's scratch arrays (after the array parameters)
     tiled: bool = False  # runs on 2-D blocks (tiled_loops); its launch shape comes from launch_code.tile_shape
+    temporal: tuple | None = None  # a TiledTask's (passes, tile, halo) (lang.cuda.tiling); None: not tiled
 
 
 def cuda_bound_params(task: Task) -> tuple[str, ...]:
@@ -129,6 +131,13 @@ def cuda_task(src: KernelSource, task: Task, param_order: list[str], symbols: Sy
     `debug` (the specialisation's plan for `options.debug`) adds debug mode's checks
     (lang.lower.debug_checks) and the record parameter after the scratch arrays.
     """
+    if isinstance(task, TiledTask):  # a temporally tiled loop's task (lang.cuda.tiling)
+        bounds = cuda_bound_params(task)
+        split = sum(1 for name in param_order if kinds[src.param_names.index(name)].is_array)
+        record = [RECORD] if debug is not None else []
+        params = list(bounds) + list(param_order[:split]) + record + list(param_order[split:])
+        fdef, plan = tiling.tiled_function(src, task, params, symbols, kinds, options)
+        return CudaTaskCode(task, fdef, bounds, tuple(param_order), tiled=True, temporal=plan)
     kind_of = dict(zip(src.param_names, kinds))
     zero_d = frozenset(name for name, t in kind_of.items() if t.ndim == 0)
     dtypes = {name: t.dtype for name, t in kind_of.items() if t.is_array}

@@ -21,6 +21,7 @@ from ..front.globals_used import func_array_globals
 from ..front.interchange import InterchangedTask, fused_task
 from ..front.parse import KernelSource, Param, _analyse_names, collect_names
 from ..front.regions import Dim, Region, RepeatLoop, Sequence, Task, with_bodies
+from ..front.temporal_tiling import TiledTask
 from ..lower.lowering import function_def
 from ..types.vector_types import VectorType
 from .draws import random_prologue
@@ -171,9 +172,13 @@ def flat_source(src: KernelSource, kinds: list, default_float: str = "f64") -> F
     tasks: dict[int, Task] = {}
     parts: dict[int, list[Task]] = {}  # an interchanged repeat loop's tasks, flattened one by one
     for task in src.tasks:
-        if isinstance(task, InterchangedTask):
+        if isinstance(task, (InterchangedTask, TiledTask)):
             parts[task.index] = [_flat_task(Flattener(base, env, specs, taken, counter, p, default_float), p)
                                  for p in task.parts]
+            if isinstance(task, TiledTask):  # its parts stay apart (lang.cuda.tiling); the body joins them
+                first = parts[task.index][0]
+                tasks[task.index] = dataclasses.replace(task, parts=tuple(parts[task.index]), dims=first.dims,
+                                                        body=[s for p in parts[task.index] for s in p.body])
             continue
         tasks[task.index] = _flat_task(Flattener(base, env, specs, taken, counter, task, default_float), task)
     reads: dict[int, frozenset[str]] = {}
@@ -197,6 +202,9 @@ def flat_source(src: KernelSource, kinds: list, default_float: str = "f64") -> F
     ordered = [tasks[t.index] for t in src.tasks]
     names = [p.name for p in params]
     _analyse_names(ordered, set(names), src.filename)
+    for task in ordered:  # a tiled task's parts are generated one by one (lang.cuda.tiling)
+        if isinstance(task, TiledTask):
+            _analyse_names(list(task.parts), set(names), src.filename)
     flat = dataclasses.replace(base, params=tuple(params), tasks=tuple(ordered), body=_rebuild(src.body, tasks),
                                graph_while=flat_name(src.graph_while) if src.graph_while else None)
     return FlatSource(flat, flat_kinds, slots, specs, reads)

@@ -320,17 +320,24 @@ def array_span(ptr: int, shape, strides, itemsize: int) -> tuple[int, int]:
     return lo, hi
 
 
-def overlap_error(kernel: str, pairs, views: dict):
+def overlap_error(kernel: str, pairs, views: dict, tiled=()):
     """A QgraphError when two arrays of an interchanged loop share memory other than element for
     element (a view shifted against another argument), else None. `pairs`: (name, name) to
-    compare, at least one of each written; `views`: name -> (ptr, shape, strides, itemsize)."""
+    compare, at least one of each written; `views`: name -> (ptr, shape, strides, itemsize).
+    `tiled`: the pairs of temporally tiled loops (lang.front.temporal_tiling), the same view too."""
     from ...errors import QgraphError
 
     for a, b in pairs:
         va, vb = views[a], views[b]
-        if va == vb:
+        if va == vb and (a, b) not in tiled:
             continue
         (lo_a, hi_a), (lo_b, hi_b) = array_span(*va), array_span(*vb)
+        if lo_a < hi_b and lo_b < hi_a and (a, b) in tiled:
+            return QgraphError(
+                f"kernel {kernel}: the arrays '{a}' and '{b}' share memory, but its temporally tiled qgraph.repeat "
+                "loop stages each array of the loop in shared memory apart from the others; pass separate arrays, "
+                "or decorate the kernel with temporal_tiling=False (or set QGRAPH_TEMPORAL_TILING=0)"
+            )
         if lo_a < hi_b and lo_b < hi_a:
             return QgraphError(
                 f"kernel {kernel}: the arrays '{a}' and '{b}' overlap but are not the same view, so an element "
