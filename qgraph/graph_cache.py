@@ -38,7 +38,7 @@ from .driver.device import CudaDevice, check, driver, fail, kernel_failure
 from .driver.nodes import GraphNode, add_edge, kernel_node_params, set_shape
 from .driver.params import ParamBuffer
 from .errors import QgraphError
-from .graph_unroll import Gated, add_gated, count_part, counts_hold, graph_tree, loop_passes, plan_gated
+from .graph_unroll import Gated, add_gated, count_part, counts_hold, graph_tree, loop_passes, plan_gated, tiled_choice
 from .lang.front.regions import DeviceLoop, IfRegion, Region, RepeatLoop, Sequence, Task
 from .lang.options import KernelOptions
 
@@ -161,7 +161,8 @@ class TaskGraph:
         self._open_loops: list[WhileLoop] = []  # while adding: the loops around the region being added
         self._loop_depth = 0  # while planning: the loops around the region being planned
         body, self._fixed = graph_tree(spec, packs, into is None, args)  # graph_unroll: loops unrolled, counts fixed
-        self.on_new_count = None  # (args, packs, stream) -> the graph replacing this one, built for those
+        self._tiled = tiled_choice(spec, args)  # graph_unroll.TiledChoice, or None: the kernel tiles no loop
+        self.on_new_form = None  # (args, packs, stream, new_count) -> the graph replacing this one (_miss)
         # interchanged loops' arrays must not overlap: checked by build_graph, then at each miss and update
         self._overlap = getattr(spec, "overlap", None) or (lambda packs: None)
         try:
@@ -319,15 +320,14 @@ class TaskGraph:
         """An instance set up for these arguments: a new one, or the oldest one updated."""
         if self.state is not GraphState.BUILT:
             raise self._closed_error()
-        if not counts_hold(self._fixed, packs):  # built straight for another repeat count
-            return self.on_new_count(args, packs, stream)._instances[packs]  # its graph, built for them
+        # built straight for another repeat count, or tiled for a grid: its graph, built for these
+        if (new_count := not counts_hold(self._fixed, packs)) or not (self._tiled is None or self._tiled.holds(args)):
+            return self.on_new_form(args, packs, stream, new_count)._instances[packs]
         self._overlap(packs)
         blocks, grids = self._blocks(args, packs)
-        instances = self._instances
-        if len(instances) < self._max_instances:
-            instance = self._instantiate(stream)
-        else:
-            instance = instances.pop(next(iter(instances)))  # the oldest
+        instances = self._instances  # a new instance, or the oldest one updated
+        full = len(instances) >= self._max_instances
+        instance = instances.pop(next(iter(instances))) if full else self._instantiate(stream)
         self._update(instance, blocks, grids)
         instances[packs] = instance
         return instance

@@ -200,9 +200,9 @@ def graph_tree(spec, packs: tuple, own: bool, args: tuple | None = None) -> tupl
 
 def tiled_kernels(spec, args: tuple | None) -> dict:
     """Task index -> TaskKernel of each temporally tiled task of `spec` whose grid of tiles for these
-    arguments fits MAX_TILED_WAVES waves (a graph built so keeps its form for later shapes)."""
+    arguments fits MAX_TILED_WAVES waves (none once a call's grid changed that: `spec.tiling`)."""
     kernels = [tk for tk in getattr(spec, "kernels", ()) if tk.temporal]
-    if not kernels or args is None:
+    if not kernels or args is None or not getattr(spec, "tiling", True):
         return {}
     counts = spec.bounds(*args)[2]
     return {tk.task.index: tk for tk in kernels
@@ -298,3 +298,24 @@ def add_gated(graph, region: Gated, into, deps: list, blocks: list, grids: list)
         return after
     graph._kernel_deps = graph._kernel_deps | {int(after[0])}  # the copy's first task: a programmatic edge
     return graph._add(Sequence(region.children), body, after, blocks, grids)
+
+
+
+class TiledChoice(NamedTuple):
+    """The temporally tiled tasks a graph of `spec` was built to run tiled (graph_unroll.tiled_kernels)."""
+
+    spec: object
+    chosen: frozenset
+
+    def holds(self, args: tuple) -> bool:
+        """Whether a call with `args` tiles the same loops (a new grid's tiles may no longer fit a
+        wave, or now fit one): graph_cache.TaskGraph rebuilds where not."""
+        return frozenset(tiled_kernels(self.spec, args)) == self.chosen
+
+
+def tiled_choice(spec, args: tuple | None) -> TiledChoice | None:
+    """What a graph of `spec` built for `args` runs tiled; None where `spec` has no tiled task (a
+    miss then checks nothing)."""
+    if not any(tk.temporal for tk in getattr(spec, "kernels", ())):
+        return None
+    return TiledChoice(spec, frozenset(tiled_kernels(spec, args)))

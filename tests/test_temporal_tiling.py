@@ -176,6 +176,31 @@ def test_the_while_form_runs_groups_of_passes(cuda):
     assert unrolled.stats.iterations == (4 * S + 1,)
 
 
+def test_a_grid_whose_tiles_pass_a_wave_rebuilds_the_graph_untiled_once(cuda):
+    """A graph built for a small grid runs the loop tiled; a call on a grid whose tiles no longer fit
+    one wave (graph_unroll.MAX_TILED_WAVES) rebuilds it untiled, once: back on the small grid it stays
+    untiled (no rebuild at every change), and every call has the untiled kernel's bits."""
+    kernel, untiled = jacobi._variant(temporal_tiling=S), jacobi._variant(temporal_tiling=False)
+    rng = np.random.default_rng(17)
+    grids = {shape: [rng.standard_normal(shape).astype(np.float32) for _ in range(3)]
+             for shape in ((20, 40), (700, 700))}  # 2 tiles; 32 x 32 tiles of 22 x 22, past a wave
+
+    def run(k, shape):
+        p0, q0, d = grids[shape]
+        found = [(qgraph.from_numpy(p0), qgraph.from_numpy(q0)) for _ in range(2)]
+        for f, arrays in zip((k, untiled), found):
+            f(*arrays, qgraph.from_numpy(d), 4)
+        for a, b in zip(*found):
+            np.testing.assert_array_equal(a.to_numpy(), b.to_numpy())
+        return k.stats.builds, k.stats.graph_nodes
+
+    builds, tiled_nodes = run(kernel, (20, 40))
+    untiled_nodes = untiled.stats.graph_nodes
+    assert tiled_nodes < untiled_nodes
+    assert run(kernel, (700, 700)) == (builds + 1, untiled_nodes)
+    assert run(kernel, (20, 40)) == (builds + 1, untiled_nodes)
+
+
 def test_overlapping_arrays_are_refused(cuda):
     from numba import cuda as numba_cuda
 

@@ -242,7 +242,7 @@ class CudaLauncher:
     def _build(self, spec: Specialisation, args: tuple, packs: tuple, stream: int):
         """Build the graph of `spec` for a call (replacing any it had) and make it the one `spec` runs."""
         graph = spec.build_graph(args, packs, stream, self.stats)
-        graph.on_new_count = lambda args, packs, stream: self._recount(spec, args, packs, stream)
+        graph.on_new_form = lambda args, packs, stream, new_count: self._reform(spec, args, packs, stream, new_count)
         self.stats.builds += 1
         self.stats.build_seconds = graph.build_seconds
         spec.graph = graph
@@ -258,11 +258,16 @@ class CudaLauncher:
         self.stats.cache_size = len(self.graphs)
         return graph
 
-    def _recount(self, spec: Specialisation, args: tuple, packs: tuple, stream: int):
+    def _reform(self, spec: Specialisation, args: tuple, packs: tuple, stream: int, new_count: bool):
         """A call whose repeat count differs from the one `spec`'s graph was built straight for
-        (graph_unroll.Straight): from now on its repeats keep the WHILE form, where a new count is a
-        node update; the graph is rebuilt in it once (the straight one closed when the device is idle)."""
-        spec.straight_counts = False
+        (graph_unroll.Straight; `new_count`), or whose grid changes which temporally tiled loops' tiles
+        fit a wave (graph_unroll.tiled_kernels): from now on its repeats keep the WHILE form, where a new
+        count is a node update, or its loops run untiled, which suits every grid; the graph is rebuilt
+        so once (the old one closed when the device is idle), not at every change back and forth."""
+        if new_count:
+            spec.straight_counts = False
+        else:
+            spec.tiling = False
         return self._build(spec, args, packs, stream)
 
     def cancel(self) -> None:

@@ -47,7 +47,7 @@ class Specialisation:
 
     __slots__ = ("key", "kernels", "flags", "sites", "target", "body", "name", "bounds", "options", "record",
                  "device_loops", "programmatic", "run", "graph", "uses_graph", "host_loop", "nodes", "host_runner",
-                 "captured_run", "again", "cancel_word", "straight_counts", "overlap")
+                 "captured_run", "again", "cancel_word", "straight_counts", "overlap", "tiling")
 
     def __init__(self, key: tuple, kernels: list[TaskKernel], flags: dict, sites: list, shared: DeviceKernel) -> None:
         self.key = key
@@ -69,6 +69,7 @@ class Specialisation:
         self.host_runner = None  # the host_fallback.HostLoop or HostTree
         self.captured_run = None  # eager launches into another library's stream capture (outer_capture)
         self.straight_counts = True  # short repeats built straight for the call's count, until one changes
+        self.tiling = True  # tiled loops run tiled where their tiles fit a wave, until a grid changes that
         self.overlap = None  # packs -> None, raising when arrays of an interchanged loop overlap (overlap_check)
         # the same-arguments fast path may replay it (cuda_call): not with struct or vector arguments,
         # which can change behind the same object
