@@ -238,7 +238,7 @@ def fluid_rows(shape: tuple[int, int], sweeps: int, budget: float, repeat: int, 
 
 
 HAND_FLUIDS = "CUDA C++ unrolled graph"
-TILED = "repeat, chosen (tiled, S chosen)"
+TILED = "repeat, chosen (tiled where its tiles fit a wave)"
 UNTILED = "repeat, untiled (straight line)"
 OTHER_TILE = "repeat, tiled S=2, 16x64 blocks"
 TRIGGERED = "repeat, chosen, launch_dependents"  # every node's trigger twin (TRIGGER_BLOCKS lifted)
