@@ -58,11 +58,16 @@ from .lang.front.regions import (
 #                                         U=2 7.9-8.3, U=4 8.4-9.3 (an IF node around each copy)
 # Solved for the costs: a kernel node 0.78, a WHILE pass with its condition kernel 4.2, a gate kernel
 # before a copy 1.2-2.4, a gate with an IF node 8.5-9.3 (more than the pass it saves: PREDICATE_TASKS).
+# The gate folded into the flag's serial task (FOLD_GATES; `--quick --loops`, 2026-11-26, side by side):
+#   flag loop, 1 task:  U=2 4.45 / 4.85 with gate kernels, U=4 3.80 / 4.04, chosen 3.18 (U=16) / 3.60 (U=10)
+#   8 tasks: chosen 9.56 (U=3) / 9.75;  relax 512^2: 8.60 (U=8) / 9.35 (U=6) against 8.59 hand-written
+# a folded gate costs 0.3-0.8 us less than a gate kernel: most of the gate's cost was its trips to memory
+# (its decision's two), which the serial task's thread now makes, not its launch.
 WHILE_PASS_US = 4.2  # a WHILE pass beyond its body's nodes, the condition kernel included
 KERNEL_NODE_US = 0.78  # a task's kernel node behind a programmatic edge
 IF_GATE_US = 9.0  # the gate kernel and IF node before a copy of a flag loop's body (PREDICATE_TASKS off)
 GATE_US = 1.5  # the gate kernel before a copy whose tasks read `live` (their gated variant)
-FOLDED_GATE_US = 0.5  # the gate's work done by the serial task ending the copy before (no node)
+FOLDED_GATE_US = 0.9  # the gate's work done by the serial task ending the copy before (no node)
 PREDICATE_TASKS = True  # a flag loop's copies run their tasks' gated variants (False: an IF node per copy)
 FOLD_GATES = True  # a body ending in a serial task: that task does the gate's work (False: a gate kernel)
 MAX_UNROLL = 16  # copies per pass at most
