@@ -58,9 +58,11 @@ from .lang.front.regions import (
 #                                         U=2 7.9-8.3, U=4 8.4-9.3 (an IF node around each copy)
 # Solved for the costs: a kernel node 0.78, a WHILE pass with its condition kernel 4.2, a gate kernel
 # before a copy 1.2-2.4, a gate with an IF node 8.5-9.3 (more than the pass it saves: PREDICATE_TASKS).
-# The gate folded into the flag's serial task (FOLD_GATES; `--quick --loops`, 2026-11-26, side by side):
-#   flag loop, 1 task:  U=2 4.45 / 4.85 with gate kernels, U=4 3.80 / 4.04, chosen 3.18 (U=16) / 3.60 (U=10)
-#   8 tasks: chosen 9.56 (U=3) / 9.75;  relax 512^2: 8.60 (U=8) / 9.35 (U=6) against 8.59 hand-written
+# The gate folded into the flag's serial task (FOLD_GATES; `--quick --loops`, 2026-11-26, two runs, each
+# side by side), folded / with gate kernels:
+#   flag loop, 1 task:  U=2 4.22-4.45 / 4.67-4.85, U=4 3.43-3.80 / 3.97-4.04, chosen 2.91-3.18 (U=16) /
+#                       3.49-3.60 (U=10);  8 tasks: chosen 9.53-9.56 (U=3) / 9.56-9.75
+#   relax 512^2: 8.49-8.60 (U=8) / 9.18-9.35 (U=6), the hand-written solver 8.28-8.59
 # a folded gate costs 0.3-0.8 us less than a gate kernel: most of the gate's cost was its trips to memory
 # (its decision's two), which the serial task's thread now makes, not its launch.
 WHILE_PASS_US = 4.2  # a WHILE pass beyond its body's nodes, the condition kernel included
