@@ -383,8 +383,7 @@ def test_the_gating_variant_does_the_gates_work_where_it_would_return(sm90, tmp_
     between unrolled copies): only that entry, with the state block's address as one more parameter,
     every return a branch to one call of qgraph_next_pass (NVRTC's .func, linked with it); the gated
     one returns at once, not calling it, where `live` is 0."""
-    from qgraph.driver import nvrtc
-    from qgraph.driver.loop_state import NEXT_PASS_FUNCTION, NEXT_PASS_SOURCE
+    from qgraph.driver.loop_state import NEXT_PASS_FUNCTION, next_pass_ptx
 
     ptxas, nvlink = shutil.which("ptxas"), shutil.which("nvlink")
     if not (ptxas and nvlink):
@@ -407,7 +406,7 @@ def test_the_gating_variant_does_the_gates_work_where_it_would_return(sm90, tmp_
     body = ptx_text.entry_text(gated, entries[1] + suffix + cuda_program.GATED)
     assert body.index("@%qg_gate_p ret;") < body.index("call.uni")
     modules = {name: waited, **variants,
-               "next_pass.ptx": nvrtc.compile_ptx(NEXT_PASS_SOURCE, "next_pass.cu", (9, 0), ("-rdc=true",))}
+               "next_pass.ptx": next_pass_ptx((9, 0))}
     objects = []
     for variant, text in modules.items():
         (tmp_path / variant).write_text(text)

@@ -21,9 +21,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..args.kinds import ArgKind, arg_type, array_kind
-from ..driver import nvrtc
 from ..driver.device import CudaDevice, check, driver, owned
-from ..driver.loop_state import NEXT_PASS_FUNCTION, NEXT_PASS_SOURCE
+from ..driver.loop_state import NEXT_PASS_FUNCTION, next_pass_ptx
 from ..errors import QgraphError
 from ..lang import generated
 from ..lang.cuda import codegen as cuda_codegen
@@ -203,8 +202,7 @@ def build_program(src: KernelSource, key: tuple[str, ...], cc: tuple[int, int], 
                 ends = [entries[k] for k in gating_tasks(src.body) if entries[k] in ptx_text.ptx_entries(ptx)]
                 variants += _gating_variants(name, plain, ends)
         if any(n.startswith("gating_") for n, _ in variants):  # the gate's work they call
-            variants.append(("qgraph_next_pass.ptx", nvrtc.compile_ptx(NEXT_PASS_SOURCE, "next_pass.cu", cc,
-                                                                       ("-rdc=true",))))
+            variants.append(("qgraph_next_pass.ptx", next_pass_ptx(tuple(cc))))
         ptx_list = variants
     for name, ptx in ptx_list:
         generated.dump(f"{src.qualname}.{name}", ptx, "ptx")

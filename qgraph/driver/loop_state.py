@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import enum
+import functools
 
 
 class LoopMode(enum.IntEnum):
@@ -214,6 +215,14 @@ def helper_source(next_pass: str = NEXT_PASS) -> str:
 # of an unrolled flag loop's body calls after its body, doing the gate's work (compiler.ptx_text.gating)
 NEXT_PASS_SOURCE = "\n".join([_state_words(), 'extern "C" {', NEXT_PASS, "}"])
 NEXT_PASS_FUNCTION = "qgraph_next_pass"
+
+
+@functools.cache
+def next_pass_ptx(cc: tuple[int, int]) -> str:
+    """NEXT_PASS_SOURCE as PTX for compute capability `cc`: a .func to link (NVRTC, once a process)."""
+    from . import nvrtc
+
+    return nvrtc.compile_ptx(NEXT_PASS_SOURCE, "qgraph_next_pass.cu", tuple(cc), ("-rdc=true",))
 
 
 # The slot writer, the WHILE condition and the branch kernel, indexing the state blocks above
