@@ -38,6 +38,7 @@ from typing import NamedTuple
 
 from .compiler.cuda_program import TaskKernel, blocks_in, gating_tasks
 from .compiler.launch_code import tiles_of
+from .errors import QgraphError
 from .lang.front.regions import (
     USE_KERNEL,
     DeviceLoop,
@@ -93,9 +94,10 @@ MAX_TILED_WAVES = 1
 @dataclass(frozen=True, eq=False)
 class Gated(Sequence):
     """A copy of a flag loop's body that works only where the loop goes on: a gate kernel before it,
-    and its tasks' gated variants (or, with PREDICATE_TASKS off, an IF node around it). With the gate
-    folded (folds_gate): no gate kernel where the copy before ends in a `gating` copy's last task,
-    which does its work; the loop's `first` copy is one such, its tasks run as they are."""
+    and its tasks' gated variants (or, with PREDICATE_TASKS off, an IF node around it). With the gates
+    folded (folds_gate), every copy is a Gated without a `gate` kernel: each but the last is `gating`
+    (its last, serial task does the gate's work for the copy after it); the `first` runs its tasks as
+    they are."""
 
     gate: bool = True
     gating: bool = False
@@ -329,6 +331,9 @@ def plan_gated(graph, region: Gated, by_task: dict, plan: list) -> None:
     if not region.first and PREDICATE_TASKS and all(by_task[t.index].gated_function is not None for t in tasks):
         by_task = {t.index: gated_kernel(by_task[t.index], loop.live_address) for t in tasks}
         loop.predicated.add(region)
+    if not (region.gate or region.first or region in loop.predicated):  # no gate and no gated tasks
+        raise QgraphError(f"kernel {graph.name}: a copy of an unrolled loop without its tasks' gated variants; "
+                          f"please report this (unroll=1 on the loop avoids it)")
     if region.gating:
         end = region.children[-1].index
         by_task = {**by_task, end: gating_kernel(kernels[end], loop.slot, None if region.first else loop.live_address)}

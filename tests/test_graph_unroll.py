@@ -275,17 +275,13 @@ class _FakeLoop:
         raise AssertionError("a folded gate has no node")
 
 
-def test_the_builder_chains_folded_copies_without_gate_nodes(monkeypatch):
-    """With the driver faked: 3 copies of settle's 2 tasks, each copy's first task behind the copy
-    before's last (a kernel node: a programmatic edge), no gate; the serial task of the first copy
-    as its gating variant, of the second gated and gating, of the third gated only."""
+def _fake_build(monkeypatch, kernels: list) -> tuple[list, _FakeLoop]:
+    """Build settle's graph, 3 copies, with the driver faked: (function, graph, deps) of each task node."""
     from qgraph import graph_cache
     from qgraph.graph_cache import TaskGraph
 
     loop = _FakeLoop()
     monkeypatch.setattr(graph_cache.WhileLoop, "of_region", classmethod(lambda cls, *args: loop))
-    kernels = [TaskKernel(t, f"task {t.index}", 1, 16, None, (0,), True, gated_function=f"gated {t.index}",
-                          gating=(("gating", "gated gating") if not t.parallel else ())) for t in settle.tasks]
     spec = _spec(settle, unroll=3)
     spec.kernels = kernels
     tree, _ = graph_tree(spec, _packed(0), True)
@@ -303,10 +299,30 @@ def test_the_builder_chains_folded_copies_without_gate_nodes(monkeypatch):
 
     monkeypatch.setattr(graph, "_add_task", add_task)
     assert graph._add(tree, "graph", [], [b""] * len(plan), [None] * len(plan)) == ["WHILE"]
+    return added, loop
+
+
+def _settle_kernels(gated: bool) -> list:
+    return [TaskKernel(t, f"task {t.index}", 1, 16, None, (0,), True,
+                       gated_function=f"gated {t.index}" if gated else None,
+                       gating=(("gating", "gated gating") if not t.parallel else ())) for t in settle.tasks]
+
+
+def test_the_builder_chains_folded_copies_without_gate_nodes(monkeypatch):
+    """With the driver faked: 3 copies of settle's 2 tasks, each copy's first task behind the copy
+    before's last (a kernel node: a programmatic edge), no gate; the serial task of the first copy
+    as its gating variant, of the second gated and gating, of the third gated only."""
+    added, loop = _fake_build(monkeypatch, _settle_kernels(gated=True))
     assert added == [("task 0", "body", []), ("gating", "body", ["node 0"]),
                      ("gated 0", "body", ["node 1"]), ("gated gating", "body", ["node 2"]),
                      ("gated 0", "body", ["node 3"]), ("gated 1", "body", ["node 4"])]
     assert loop.condition == ("body", ["node 5"], True)
+
+
+def test_a_folded_copy_without_gated_tasks_is_refused(monkeypatch):
+    """No gate kernel and no gated tasks would run a copy after the loop ended: an error, not a graph."""
+    with pytest.raises(qgraph.QgraphError, match="without its tasks' gated variants; please report"):
+        _fake_build(monkeypatch, _settle_kernels(gated=False))
 
 
 @qgraph.kernel
