@@ -2,9 +2,12 @@
 
 - per iteration of a 1000-iteration loop of 1 and 8 one-block tasks: the raw WHILE node, the
   device loop as chosen and unrolled 2 and 4 times (gated copies), the repeat loop as chosen
-  and with one copy per pass (qgraph.bench.gpu_launch.gpu_loop_rows);
+  and with one copy per pass (qgraph.bench.gpu_launch.gpu_loop_rows); the flag loop with U = 1,
+  2, 4, chosen as built (the flag's serial task does the gate's work between copies) and with a
+  gate kernel before each copy (graph_unroll.FOLD_GATES off), and with an IF node per copy;
 - the README's relax (float64 Jacobi with a max change, qgraph.bench.reductions) at 128^2, 512^2
-  and 2048^2, U = 1, 2, 4 against the hand-written CUDA C++ WHILE-node solver;
+  and 2048^2, U = 1, 2, 4, chosen, 16 (and U = 4, chosen with gate kernels) against the hand-written
+  CUDA C++ WHILE-node solver;
 - the stable-fluids pressure solve of a substep (100 Jacobi sweeps of a 256 x 128 grid, as in
   Warp's example): the example's graph_while loop (two sweeps per pass, U = 1, chosen) and the same
   sweeps as `qgraph.repeat(50)` (chosen: temporally tiled; untiled, 100 nodes in a straight line; the
@@ -22,7 +25,7 @@
   straight line (chosen), the WHILE form with the U it would choose, and U = 1, with each form's
   graph build time.
 
-    python benchmarks/unroll_loops.py [--quick] [--fluids] [--repeats] [--json PATH]
+    python benchmarks/unroll_loops.py [--quick] [--fluids] [--repeats] [--loops] [--json PATH]
 """
 
 from __future__ import annotations
@@ -40,34 +43,42 @@ from qgraph.bench.timing import interleaved_spreads
 UNROLLS = (1, 2, 4, None)  # None: chosen
 
 
-def if_gated_rows(iterations: int, budget: float, repeat: int) -> list[dict]:
-    """The 1-task flag loop with an IF node guarding each copy instead of gated task variants."""
+def flag_loop_rows(tasks: int, iterations: int, budget: float, repeat: int) -> list[dict]:
+    """The flag loop of `tasks` one-block tasks and the flag's serial task, U = 1, 2, 4 and chosen: as built
+    (the flag's task does the gate's work between copies: graph_unroll.FOLD_GATES), with a gate kernel
+    before each copy instead (as until issue 32's gate folding), and for 1 task with an IF node guarding
+    each copy instead of gated task variants (PREDICATE_TASKS off)."""
     from qgraph import graph_unroll
     from qgraph.bench.kernels import kernels_for
 
-    module = kernels_for(1)
-    x = qgraph.ndarray(qgraph.f32, (256,))
+    module = kernels_for(tasks)
+    x = [qgraph.ndarray(qgraph.f32, (256,)) for _ in range(tasks)]
     counter, flag = qgraph.ndarray(qgraph.i32, (1,)), qgraph.ndarray(qgraph.i32, (1,))
-    kernels = {f"U={u}": module.loop._variant(cuda_graph=True, unroll=u) for u in (1, 2, 4)}
-    kernels.update({f"U={u}, IF node per copy": module.loop._variant(cuda_graph=True, unroll=u) for u in (2, 4)})
+    kernels = {}
+    for form in ("", ", gate kernel"):
+        kernels.update({f"U={u or 'chosen'}{form}": module.loop._variant(cuda_graph=True, unroll=u)
+                        for u in (1, 2, 4, None) if u != 1 or not form})
+    if tasks == 1:
+        kernels.update({f"U={u}, IF node per copy": module.loop._variant(cuda_graph=True, unroll=u) for u in (2, 4)})
     calls = {}
     for who, kernel in kernels.items():
         def call(kernel=kernel) -> None:
             counter.fill(iterations)
-            kernel(x, counter, flag, 256, 1.0)
+            kernel(*x, counter, flag, 256, 1.0)
 
         graph_unroll.PREDICATE_TASKS = "IF" not in who  # the graph is built by the first call
+        graph_unroll.FOLD_GATES = "gate kernel" not in who
         try:
             call()
             qgraph.sync()
         finally:
-            graph_unroll.PREDICATE_TASKS = True
+            graph_unroll.PREDICATE_TASKS = graph_unroll.FOLD_GATES = True
         assert kernel.stats.iterations == (iterations,)
         calls[who] = call
     spreads = interleaved_spreads(calls, budget, repeat, qgraph.sync)
     floor = spreads["U=1"].median
-    return [{"section": "flag loop 1", "mode": who, "us": s.median * 1e6 / iterations, "vs": s.median / floor}
-            for who, s in spreads.items()]
+    return [{"section": f"flag loop {tasks}", "mode": who, "us": s.median * 1e6 / iterations, "vs": s.median / floor,
+             "nodes": kernels[who].stats.graph_nodes} for who, s in spreads.items()]
 
 
 def loop_rows(iterations: int, budget: float, repeat: int) -> list[dict]:
@@ -86,6 +97,8 @@ def relax_rows(sizes, iterations: int, budget: float, repeat: int) -> list[dict]
 
 
 def _relax_size(mod, hand, n: int, iterations: int, budget: float, repeat: int) -> list[dict]:
+    from qgraph import graph_unroll
+
     u0 = np.zeros((n, n))
     u0[0, :] = 1.0
     u, un = qgraph.from_numpy(u0), qgraph.from_numpy(u0)
@@ -93,7 +106,9 @@ def _relax_size(mod, hand, n: int, iterations: int, budget: float, repeat: int) 
         qgraph.ndarray(qgraph.i64, (1,))
     hu, hun = qgraph.from_numpy(u0), qgraph.from_numpy(u0)
     hchange, hit = qgraph.ndarray(qgraph.u64, (1,)), qgraph.ndarray(qgraph.i32, (1,))
-    hand_solve = hand.relax(hu, hun, hchange, hit, n, 0.0, iterations)
+    # tol -1: the cap decides (tol 0 ended the solves early once the repeated solves, which start from where
+    # the last one ended, had converged u to a fixed point: at 128^2 within the timed rounds)
+    hand_solve = hand.relax(hu, hun, hchange, hit, n, -1.0, iterations)
     calls, results = {}, {}
 
     def hand_call() -> None:
@@ -101,18 +116,23 @@ def _relax_size(mod, hand, n: int, iterations: int, budget: float, repeat: int) 
         hand_solve()
 
     calls["CUDA C++"] = hand_call
-    for unroll in UNROLLS:
+    forms = [(unroll, "") for unroll in UNROLLS + (16,)] + [(4, ", gate kernel"), (None, ", gate kernel")]
+    for unroll, form in forms:
         kernel = mod.relax._variant(unroll=unroll)
 
         def call(kernel=kernel) -> None:
             it.fill(0)
-            kernel(u, un, change, flag, it, 0.0, iterations)
+            kernel(u, un, change, flag, it, -1.0, iterations)
 
-        calls[f"qgraph U={unroll or 'chosen'}"] = call
+        calls[f"qgraph U={unroll or 'chosen'}{form}"] = call
     for who, call in calls.items():  # the same sweeps from the same start: the same bits
         (hu if who == "CUDA C++" else u).from_numpy(u0)
-        call()
-        qgraph.sync()
+        graph_unroll.FOLD_GATES = "gate kernel" not in who  # the graph is built by the first call
+        try:
+            call()
+            qgraph.sync()
+        finally:
+            graph_unroll.FOLD_GATES = True
         results[who] = (hu if who == "CUDA C++" else u).to_numpy()
     spreads = interleaved_spreads(calls, budget, repeat, qgraph.sync)
     floor = spreads["CUDA C++"].median
@@ -265,16 +285,17 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--fluids", action="store_true", help="only the fluids pressure rows (and --repeats)")
     parser.add_argument("--repeats", action="store_true", help="only the short repeat rows (and --fluids)")
+    parser.add_argument("--loops", action="store_true", help="only the loop, flag loop and relax rows")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     qgraph.init("cuda")
     warm_up_gpu()
     budget, repeat = (0.05, 5) if args.quick else (0.1, 7)
     rows = []
-    every = not (args.fluids or args.repeats)
-    if every:
+    every = not (args.fluids or args.repeats or args.loops)
+    if every or args.loops:
         rows += loop_rows(1000, budget, repeat)
-        rows += if_gated_rows(1000, budget, repeat)
+        rows += flag_loop_rows(1, 1000, budget, repeat) + flag_loop_rows(8, 1000, budget, repeat)
         rows += relax_rows((128, 512, 2048), 200, budget, repeat)
     if every or args.repeats:
         rows += short_repeat_rows(budget, repeat)
@@ -287,6 +308,7 @@ def main() -> None:
         what = f"{r['section']} {r.get('tasks', r.get('n', ''))}"
         extra = f"  diff {r['max_abs_diff']:.1e}" if "max_abs_diff" in r else ""
         extra += f"  build {r['build_ms']:.2f} ms" if "build_ms" in r else ""
+        extra += f"  {r['nodes']} nodes" if "nodes" in r else ""
         vs = f"{r['vs']:.3f}" if r["vs"] is not None else "-"
         print(f"{what:<22} {r['mode']:<38} {r['us']:10.2f} us  x{vs}{extra}")
     if args.json:

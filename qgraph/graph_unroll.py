@@ -12,7 +12,10 @@ the region tree `unrolled` returns, in which a loop unrolled U times is:
   griddepcontrol.wait a kernel reads `live` and returns at once if it is 0), so a copy does
   work exactly where the loop would have gone on: the same passes, guard and results as U = 1.
   (With PREDICATE_TASKS off, the condition kernel sets the handle of an IF node around each copy
-  instead: measured slower than the WHILE pass it saves.)
+  instead: measured slower than the WHILE pass it saves.) Where the body ends in a serial task (the
+  usual flag update; FOLD_GATES), there is no gate kernel: that task's node in each copy followed by
+  another runs its gating variant (compiler.ptx_text.gating), which does the gate's work on the same
+  thread after its body, and in a gated copy, as every task there, nothing at all once `live` is 0.
 Copies are the same task kernels (new nodes, updated like the first copy's). A loop whose body
 holds another loop or repeat keeps one copy (an inner loop's stats.iterations is its last entry's
 passes, which copies would blur); `if` regions in the body are copied with it. Eager launches, the
@@ -33,8 +36,9 @@ import dataclasses
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from .compiler.cuda_program import TaskKernel, blocks_in
+from .compiler.cuda_program import TaskKernel, blocks_in, gating_tasks
 from .compiler.launch_code import tiles_of
+from .errors import QgraphError
 from .lang.front.regions import (
     USE_KERNEL,
     DeviceLoop,
@@ -55,11 +59,20 @@ from .lang.front.regions import (
 #                                         U=2 7.9-8.3, U=4 8.4-9.3 (an IF node around each copy)
 # Solved for the costs: a kernel node 0.78, a WHILE pass with its condition kernel 4.2, a gate kernel
 # before a copy 1.2-2.4, a gate with an IF node 8.5-9.3 (more than the pass it saves: PREDICATE_TASKS).
+# The gate folded into the flag's serial task (FOLD_GATES; `--quick --loops`, 2026-11-26, two runs, each
+# side by side), folded / with gate kernels:
+#   flag loop, 1 task:  U=2 4.22-4.45 / 4.67-4.85, U=4 3.43-3.80 / 3.97-4.04, chosen 2.91-3.18 (U=16) /
+#                       3.49-3.60 (U=10);  8 tasks: chosen 9.53-9.56 (U=3) / 9.56-9.75
+#   relax 512^2: 8.49-8.60 (U=8) / 9.18-9.35 (U=6), the hand-written solver 8.28-8.59
+# a folded gate costs 0.3-0.8 us less than a gate kernel: most of the gate's cost was its trips to memory
+# (its decision's two), which the serial task's thread now makes, not its launch.
 WHILE_PASS_US = 4.2  # a WHILE pass beyond its body's nodes, the condition kernel included
 KERNEL_NODE_US = 0.78  # a task's kernel node behind a programmatic edge
 IF_GATE_US = 9.0  # the gate kernel and IF node before a copy of a flag loop's body (PREDICATE_TASKS off)
 GATE_US = 1.5  # the gate kernel before a copy whose tasks read `live` (their gated variant)
+FOLDED_GATE_US = 0.9  # the gate's work done by the serial task ending the copy before (no node)
 PREDICATE_TASKS = True  # a flag loop's copies run their tasks' gated variants (False: an IF node per copy)
+FOLD_GATES = True  # a body ending in a serial task: that task does the gate's work (False: a gate kernel)
 MAX_UNROLL = 16  # copies per pass at most
 MAX_COPY_NODES = 32  # kernel nodes of all copies of a body: larger graphs build and upload slower
 # A repeat of k passes as k straight-line copies saves every WHILE pass of its unrolled form (4.2 us
@@ -81,7 +94,14 @@ MAX_TILED_WAVES = 1
 @dataclass(frozen=True, eq=False)
 class Gated(Sequence):
     """A copy of a flag loop's body that works only where the loop goes on: a gate kernel before it,
-    and its tasks' gated variants (or, with PREDICATE_TASKS off, an IF node around it)."""
+    and its tasks' gated variants (or, with PREDICATE_TASKS off, an IF node around it). With the gates
+    folded (folds_gate), every copy is a Gated without a `gate` kernel: each but the last is `gating`
+    (its last, serial task does the gate's work for the copy after it); the `first` runs its tasks as
+    they are."""
+
+    gate: bool = True
+    gating: bool = False
+    first: bool = False
 
 
 @dataclass(frozen=True, eq=False)
@@ -127,12 +147,21 @@ def unroll_factor(loop: DeviceLoop | RepeatLoop, kernel_unroll: int | None) -> i
     if setting is not None:
         return setting
     nodes = max(body_nodes(loop.body), 1)
-    if isinstance(loop, DeviceLoop):  # a copy of a flag loop's body adds a gate
-        if (GATE_US if PREDICATE_TASKS else IF_GATE_US) >= WHILE_PASS_US:
+    if isinstance(loop, DeviceLoop):  # a copy of a flag loop's body adds a gate (a node unless folded)
+        folded = folds_gate(loop)
+        if (FOLDED_GATE_US if folded else GATE_US if PREDICATE_TASKS else IF_GATE_US) >= WHILE_PASS_US:
             return 1
-        nodes += 1
+        nodes += not folded
     # U copies save (U - 1) WHILE passes
     return max(1, min(MAX_UNROLL, MAX_COPY_NODES // nodes))
+
+
+def folds_gate(loop: DeviceLoop, gating: set | None = None) -> bool:
+    """Whether the gates between copies of a flag loop's body are its last task's work: a serial task
+    (compiler.cuda_program.gating_tasks) with gating variants (the task indices `gating`, if given)."""
+    last = loop.body.children[-1] if loop.body.children else None
+    return (FOLD_GATES and PREDICATE_TASKS and isinstance(last, Task) and last.index in gating_tasks(loop)
+            and (gating is None or last.index in gating))
 
 
 def clone(region: Region) -> Region:
@@ -144,18 +173,22 @@ def clone(region: Region) -> Region:
     return with_bodies(region, clone)
 
 
-def unrolled(region: Region, kernel_unroll: int | None, straight=None, around: tuple = (), tiles=None) -> Region:
+def unrolled(region: Region, kernel_unroll: int | None, straight=None, around: tuple = (), tiles=None,
+             gating: set | None = None) -> Region:
     """The region tree the graph builder builds: every loop as unroll_factor says; a repeat loop for
     which `straight(loop, around)` (`around`: the regions around it) gives passes as a Straight.
-    `tiles`: task index -> the TaskKernel of each temporally tiled task the specialisation compiled."""
+    `tiles`: task index -> the TaskKernel of each temporally tiled task the specialisation compiled;
+    `gating`: the indices of the tasks compiled with gating variants (None: every one folds_gate names)."""
     if isinstance(region, Task):
         return region
     if isinstance(region, Sequence):
-        return Sequence(tuple(unrolled(child, kernel_unroll, straight, around, tiles) for child in region.children))
+        return Sequence(tuple(unrolled(child, kernel_unroll, straight, around, tiles, gating)
+                              for child in region.children))
     passes = straight(region, around) if straight is not None and isinstance(region, RepeatLoop) else None
     if passes is not None:
         return Straight(passes_of(region, region.body, passes, tiles), region.count, passes)
-    inner = with_bodies(region, lambda body: unrolled(body, kernel_unroll, straight, around + (region,), tiles))
+    inner = with_bodies(region, lambda body: unrolled(body, kernel_unroll, straight, around + (region,), tiles,
+                                                      gating))
     if isinstance(region, IfRegion):
         return inner
     u = unroll_factor(region, kernel_unroll)
@@ -169,6 +202,10 @@ def unrolled(region: Region, kernel_unroll: int | None, straight=None, around: t
                 CountPart(region.count, clone(inner.body), region.lineno, region.unroll, divisor=u, remainder=True),
             )
         )
+    if folds_gate(region, gating):  # each copy but the last ends in the gate's work
+        last = len(copies) - 1
+        return dataclasses.replace(inner, body=Sequence(tuple(
+            Gated(c.children, gate=False, gating=k < last, first=k == 0) for k, c in enumerate(copies))))
     return dataclasses.replace(inner, body=Sequence((copies[0],) + tuple(Gated(c.children) for c in copies[1:])))
 
 
@@ -192,10 +229,11 @@ def graph_tree(spec, packs: tuple, own: bool, args: tuple | None = None) -> tupl
     if not spec.device_loops:  # the host do-while repeats the graph of the plain body
         return spec.body, ()
     tiles = tiled_kernels(spec, args)
+    gating = {tk.task.index for tk in getattr(spec, "kernels", ()) if tk.gating}
     if not (own and spec.straight_counts) or spec.stop_word:
-        return unrolled(spec.body, spec.options.unroll, tiles=tiles), ()
+        return unrolled(spec.body, spec.options.unroll, tiles=tiles, gating=gating), ()
     straight = _Straightening(spec, packs)
-    return unrolled(spec.body, spec.options.unroll, straight, tiles=tiles), tuple(straight.fixed)
+    return unrolled(spec.body, spec.options.unroll, straight, tiles=tiles, gating=gating), tuple(straight.fixed)
 
 
 def tiled_kernels(spec, args: tuple | None) -> dict:
@@ -275,21 +313,40 @@ def gated_kernel(tk: TaskKernel, live: int) -> TaskKernel:
                                param_size=tk.param_size + pad + 8, gate=bytes(pad) + live.to_bytes(8, "little"))
 
 
+def gating_kernel(tk: TaskKernel, state: int, live: int | None) -> TaskKernel:
+    """`tk` as the last node of a copy followed by another: its gating variant, whose block ends with
+    the loop's state block's address (`state`), and with `live`, also gated (gated_kernel)."""
+    words = state.to_bytes(8, "little") + (b"" if live is None else live.to_bytes(8, "little"))
+    pad = -tk.param_size % 8
+    return dataclasses.replace(tk, function=tk.gating[live is not None], trigger_function=None,
+                               param_size=tk.param_size + pad + len(words), gate=bytes(pad) + words)
+
+
 def plan_gated(graph, region: Gated, by_task: dict, plan: list) -> None:
     """TaskGraph._plan of a gated copy inside the loop planned last: its tasks' gated variants where
-    every task has one (the copy is then `predicated`), else the tasks as they are, for an IF node."""
+    every task has one (the copy is then `predicated`), else the tasks as they are, for an IF node;
+    a `gating` copy's last task as its gating variant."""
     loop = graph._loops[-1]
-    tasks = list(leaf_tasks(region))
-    if PREDICATE_TASKS and all(by_task[t.index].gated_function is not None for t in tasks):
+    tasks, kernels = list(leaf_tasks(region)), by_task
+    if not region.first and PREDICATE_TASKS and all(by_task[t.index].gated_function is not None for t in tasks):
         by_task = {t.index: gated_kernel(by_task[t.index], loop.live_address) for t in tasks}
         loop.predicated.add(region)
+    if not (region.gate or region.first or region in loop.predicated):  # no gate and no gated tasks
+        raise QgraphError(f"kernel {graph.name}: a copy of an unrolled loop without its tasks' gated variants; "
+                          f"please report this (unroll=1 on the loop avoids it)")
+    if region.gating:
+        end = region.children[-1].index
+        by_task = {**by_task, end: gating_kernel(kernels[end], loop.slot, None if region.first else loop.live_address)}
     for child in region.children:
         graph._plan(child, by_task, plan)
 
 
 def add_gated(graph, region: Gated, into, deps: list, blocks: list, grids: list) -> list:
-    """TaskGraph._add of a gated copy (inside the loop added last): its gate, then the copy."""
+    """TaskGraph._add of a gated copy (inside the loop added last): its gate, then the copy (no gate
+    where the copy before did its work: its last task, behind which the copy's first has a programmatic edge)."""
     loop = graph._open_loops[-1]
+    if not region.gate:
+        return graph._add(Sequence(region.children), into, deps, blocks, grids)
     predicated = region in loop.predicated
     behind_kernel = graph.programmatic and len(deps) == 1 and graph._is_kernel_node(deps[0])
     body, after = loop.add_gate(into, deps, behind_kernel, predicated)

@@ -43,7 +43,8 @@ def test_a_specialisation_builds_then_loads_from_the_cache_without_a_device(sm90
 
 
 def test_a_kernel_with_a_flag_loop_also_links_its_gated_variants(sm90, tmp_path):  # noqa: F811
-    """The copies of an unrolled flag loop run each task's gated variant (graph_unroll)."""
+    """The copies of an unrolled flag loop run each task's gated variant (graph_unroll), and the serial
+    task ending its body (the flag's) its gating variants, which call qgraph_next_pass (linked too)."""
     kernel = kernels_for(2).loop
     key = offline_key(tuple(np.zeros(256, np.float32) for _ in range(2)) + (np.zeros(1, np.int32),) * 2
                       + (256, np.float32(1.0)))
@@ -52,7 +53,9 @@ def test_a_kernel_with_a_flag_loop_also_links_its_gated_variants(sm90, tmp_path)
                                        CodeCache(str(tmp_path)))
     defined = {name for _, ptx in linked[0] for name in ptx_text.ptx_entries(ptx)}
     suffixes = ("", cuda_program.TRIGGER, cuda_program.GATED, cuda_program.TRIGGER + cuda_program.GATED)
-    assert defined == {e + suffix for e in built.entries for suffix in suffixes}
+    gating = {built.entries[-1] + cuda_program.GATING + gated for gated in ("", cuda_program.GATED)}
+    assert defined == {e + suffix for e in built.entries for suffix in suffixes} | gating
+    assert any(".visible .func  (.param .b32 func_retval0) qgraph_next_pass(" in ptx for _, ptx in linked[0])
 
 
 def _compile(kernel, key, together):

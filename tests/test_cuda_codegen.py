@@ -378,6 +378,48 @@ def test_the_gated_variant_links_with_one_parameter_more(sm90, kernel, key, tmp_
     assert out.returncode == 0, out.stderr
 
 
+def test_the_gating_variant_does_the_gates_work_where_it_would_return(sm90, tmp_path):
+    """The serial task ending a flag loop's body gets gating variants (graph_unroll: no gate kernel
+    between unrolled copies): only that entry, with the state block's address as one more parameter,
+    every return a branch to one call of qgraph_next_pass (NVRTC's .func, linked with it); the gated
+    one returns at once, not calling it, where `live` is 0."""
+    from qgraph.driver.loop_state import NEXT_PASS_FUNCTION, next_pass_ptx
+
+    ptxas, nvlink = shutil.which("ptxas"), shutil.which("nvlink")
+    if not (ptxas and nvlink):
+        pytest.skip("ptxas and nvlink are needed")
+    kernel, key = CASES[14]  # countdown: a parallel task, then the serial flag update
+    assert cuda_program.gating_tasks(kernel._source.body) == {1}
+    ((name, ptx),) = _compile(kernel, key)[0]
+    entries = list(ptx_text.ptx_entries(ptx))
+    waited = ptx_text.add_grid_dependency_control(ptx)
+    variants = dict(cuda_program._gating_variants(name, waited, [entries[1]]))
+    gating, gated = variants[f"gating_{name}"], variants[f"gating_gated_{name}"]
+    suffix = cuda_program.GATING
+    assert list(ptx_text.ptx_entries(gating)) == [entries[1] + suffix]
+    assert ptx_text.ptx_entries(gating)[entries[1] + suffix] == ptx_text.ptx_entries(ptx)[entries[1]] + [8]
+    assert ptx_text.ptx_entries(gated)[entries[1] + suffix + cuda_program.GATED] == \
+        ptx_text.ptx_entries(ptx)[entries[1]] + [8, 8]
+    body = ptx_text.entry_text(gating, entries[1] + suffix)
+    returns = [m.start() for m in re.finditer(r"^\s*(?:@%\w+\s+)?ret;", body, re.M)]
+    assert len(returns) == 1 and body.index(f"call.uni (qg_next_pass_ret), {NEXT_PASS_FUNCTION}") < returns[0]
+    body = ptx_text.entry_text(gated, entries[1] + suffix + cuda_program.GATED)
+    assert body.index("@%qg_gate_p ret;") < body.index("call.uni")
+    modules = {name: waited, **variants,
+               "next_pass.ptx": next_pass_ptx((9, 0))}
+    objects = []
+    for variant, text in modules.items():
+        (tmp_path / variant).write_text(text)
+        obj = str(tmp_path / (variant + ".o"))
+        out = subprocess.run([ptxas, "-arch=sm_90", "-c", str(tmp_path / variant), "-o", obj],
+                             capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr
+        objects.append(obj)
+    out = subprocess.run([nvlink, "-arch=sm_90", *objects, "-o", str(tmp_path / "all.cubin")],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+
+
 def _backward_branches(ptx: str) -> list[str]:
     """Branches to a label defined above them: the loops of the generated code."""
     lines = [line.strip() for line in ptx.splitlines()]

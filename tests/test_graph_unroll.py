@@ -22,7 +22,9 @@ from qgraph.graph_unroll import (
     Straight,
     body_nodes,
     counts_hold,
+    folds_gate,
     gated_kernel,
+    gating_kernel,
     graph_tree,
     loop_passes,
     unroll_factor,
@@ -125,8 +127,9 @@ def test_a_loops_own_unroll_wins_and_counts_its_nodes(loop_arch):
     np.testing.assert_array_equal(x.to_numpy(), [4.0, 6.0])
     assert kernel.stats.iterations == (4, 6)
     if loop_arch == "cuda":
-        # loop: slot writer, 3 copies, 2 gates, condition; repeat: (slot, 4 copies, condition) + (slot, 1, condition)
-        assert kernel.stats.graph_nodes == 7 + 6 + 3
+        # loop: slot writer, 3 copies (its serial task does the gates' work), condition; repeat: (slot, 4 copies,
+        # condition) + (slot, 1, condition)
+        assert kernel.stats.graph_nodes == 5 + 6 + 3
 
 
 def _tree(kernel):
@@ -218,6 +221,108 @@ def test_a_gated_copys_node_takes_the_live_address_last():
     assert gated.function_for(100, True) == "gated"
     assert gated.gate == bytes(4) + (0x1234).to_bytes(8, "little")  # at an 8-byte boundary after 20 bytes
     assert block_expr(gated) == block_expr(tk) + f" + {gated.gate!r}" and tk.gate == b""
+
+
+@qgraph.kernel(graph_while="flag")
+def settle(x, flag, left):
+    for i in range(x.shape[0]):
+        x[i] = x[i] * 0.5 + 1.0
+    left[0] -= 1
+    flag[0] = 1 if left[0] > 0 else 0
+
+
+def test_a_body_ending_in_a_serial_task_folds_its_gates_into_it():
+    """Copies of a body whose last task is serial have no gate kernel: that task in every copy but the
+    last does the gate's work (its gating variant), where the kernels have one (`gating`)."""
+    loop = _tree(settle).children[0]
+    assert folds_gate(loop) and not folds_gate(_tree(mixed).children[0])  # mixed's body ends in an if
+    assert unroll_factor(loop, None) == 32 // 2  # no gate node per copy
+    copies = unrolled(_tree(settle), 3).children[0].body.children
+    assert [(type(c), c.gate, c.gating, c.first) for c in copies] == [(Gated, False, True, True),
+                                                                     (Gated, False, True, False),
+                                                                     (Gated, False, False, False)]
+    first, *gated = unrolled(_tree(settle), 3, gating=set()).children[0].body.children  # no gating variant
+    assert not isinstance(first, Gated) and [(g.gate, g.gating) for g in gated] == [(True, False)] * 2
+
+
+def test_a_gating_node_takes_the_state_address_then_the_live_address():
+    task = _tree(settle).children[0].body.children[-1]
+    tk = TaskKernel(task, "plain", 1, 20, None, (0,), True, trigger_function="trigger", gated_function="gated",
+                    gating=("gating", "gated gating"))
+    first = gating_kernel(tk, 0x1000, None)
+    assert (first.function, first.function_for(1, True), first.param_size) == ("gating", "gating", 32)
+    assert first.gate == bytes(4) + (0x1000).to_bytes(8, "little")
+    gated = gating_kernel(tk, 0x1000, 0x1038)
+    assert (gated.function, gated.param_size) == ("gated gating", 40)
+    assert gated.gate == bytes(4) + (0x1000).to_bytes(8, "little") + (0x1038).to_bytes(8, "little")
+
+
+class _FakeLoop:
+    """graph_cache's WhileLoop for a flag loop with the driver faked: names the nodes it adds."""
+
+    kernel_nodes, slot, live_address = 2, 0x1000, 0x1038
+
+    def __init__(self) -> None:
+        self.predicated: set = set()
+
+    def add_loop(self, graph, deps, block):
+        return "body", "WHILE", types.SimpleNamespace(handle="slot writer")
+
+    def add_condition(self, body, deps, programmatic):
+        self.condition = (body, deps, programmatic)
+
+    def add_gate(self, *args):
+        raise AssertionError("a folded gate has no node")
+
+
+def _fake_build(monkeypatch, kernels: list) -> tuple[list, _FakeLoop]:
+    """Build settle's graph, 3 copies, with the driver faked: (function, graph, deps) of each task node."""
+    from qgraph import graph_cache
+    from qgraph.graph_cache import TaskGraph
+
+    loop = _FakeLoop()
+    monkeypatch.setattr(graph_cache.WhileLoop, "of_region", classmethod(lambda cls, *args: loop))
+    spec = _spec(settle, unroll=3)
+    spec.kernels = kernels
+    tree, _ = graph_tree(spec, _packed(0), True)
+    graph = TaskGraph.__new__(TaskGraph)
+    graph._spec, graph.name, graph.programmatic, graph._kernel_deps = spec, "settle", True, frozenset()
+    graph._loops, graph._branches, graph._planned, graph._loop_depth, graph._open_loops = [], [], {}, 0, []
+    plan = graph._plan(tree, {tk.task.index: tk for tk in kernels}, [])
+    graph._nodes = [None] * len(plan)
+    added = []
+
+    def add_task(task, tk, k, g, deps, block, grid):
+        added.append((tk.function, g, deps))
+        graph._nodes[k] = types.SimpleNamespace(handle=f"node {len(added) - 1}")
+        return graph._nodes[k].handle
+
+    monkeypatch.setattr(graph, "_add_task", add_task)
+    assert graph._add(tree, "graph", [], [b""] * len(plan), [None] * len(plan)) == ["WHILE"]
+    return added, loop
+
+
+def _settle_kernels(gated: bool) -> list:
+    return [TaskKernel(t, f"task {t.index}", 1, 16, None, (0,), True,
+                       gated_function=f"gated {t.index}" if gated else None,
+                       gating=(("gating", "gated gating") if not t.parallel else ())) for t in settle.tasks]
+
+
+def test_the_builder_chains_folded_copies_without_gate_nodes(monkeypatch):
+    """With the driver faked: 3 copies of settle's 2 tasks, each copy's first task behind the copy
+    before's last (a kernel node: a programmatic edge), no gate; the serial task of the first copy
+    as its gating variant, of the second gated and gating, of the third gated only."""
+    added, loop = _fake_build(monkeypatch, _settle_kernels(gated=True))
+    assert added == [("task 0", "body", []), ("gating", "body", ["node 0"]),
+                     ("gated 0", "body", ["node 1"]), ("gated gating", "body", ["node 2"]),
+                     ("gated 0", "body", ["node 3"]), ("gated 1", "body", ["node 4"])]
+    assert loop.condition == ("body", ["node 5"], True)
+
+
+def test_a_folded_copy_without_gated_tasks_is_refused(monkeypatch):
+    """No gate kernel and no gated tasks would run a copy after the loop ended: an error, not a graph."""
+    with pytest.raises(qgraph.QgraphError, match="without its tasks' gated variants; please report"):
+        _fake_build(monkeypatch, _settle_kernels(gated=False))
 
 
 @qgraph.kernel

@@ -122,7 +122,11 @@ _KEPT: list = []
 
 def _before(kernel, example: tuple, period_ns: int, cancel: bool = True):
     """A copy of `kernel` whose device loops run the former condition kernel (NEXT_PASS_BEFORE with
-    `period_ns`) and, with `cancel`, a host-mapped cancel word: its graph is built here, by a call."""
+    `period_ns`) and, with `cancel`, a host-mapped cancel word: its graph is built here, by a call, with
+    gate kernels between unrolled copies (graph_unroll.FOLD_GATES off: folded, a task would run the current
+    decision)."""
+    from qgraph import graph_unroll
+
     copy = kernel._variant()
     copy._attach()
     word = _host_mapped_words() if cancel else 0
@@ -132,10 +136,12 @@ def _before(kernel, example: tuple, period_ns: int, cancel: bool = True):
     target = qgraph.runtime.STATE.target
     current = target.helpers.get("while")
     target.helpers["while"] = conditional._Helpers(target, helper_source(NEXT_PASS_BEFORE % {"period": period_ns}))
+    graph_unroll.FOLD_GATES = False
     try:
         copy(*example)
         qgraph.sync()
     finally:
+        graph_unroll.FOLD_GATES = True
         target.helpers.pop("while")
         if current is not None:
             target.helpers["while"] = current

@@ -22,6 +22,7 @@ import numpy as np
 
 from ..args.kinds import ArgKind, arg_type, array_kind
 from ..driver.device import CudaDevice, check, driver, owned
+from ..driver.loop_state import NEXT_PASS_FUNCTION, next_pass_ptx
 from ..errors import QgraphError
 from ..lang import generated
 from ..lang.cuda import codegen as cuda_codegen
@@ -46,6 +47,7 @@ PDL_COMPUTE_CAPABILITY = (9, 0)  # griddepcontrol and programmatic graph edges: 
 TRIGGER = "_qg_trigger"  # entry-name suffix of each task's launch_dependents variant
 TRIGGER_BLOCKS = 8  # the largest grid (blocks) whose graph node uses that variant
 GATED = "_qg_gated"  # entry-name suffix of the variant a device loop's unrolled copies run (ptx_text.gated)
+GATING = "_qg_gating"  # of the variant of a flag loop body's last, serial task doing the gate's work (ptx_text.gating)
 
 @dataclass
 class TaskKernel:
@@ -72,6 +74,7 @@ class TaskKernel:
     gated_function: object = None  # kernels with a flag loop: the variant returning at once once the loop ended
     gated_trigger_function: object = None  # its launch_dependents twin
     gate: bytes = b""  # a node of that variant: padding and the address of its loop's `live` word, appended
+    gating: tuple = ()  # a flag loop body's last, serial task: its gating variants (plain, gated; no trigger twin)
 
     def function_for(self, grid, programmatic: bool):
         """The variant for a graph node of `grid` blocks (a count or a tile shape):
@@ -196,6 +199,10 @@ def build_program(src: KernelSource, key: tuple[str, ...], cc: tuple[int, int], 
                 variants.append((f"gated_{name}", ptx_text.gated(plain, list(ptx_text.ptx_entries(plain)), GATED)))
                 variants.append((f"gated_trigger_{name}",
                                  ptx_text.gated(trigger, list(ptx_text.ptx_entries(trigger)), GATED)))
+                ends = [entries[k] for k in gating_tasks(src.body) if entries[k] in ptx_text.ptx_entries(ptx)]
+                variants += _gating_variants(name, plain, ends)
+        if any(n.startswith("gating_") for n, _ in variants):  # the gate's work they call
+            variants.append(("qgraph_next_pass.ptx", next_pass_ptx(tuple(cc))))
         ptx_list = variants
     for name, ptx in ptx_list:
         generated.dump(f"{src.qualname}.{name}", ptx, "ptx")
@@ -259,6 +266,8 @@ def compile_tasks(src: KernelSource, key: tuple[str, ...], device: CudaDevice, c
             if has_gated_variant(src):
                 kernel.gated_function = device.function(module, entry + GATED)
                 kernel.gated_trigger_function = device.function(module, entry + TRIGGER + GATED)
+            if has_gated_variant(src) and task.index in gating_tasks(src.body):
+                kernel.gating = tuple(device.function(module, entry + GATING + gated) for gated in ("", GATED))
         kernels.append(kernel)
     return kernels, generated_codes.debug, program.cached
 
@@ -266,6 +275,24 @@ def compile_tasks(src: KernelSource, key: tuple[str, ...], device: CudaDevice, c
 def has_gated_variant(src: KernelSource) -> bool:
     """A kernel with a flag loop gets its tasks' gated variant (for its unrolled copies) where it waits."""
     return any(True for _ in device_loops(src.body))
+
+
+def gating_tasks(body) -> set[int]:
+    """The tasks that end a flag loop's body (in region `body`) and run on one thread: each gets gating
+    variants, which do the work of the gate kernel between unrolled copies after their body (graph_unroll)."""
+    lasts = (loop.body.children[-1] for loop in device_loops(body) if loop.body.children)
+    return {task.index for task in lasts if isinstance(task, Task) and not task.parallel}
+
+
+def _gating_variants(name: str, plain: str, entries: list[str]) -> list[tuple[str, str]]:
+    """The gating variants (ptx_text.gating) of `entries` of module `plain`, and those gated: the last
+    task of an unrolled loop's first copy, and of its gated copies. One thread: no launch_dependents twin
+    (TaskKernel.function_for)."""
+    if not entries:
+        return []
+    gating = ptx_text.gating(plain, entries, GATING, NEXT_PASS_FUNCTION)
+    return [(f"gating_{name}", gating), (f"gating_gated_{name}", ptx_text.gated(gating, [e + GATING for e in entries],
+                                                                             GATED))]
 
 
 def _scratch_specs(code, dtypes: dict, slots: int) -> list[tuple[np.dtype, int]]:

@@ -118,3 +118,38 @@ def gated(ptx: str, entries: list[str], suffix: str) -> str:
         wait = text.index("griddepcontrol.wait;") + len("griddepcontrol.wait;")
         ptx = ptx.replace(text, text[:wait] + "\n" + "\n".join(check) + text[wait:], 1)
     return ptx
+
+
+_RET = re.compile(r"^(\s*)((?:@!?%[\w$]+\s+)?)ret(?:\.uni)?;", re.M)
+
+
+def gating(ptx: str, entries: list[str], suffix: str, function: str) -> str:
+    """Only the module's kernels `entries` (one-thread tasks that end a flag loop's body), renamed
+    with `suffix`, each taking one more parameter, last: the device address of the loop's state
+    block, which it passes to the device function `function` (unsigned int f(unsigned long long*),
+    driver.loop_state's qgraph_next_pass, linked from its own module) where it would return: the
+    kernel does the work of the gate kernel that would follow it between unrolled copies
+    (qgraph.graph_unroll). The other kernels are left out (they have no use for the variant)."""
+    for entry in ptx_entries(ptx):
+        if entry not in entries:
+            ptx = ptx.replace(entry_text(ptx, entry), "", 1)
+    ptx = renamed(ptx, entries, suffix)
+    declaration = (f".extern .func (.param .b32 {function}_ret) {function}\n"
+                   f"(\n\t.param .b64 {function}_param_0\n)\n;\n")
+    header = re.search(r"^\.address_size\s+\d+\s*$", ptx, re.M)
+    ptx = ptx[:header.end()] + "\n" + declaration + ptx[header.end():]
+    for entry in entries:
+        name = entry + suffix
+        param = f"{name}_param_qg_state"
+        found = re.search(rf"\.entry\s+{re.escape(name)}\s*\(([^)]*)\)", ptx, re.S)
+        params = found.group(1).rstrip()
+        listed = f"{params},\n\t.param .u64 {param}\n" if params.strip() else f"\n\t.param .u64 {param}\n"
+        ptx = ptx[:found.start(1)] + listed + ptx[found.end(1):]
+        text = entry_text(ptx, name)
+        call = ["$qg_next_pass:", "\t{", "\t.reg .b64 %qg_state;", f"\tld.param.u64 %qg_state, [{param}];",
+                "\t.param .b64 qg_next_pass_arg;", "\tst.param.b64 [qg_next_pass_arg], %qg_state;",
+                "\t.param .b32 qg_next_pass_ret;",
+                f"\tcall.uni (qg_next_pass_ret), {function}, (qg_next_pass_arg);", "\t}", "\tret;", ""]
+        body = _RET.sub(r"\1\2bra $qg_next_pass;", text[:text.rindex("}")])
+        ptx = ptx.replace(text, body + "\n".join(call) + "}\n", 1)
+    return ptx

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import enum
+import functools
 
 
 class LoopMode(enum.IntEnum):
@@ -196,16 +197,32 @@ extern "C" __global__ void qgraph_set_branch(const unsigned long long* state, un
 """
 
 
+def _state_words() -> str:
+    """The state blocks' words and enums in C."""
+    return "\n".join([c_words("QG_LOOP", LoopState, LOOP_FIELDS), c_constants("QG_LOOP_MODE", LoopMode),
+                      c_words("QG_BRANCH", BranchState, BRANCH_FIELDS), c_constants("QG_BRANCH_BODY", BranchBodies),
+                      f"enum qg_trip : unsigned long long {{ QG_CANCELLED = {CANCELLED}ull }};"])
+
+
 def helper_source(next_pass: str = NEXT_PASS) -> str:
     """The helper kernels' module: the state blocks' words and enums, then the kernels, with
     `next_pass` as the condition and gate kernels' decision (benchmarks/watching.py measures a
     former one beside it)."""
-    return "\n".join([_PREAMBLE, c_words("QG_LOOP", LoopState, LOOP_FIELDS),
-                      c_constants("QG_LOOP_MODE", LoopMode),
-                      c_words("QG_BRANCH", BranchState, BRANCH_FIELDS),
-                      c_constants("QG_BRANCH_BODY", BranchBodies),
-                      f"enum qg_trip : unsigned long long {{ QG_CANCELLED = {CANCELLED}ull }};",
-                      _STORE, next_pass, _CONDITIONS])
+    return "\n".join([_PREAMBLE, _state_words(), _STORE, next_pass, _CONDITIONS])
+
+
+# qgraph_next_pass alone, with C linkage: NVRTC makes it a PTX .func that a task kernel ending a copy
+# of an unrolled flag loop's body calls after its body, doing the gate's work (compiler.ptx_text.gating)
+NEXT_PASS_SOURCE = "\n".join([_state_words(), 'extern "C" {', NEXT_PASS, "}"])
+NEXT_PASS_FUNCTION = "qgraph_next_pass"
+
+
+@functools.cache
+def next_pass_ptx(cc: tuple[int, int]) -> str:
+    """NEXT_PASS_SOURCE as PTX for compute capability `cc`: a .func to link (NVRTC, once a process)."""
+    from . import nvrtc
+
+    return nvrtc.compile_ptx(NEXT_PASS_SOURCE, "qgraph_next_pass.cu", tuple(cc), ("-rdc=true",))
 
 
 # The slot writer, the WHILE condition and the branch kernel, indexing the state blocks above
