@@ -74,7 +74,13 @@ FOLDED_GATE_US = 0.9  # the gate's work done by the serial task ending the copy 
 PREDICATE_TASKS = True  # a flag loop's copies run their tasks' gated variants (False: an IF node per copy)
 FOLD_GATES = True  # a body ending in a serial task: that task does the gate's work (False: a gate kernel)
 MAX_UNROLL = 16  # copies per pass at most
-MAX_COPY_NODES = 32  # kernel nodes of all copies of a body: larger graphs build and upload slower
+# MAX_COPY_NODES was 32 with gate kernels. Folded, U = 32 // nodes rose for every flag loop ending in a
+# serial task (stable_fluids' solve 8 -> 10), and a 15-pass solve then ran 20 copies, 5 gated off after
+# its last pass, for 16 with 1: its step 89.1-89.5 -> 93.9-95.2 us (the bench's examples rows at
+# 128^2, H100, side by side with the code before). At 48 (U 16: one WHILE pass, 1 copy
+# gated off) 81.0-81.3 us; relax U 8 -> 12: 0.99-1.00x -> 0.92-0.96x the hand-written solver; the one-task
+# flag loop stays at U 16 (MAX_UNROLL), 8 tasks U 3 -> 5: 0.925x -> 0.889x its U=1 form.
+MAX_COPY_NODES = 48  # kernel nodes of all copies of a body: larger graphs build and upload slower
 # A repeat of k passes as k straight-line copies saves every WHILE pass of its unrolled form (4.2 us
 # each, one per MAX_COPY_NODES nodes, and the remainder loop's) for a build that grows with its nodes.
 # `benchmarks/unroll_loops.py --quick --fluids --repeats` on an H100 (driver for CUDA 13.0), per pass

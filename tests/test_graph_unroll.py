@@ -15,7 +15,9 @@ from qgraph.compiler.cuda_program import TaskKernel
 from qgraph.compiler.launch_code import block_expr
 from qgraph.conditional import _int64_bytes
 from qgraph.graph_unroll import (
+    MAX_COPY_NODES,
     MAX_STRAIGHT_NODES,
+    MAX_UNROLL,
     CountPart,
     FixedCount,
     Gated,
@@ -157,7 +159,7 @@ def test_how_unroll_is_chosen():
     assert body_nodes(loop.body) == 5 and body_nodes(repeat.body) == 2
     assert unroll_factor(repeat, 4) == 4 and unroll_factor(repeat, 1) == 1
     assert unroll_factor(repeat, None) > 1  # a short body: the WHILE pass dominates
-    assert unroll_factor(loop, None) == 32 // (5 + 1)  # a flag loop's copy adds its gate kernel
+    assert unroll_factor(loop, None) == MAX_COPY_NODES // (5 + 1)  # a flag loop's copy adds its gate kernel
     assert unroll_factor(_tree(spelled).children[0], 2) == 3  # the loop's own unroll= wins
 
 
@@ -236,7 +238,7 @@ def test_a_body_ending_in_a_serial_task_folds_its_gates_into_it():
     last does the gate's work (its gating variant), where the kernels have one (`gating`)."""
     loop = _tree(settle).children[0]
     assert folds_gate(loop) and not folds_gate(_tree(mixed).children[0])  # mixed's body ends in an if
-    assert unroll_factor(loop, None) == 32 // 2  # no gate node per copy
+    assert unroll_factor(loop, None) == min(MAX_UNROLL, MAX_COPY_NODES // 2)  # no gate node per copy
     copies = unrolled(_tree(settle), 3).children[0].body.children
     assert [(type(c), c.gate, c.gating, c.first) for c in copies] == [(Gated, False, True, True),
                                                                      (Gated, False, True, False),
