@@ -107,18 +107,24 @@ def test_both_launch_variants_link_into_one_cubin(sm90, kernel, key, tmp_path):
     ptxas, nvlink = shutil.which("ptxas"), shutil.which("nvlink")
     if not (ptxas and nvlink):
         pytest.skip("ptxas and nvlink are needed")
-    objects = []
+    modules = {}
     for name, ptx in _compile(kernel, key)[0]:
         trigger = ptx_text.add_grid_dependency_control(ptx, trigger=True)
-        variants = {name: ptx_text.add_grid_dependency_control(ptx),
-                    f"trigger_{name}": ptx_text.renamed(trigger, list(ptx_text.ptx_entries(ptx)), "_qg_trigger")}
-        for variant, text in variants.items():
-            (tmp_path / variant).write_text(text)
-            obj = str(tmp_path / (variant + ".o"))
-            out = subprocess.run([ptxas, "-arch=sm_90", "-c", str(tmp_path / variant), "-o", obj],
-                                 capture_output=True, text=True)
-            assert out.returncode == 0, out.stderr
-            objects.append(obj)
+        modules.update({name: ptx_text.add_grid_dependency_control(ptx),
+                        f"trigger_{name}": ptx_text.renamed(trigger, list(ptx_text.ptx_entries(ptx)), "_qg_trigger")})
+    _assemble_and_link(modules, tmp_path, ptxas, nvlink)
+
+
+def _assemble_and_link(modules: dict[str, str], tmp_path, ptxas: str, nvlink: str) -> None:
+    """Each PTX module through ptxas for sm_90, then all of them through nvlink: both succeed."""
+    objects = []
+    for variant, text in modules.items():
+        (tmp_path / variant).write_text(text)
+        obj = str(tmp_path / (variant + ".o"))
+        out = subprocess.run([ptxas, "-arch=sm_90", "-c", str(tmp_path / variant), "-o", obj],
+                             capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr
+        objects.append(obj)
     out = subprocess.run([nvlink, "-arch=sm_90", *objects, "-o", str(tmp_path / "all.cubin")],
                          capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
@@ -405,19 +411,7 @@ def test_the_gating_variant_does_the_gates_work_where_it_would_return(sm90, tmp_
     assert len(returns) == 1 and body.index(f"call.uni (qg_next_pass_ret), {NEXT_PASS_FUNCTION}") < returns[0]
     body = ptx_text.entry_text(gated, entries[1] + suffix + cuda_program.GATED)
     assert body.index("@%qg_gate_p ret;") < body.index("call.uni")
-    modules = {name: waited, **variants,
-               "next_pass.ptx": next_pass_ptx((9, 0))}
-    objects = []
-    for variant, text in modules.items():
-        (tmp_path / variant).write_text(text)
-        obj = str(tmp_path / (variant + ".o"))
-        out = subprocess.run([ptxas, "-arch=sm_90", "-c", str(tmp_path / variant), "-o", obj],
-                             capture_output=True, text=True)
-        assert out.returncode == 0, out.stderr
-        objects.append(obj)
-    out = subprocess.run([nvlink, "-arch=sm_90", *objects, "-o", str(tmp_path / "all.cubin")],
-                         capture_output=True, text=True)
-    assert out.returncode == 0, out.stderr
+    _assemble_and_link({name: waited, **variants, "next_pass.ptx": next_pass_ptx((9, 0))}, tmp_path, ptxas, nvlink)
 
 
 def _backward_branches(ptx: str) -> list[str]:
