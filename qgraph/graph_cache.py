@@ -160,8 +160,8 @@ class TaskGraph:
         self._planned: dict[Region, _Planned] = {}  # region -> its updatable node's plan entry
         self._open_loops: list[WhileLoop] = []  # while adding: the loops around the region being added
         self._loop_depth = 0  # while planning: the loops around the region being planned
-        body, self._fixed = graph_tree(spec, packs, into is None, args)  # graph_unroll: loops unrolled, counts fixed
         self._tiled = tiled_choice(spec, args)  # graph_unroll.TiledChoice, or None: the kernel tiles no loop
+        body, self._fixed = graph_tree(spec, packs, into is None, self._tiled)  # loops unrolled, counts fixed
         self.on_new_form = None  # (args, packs, stream, new_count) -> the graph replacing this one (_miss)
         # interchanged loops' arrays must not overlap: checked by build_graph, then at each miss and update
         self._overlap = getattr(spec, "overlap", None) or (lambda packs: None)

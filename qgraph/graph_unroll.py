@@ -227,14 +227,15 @@ def passes_of(loop: Region, body: Sequence, passes: int, tiles) -> tuple[Sequenc
     return groups + tuple(clone(body) for _ in range(passes % s))
 
 
-def graph_tree(spec, packs: tuple, own: bool, args: tuple | None = None) -> tuple[Region, tuple[FixedCount, ...]]:
+def graph_tree(spec, packs: tuple, own: bool,
+               tiled: TiledChoice | None = None) -> tuple[Region, tuple[FixedCount, ...]]:
     """The tree a graph of `spec` (graph_cache.GraphSpec) builds for a call packed as `packs`, and the
     repeat counts it fixes: with `own` (the kernel's own graph, not a part of another) and
     `spec.straight_counts`, the repeats `_Straightening` allows as Straight copies of this count;
-    with the call's `args`, the temporally tiled tasks whose tiles fit (MAX_TILED_WAVES)."""
+    `tiled`: the temporally tiled tasks whose tiles fit for the call (tiled_choice)."""
     if not spec.device_loops:  # the host do-while repeats the graph of the plain body
         return spec.body, ()
-    tiles = tiled_kernels(spec, args)
+    tiles = tiled.kernels if tiled is not None else {}
     gating = {tk.task.index for tk in getattr(spec, "kernels", ()) if tk.gating}
     if not (own and spec.straight_counts) or spec.stop_word:
         return unrolled(spec.body, spec.options.unroll, tiles=tiles, gating=gating), ()
@@ -365,15 +366,16 @@ def add_gated(graph, region: Gated, into, deps: list, blocks: list, grids: list)
 
 
 class TiledChoice(NamedTuple):
-    """The temporally tiled tasks a graph of `spec` was built to run tiled (graph_unroll.tiled_kernels)."""
+    """The temporally tiled tasks a graph of `spec` was built to run tiled: task index -> TaskKernel
+    (tiled_kernels)."""
 
     spec: object
-    chosen: frozenset
+    kernels: dict
 
     def holds(self, args: tuple) -> bool:
         """Whether a call with `args` tiles the same loops (a new grid's tiles may no longer fit a
         wave, or now fit one): graph_cache.TaskGraph rebuilds where not."""
-        return frozenset(tiled_kernels(self.spec, args)) == self.chosen
+        return tiled_kernels(self.spec, args).keys() == self.kernels.keys()
 
 
 def tiled_choice(spec, args: tuple | None) -> TiledChoice | None:
@@ -381,4 +383,4 @@ def tiled_choice(spec, args: tuple | None) -> TiledChoice | None:
     miss then checks nothing)."""
     if not any(tk.temporal for tk in getattr(spec, "kernels", ())):
         return None
-    return TiledChoice(spec, frozenset(tiled_kernels(spec, args)))
+    return TiledChoice(spec, tiled_kernels(spec, args))

@@ -4,8 +4,10 @@ it with each unit's arguments, and every call still does its own unit's work."""
 from __future__ import annotations
 
 import ast
+import importlib.util
 
 import numpy as np
+import pytest
 
 import qgraph
 from qgraph.lang.cpu.shared_units import canonical_code, shared_units
@@ -55,3 +57,72 @@ def test_code_is_the_same_up_to_parameter_and_local_names_only():
     assert canonical_code(first) != canonical_code(other_global)
     assert canonical_code(first) != canonical_code(swapped)
     assert shared_units([first, renamed, other_global, swapped]) == {"u0": "u0", "u7": "u0", "u8": "u8", "u9": "u9"}
+
+
+# --------------------------------------------------------------------------- a generated family
+
+HEADER = """import qgraph
+
+V3 = qgraph.vector(3, qgraph.f32)
+
+
+@qgraph.struct
+class Acc:
+    out: object  # an array of the struct: each pass adds to it
+    scale: float
+
+
+@qgraph.func
+def damp(a, b):
+    if a > 0.5:
+        return a * b
+    return a + 0.25 * b
+"""
+
+# one update of a 0-d target, a vector array and a struct's array, through a helper, with float32 data and
+# Python float literals, repeated in each context so that the CPU generator finds units of the same code:
+# twice at the top level around a serial task, twice in a repeat loop around one, and in a repeat loop
+# before and after an inner repeat loop
+UPDATE = ["for i in range(x.shape[0]):",
+          "    v = damp(x[i], w[0]) * 0.5",
+          "    total[()] += v",
+          "    vout[i] += V3(v, v * v, 1.0)",
+          "    acc.out[i] += acc.scale * v"]
+CONTEXTS = {
+    "top": UPDATE + ["n[0] += 1"] + UPDATE,
+    "repeat": ["for _ in qgraph.repeat(k):"] + ["    " + line for line in UPDATE + ["n[0] += 1"] + UPDATE],
+    "after_inner": ["for _ in qgraph.repeat(k):"] + ["    " + line for line in UPDATE]
+                   + ["    for _ in qgraph.repeat(k):", "        n[0] += 1"] + ["    " + line for line in UPDATE],
+}
+PASSES = {"top": 2, "repeat": 6, "after_inner": 6}  # updates per call with k = 3
+
+
+@pytest.fixture(scope="module")
+def family(tmp_path_factory):
+    parts = [HEADER] + [f"\n\n@qgraph.kernel\ndef shared_{name}(x, w, total, vout: V3[:], acc: Acc, n, k: int):\n"
+                        + "".join(f"    {line}\n" for line in lines) for name, lines in CONTEXTS.items()]
+    path = tmp_path_factory.mktemp("shared_units_family") / "qgraph_shared_units_family.py"
+    path.write_text("".join(parts))
+    spec = importlib.util.spec_from_file_location("qgraph_shared_units_family", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("context", list(CONTEXTS))
+def test_units_of_the_same_code_in_every_context(arch, family, context):
+    rng = np.random.default_rng(len(context))
+    x0, w0 = rng.uniform(0.2, 0.9, 7).astype(np.float32), np.array([0.75], np.float32)
+    x, w = qgraph.from_numpy(x0), qgraph.from_numpy(w0)
+    total, vout = qgraph.from_numpy(np.zeros((), np.float32)), qgraph.from_numpy(np.zeros((7, 3), np.float32))
+    acc, n = family.Acc(qgraph.from_numpy(np.zeros(7, np.float32)), 1.5), qgraph.from_numpy(np.zeros(1, np.int64))
+    kernel = getattr(family, f"shared_{context}")
+    kernel(x, w, total, vout, acc, n, 3)
+    v = np.where(x0 > 0.5, x0 * w0[0], x0 + np.float32(0.25) * w0[0]) * np.float32(0.5)
+    passes = PASSES[context]
+    np.testing.assert_allclose(total.to_numpy(), passes * v.sum(), rtol=1e-5)
+    np.testing.assert_allclose(vout.to_numpy(), passes * np.stack([v, v * v, np.ones_like(v)], axis=1), rtol=1e-5)
+    np.testing.assert_allclose(acc.out.to_numpy(), passes * 1.5 * v, rtol=1e-5)
+    if arch == "cpu":  # the repeated update is one function, called twice a pass
+        names = [task.name for task in kernel.inspect(x, w, total, vout, acc, n, 3).tasks]
+        assert len(names) == 3 and names[0] == names[2] != names[1], names

@@ -232,6 +232,7 @@ def compile_tasks(src: KernelSource, key: tuple[str, ...], device: CudaDevice, c
     if not node_tasks:
         return kernels, generated_codes.debug, program.cached
     module = device.load_module(cubin)
+    gating = gating_tasks(src.body) if has_gated_variant(src) else set()  # tasks with gating variants
     slot = 0
     for task, code, order, entry, size, suffix in zip(node_tasks, codes, orders, entries, sizes, suffixes):
         function = device.function(module, entry)
@@ -266,7 +267,7 @@ def compile_tasks(src: KernelSource, key: tuple[str, ...], device: CudaDevice, c
             if has_gated_variant(src):
                 kernel.gated_function = device.function(module, entry + GATED)
                 kernel.gated_trigger_function = device.function(module, entry + TRIGGER + GATED)
-            if has_gated_variant(src) and task.index in gating_tasks(src.body):
+            if task.index in gating:
                 kernel.gating = tuple(device.function(module, entry + GATING + gated) for gated in ("", GATED))
         kernels.append(kernel)
     return kernels, generated_codes.debug, program.cached

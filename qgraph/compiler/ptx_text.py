@@ -105,11 +105,8 @@ def gated(ptx: str, entries: list[str], suffix: str) -> str:
     ptx = renamed(ptx, entries, suffix)
     for entry in entries:
         name = entry + suffix
-        header = re.search(rf"\.entry\s+{re.escape(name)}\s*\(([^)]*)\)", ptx, re.S)
-        params = header.group(1).rstrip()
         param = f"{name}_param_qg_gate"
-        listed = f"{params},\n\t.param .u64 {param}\n" if params.strip() else f"\n\t.param .u64 {param}\n"
-        ptx = ptx[:header.start(1)] + listed + ptx[header.end(1):]
+        ptx = _with_last_param(ptx, name, param)
         text = entry_text(ptx, name)
         check = ["\t{", "\t.reg .pred %qg_gate_p;", "\t.reg .b64 %qg_gate_a;", "\t.reg .b64 %qg_gate_v;",
                  f"\tld.param.u64 %qg_gate_a, [{param}];", "\tcvta.to.global.u64 %qg_gate_a, %qg_gate_a;",
@@ -141,10 +138,7 @@ def gating(ptx: str, entries: list[str], suffix: str, function: str) -> str:
     for entry in entries:
         name = entry + suffix
         param = f"{name}_param_qg_state"
-        found = re.search(rf"\.entry\s+{re.escape(name)}\s*\(([^)]*)\)", ptx, re.S)
-        params = found.group(1).rstrip()
-        listed = f"{params},\n\t.param .u64 {param}\n" if params.strip() else f"\n\t.param .u64 {param}\n"
-        ptx = ptx[:found.start(1)] + listed + ptx[found.end(1):]
+        ptx = _with_last_param(ptx, name, param)
         text = entry_text(ptx, name)
         call = ["$qg_next_pass:", "\t{", "\t.reg .b64 %qg_state;", f"\tld.param.u64 %qg_state, [{param}];",
                 "\t.param .b64 qg_next_pass_arg;", "\tst.param.b64 [qg_next_pass_arg], %qg_state;",
@@ -153,3 +147,11 @@ def gating(ptx: str, entries: list[str], suffix: str, function: str) -> str:
         body = _RET.sub(r"\1\2bra $qg_next_pass;", text[:text.rindex("}")])
         ptx = ptx.replace(text, body + "\n".join(call) + "}\n", 1)
     return ptx
+
+
+def _with_last_param(ptx: str, entry: str, param: str) -> str:
+    """`ptx` with kernel `entry` taking one more parameter, last: `.param .u64 param`."""
+    found = re.search(rf"\.entry\s+{re.escape(entry)}\s*\(([^)]*)\)", ptx, re.S)
+    params = found.group(1).rstrip()
+    listed = f"{params},\n\t.param .u64 {param}\n" if params.strip() else f"\n\t.param .u64 {param}\n"
+    return ptx[:found.start(1)] + listed + ptx[found.end(1):]

@@ -11,7 +11,7 @@ k launches (or WHILE passes) become one. `interchanged` rewrites a kernel-level 
 (a launcher's, with `interchange=True`; `Kernel._source` keeps the loop, so the tape's analysis and
 the adjoint builder see the kernel as written); the fused task (`InterchangedTask`) keeps its
 parts, which lang.flat.view flattens (and, in an adjoint kernel, reverses) one by one before
-`fused_task` joins them. The rule is conservative and type-independent (see `_Elementwise`);
+`fused_task` joins them. The rule is conservative and type-independent (see `Elementwise`);
 arrays that partially overlap break it at run time, which `overlap_error` reports.
 """
 
@@ -113,28 +113,28 @@ def qualifies(loop: RepeatLoop, src, params: dict) -> bool:
             tuple(ast.dump(e) if e is not None else None for e in (d.start, d.stop, d.step)) for d in task.dims
         ] != space or len(task.loop_vars) != len(first.loop_vars):
             return False
-        check = _Elementwise(task.loop_vars, params, src)
+        check = Elementwise(task.loop_vars, params, src)
         for stmt in task.body:
             check.visit(stmt)
         if not check.ok:
             return False
         stored |= collect_names(task.body).stored
-        if len(tasks) > 1 and any(_ends_iteration(stmt) for stmt in task.body):
+        if len(tasks) > 1 and any(ends_iteration(stmt) for stmt in task.body):
             return False  # inside the fused pass loop it would skip the next tasks' bodies too
     bound_names = set().union(*(t.bound_names for t in tasks))
     return not (bound_names & stored or stored & set(params)) and loop.count not in stored
 
 
-def _ends_iteration(stmt: ast.stmt) -> bool:
+def ends_iteration(stmt: ast.stmt) -> bool:
     """A `continue` of the task's own loop in `stmt` (not one of a loop nested in it)."""
     if isinstance(stmt, ast.Continue):
         return True
     if isinstance(stmt, (ast.For, ast.While)):  # a continue in its body is its own
-        return any(_ends_iteration(s) for s in stmt.orelse)
-    return any(_ends_iteration(s) for s in ast.iter_child_nodes(stmt) if isinstance(s, ast.stmt))
+        return any(ends_iteration(s) for s in stmt.orelse)
+    return any(ends_iteration(s) for s in ast.iter_child_nodes(stmt) if isinstance(s, ast.stmt))
 
 
-class _Elementwise(ast.NodeVisitor):
+class Elementwise(ast.NodeVisitor):
     """Whether a task body touches array element e only from its iteration e: every subscript is
     `param[loop vars..., literals...]` (or `param[loop vars][literal]`, `param.shape[literal]`);
     calls only to math, qgraph's vector and scalar functions (no atomics, draws or reports),
@@ -244,7 +244,7 @@ def _interchanged_task(loop: RepeatLoop, params: dict, src) -> InterchangedTask:
     parts = tuple(loop.body.children)
     arrays: dict[str, bool] = {}
     for task in parts:
-        check = _Elementwise(task.loop_vars, params, src)
+        check = Elementwise(task.loop_vars, params, src)
         for stmt in task.body:
             check.visit(stmt)
         for name, written in check.arrays.items():
@@ -274,7 +274,7 @@ def fused_task(template: Task, parts, count: str) -> Task:
         names = dict.fromkeys(collect_names(part.body).stored - set(part.loop_vars))
         mapping = {name: f"_qg_p{k}_{name}" for name in names}
         mapping.update(zip(part.loop_vars, template.loop_vars))
-        body += [_Renamer(mapping).visit(_copy(stmt)) for stmt in part.body]
+        body += [Renamer(mapping).visit(_copy(stmt)) for stmt in part.body]
     at = template.body[0] if template.body else ast.Pass(lineno=template.lineno, col_offset=0)
     loop = ast.For(
         target=ast.Name(PASS, ast.Store()),
@@ -295,7 +295,7 @@ def _copy(stmt: ast.stmt) -> ast.stmt:
     return copy.deepcopy(stmt)
 
 
-class _Renamer(ast.NodeTransformer):
+class Renamer(ast.NodeTransformer):
     """Names renamed by a mapping (a part's locals and loop variables in a fused body)."""
 
     def __init__(self, mapping: dict[str, str]) -> None:
@@ -352,8 +352,10 @@ def checked_pairs(src) -> tuple[tuple[str, str], ...]:
     pairs = []
     for task in src.tasks:
         if isinstance(task, InterchangedTask):
-            names = [n for n in src.param_names if n in task.arrays]  # in parameter order
-            pairs += [
-                (a, b) for k, a in enumerate(names) for b in names[k + 1 :] if a in task.written or b in task.written
-            ]
+            pairs += written_pairs([n for n in src.param_names if n in task.arrays], task.written)  # parameter order
     return tuple(dict.fromkeys(pairs))
+
+
+def written_pairs(names: list[str], written) -> list[tuple[str, str]]:
+    """The pairs of `names` (in order) of which at least one is `written`: those whose overlap matters."""
+    return [(a, b) for k, a in enumerate(names) for b in names[k + 1 :] if a in written or b in written]

@@ -25,10 +25,11 @@ and type-independent; docs/control-flow.md, "Temporally tiled repeat loops", sta
 from __future__ import annotations
 
 import ast
+import copy
 import dataclasses
 from dataclasses import dataclass
 
-from .interchange import _Elementwise, _ends_iteration, _Renamer
+from .interchange import Elementwise, Renamer, ends_iteration, written_pairs
 from .names import collect_names
 from .regions import Region, RepeatLoop, Sequence, Task, with_bodies
 
@@ -103,7 +104,7 @@ def tiled_task(loop: RepeatLoop, src, params: dict, index: int) -> TiledTask | N
         return None
     stored = set()
     for task in tasks:
-        if any(_ends_iteration(s) or _returns(s) for s in task.body):
+        if any(ends_iteration(s) or _returns(s) for s in task.body):
             return None
         stored |= collect_names(task.body).stored
     written = [_Stencil(t, params, src, frozenset()).written() for t in tasks]
@@ -193,20 +194,18 @@ def _stored_at_top(task: Task, name: str) -> bool:
 
 def _renamed_parts(tasks) -> tuple[Task, ...]:
     """Each task with its loop variables renamed to the first's and its locals to `_qg_t{k}_name`."""
-    import copy
-
     first = tasks[0]
     out = []
     for k, task in enumerate(tasks):
         names = collect_names(task.body).stored - set(task.loop_vars)
         mapping = {name: f"_qg_t{k}_{name}" for name in names}
         mapping.update(zip(task.loop_vars, first.loop_vars))
-        body = [_Renamer(mapping).visit(copy.deepcopy(s)) for s in task.body]
+        body = [Renamer(mapping).visit(copy.deepcopy(s)) for s in task.body]
         out.append(dataclasses.replace(task, body=body, loop_vars=first.loop_vars))
     return tuple(out)
 
 
-class _Stencil(_Elementwise):
+class _Stencil(Elementwise):
     """Interchange's elementwise rule, widened for stencils: a carried array (one the loop stores
     into) is stored only at exactly the loop variables and read at each index within a constant
     distance of its loop variable (`_offset`); a task reads a carried array it stores into only at
@@ -337,10 +336,5 @@ def _int(node) -> int | None:
 
 def tiled_pairs(src) -> tuple[tuple[str, str], ...]:
     """The array pairs of `src`'s tiled loops whose overlap the launch checks (lang.front.interchange)."""
-    pairs = []
-    for task in src.tasks:
-        if isinstance(task, TiledTask):
-            names = list(task.arrays)
-            written = task.written
-            pairs += [(a, b) for k, a in enumerate(names) for b in names[k + 1 :] if a in written or b in written]
-    return tuple(pairs)
+    return tuple(pair for task in src.tasks if isinstance(task, TiledTask)
+                 for pair in written_pairs(list(task.arrays), task.written))  # arrays: in parameter order
