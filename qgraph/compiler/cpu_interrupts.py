@@ -69,7 +69,7 @@ def chunk_functions() -> dict:
     if not _CHUNKING:
         import numba
         from llvmlite import ir
-        from numba.core import types
+        from numba.core import cgutils, types
         from numba.extending import intrinsic
 
         @intrinsic
@@ -79,7 +79,7 @@ def chunk_functions() -> dict:
                 spec = ir.LiteralStructType([i64, i64])
                 clock = builder.module.globals.get("clock_gettime") or ir.Function(
                     builder.module, ir.FunctionType(i32, [i32, spec.as_pointer()]), "clock_gettime")
-                ts = builder.alloca(spec)
+                ts = cgutils.alloca_once(builder, spec)  # in the entry block: one in a loop would grow the stack
                 builder.call(clock, [i32(1), ts])  # CLOCK_MONOTONIC
                 seconds = builder.load(builder.gep(ts, [i32(0), i32(0)]))
                 nanos = builder.load(builder.gep(ts, [i32(0), i32(1)]))
