@@ -40,6 +40,7 @@ class KernelStats:
     host_loop: bool = False  # the last call ran the host do-while fallback
     specialisations: int = 0  # argument type signatures compiled, total
     cache_loads: int = 0  # of those, loaded from the disk compile cache instead of compiled
+    parallel_forms: int = 0  # CPU: signatures compiled in their parallel form (lang.cpu.serial_form)
     node_updates: int = 0  # in-place kernel-node parameter updates, total
     build_seconds: float = 0.0  # wall time of the last graph build (compile excluded)
     _iterations: object = field(default=None, repr=False, compare=False)  # set by the launcher
@@ -331,28 +332,26 @@ _ATTACH_LOCK = threading.RLock()  # kernels attach to the runtime once, whicheve
 def kernel(fn: Callable | None = None, *, cuda_graph: bool = False, graph_while: str | None = None,
            graph_cache_size: int | None = None, deterministic: bool | None = None, fast_math: bool | None = None,
            default_float=None, max_iterations=USE_ENVIRONMENT, debug: bool | str | None = None,
-           unroll=USE_ENVIRONMENT, interchange: bool | None = None, progress=False, temporal_tiling=None):
+           unroll=USE_ENVIRONMENT, interchange: bool | None = None, progress=False, temporal_tiling=None,
+           cpu_serial_below: int | None = None):
     """Compile a function's top-level statements into offloaded tasks.
 
     `cuda_graph=True` captures a call's tasks into a cached CUDA graph; `graph_while="flag"`
     (implies cuda_graph) repeats the body on the device while the int32 `flag` is non-zero.
     `graph_cache_size` bounds the graphs kept for this kernel (default QGRAPH_GRAPH_CACHE_SIZE).
-    `deterministic=True` makes every loop-invariant reduction bit-identical from run to run
-    (and rejects float scatters, which cannot be); the default is QGRAPH_DETERMINISTIC.
-    `fast_math=True` allows approximate division and square roots, FMA contraction and
-    reassociation, and flushes float32 denormals on CUDA; the default is QGRAPH_FAST_MATH.
+    `deterministic=True` makes every loop-invariant reduction bit-identical from run to run (and
+    rejects float scatters, which cannot be); the default is QGRAPH_DETERMINISTIC.
+    `fast_math=True` allows approximate division and square roots, contraction and reassociation,
+    and flushes float32 denormals on CUDA (QGRAPH_FAST_MATH).
     `default_float=qgraph.f32` computes in float32 where nothing else decides the precision
     (only Python numbers and integers meet); the default is QGRAPH_DEFAULT_FLOAT (float64).
-    `max_iterations=n` stops a device loop after n passes with its flag still set and raises
-    QgraphError (the runaway guard; None turns it off); the default is QGRAPH_MAX_ITERATIONS.
+    `max_iterations=n` raises QgraphError for a device loop n passes long with its flag still set
+    (the runaway guard; None: off; QGRAPH_MAX_ITERATIONS).
     `debug=True` compiles a bounds-checked specialisation (an index out of bounds raises IndexError
     naming the line, array, index and shape when the call completes; on CUDA every call then waits
     for the device); `debug="nan"` also checks every float stored is finite. Default QGRAPH_DEBUG.
-    `unroll=n` runs n copies of each device loop's body per pass of its CUDA WHILE node (a loop's
-    own unroll= wins; None: qgraph chooses per loop); the default is QGRAPH_UNROLL (auto).
-    `interchange=False` keeps elementwise `qgraph.repeat` loops as loops of launches, not one task looping
-    inside (default QGRAPH_INTERCHANGE, on). `progress=` is the calls' default progress= (docs/watching.md).
-    `temporal_tiling=False` keeps stencil repeat loops on CUDA a launch a pass (QGRAPH_TEMPORAL_TILING, on; int: S)."""
+    `unroll=`, `interchange=`, `temporal_tiling=` (device and repeat loops), `progress=` (the calls'
+    default) and `cpu_serial_below=` (the CPU's serial form): docs/api.md, with their QGRAPH_* defaults."""
     if graph_while is not None and not isinstance(graph_while, str):
         raise TypeError(f"graph_while must be a parameter name (str), got {graph_while!r}")
     precision = None if default_float is None else float_precision(default_float, "default_float")
@@ -361,7 +360,8 @@ def kernel(fn: Callable | None = None, *, cuda_graph: bool = False, graph_while:
     except ValueError as e:
         raise ValueError(f"debug: {e}") from None
     given = {"deterministic": deterministic, "fast_math": fast_math, "default_float": precision,
-             "graph_cache_size": graph_cache_size, "interchange": interchange, "temporal_tiling": temporal_tiling}
+             "graph_cache_size": graph_cache_size, "interchange": interchange, "temporal_tiling": temporal_tiling,
+             "cpu_serial_below": cpu_serial_below}
     # checked as it is made (KernelOptions names a bad value); None: the environment decides
     options = KernelOptions(**{name: USE_ENVIRONMENT if value is None else value for name, value in given.items()},
                             debug=debug_setting, max_iterations=max_iterations, cuda_graph=cuda_graph,

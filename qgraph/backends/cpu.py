@@ -59,13 +59,18 @@ class CpuLauncher:
         self._specs: dict[tuple, object] = {}
         self._programs: dict[frozenset, object] = {}  # by the set of 0-d array parameters
         self._program_of: dict[tuple, object] = {}  # signature -> its CpuProgram (sites, units)
+        self._flat_of: dict[tuple, object] = {}  # signature -> its flattened form (backends.checks.check_signature)
+        # signature -> its parallel form, where _specs holds the serial one (lang.cpu.serial_form): compiled
+        # the first time the serial form finds a call too large for it
+        self._parallel: dict[tuple, object] = {}
         # the runner's record: debug checks' first failure, and the unit of tasks running (lang.lower.debug_checks)
         self._record = np.zeros(RECORD_WORDS, np.int64)
         self._debug_lock = threading.Lock()  # debug calls from several threads: one record, read after each
         self._bounds = None
         self._cache_dir = state.settings.cache_dir
         self._flags = flag_params(self.src)
-        self._lock = threading.Lock()  # first calls from several threads compile a signature once
+        # first calls from several threads compile a signature once (a first run may compile the parallel form)
+        self._lock = threading.RLock()
         self._loops = counted_loops(self.src.body)  # the runner's counts, in this order
         self._last = [None]  # the runner's (status, loop, passes per loop) of the last call
         stats = self.stats
@@ -86,6 +91,8 @@ class CpuLauncher:
         with self._lock:
             if key not in self._specs:
                 runner, program, _, hits = self._compiled(key, values, args)
+                if program.serial_runner is not None:  # a later process may call it with large arrays too
+                    self._parallel_form(key, values)
                 self._register(key, runner, program.cache_hits > hits)
         return key
 
@@ -98,23 +105,53 @@ class CpuLauncher:
             self._resolve = self._generate_resolve()
         key, values = self._resolve(*args)
         with self._lock:
-            _, program, leaves, _ = self._compiled(key, values, args)
+            _, program, leaves, _ = self._compiled(key, values, args, serial=False)  # the units: tasks apart
         return cpu_code(self.kernel, self, key, program, leaves + (self._record,))
 
-    def _compiled(self, key: tuple, values: tuple, args: tuple):
-        """Check the signature `key` and compile its runner (or load it): (runner, program, the
-        runner's leaf values, the program's cache hits before)."""
-        runner, program, flat = self._prepare(key, args)
-        leaves = tuple(values[k] if j is None else values[k][j] for k, j in flat.slots)
+    def _compiled(self, key: tuple, values: tuple, args: tuple, serial: bool = True):
+        """Check the signature `key` and compile its runner (or load it), the serial form's where it
+        has one and `serial`: (runner, program, the runner's leaf values, the program's cache hits before)."""
+        program, _ = self._prepare(key, args)
+        serial = serial and program.serial_runner is not None
         hits = program.cache_hits
+        leaves = self._compile_form(key, values, serial)
+        return self._form(key, serial), program, leaves, hits
+
+    def _compile_form(self, key: tuple, values: tuple, serial: bool) -> tuple:
+        """Compile (or load) one form of the prepared signature `key`; the runner's leaf values."""
+        program, flat = self._program_of[key], self._flat_of[key]
+        leaves = tuple(values[k] if j is None else values[k][j] for k, j in flat.slots)
         try:
             with interruptible_compile(self.src.name):  # a Ctrl-C meanwhile is never lost
-                program.compile_for(leaves + (self._record,))
+                program.compile_for(leaves + (self._record,), serial)
         except Exception as e:
             if is_compile_error(e) and is_typing_stage(e):
                 raise compile_error(self.src, key, e) from e
             raise
-        return runner, program, leaves, hits
+        return leaves
+
+    def _form(self, key: tuple, serial: bool):
+        """The runner of one form of `key`, taking each struct argument's leaves in place."""
+        program, flat = self._program_of[key], self._flat_of[key]
+        runner = program.serial_runner if serial else program.runner
+        return _leaf_caller(runner, flat, len(key)) if flat.has_structs else runner
+
+    def _parallel_form(self, key: tuple, values: tuple):
+        """The parallel form of `key` (compiled the first time it is needed; call under self._lock)."""
+        runner = self._parallel.get(key)
+        if runner is None:
+            self._compile_form(key, values, serial=False)
+            runner = self._parallel[key] = self._form(key, serial=False)
+            self.stats.parallel_forms += 1
+        return runner
+
+    def _run_parallel(self, key: tuple, values: tuple) -> None:
+        """Run a call the serial form found too large for it (RunnerStatus.NEEDS_PARALLEL)."""
+        runner = self._parallel.get(key)
+        if runner is None:
+            with self._lock:
+                runner = self._parallel_form(key, values)
+        self._finish(key, self._run(key, runner, values), values)
 
     def _generate_resolve(self):
         src = self.src
@@ -170,10 +207,10 @@ class CpuLauncher:
         lines += run
         if self._loops:  # the runner's status: the guard stopped a loop, or Ctrl-C arrived
             ns.update({"_last": self._last, "_stopped": self._stopped})
-            lines += ["    _last[0] = r", "    if r[0]:", "        _stopped(r, key)"]
-        else:  # None, or 1 when Ctrl-C stopped a chunked parallel loop
-            ns["_interrupted"] = self._interrupted
-            lines += ["    if r is not None:", "        _interrupted(key)"]
+            lines += ["    _last[0] = r", "    if r[0]:", f"        _stopped(r, key, ({values}{comma}))"]
+        else:  # None, CHUNK_INTERRUPTED when Ctrl-C stopped a chunked parallel loop, or NEEDS_PARALLEL
+            ns["_unfinished"] = self._unfinished
+            lines += ["    if r is not None:", f"        _unfinished(r, key, ({values}{comma}))"]
         source = f"def launch({args}{', ' if n else ''}stream):\n" + "\n".join(lines) + "\n"
         return generated.function(source, "launch", f"launch of kernel {src.qualname} (cpu)", ns)
 
@@ -192,7 +229,7 @@ class CpuLauncher:
             runner = self._specs.get(key)
             if runner is None:
                 return self._compile_and_run(key, values, args)
-        self._finish(key, self._run(key, runner, values))
+        self._finish(key, self._run(key, runner, values), values)
 
     def _run(self, key: tuple, runner, values: tuple):
         """The runner's status; an exception from a task names the task (see _task_error)."""
@@ -209,13 +246,20 @@ class CpuLauncher:
                 self._check_failed(key)
         return status
 
-    def _finish(self, key: tuple, status) -> None:
+    def _finish(self, key: tuple, status, values: tuple) -> None:
         if self._loops:
             self._last[0] = status
             if status[0]:
-                self._stopped(status, key)
+                self._stopped(status, key, values)
         elif status is not None:
-            self._interrupted(key)
+            self._unfinished(status, key, values)
+
+    def _unfinished(self, status: int, key: tuple, values: tuple) -> None:
+        """A runner without device loops returned: the serial form's call was too large for it, or
+        Ctrl-C stopped a chunked parallel loop."""
+        if status == RunnerStatus.NEEDS_PARALLEL:
+            return self._run_parallel(key, values)
+        self._interrupted(key)
 
     def _interrupted(self, key: tuple) -> None:
         """KeyboardInterrupt for a call Ctrl-C stopped in a chunked parallel loop, naming its task
@@ -252,16 +296,17 @@ class CpuLauncher:
                 raise compile_error(self.src, key, e) from e
             raise
         self._register(key, runner, program.cache_hits > hits)
-        self._finish(key, status)
+        self._finish(key, status, values)
 
     def _register(self, key: tuple, runner, from_cache: bool) -> None:
         self._specs[key] = runner
         self.stats.specialisations += 1
         self.stats.cache_loads += from_cache
+        self.stats.parallel_forms += self._program_of[key].serial_runner is None  # the only form it has
         self.stats.num_tasks = len(self.src.tasks)
 
     def _prepare(self, key: tuple, args: tuple):
-        """Check a new signature and find or generate its program: (runner, program, flat)."""
+        """Check a new signature and find or generate its program: (program, flat)."""
         if self._bounds is None:
             self._bounds = host_bounds(self.src)
         flat = check_signature(self.src, key, args, self._bounds, self.options)  # the same checks as on CUDA
@@ -276,14 +321,14 @@ class CpuLauncher:
 
             program = self._programs[program_key] = CpuProgram(src, self._cache_dir, self.options, flat.kinds,
                                                                flat.funcs.defs)
-        self._program_of[key] = program
-        runner = program.runner
-        if flat.has_structs:  # the runner takes each struct's leaves: unpack them (values hold them in order)
-            runner = _leaf_caller(runner, flat, len(key))
-        return runner, program, flat
+        self._program_of[key], self._flat_of[key] = program, flat
+        return program, flat
 
-    def _stopped(self, status: tuple, key: tuple) -> None:
-        """Raise for a runner that stopped early: QgraphError (the guard) or KeyboardInterrupt."""
+    def _stopped(self, status: tuple, key: tuple, values: tuple) -> None:
+        """Raise for a runner that stopped early: QgraphError (the guard) or KeyboardInterrupt; or run the
+        parallel form of a call the serial form found too large for it."""
+        if status[0] == RunnerStatus.NEEDS_PARALLEL:
+            return self._run_parallel(key, values)
         if status[0] == RunnerStatus.CHECK_FAILED:  # its record was read already: nothing more to say
             return
         if status[0] == RunnerStatus.CHUNK_INTERRUPTED:  # Ctrl-C in a chunked parallel loop
@@ -308,6 +353,7 @@ class CpuLauncher:
 
     def close(self) -> None:
         self._specs.clear()
+        self._parallel.clear()
         self._programs.clear()
 
 

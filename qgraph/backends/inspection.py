@@ -91,7 +91,11 @@ def cpu_code(kernel, launcher, key: tuple[str, ...], program, values: tuple) -> 
         tasks += [TaskCode(t.index, t.kind, t.lineno, name, python, unit, llvm, asm, missing=missing)
                   for t in unit_tasks]
     tasks.sort(key=lambda t: t.index)
-    return KernelCode(kernel.__name__, "cpu", key, tuple(tasks), host_sources(kernel, launcher))
+    host = host_sources(kernel, launcher)
+    serial = program.serial_code()
+    if serial is not None:  # calls on one thread or with small arrays run this instead of the units
+        host[f"serial form (calls under {launcher.options.cpu_serial_below} elements or on one thread)"] = serial
+    return KernelCode(kernel.__name__, "cpu", key, tuple(tasks), host)
 
 
 def cuda_code(kernel, key: tuple[str, ...], program, resources: dict | None, host: dict[str, str],

@@ -36,6 +36,16 @@ def _trip_count(start, stop, step):
     return n if n > 0 else 0
 
 
+_TRIP_COUNT: list = []
+
+
+def _trip_count_function():
+    """`_trip_count` for compiled code, made once per process (each kernel that uses it would compile it again)."""
+    if not _TRIP_COUNT:
+        _TRIP_COUNT.append(adapter.njit(_trip_count, parallel=False, cache=None, called_from_python=False))
+    return _TRIP_COUNT[0]
+
+
 class CpuProgram:
     """The numba runner(s) of one kernel; numba compiles one overload per signature."""
 
@@ -57,9 +67,9 @@ class CpuProgram:
         from .numba_probes import import_cpu_array_math
 
         import_cpu_array_math()  # before numba loads its registries (compile or cache load): unprobed
-        injected = {"_qg_prange": adapter.prange(), "_qg_i64": adapter.int64(), "_qg_f32": adapter.float32(),
+        injected = {**adapter.cpu_names(),
                     "_qg_interrupted": interrupted(), **chunk_functions(), **thread_functions(),
-                    "_qg_trip_count": adapter.njit(_trip_count, parallel=False, cache=None)}
+                    "_qg_trip_count": _trip_count_function()}
         for name in module.atomics:
             injected[PREFIX + name] = cpu_atomics.BY_NAME[name]
         injected.update(random_functions("cpu"))  # compiled when a kernel draws (numba compiles lazily)
@@ -81,22 +91,27 @@ class CpuProgram:
                                        _namespace(module.tree, src, injected))
         namespaces.append(kernel_ns)
 
-        compiled = {name: adapter.njit(raw[name], parallel=False, cache=cache, fastmath=fast_math)
-                    for name in module.funcs}
+        compiled = {name: adapter.njit(raw[name], parallel=False, cache=cache, fastmath=fast_math,
+                                       called_from_python=False) for name in module.funcs}
         for name, parallel in dict.fromkeys(module.units):  # units of the same code share a function
-            compiled[name] = adapter.njit(kernel_ns[name], parallel=parallel, cache=cache, fastmath=fast_math)
+            compiled[name] = adapter.njit(kernel_ns[name], parallel=parallel, cache=cache, fastmath=fast_math,
+                                          called_from_python=False)
         for ns in namespaces:  # numba reads globals at compile time: point them at the dispatchers
             ns.update(compiled)
         self.runner = adapter.njit(kernel_ns[module.runner], parallel=module.runner_parallel, cache=cache,
                                    fastmath=fast_math and not module.units)  # (the runner is the unit)
+        # the serial form (lang.cpu.serial_form): every task inline, no parallel loop
+        self.serial_runner = None if module.serial_runner is None else \
+            adapter.njit(kernel_ns[module.serial_runner], parallel=False, cache=cache, fastmath=fast_math)
         self.module = module  # the generated code, for kernel.inspect
         # each unit's dispatcher by unit number (one unit and nothing around it: the runner itself)
         self.unit_dispatchers = [compiled[name] for name, _ in module.units] or [self.runner]
 
 
-    def compile_for(self, values: tuple) -> None:
-        """Compile the runner for the types of `values` (as a call with them would) without running it."""
-        self.runner.compile(adapter.numba_types(values))
+    def compile_for(self, values: tuple, serial: bool = False) -> None:
+        """Compile the runner (or the serial form's) for the types of `values` (as a call with them
+        would) without running it."""
+        (self.serial_runner if serial else self.runner).compile(adapter.numba_types(values))
 
     def unit_code(self, unit: int, values: tuple) -> tuple[str, str, str | None, str | None, str]:
         """(function name, generated Python, LLVM IR, assembly, why those two are missing) of unit
@@ -109,10 +124,15 @@ class CpuProgram:
                                                       tuple(types[a.arg] for a in fdef.args.args))
         return name, ast.unparse(fdef) + "\n", llvm, asm, missing
 
+    def serial_code(self) -> str | None:
+        """The generated Python of the serial form (lang.cpu.serial_form), None without one."""
+        name = self.module.serial_runner
+        return None if name is None else ast.unparse(_function_def(self.module, name)) + "\n"
+
     @property
     def cache_hits(self) -> int:
         """Signatures of the runner loaded from numba's disk cache so far."""
-        return sum(self.runner.stats.cache_hits.values())
+        return sum(sum(r.stats.cache_hits.values()) for r in (self.runner, self.serial_runner) if r is not None)
 
 
 def _function_def(module, name: str) -> ast.FunctionDef:

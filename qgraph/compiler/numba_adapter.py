@@ -131,14 +131,19 @@ _cache_class = None
 CPU_FAST_MATH_FLAGS = frozenset({"contract", "arcp", "afn", "reassoc", "nsz"})
 
 
-def njit(py_func, *, parallel: bool, cache: tuple[str, str] | None, fastmath: bool = False):
-    """numba.njit(py_func); with `cache=(directory, fingerprint)` cached on disk there."""
+def njit(py_func, *, parallel: bool, cache: tuple[str, str] | None, fastmath: bool = False,
+         called_from_python: bool = True):
+    """numba.njit(py_func); with `cache=(directory, fingerprint)` cached on disk there.
+    `called_from_python=False`: only compiled code calls it, so numba builds no Python wrapper
+    for it (a third of a small unit's compile)."""
     global _cache_class
     import numba
 
     # fast math without LLVM's no-NaN / no-inf assumptions, so `math.isnan` checks survive
     flags = set(CPU_FAST_MATH_FLAGS) if fastmath else False
-    dispatcher = numba.njit(parallel=parallel, error_model="numpy", fastmath=flags)(py_func)
+    wrappers = {} if called_from_python else {"no_cpython_wrapper": True}
+    dispatcher = numba.njit(parallel=parallel, error_model="numpy", fastmath=flags, no_cfunc_wrapper=True,
+                            **wrappers)(py_func)
     if cache is not None:
         if _cache_class is None:
             _cache_class = _make_cache_class()
@@ -166,22 +171,17 @@ def cpu_machine_code(dispatcher, arg_types: tuple) -> tuple[str | None, str | No
     return dispatcher.inspect_llvm(arg_types), dispatcher.inspect_asm(arg_types), ""
 
 
-def prange():
+def cpu_names() -> dict:
+    """numba's names the generated CPU code uses: prange, int64, float32, and the calling thread's
+    parallel-loop threads (numba.get_num_threads embeds its function's address, which keeps the
+    caller out of the disk cache; its intrinsic calls the threading layer's symbol by name,
+    registered here before any cached code links to it)."""
     import numba
+    from numba.np.ufunc import parallel
 
-    return numba.prange
-
-
-def int64():
-    import numba
-
-    return numba.int64
-
-
-def float32():
-    import numba
-
-    return numba.float32
+    parallel._launch_threads()
+    return {"_qg_prange": numba.prange, "_qg_threads": parallel._iget_num_threads, "_qg_i64": numba.int64,
+            "_qg_f32": numba.float32}
 
 
 # --------------------------------------------------------------------------- CUDA

@@ -57,6 +57,10 @@ class KernelOptions:
     # On by default: a graph tiles a loop only where its tiles fit one wave (graph_unroll.MAX_TILED_WAVES),
     # where the fluids solve ran in 0.56x the hand-written graph on an H100 (docs/benchmarks.md, "Temporally tiled")
     temporal_tiling: bool | int = True
+    # CPU calls on one numba thread, or whose arrays (and int arguments) are all smaller, run the kernel's
+    # serial form (lang.cpu.serial_form): one numba function, compiled several times faster; 0: never.
+    # The serial runner's code holds it, which the CPU fingerprint covers, so not a code option
+    cpu_serial_below: int = 4096
 
     def __post_init__(self) -> None:
         """A value no option takes raises here, naming the option, whichever way the options were made."""
@@ -71,6 +75,8 @@ class KernelOptions:
                "a positive int (copies of a device loop's body per pass) or None (chosen per loop)")
         _check(self, "temporal_tiling", lambda v: isinstance(v, bool) or _positive(v), TypeError,
                "True (passes per launch chosen), False or a positive int (passes per launch)")
+        _check(self, "cpu_serial_below", lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0,
+               ValueError, "a non-negative int (elements; 0: the serial form never runs)")
         _check(self, "default_float", lambda v: v in ("f32", "f64"), ValueError, "'f32' or 'f64'")
         _check(self, "debug", lambda v: v in (None, "bounds", "nan"), ValueError, "None, 'bounds' or 'nan'")
         _check(self, "progress", lambda v: isinstance(v, bool) or callable(v), TypeError,

@@ -73,6 +73,7 @@ class Settings:
     unroll: int | None = DEFAULT_OPTIONS.unroll  # QGRAPH_UNROLL=<n>: device-loop body copies per pass (auto: chosen)
     interchange: bool = DEFAULT_OPTIONS.interchange  # QGRAPH_INTERCHANGE=0: elementwise repeat loops stay loops
     temporal_tiling: bool = DEFAULT_OPTIONS.temporal_tiling  # QGRAPH_TEMPORAL_TILING=0: a launch per stencil pass
+    cpu_serial_below: int = DEFAULT_OPTIONS.cpu_serial_below  # QGRAPH_CPU_SERIAL_BELOW: elements (0: never serial)
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] = os.environ) -> Settings:
@@ -102,7 +103,8 @@ class Settings:
                    debug=_debug_setting(environ.get("QGRAPH_DEBUG", "")),
                    unroll=_unroll(env_text(environ, "QGRAPH_UNROLL", "auto")),
                    interchange=switch(environ, "QGRAPH_INTERCHANGE", default=DEFAULT_OPTIONS.interchange),
-                   temporal_tiling=switch(environ, "QGRAPH_TEMPORAL_TILING", default=DEFAULT_OPTIONS.temporal_tiling))
+                   temporal_tiling=switch(environ, "QGRAPH_TEMPORAL_TILING", default=DEFAULT_OPTIONS.temporal_tiling),
+                   cpu_serial_below=_cpu_serial_below(environ.get("QGRAPH_CPU_SERIAL_BELOW", "")))
 
 
 def _debug_setting(text: str) -> str | None:
@@ -120,6 +122,19 @@ def _unroll(text: str) -> int | None:
         raise QgraphError(f"QGRAPH_UNROLL={text!r}: expected a positive integer (copies of a device loop's body "
                           "per device pass) or 'auto'")
     return int(text)
+
+
+def _cpu_serial_below(text: str) -> int:
+    if not text.strip():
+        return DEFAULT_OPTIONS.cpu_serial_below
+    try:
+        value = int(text.strip().replace("_", ""))
+        if value < 0:
+            raise ValueError
+    except ValueError:
+        raise QgraphError(f"QGRAPH_CPU_SERIAL_BELOW={text!r}: expected a non-negative integer (elements below "
+                          "which CPU calls run the kernel's serial form; 0: never)") from None
+    return value
 
 
 def _max_iterations(text: str) -> int | None:

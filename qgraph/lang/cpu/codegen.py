@@ -39,6 +39,7 @@ from ..types.precision import weak_typed
 from ..types.weak_types import param_type
 from . import loops as cpu_loops
 from .loops import IndexByCounter, RunnerStatus, counted_loop, flag_value, outer_loop, runner_status, trip_count
+from .serial_form import SERIAL_RUNNER, serial_runner, size_test
 from .shared_units import shared_units
 
 
@@ -52,6 +53,7 @@ class CpuModule:
     runner: str  # the runner's (unique) function name
     unit_tasks: list[tuple[Task, ...]]  # each unit's tasks, by unit number (the runner records the one running)
     runner_parallel: bool = False  # the runner is the only unit itself, with parallel loops
+    serial_runner: str | None = None  # the serial form's function (lang.cpu.serial_form), None without one
 
     @property
     def funcs(self) -> list[str]:
@@ -304,12 +306,21 @@ def cpu_module(src: KernelSource, options: KernelOptions = DEFAULT_OPTIONS, kind
         runner_parallel = units.pop()[1]
         runner_body = runner_body[:1] + defs.pop().body
     runner = function_def(RUNNER, list(src.param_names) + [RECORD], runner_body, src.lineno)
+    serial = None
+    if options.cpu_serial_below and kinds is not None:
+        status = runner_status(RunnerStatus.NEEDS_PARALLEL, -1, len(loops)) if loops \
+            else int(RunnerStatus.NEEDS_PARALLEL)
+        test = size_test(list(zip(src.param_names, kinds)), options.cpu_serial_below, at)
+        prologue = [] if not any(parallel for _, parallel in units) and not runner_parallel else \
+            [ast.fix_missing_locations(ast.copy_location(ast.If(test, [_parse(f"return {status}", at)], []), at))]
+        serial = serial_runner(runner, defs, prologue, _parse(f"return{interrupted}", at))
     same = shared_units(defs)  # units of the same code up to names: one function, called with each unit's arguments
     if any(name != first for name, first in same.items()):
         _Rename(same).visit(runner)
         defs = [d for d in defs if same[d.name] == d.name]
         units = [(same[name], parallel) for name, parallel in units]
     defs.append(runner)
+    defs += [serial] if serial is not None else []
     func_defs = lower_funcs(symbols)
     # the options that change code (compile flags such as fast math) are part of the fingerprint: numba's
     # cache index does not key on them, so each setting gets symbols and cache entries of its own
@@ -328,7 +339,7 @@ def cpu_module(src: KernelSource, options: KernelOptions = DEFAULT_OPTIONS, kind
     func_codes = [(fdef.name, module_of([fdef]), fsrc) for fdef, _, fsrc in func_defs]
     units = [(renames[name], parallel) for name, parallel in units]
     return CpuModule(module_of(defs), func_codes, units, symbols.atomics, fingerprint,
-                     renames[RUNNER], unit_tasks, runner_parallel)
+                     renames[RUNNER], unit_tasks, runner_parallel, serial and renames[SERIAL_RUNNER])
 
 
 def _parse(code: str, at: ast.AST) -> ast.stmt:

@@ -31,6 +31,7 @@ class RunnerStatus(enum.IntEnum):
     CHECK_FAILED = 3  # a debug check failed (lang.lower.debug_checks; the record says which)
     CHUNK_INTERRUPTED = 4  # Ctrl-C between the chunks of a lone parallel loop (outer_loop)
     CANCELLED = 5  # kernel.cancel() (the record's CANCEL_WORD) after a pass of a device loop or repeat
+    NEEDS_PARALLEL = 6  # the serial form's call is too large for it: nothing ran (lang.cpu.serial_form)
 
 
 class IndexByCounter(ast.NodeTransformer):

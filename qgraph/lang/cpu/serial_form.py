@@ -1,0 +1,110 @@
+"""A kernel's serial form on the CPU: its runner with every unit inlined and every parallel loop a
+plain loop, one numba function without parfors.
+
+numba compiles a function with parallel loops several times slower than the same loops serial,
+and each unit the runner calls is a compile of its own: a 2-task kernel took 1.15 s as runner
+and two parallel units, 0.17 s as one serial function. Run on one numba thread, or over a few
+thousand elements, the parallel form only adds its threads' start and join to each loop. The
+serial form starts by checking that its call is one of those; when it is not, it returns
+RunnerStatus.NEEDS_PARALLEL before touching anything and the launcher runs the parallel form.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+
+SERIAL_RUNNER = "_qg_serial"
+THREADS = "_qg_threads"  # numba.get_num_threads, injected (compiler.cpu_program)
+
+
+def serial_runner(runner: ast.FunctionDef, units: list[ast.FunctionDef], prologue: list[ast.stmt],
+                  interrupted: ast.stmt) -> ast.FunctionDef:
+    """`runner` (calling the functions `units`) as one function: each unit call replaced by the
+    unit's body, its locals renamed apart; `prologue` runs after the runner's leading counter
+    assignments; a unit's `return` (Ctrl-C between chunks) becomes the runner's `interrupted`."""
+    inliner = _Inliner({d.name: d for d in units}, interrupted)
+    body = [s for stmt in copy.deepcopy(runner.body) for s in inliner.statements(stmt)]
+    head = 0
+    while head < len(body) and _is_counter_start(body[head]):
+        head += 1
+    body[head:head] = prologue
+    serial = copy.copy(runner)
+    serial.name, serial.args, serial.body = SERIAL_RUNNER, copy.deepcopy(runner.args), body
+    serial = _SerialLoops().visit(serial)
+    return ast.fix_missing_locations(ast.copy_location(serial, runner))
+
+
+def size_test(params: list[tuple[str, object]], below: int, at: ast.AST) -> ast.expr:
+    """`_qg_threads() > 1 and (a.size >= below or n >= below ...)` over the array (ndim >= 1)
+    and integer parameters among `params` ((name, args.kinds kind) pairs): the calls the parallel
+    form runs. Without such parameters the size is unknown: every call on several threads."""
+    sizes = [f"{name}.size >= {below}" for name, kind in params if kind.is_array and kind.ndim >= 1]
+    sizes += [f"{name} >= {below}" for name, kind in params
+              if not kind.is_array and getattr(kind, "dtype", None) is not None and kind.dtype.kind in "iu"]
+    test = ast.parse(f"{THREADS}() > 1" + (f" and ({' or '.join(sizes)})" if sizes else ""), mode="eval").body
+    for node in ast.walk(test):
+        ast.copy_location(node, at)
+    return test
+
+
+def _is_counter_start(stmt: ast.stmt) -> bool:
+    """`_qg_n<k> = 0`, which the runner's status tuple reads (lang.cpu.loops.runner_status)."""
+    return isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name) \
+        and stmt.targets[0].id.startswith("_qg_n")
+
+
+class _Inliner:
+    """Unit calls replaced by their bodies, recursively through the runner's loops and branches."""
+
+    def __init__(self, units: dict[str, ast.FunctionDef], interrupted: ast.stmt) -> None:
+        self.units, self.interrupted, self.count = units, interrupted, 0
+
+    def statements(self, stmt: ast.stmt) -> list[ast.stmt]:
+        call = stmt.value if isinstance(stmt, ast.Expr) else None
+        if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id in self.units:
+            self.count += 1
+            return self.inlined(self.units[call.func.id], call.args, f"_s{self.count}")
+        for field in ("body", "orelse"):
+            if isinstance(getattr(stmt, field, None), list):
+                setattr(stmt, field, [s for child in getattr(stmt, field) for s in self.statements(child)])
+        return [stmt]
+
+    def inlined(self, unit: ast.FunctionDef, args: list[ast.expr], suffix: str) -> list[ast.stmt]:
+        """The unit's body with its parameters bound to `args` and its locals suffixed."""
+        params = [a.arg for a in unit.args.args]
+        stored = {n.id for n in ast.walk(unit) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+        names = {name: name + suffix for name in stored}  # a stored parameter is the unit's own copy
+        body = copy.deepcopy(unit.body)
+        head = []
+        for param, arg in zip(params, args):
+            if param in stored:
+                head.append(ast.copy_location(ast.Assign([ast.Name(names[param], ast.Store())], copy.deepcopy(arg)),
+                                              unit))
+            elif not (isinstance(arg, ast.Name) and arg.id == param):
+                names[param] = arg.id if isinstance(arg, ast.Name) else param
+        renamed = [_Renamed(names, self.interrupted).visit(s) for s in body]
+        return head + renamed
+
+
+class _Renamed(ast.NodeTransformer):
+    """Names mapped; a `return` replaced by the runner's own interrupted return."""
+
+    def __init__(self, names: dict[str, str], interrupted: ast.stmt) -> None:
+        self.names, self.interrupted = names, interrupted
+
+    def visit_Name(self, node: ast.Name) -> ast.AST:
+        node.id = self.names.get(node.id, node.id)
+        return node
+
+    def visit_Return(self, node: ast.Return) -> ast.AST:
+        return ast.copy_location(copy.deepcopy(self.interrupted), node)
+
+
+class _SerialLoops(ast.NodeTransformer):
+    """Parallel loops (`_qg_prange`) as `range`: numba then compiles no parfor."""
+
+    def visit_Name(self, node: ast.Name) -> ast.AST:
+        if node.id == "_qg_prange":
+            node.id = "range"
+        return node
