@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from forked_scripts import run_scripts
+from forked_programs import run_programs
 
 import qgraph
 
@@ -76,11 +76,13 @@ def block_results():
         env.setdefault("NUMBA_NUM_THREADS", "1")  # blocks run concurrently: one numba thread each
         env.pop("QGRAPH_GRAPH_WHILE", None)
         env.pop("QGRAPH_GRAPHS", None)
-        scripts = {}
+        programs = {}
         for block_id, code in BLOCKS:
-            scripts[block_id] = Path(workdir) / (re.sub(r"\W", "_", block_id) + ".py")
-            scripts[block_id].write_text(code)
-        return run_scripts(scripts, env, Path(workdir), BLOCK_TIMEOUT_S, workers=max(1, min(4, os.cpu_count() or 1)))
+            script = Path(workdir) / (re.sub(r"\W", "_", block_id) + ".py")
+            script.write_text(code)
+            programs[block_id] = [str(script)]
+        done = run_programs(programs, env, Path(workdir), BLOCK_TIMEOUT_S, workers=max(1, min(4, os.cpu_count() or 1)))
+        return {block_id: (rc, out + err) for block_id, (rc, out, err) in done.items()}
 
 
 @pytest.mark.parametrize("block_id,code", BLOCKS, ids=[b for b, _ in BLOCKS])
