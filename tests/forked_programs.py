@@ -1,10 +1,10 @@
 """Run many independent Python programs, each in a process of its own, without paying for an
 interpreter, `import qgraph` and numba's start-up per program: one server process imports them
 (and has numba compile a trivial function, which loads its compiler) once, then forks a child per
-program. A child is the fresh process `python script.py args` (or `python -m module args`) would be
-as far as the program can tell: its own `__main__`, `sys.argv`, `sys.path[0]`, working directory,
-exit status, stdout and stderr, and the interpreter's normal exit (atexit handlers run).
-Environment variables are the server's: those read at import are fixed for every program.
+program. A child is the fresh process `python script.py args` would be as far as the program can
+tell: its own `__main__`, `sys.argv`, `sys.path[0]`, working directory, exit status, stdout and
+stderr, and the interpreter's normal exit (atexit handlers run). Environment variables are the
+server's: those read at import are fixed for every program.
 
 Run as a program by `run_programs`: `python forked_programs.py JOBS.json RESULTS.json`."""
 
@@ -22,8 +22,8 @@ def run_programs(
     programs: dict[str, list[str]], env: dict[str, str], cwd: Path, timeout_s: float, workers: int
 ) -> dict[str, tuple[int | None, str, str]]:
     """{id: (exit status, or None when it ran past timeout_s; stdout; stderr)} of every program (its
-    command line after `python`: a script and its arguments, or `-m`, a module and its arguments),
-    run at most `workers` at a time. A server that fails to start fails every program with its output."""
+    command line after `python`: a script and its arguments), run at most `workers` at a time.
+    A server that fails to start fails every program with its output."""
     cwd = Path(cwd)
     outputs = {key: [str(cwd / f"forked-{n}.{stream}") for stream in ("out", "err")] for n, key in enumerate(programs)}
     jobs, results = cwd / "forked-jobs.json", cwd / "forked-results.json"
@@ -67,14 +67,9 @@ def _child(argv: list[str], stdout: str, stderr: str, cwd: str) -> None:
         os.dup2(fd, fileno)
         os.close(fd)
     os.chdir(cwd)
-    if argv[0] == "-m":
-        sys.argv = [argv[1], *argv[2:]]  # run_module puts the module's file first, as -m does
-        sys.path[0] = os.getcwd()
-        runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
-    else:
-        sys.argv = list(argv)
-        sys.path[0] = os.path.dirname(os.path.abspath(argv[0]))
-        runpy.run_path(argv[0], run_name="__main__")
+    sys.argv = list(argv)
+    sys.path[0] = os.path.dirname(os.path.abspath(argv[0]))
+    runpy.run_path(argv[0], run_name="__main__")
     sys.exit(0)
 
 

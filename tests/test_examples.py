@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import subprocess
+import sys
 from importlib import import_module
 from pathlib import Path
 
 import numpy as np
 import pytest
-from forked_programs import run_programs
 
 from qgraph.examples import ballistic_control, heat_diffusion, heat_source, jacobi, particles
 
@@ -50,22 +51,12 @@ def test_heat_main(cpu, capsys):
     assert "NOT converged" in out and "check" not in out
 
 
-@pytest.fixture(scope="module")
-def programs(tmp_path_factory) -> dict[str, tuple[int | None, str, str]]:
-    """{name: (exit status, stdout, stderr)} of the examples these tests run as programs (a script,
-    and the helper modules' --help): all at once, each in a process forked from one that imported
-    qgraph and numba (tests/forked_programs.py), not 7 interpreters starting up."""
-    runs = {"heat_diffusion.py": [str(EXAMPLES / "heat_diffusion.py"), "--n", "16"],
-            "ranks.py": [str(EXAMPLES / "ranks.py")]}
-    runs.update({name: ["-m", f"qgraph.examples.{name}", "--help"] for name in HELPERS})
-    env = dict(os.environ, QGRAPH_ARCH="cpu", PYTHONPATH=str(EXAMPLES.parent))
-    return run_programs(runs, env, tmp_path_factory.mktemp("programs"), 120, workers=2)
-
-
-def test_heat_script_runs_as_a_subprocess(programs):
-    returncode, stdout, stderr = programs["heat_diffusion.py"]
-    assert returncode == 0, stderr
-    assert "on cpu" in stdout and "steps/s" in stdout and "OK" in stdout
+def test_heat_script_runs_as_a_subprocess():
+    env = dict(os.environ, QGRAPH_ARCH="cpu")
+    proc = subprocess.run([sys.executable, str(EXAMPLES / "heat_diffusion.py"), "--n", "16"],
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "on cpu" in proc.stdout and "steps/s" in proc.stdout and "OK" in proc.stdout
 
 
 def test_particles_match_numpy(cpu):
@@ -174,7 +165,7 @@ HELPERS = {"mpm88_kernels": "mpm88", "stable_fluids_kernels": "stable_fluids", "
            "ranks": "heat_multi_gpu", "command_line": "heat_diffusion"}  # modules the examples import -> a user
 
 
-def test_modules_the_examples_import_say_so_when_run(programs):
+def test_modules_the_examples_import_say_so_when_run():
     import pkgutil
 
     import qgraph.examples
@@ -182,13 +173,17 @@ def test_modules_the_examples_import_say_so_when_run(programs):
     found = {m.name for m in pkgutil.iter_modules(qgraph.examples.__path__)}
     runnable = found - set(HELPERS)
     assert set(HELPERS) <= found and all(hasattr(import_module(f"qgraph.examples.{m}"), "main") for m in runnable)
-    for name, user in HELPERS.items():  # python -m qgraph.examples.<name> --help
-        returncode, stdout, stderr = programs[name]
-        assert returncode == 0, stderr
-        assert stdout.startswith(f"qgraph.examples.{name}: ") and "imported by" in stdout
-        assert f"python -m qgraph.examples.{user}`" in stdout
-    returncode, stdout, stderr = programs["ranks.py"]  # python examples/ranks.py
-    assert returncode == 2 and not stdout and "not run: run `python -m qgraph.examples.heat_multi_gpu`" in stderr
+    env = dict(os.environ, PYTHONPATH=str(EXAMPLES.parent))
+    for name, user in HELPERS.items():
+        proc = subprocess.run([sys.executable, "-m", f"qgraph.examples.{name}", "--help"], env=env,
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.startswith(f"qgraph.examples.{name}: ") and "imported by" in proc.stdout
+        assert f"python -m qgraph.examples.{user}`" in proc.stdout
+    proc = subprocess.run([sys.executable, str(EXAMPLES / "ranks.py")], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 2 and not proc.stdout and "not run: run `python -m qgraph.examples.heat_multi_gpu`" in \
+        proc.stderr
 
 
 @pytest.mark.parametrize("example, argv, error", [
