@@ -5,6 +5,7 @@ compiling: an error of qgraph's own code generation is never a skip."""
 
 from __future__ import annotations
 
+import gc
 import importlib.util
 import os
 import tempfile
@@ -89,6 +90,16 @@ def all_numba_threads():
     numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
     yield numba.config.NUMBA_NUM_THREADS
     numba.set_num_threads(NUMBA_THREADS_SHARE)
+
+
+@pytest.fixture
+def collect_only_new_objects():
+    """For tests that call gc.collect(): the objects alive before the test are frozen out of its
+    collections, which then scan what the test made. A full collection walks every object the
+    process holds: late in a pytest-xdist worker's run (every kernel it compiled), 1-2 s each."""
+    gc.freeze()
+    yield
+    gc.unfreeze()
 
 
 @pytest.fixture(scope="session")

@@ -55,6 +55,7 @@ def test_fill(arch, dtype, value):
     np.testing.assert_array_equal(a.to_numpy(), np.full(1001, value, dtype))
 
 
+@pytest.mark.usefixtures("collect_only_new_objects")
 def test_copies_and_pickles_own_their_memory(arch):
     """copy, deepcopy and pickle make a new array with the contents (and the vector element type);
     writing one leaves the other alone, and freeing the original leaves the copy usable."""

@@ -35,6 +35,7 @@ def test_a_traceback_through_launch_code_shows_the_generated_line(arch):
 OFFSET = 0.5  # a global the kernel of the next test reads
 
 
+@pytest.mark.usefixtures("collect_only_new_objects")
 def test_a_compiled_kernel_keeps_only_the_globals_it_reads(arch):
     """Task code runs among the names it reads, not a copy of its module's globals: an object a
     script still held in a global while the kernel compiled (a step's argument, say) goes with its

@@ -116,6 +116,7 @@ def test_lru_bound_evicts_and_rebuilds(cuda):
     assert x.to_numpy()[0] == 1 and small_cache.stats.builds == 4
 
 
+@pytest.mark.usefixtures("collect_only_new_objects")
 def test_dropping_the_only_reference_after_an_async_call(cuda):
     out = qgraph.ndarray(qgraph.f64, (1 << 16,))
     for _ in range(50):

@@ -15,6 +15,8 @@ import pytest
 import qgraph
 from qgraph.driver.device import owned
 
+pytestmark = pytest.mark.usefixtures("collect_only_new_objects")  # their gc.collect() calls, cheap late in a run
+
 
 class _Owner:
     pass

@@ -15,6 +15,8 @@ import pytest
 import qgraph
 from qgraph.runtime.arrays import host_mapped
 
+pytestmark = pytest.mark.usefixtures("collect_only_new_objects")  # their gc.collect() calls, cheap late in a run
+
 
 @qgraph.kernel
 def put(mapped, value: float):
