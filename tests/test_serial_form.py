@@ -77,6 +77,29 @@ def test_a_large_call_on_several_threads_runs_the_parallel_form(cpu, all_numba_t
     assert (kernel.stats.parallel_forms, kernel.stats.specialisations) == (1, 1)
 
 
+@pytest.mark.parametrize("debug", [False, True])
+def test_a_large_call_of_a_kernel_without_loops(cpu, all_numba_threads, debug):
+    """The launch hands it to the parallel form itself (a kernel with device loops goes through its status)."""
+    if all_numba_threads < 2:
+        pytest.skip("numba has one thread here: every call runs the serial form")
+
+    @qgraph.kernel(cpu_serial_below=100, debug=debug)
+    def saxpy(y, x, a: float):
+        for i in range(y.shape[0]):
+            y[i] = a * x[i] + y[i]
+
+    rng = np.random.default_rng(7)
+    for n in (50, 300, 50, 300):
+        x, y = rng.random(n), rng.random(n)
+        want = 2.5 * x + y
+        saxpy(y, x, 2.5)
+        np.testing.assert_allclose(y, want, rtol=1e-15)
+    assert (saxpy.stats.specialisations, saxpy.stats.parallel_forms) == (1, 1)
+    if debug:  # a bad index in the parallel form is reported as in the serial one
+        with pytest.raises(IndexError):
+            saxpy(np.zeros(300), np.zeros(299), 1.0)
+
+
 def test_a_large_call_on_one_thread_stays_serial(cpu):
     kernel = qgraph.kernel(_mixed, cpu_serial_below=2000)
     threads = numba.get_num_threads()

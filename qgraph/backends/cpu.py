@@ -145,13 +145,17 @@ class CpuLauncher:
             self.stats.parallel_forms += 1
         return runner
 
-    def _run_parallel(self, key: tuple, values: tuple) -> None:
-        """Run a call the serial form found too large for it (RunnerStatus.NEEDS_PARALLEL)."""
+    def _parallel_of(self, key: tuple, values: tuple):
+        """The parallel form of `key`, compiled (under the lock) the first time."""
         runner = self._parallel.get(key)
         if runner is None:
             with self._lock:
                 runner = self._parallel_form(key, values)
-        self._finish(key, self._run(key, runner, values), values)
+        return runner
+
+    def _run_parallel(self, key: tuple, values: tuple) -> None:
+        """Run a call the serial form found too large for it (RunnerStatus.NEEDS_PARALLEL)."""
+        self._finish(key, self._run(key, self._parallel_of(key, values), values), values)
 
     def _generate_resolve(self):
         src = self.src
@@ -199,8 +203,13 @@ class CpuLauncher:
             lines += [f"    _rec[{CANCEL_WORD}] = 0", "    if _threads() > 1:",
                       f"        _rec[{YIELD_COUNT}] = 1", f"        _rec[{YIELD_STEP}] = 0",
                       "    else:", f"        _rec[{YIELD_COUNT}] = 0"]
-        run = ["    try:", f"        r = runner({values}{', ' if n else ''}_rec)", "    except Exception as e:",
-               "        raise _task_error(key, e) from None"]
+        call = f"({values}{', ' if n else ''}_rec)"
+        run = ["    try:", f"        r = runner{call}"]
+        if not self._loops:  # the serial form found the call too large for it: the parallel form, right away
+            ns["_parallel_of"] = self._parallel_of
+            run += [f"        if r is not None and r == {int(RunnerStatus.NEEDS_PARALLEL)}:",
+                    f"            r = _parallel_of(key, ({values}{comma})){call}"]
+        run += ["    except Exception as e:", "        raise _task_error(key, e) from None"]
         if self.options.debug:  # a failed check: its record, read now (one call at a time, so records do not mix)
             run = ["    with _debug_lock:"] + ["    " + line for line in run] + \
                   ["        if _rec[0]:", "            _check_failed(key)"]
