@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import qgraph
+from qgraph.backends import cpu_forms
 
 
 def _mixed(x, y, total, hist, bins, scale, passes, steps, flag):
@@ -58,13 +59,19 @@ def _call(kernel, n, seed):
     assert args[7][0] == 4
 
 
+@pytest.fixture
+def never_heavy(monkeypatch):
+    """No first call is timed as heavy: the form follows the sizes alone, whatever the machine's load."""
+    monkeypatch.setattr(cpu_forms, "HEAVY_PASS_S", float("inf"))
+
+
 @pytest.mark.parametrize("kernel", [serial_first, parallel_always], ids=["serial", "parallel"])
-def test_both_forms_give_numpys_results(cpu, kernel):
+def test_both_forms_give_numpys_results(cpu, never_heavy, kernel):
     _call(kernel, 1000, 1)
     assert kernel.stats.parallel_forms == (1 if kernel is parallel_always else 0)
 
 
-def test_a_large_call_on_several_threads_runs_the_parallel_form(cpu, all_numba_threads):
+def test_a_large_call_on_several_threads_runs_the_parallel_form(cpu, all_numba_threads, never_heavy):
     if all_numba_threads < 2:
         pytest.skip("numba has one thread here: every call runs the serial form")
     kernel = qgraph.kernel(_mixed, cpu_serial_below=2000)
@@ -78,7 +85,7 @@ def test_a_large_call_on_several_threads_runs_the_parallel_form(cpu, all_numba_t
 
 
 @pytest.mark.parametrize("debug", [False, True])
-def test_a_large_call_of_a_kernel_without_loops(cpu, all_numba_threads, debug):
+def test_a_large_call_of_a_kernel_without_loops(cpu, all_numba_threads, never_heavy, debug):
     """The launch hands it to the parallel form itself (a kernel with device loops goes through its status)."""
     if all_numba_threads < 2:
         pytest.skip("numba has one thread here: every call runs the serial form")
@@ -98,6 +105,19 @@ def test_a_large_call_of_a_kernel_without_loops(cpu, all_numba_threads, debug):
     if debug:  # a bad index in the parallel form is reported as in the serial one
         with pytest.raises(IndexError):
             saxpy(np.zeros(300), np.zeros(299), 1.0)
+
+
+@pytest.mark.parametrize("heavy", [False, True])
+def test_a_first_call_timed_heavy_moves_to_the_parallel_form(cpu, all_numba_threads, monkeypatch, heavy):
+    """Small arrays but much work per element (an all-pairs step) run faster on threads: the first call
+    the serial form runs is timed, and a pass of HEAVY_PASS_S or longer moves the signature for good."""
+    if all_numba_threads < 2:
+        pytest.skip("numba has one thread here: every call runs the serial form")
+    monkeypatch.setattr(cpu_forms, "HEAVY_PASS_S", 0.0 if heavy else float("inf"))
+    kernel = qgraph.kernel(_mixed)
+    for seed in (8, 9, 10):
+        _call(kernel, 500, seed)
+    assert (kernel.stats.specialisations, kernel.stats.parallel_forms) == (1, int(heavy))
 
 
 def test_a_large_call_on_one_thread_stays_serial(cpu):

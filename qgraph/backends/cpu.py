@@ -42,6 +42,7 @@ from .checks import (
     host_bounds,
     written_params,
 )
+from .cpu_forms import FirstRunTimer
 from .debug_report import check_failure, task_exception
 
 
@@ -115,7 +116,16 @@ class CpuLauncher:
         serial = serial and program.serial_runner is not None
         hits = program.cache_hits
         leaves = self._compile_form(key, values, serial)
-        return self._form(key, serial), program, leaves, hits
+        runner = self._form(key, serial)
+        if serial:  # until a call of it is timed (backends.cpu_forms)
+            runner = FirstRunTimer(runner, bool(self._loops), lambda vals: self._parallel_of(key, vals),
+                                   lambda timer, chosen: self._keep(key, timer, chosen))
+        return runner, program, leaves, hits
+
+    def _keep(self, key: tuple, timer: FirstRunTimer, chosen) -> None:
+        """The form `timer` chose runs the signature's calls from now on (once it is registered)."""
+        if self._specs.get(key) is timer:
+            self._specs[key] = chosen
 
     def _compile_form(self, key: tuple, values: tuple, serial: bool) -> tuple:
         """Compile (or load) one form of the prepared signature `key`; the runner's leaf values."""
@@ -153,8 +163,7 @@ class CpuLauncher:
                 runner = self._parallel_form(key, values)
         return runner
 
-    def _run_parallel(self, key: tuple, values: tuple) -> None:
-        """Run a call the serial form found too large for it (RunnerStatus.NEEDS_PARALLEL)."""
+    def _run_parallel(self, key: tuple, values: tuple) -> None:  # a call the serial form handed over
         self._finish(key, self._run(key, self._parallel_of(key, values), values), values)
 
     def _generate_resolve(self):
@@ -308,7 +317,7 @@ class CpuLauncher:
         self._finish(key, status, values)
 
     def _register(self, key: tuple, runner, from_cache: bool) -> None:
-        self._specs[key] = runner
+        self._specs[key] = runner.decided or runner if isinstance(runner, FirstRunTimer) else runner
         self.stats.specialisations += 1
         self.stats.cache_loads += from_cache
         self.stats.parallel_forms += self._program_of[key].serial_runner is None  # the only form it has

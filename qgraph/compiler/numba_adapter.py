@@ -133,9 +133,8 @@ CPU_FAST_MATH_FLAGS = frozenset({"contract", "arcp", "afn", "reassoc", "nsz"})
 
 def njit(py_func, *, parallel: bool, cache: tuple[str, str] | None, fastmath: bool = False,
          called_from_python: bool = True):
-    """numba.njit(py_func); with `cache=(directory, fingerprint)` cached on disk there.
-    `called_from_python=False`: only compiled code calls it, so numba builds no Python wrapper
-    for it (a third of a small unit's compile)."""
+    """numba.njit(py_func); with `cache=(directory, fingerprint)` cached on disk there. `called_from_python=False`:
+    only compiled code calls it, so numba builds no Python wrapper for it (a third of a small unit's compile)."""
     global _cache_class
     import numba
 
@@ -169,6 +168,13 @@ def cpu_machine_code(dispatcher, arg_types: tuple) -> tuple[str | None, str | No
         return None, None, ("loaded from numba's disk cache, which keeps only machine code: inspect in a process "
                             "with an empty QGRAPH_CACHE_DIR to see it")
     return dispatcher.inspect_llvm(arg_types), dispatcher.inspect_asm(arg_types), ""
+
+
+def thread_count() -> int:
+    """The calling thread's parallel-loop threads (numba.get_num_threads)."""
+    import numba
+
+    return numba.get_num_threads()
 
 
 def cpu_names() -> dict:
