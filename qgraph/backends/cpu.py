@@ -122,8 +122,7 @@ class CpuLauncher:
                                    lambda timer, chosen: self._keep(key, timer, chosen))
         return runner, program, leaves, hits
 
-    def _keep(self, key: tuple, timer: FirstRunTimer, chosen) -> None:
-        """The form `timer` chose runs the signature's calls from now on (once it is registered)."""
+    def _keep(self, key: tuple, timer: FirstRunTimer, chosen) -> None:  # the form `timer` chose, once registered
         if self._specs.get(key) is timer:
             self._specs[key] = chosen
 
@@ -156,11 +155,13 @@ class CpuLauncher:
         return runner
 
     def _parallel_of(self, key: tuple, values: tuple):
-        """The parallel form of `key`, compiled (under the lock) the first time."""
+        """The parallel form of `key` (compiled the first time), from now on the signature's runner."""
         runner = self._parallel.get(key)
         if runner is None:
             with self._lock:
                 runner = self._parallel_form(key, values)
+        if key in self._specs:
+            self._specs[key] = runner
         return runner
 
     def _run_parallel(self, key: tuple, values: tuple) -> None:  # a call the serial form handed over
@@ -273,8 +274,7 @@ class CpuLauncher:
             self._unfinished(status, key, values)
 
     def _unfinished(self, status: int, key: tuple, values: tuple) -> None:
-        """A runner without device loops returned: the serial form's call was too large for it, or
-        Ctrl-C stopped a chunked parallel loop."""
+        """A runner without device loops returned: a call too large for the serial form, or Ctrl-C."""
         if status == RunnerStatus.NEEDS_PARALLEL:
             return self._run_parallel(key, values)
         self._interrupted(key)

@@ -4,8 +4,8 @@ of it is timed on several numba threads, then the parallel form if a pass took l
 The serial form's own check sees only sizes: an all-pairs N-body step over 512 bodies ran 7.9x
 slower serial than parallel on 16 threads (0.87 against 0.11 ms). The first call the serial form
 runs itself is timed: where a pass of it took HEAVY_PASS_S or longer, the signature moves to its
-parallel form for good (compiled then); otherwise it keeps the serial form, whose size check still
-hands larger calls over.
+parallel form for good (compiled then); otherwise it keeps the serial form until a call is too large
+for it (the launcher then moves the signature to its parallel form).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ class FirstRunTimer:
         status = self.serial(*args)
         elapsed = time.perf_counter() - start
         code = status[0] if self.loops else status
-        if code == RunnerStatus.NEEDS_PARALLEL:  # handed over before any task: time the next call
+        if code == RunnerStatus.NEEDS_PARALLEL:  # handed over before any task (the launcher moves the signature)
             return status
         passes = max(1, status[2]) if self.loops else 1
         self._decide(self.parallel(args[:-1]) if elapsed / passes >= HEAVY_PASS_S else self.serial)
