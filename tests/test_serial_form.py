@@ -109,7 +109,7 @@ def test_a_large_call_of_a_kernel_without_loops(cpu, all_numba_threads, never_he
 
 @pytest.mark.parametrize("heavy", [False, True])
 def test_a_first_call_timed_heavy_moves_to_the_parallel_form(cpu, all_numba_threads, monkeypatch, heavy):
-    """Small arrays but much work per element (an all-pairs step) run faster on threads: the first call
+    """Small arrays but much work per element (an all-pairs step) run faster on threads: the second call
     the serial form runs is timed, and a pass of HEAVY_PASS_S or longer moves the signature for good."""
     if all_numba_threads < 2:
         pytest.skip("numba has one thread here: every call runs the serial form")

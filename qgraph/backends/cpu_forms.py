@@ -2,10 +2,10 @@
 of it is timed on several numba threads, then the parallel form if a pass took long.
 
 The serial form's own check sees only sizes: an all-pairs N-body step over 512 bodies ran 7.9x
-slower serial than parallel on 16 threads (0.87 against 0.11 ms). The first call the serial form
-runs itself is timed: where a pass of it took HEAVY_PASS_S or longer, the signature moves to its
-parallel form for good (compiled then); otherwise it keeps the serial form until a call is too large
-for it (the launcher then moves the signature to its parallel form).
+slower serial than parallel on 16 threads (0.87 against 0.11 ms). The second call the serial form
+runs itself is timed (the first warms it up): where a pass took HEAVY_PASS_S or longer, the
+signature moves to its parallel form for good (compiled then); otherwise it keeps the serial form
+until a call is too large for it (the launcher then moves the signature to its parallel form).
 """
 
 from __future__ import annotations
@@ -23,15 +23,19 @@ class FirstRunTimer:
     """Stands in for a signature's serial form until one call of it is timed; then `keep` puts the
     form chosen in its place (`decided` holds it for a launcher that registers the timer later)."""
 
-    __slots__ = ("serial", "loops", "parallel", "keep", "decided")
+    __slots__ = ("serial", "loops", "parallel", "keep", "decided", "warm")
 
     def __init__(self, serial, loops: bool, parallel, keep) -> None:
         """`parallel(values)`: the signature's parallel form, compiled the first time."""
         self.serial, self.loops, self.parallel, self.keep, self.decided = serial, loops, parallel, keep, None
+        self.warm = False
 
     def __call__(self, *args):
         if thread_count() <= 1:  # nothing to gain from threads: the serial form for good
             self._decide(self.serial)
+            return self.serial(*args)
+        if not self.warm:  # a compiled function's first run pays for more than its work (8 elements: over 20 us)
+            self.warm = True
             return self.serial(*args)
         start = time.perf_counter()
         status = self.serial(*args)
