@@ -36,7 +36,7 @@ def slow(x, y, n: int, steps: int):
 
 x = np.random.default_rng(0).random(4096)
 y = np.zeros_like(x)
-slow(x[:4], y[:4], 4, 1)  # compiled
+qgraph.compile(slow, x[:4], y[:4], 4, 1)  # both forms (the large call below runs the parallel one on several threads)
 print("ready", flush=True)
 started = time.perf_counter()
 try:
