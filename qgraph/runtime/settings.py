@@ -124,28 +124,26 @@ def _unroll(text: str) -> int | None:
     return int(text)
 
 
-def _cpu_serial_below(text: str) -> int:
-    if not text.strip():
-        return DEFAULT_OPTIONS.cpu_serial_below
+def _non_negative(name: str, text: str, meaning: str) -> int:
+    """A variable holding a non-negative integer (`_` separators allowed); QgraphError naming it otherwise."""
     try:
         value = int(text.strip().replace("_", ""))
         if value < 0:
             raise ValueError
     except ValueError:
-        raise QgraphError(f"QGRAPH_CPU_SERIAL_BELOW={text!r}: expected a non-negative integer (elements below "
-                          "which CPU calls run the kernel's serial form; 0: never)") from None
+        raise QgraphError(f"{name}={text!r}: expected a non-negative integer ({meaning})") from None
     return value
 
 
+def _cpu_serial_below(text: str) -> int:
+    if not text.strip():
+        return DEFAULT_OPTIONS.cpu_serial_below
+    return _non_negative("QGRAPH_CPU_SERIAL_BELOW", text,
+                         "elements below which CPU calls run the kernel's serial form; 0: never")
+
+
 def _max_iterations(text: str) -> int | None:
-    try:
-        value = int(text.strip().replace("_", ""))
-        if value < 0:
-            raise ValueError
-    except ValueError:
-        raise QgraphError(f"QGRAPH_MAX_ITERATIONS={text!r}: expected a non-negative integer (0 turns the guard "
-                          "off)") from None
-    return value or None
+    return _non_negative("QGRAPH_MAX_ITERATIONS", text, "0 turns the guard off") or None
 
 
 def cache_directory(environ: Mapping[str, str] = os.environ) -> str | None:
