@@ -274,7 +274,10 @@ PAIR_KERNELS = len(_pairs())
 # loop and the host fallback run every structure, the device loop also with every loop unrolled 3 times
 # where it can be (QGRAPH_UNROLL=3: innermost bodies copied, gated copies around if regions).
 CPU_STRUCTURES = [0, PAIR_KERNELS // 3, 2 * PAIR_KERNELS // 3] + list(range(PAIR_KERNELS, len(STRUCTURES)))
-CASES = ([pytest.param("cpu", n, id=f"cpu-{n}") for n in CPU_STRUCTURES]
+# every other CPU structure in the parallel form (lang.cpu.serial_form): under pytest-xdist each worker has one
+# numba thread, where every other call runs the serial form, so the runner calling its units is tested here
+CASES = ([pytest.param("cpu" if k % 2 == 0 else "cpu-parallel", n, id=f"cpu-{n}" if k % 2 == 0 else f"cpu-parallel-{n}")
+          for k, n in enumerate(CPU_STRUCTURES)]
          + [pytest.param(where, n, id=f"{where}-{n}", marks=pytest.mark.cuda)
             for where in ("cuda", "cuda-host", "cuda-unroll3") for n in range(len(STRUCTURES))])
 
@@ -287,11 +290,13 @@ def where(request, monkeypatch):
         monkeypatch.setenv("QGRAPH_GRAPH_WHILE", "host")
     if place == "cuda-unroll3":
         monkeypatch.setenv("QGRAPH_UNROLL", "3")
+    if place == "cpu-parallel":
+        monkeypatch.setenv("QGRAPH_CPU_SERIAL_BELOW", "0")
     use_arch(place.split("-")[0])
     yield place
     qgraph.sync()
-    monkeypatch.delenv("QGRAPH_GRAPH_WHILE", raising=False)
-    monkeypatch.delenv("QGRAPH_UNROLL", raising=False)
+    for name in ("QGRAPH_GRAPH_WHILE", "QGRAPH_UNROLL", "QGRAPH_CPU_SERIAL_BELOW"):
+        monkeypatch.delenv(name, raising=False)
     qgraph.init(place.split("-")[0])
 
 
@@ -306,3 +311,5 @@ def test_region_family(place, n, where, tmp_path_factory):
     kernel(x, hits, c, *flags, *builder.repeats.values())
     np.testing.assert_array_equal(hits.to_numpy(), expected_hits, err_msg=source)
     np.testing.assert_array_equal(x.to_numpy(), expected_x, err_msg=source)
+    if place.startswith("cpu"):  # one small call: the serial form, unless the place turned it off
+        assert kernel.stats.parallel_forms == (place == "cpu-parallel")
