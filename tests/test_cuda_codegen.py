@@ -358,7 +358,7 @@ def test_the_gated_variant_links_with_one_parameter_more(sm90, kernel, key, tmp_
     ptxas, nvlink = shutil.which("ptxas"), shutil.which("nvlink")
     if not (ptxas and nvlink):
         pytest.skip("ptxas and nvlink are needed")
-    objects = []
+    modules = {}
     for name, ptx in _compile(kernel, key)[0]:
         entries = list(ptx_text.ptx_entries(ptx))
         waited = ptx_text.add_grid_dependency_control(ptx)
@@ -371,17 +371,9 @@ def test_the_gated_variant_links_with_one_parameter_more(sm90, kernel, key, tmp_
             assert sizes[entry + cuda_program.GATED] == params + [8]
             body = ptx_text.entry_text(gated, entry + cuda_program.GATED)
             assert body.index("griddepcontrol.wait;") < body.index("ld.global.u64 %qg_gate_v") < body.index("ret;")
-        for variant, text in {name: waited, f"gated_{name}": gated, f"trigger_{name}": trigger,
-                              f"gated_trigger_{name}": gated_trigger}.items():
-            (tmp_path / variant).write_text(text)
-            obj = str(tmp_path / (variant + ".o"))
-            out = subprocess.run([ptxas, "-arch=sm_90", "-c", str(tmp_path / variant), "-o", obj],
-                                 capture_output=True, text=True)
-            assert out.returncode == 0, out.stderr
-            objects.append(obj)
-    out = subprocess.run([nvlink, "-arch=sm_90", *objects, "-o", str(tmp_path / "all.cubin")],
-                         capture_output=True, text=True)
-    assert out.returncode == 0, out.stderr
+        modules.update({name: waited, f"gated_{name}": gated, f"trigger_{name}": trigger,
+                        f"gated_trigger_{name}": gated_trigger})
+    _assemble_and_link(modules, tmp_path, ptxas, nvlink)
 
 
 def test_the_gating_variant_does_the_gates_work_where_it_would_return(sm90, tmp_path):

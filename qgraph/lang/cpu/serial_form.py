@@ -81,8 +81,8 @@ class _Inliner:
             if param in stored:
                 head.append(ast.copy_location(ast.Assign([ast.Name(names[param], ast.Store())], copy.deepcopy(arg)),
                                               unit))
-            elif not (isinstance(arg, ast.Name) and arg.id == param):
-                names[param] = arg.id if isinstance(arg, ast.Name) else param
+            elif arg.id != param:  # (the runner passes its own parameters, by name)
+                names[param] = arg.id
         renamed = [_Renamed(names, self.interrupted).visit(s) for s in body]
         return head + renamed
 
