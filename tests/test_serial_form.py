@@ -1,5 +1,6 @@
 """The CPU serial form (lang.cpu.serial_form): calls on one numba thread or over small arrays run
-one serial function, larger calls the parallel form; both give NumPy's results."""
+one serial function, larger calls the parallel form (on one thread too from the work of one chunk
+of its loops); both give NumPy's results."""
 
 import numba
 import numpy as np
@@ -129,6 +130,23 @@ def test_a_large_call_on_one_thread_stays_serial(cpu):
     finally:
         numba.set_num_threads(threads)
     assert kernel.stats.parallel_forms == 0
+
+
+def test_a_call_of_a_first_chunks_work_runs_the_parallel_form_on_one_thread_too(cpu):
+    """The serial form's loops have no chunks, so a call where the parallel form's first chunk would
+    not hold a whole loop runs the parallel form, whose chunks Ctrl-C stops between."""
+    from qgraph.lang.cpu.loops import FIRST_CHUNK_WORK
+
+    kernel = qgraph.kernel(_mixed)
+    threads = numba.get_num_threads()
+    numba.set_num_threads(1)
+    try:
+        _call(kernel, FIRST_CHUNK_WORK - 1, 11)
+        assert kernel.stats.parallel_forms == 0
+        _call(kernel, FIRST_CHUNK_WORK, 12)
+    finally:
+        numba.set_num_threads(threads)
+    assert (kernel.stats.specialisations, kernel.stats.parallel_forms) == (1, 1)
 
 
 def test_compile_prepares_both_forms(cpu):

@@ -13,6 +13,8 @@ so the code stays cacheable.
 
 from __future__ import annotations
 
+from ..lang.cpu.loops import FIRST_CHUNK_WORK
+
 _INTERRUPTED = []
 
 
@@ -46,7 +48,6 @@ def interrupted():
 # check for Ctrl-C between chunks (lang.cpu.codegen). A chunk is sized to take about
 # CHUNK_TARGET_NS: the first one FIRST_CHUNK_WORK iterations (outer times inner, so a small
 # kernel stays one chunk), each next one from the time the last one took.
-FIRST_CHUNK_WORK = 1 << 18
 CHUNK_TARGET_NS = 200_000_000
 CHUNK_GROWTH = 64  # at most this factor from one chunk to the next
 
@@ -108,14 +109,16 @@ _THREADS = []
 
 def thread_functions() -> dict:
     """{generated name: njit function}: `_qg_let_threads_run(record)`, the runner's call when the
-    record's YIELD_COUNT of passes runs out (lang.lower.debug_checks: the YIELD_ words)."""
+    record's YIELD_COUNT of passes runs out (lang.lower.debug_checks: the YIELD_ words), and
+    PASS_END, what every pass of a device loop checks (lang.cpu.loops.counted_loop)."""
     if not _THREADS:
         import numba
         from llvmlite import ir
         from numba.core import cgutils, types
         from numba.extending import intrinsic
 
-        from ..lang.lower.debug_checks import YIELD_CLOCK, YIELD_COUNT, YIELD_STEP
+        from ..lang.cpu.loops import PASS_END, RunnerStatus
+        from ..lang.lower.debug_checks import CANCEL_WORD, YIELD_CLOCK, YIELD_COUNT, YIELD_STEP
 
         @intrinsic
         def _qg_release_gil(typingctx):
@@ -144,5 +147,20 @@ def thread_functions() -> dict:
             record[YIELD_COUNT] = step
             record[YIELD_CLOCK] = clock()
 
-        _THREADS.append({"_qg_let_threads_run": numba.njit(let_threads_run, cache=False)})
+        threads_run = numba.njit(let_threads_run, cache=False)
+        check = interrupted()
+        interrupted_status, cancelled_status = int(RunnerStatus.INTERRUPTED), int(RunnerStatus.CANCELLED)
+
+        def pass_end(record):
+            if check():
+                return interrupted_status
+            if record[YIELD_COUNT] != 0:
+                record[YIELD_COUNT] -= 1
+                if record[YIELD_COUNT] == 0:
+                    threads_run(record)
+            if record[CANCEL_WORD] != 0:
+                return cancelled_status
+            return 0
+
+        _THREADS.append({"_qg_let_threads_run": threads_run, PASS_END: numba.njit(pass_end, cache=False)})
     return _THREADS[0]

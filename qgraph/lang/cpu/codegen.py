@@ -39,7 +39,7 @@ from ..types.precision import weak_typed
 from ..types.weak_types import param_type
 from . import loops as cpu_loops
 from .loops import IndexByCounter, RunnerStatus, counted_loop, flag_value, outer_loop, runner_status, trip_count
-from .serial_form import SERIAL_RUNNER, serial_runner, size_test
+from .serial_form import CHUNK_CHECK, SERIAL_RUNNER, serial_runner, size_check
 from .shared_units import shared_units
 
 
@@ -222,6 +222,7 @@ def cpu_module(src: KernelSource, options: KernelOptions = DEFAULT_OPTIONS, kind
     max_iterations = options.max_iterations
     symbols = Symbols(specialised=list(funcs or []))
     defs: list[ast.stmt] = []
+    serial_defs: list[ast.stmt] = []  # the units' tasks without chunks (serial_form), by unit
     units: list[tuple[str, bool]] = []
     unit_tasks: list[tuple[Task, ...]] = []
     at = src.fn_def
@@ -233,6 +234,7 @@ def cpu_module(src: KernelSource, options: KernelOptions = DEFAULT_OPTIONS, kind
         # (fused loops would no longer fuse; timed chunks would make reductions' sums vary)
         chunked = cpu_loops.CHUNK_PARALLEL_LOOPS and len(unit) == 1 and unit[0].parallel \
             and task_updates(src, unit[0])[0] == []
+        serial_body: list[ast.stmt] = []  # the same tasks without chunks, for the serial form
         for task in unit:
             updates = None
             if task.parallel:
@@ -244,24 +246,32 @@ def cpu_module(src: KernelSource, options: KernelOptions = DEFAULT_OPTIONS, kind
                 stmts = weak_typed(src, stmts, precision[0], task.loop_vars, local_names, precision[1],
                                    funcs=symbols.typing_funcs(precision[1]))
             stmts = lower_statements(src, stmts, local_names, symbols, updates)
+            serial_stmts = stmts
             if task.parallel:
                 dims = [Dim(*lower_bounds(src, d, symbols)) for d in task.dims]
-                stmts = _cpu_parallel_loop(_with_dims(task, dims), stmts, zero_d,
-                                           _reduction_frame(src, task, list(updates.reductions.values()), symbols),
-                                           chunked=chunked)
+                frame = _reduction_frame(src, task, list(updates.reductions.values()), symbols)
+                serial_stmts = _cpu_parallel_loop(_with_dims(task, dims), copy.deepcopy(stmts), zero_d,
+                                                  copy.deepcopy(frame))
+                stmts = _cpu_parallel_loop(_with_dims(task, dims), stmts, zero_d, frame, chunked=chunked) \
+                    if chunked else serial_stmts
             if debug is not None:
-                stmts = debug.apply(stmts, symbols.atomic_paths.values())
+                serial_stmts = debug.apply(serial_stmts, symbols.atomic_paths.values())
+                stmts = debug.apply(stmts, symbols.atomic_paths.values()) if chunked else serial_stmts
             body += stmts
+            serial_body += serial_stmts if chunked else copy.deepcopy(stmts)
             used |= set(task.loaded) | set(task.bound_names)
         params = [p for p in src.param_names if p in used] + ([RECORD] if debug is not None or chunked else [])
         name = f"_qg_unit_{len(units)}"
         defs.append(function_def(name, params, body, unit[0].lineno))
+        serial_defs.append(function_def(name, params, serial_body, unit[0].lineno))
         units.append((name, any(t.parallel for t in unit)))
         unit_tasks.append(tuple(unit))
         running = _parse(f"{RECORD}[{UNIT_WORD}] = {len(units) - 1}", at)
         stmts = [running, ast.copy_location(ast.Expr(call(name, [name_node(p, at) for p in params], at)), at)]
         if chunked:  # Ctrl-C stopped the unit: the runner stops too (the launcher raises)
-            stmts.append(_parse(f"if {RECORD}[{INTERRUPT_WORD}] != 0:\n    return{interrupted}", at))
+            check = _parse(f"if {RECORD}[{INTERRUPT_WORD}] != 0:\n    return{interrupted}", at)
+            setattr(check, CHUNK_CHECK, True)  # (the serial form has no chunks, so none of these)
+            stmts.append(check)
         unit_call_stmts[0] = stmts
         return stmts
 
@@ -300,20 +310,22 @@ def cpu_module(src: KernelSource, options: KernelOptions = DEFAULT_OPTIONS, kind
         runner_body = [_parse(f"_qg_n{k} = 0", at) for k in range(len(loops))] + runner_body + \
             [_parse(f"return {runner_status(RunnerStatus.DONE, -1, len(loops))}", at)]
     runner_parallel = False
+    serial_body = runner_body
     if not loops and len(units) == 1 and len(runner_body) == len(unit_call_stmts[0]):
         # One unit and nothing around it: the unit is the runner. A runner calling a unit makes
         # numba compile and optimise the unit's code a second time, linked into the runner.
         runner_parallel = units.pop()[1]
+        serial_body = runner_body[:1] + serial_defs.pop().body
         runner_body = runner_body[:1] + defs.pop().body
     runner = function_def(RUNNER, list(src.param_names) + [RECORD], runner_body, src.lineno)
     serial = None
     if options.cpu_serial_below and kinds is not None:
         status = runner_status(RunnerStatus.NEEDS_PARALLEL, -1, len(loops)) if loops \
             else int(RunnerStatus.NEEDS_PARALLEL)
-        test = size_test(list(zip(src.param_names, kinds)), options.cpu_serial_below, at)
         prologue = [] if not any(parallel for _, parallel in units) and not runner_parallel else \
-            [ast.fix_missing_locations(ast.copy_location(ast.If(test, [_parse(f"return {status}", at)], []), at))]
-        serial = serial_runner(runner, defs, prologue, _parse(f"return{interrupted}", at))
+            size_check(list(zip(src.param_names, kinds)), options.cpu_serial_below, str(status), at)
+        serial = serial_runner(function_def(RUNNER, list(src.param_names) + [RECORD], serial_body, src.lineno),
+                               serial_defs, prologue)
     same = shared_units(defs)  # units of the same code up to names: one function, called with each unit's arguments
     if any(name != first for name, first in same.items()):
         _Rename(same).visit(runner)

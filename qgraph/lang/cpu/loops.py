@@ -13,12 +13,21 @@ import ast
 import enum
 
 from ..front.regions import Dim, RepeatLoop, Task, loop_limit
-from ..lower.debug_checks import CANCEL_WORD, INTERRUPT_WORD, LOOP_PASSES, RECORD, YIELD_COUNT
+from ..lower.debug_checks import INTERRUPT_WORD, LOOP_PASSES, RECORD
 from ..lower.lowering import binop, call, name_node
 
 # Lone parallel loops run in chunks with a Ctrl-C check between them (`outer_loop`); False
 # generates the loop of earlier releases (benchmarks/cpu_interrupt_cost.py compares both)
 CHUNK_PARALLEL_LOOPS = True
+
+
+# The work (outer times inner iterations) of a chunked loop's first chunk (compiler.cpu_interrupts),
+# so a small kernel stays one chunk; calls this large run the parallel form (lang.cpu.serial_form)
+FIRST_CHUNK_WORK = 1 << 18
+
+# A device loop's check after each pass (compiler.cpu_interrupts.thread_functions): Ctrl-C
+# (INTERRUPTED), letting other threads run, kernel.cancel() (CANCELLED); 0 to go on
+PASS_END = "_qg_pass_end"
 
 
 class RunnerStatus(enum.IntEnum):
@@ -103,9 +112,11 @@ def _parse(code: str, at: ast.AST) -> ast.stmt:
     return stmt
 
 
-def runner_status(status: RunnerStatus, loop: int, n_loops: int) -> str:
-    """The runner's return value: (status, the loop it stopped in or -1, passes of each loop)."""
-    return f"({int(status)}, {loop}, {', '.join(f'_qg_n{k}' for k in range(n_loops))})"
+def runner_status(status: RunnerStatus | str, loop: int, n_loops: int) -> str:
+    """The runner's return value: (status, the loop it stopped in or -1, passes of each loop); the
+    status a RunnerStatus or the name of a variable holding one."""
+    code = status if isinstance(status, str) else int(status)
+    return f"({code}, {loop}, {', '.join(f'_qg_n{k}' for k in range(n_loops))})"
 
 
 def flag_value(flag: str, zero_d: frozenset[str]) -> str:
@@ -118,19 +129,20 @@ def counted_loop(region, k: int, n_loops: int, body: list[ast.stmt], zero_d: fro
     """A loop that counts its passes (`_qg_n<k>`, of its last entry), stops at the runaway guard
     and checks for Ctrl-C, kernel.cancel() (and in debug mode for a failed check) after each pass:
     do-while or while on a flag, or `count` passes."""
-    def stop(status: RunnerStatus) -> str:
+    def stop(status: RunnerStatus | str) -> str:
         return f"    return {runner_status(status, k, n_loops)}"
 
-    checks = [f"if {RECORD}[{YIELD_COUNT}] != 0:\n    {RECORD}[{YIELD_COUNT}] -= 1\n"
-              f"    if {RECORD}[{YIELD_COUNT}] == 0:\n        _qg_let_threads_run({RECORD})",
-              f"if {RECORD}[{CANCEL_WORD}] != 0:\n{stop(RunnerStatus.CANCELLED)}"]
+    # Ctrl-C, letting other threads run and kernel.cancel() in one call: each `if` of the loop's
+    # tail is blocks numba types and lowers again for every loop (a nested adjoint's serial form
+    # compiled in 3.7 s with it, 5.8 s with the checks written out)
+    checks = [f"_qg_st = {PASS_END}({RECORD})", f"if _qg_st != 0:\n{stop('_qg_st')}"]
     checks += [f"if {RECORD}[0] != 0:\n{stop(RunnerStatus.CHECK_FAILED)}"] if debug else []
     start = [_parse(f"_qg_n{k} = 0", at)]
     if k == 0:  # the first loop (no loop encloses it): its passes for progress bars (backends.cpu)
         checks.insert(0, f"{RECORD}[{LOOP_PASSES}] = _qg_n0")
         start.append(_parse(f"{RECORD}[{LOOP_PASSES}] = 0", at))
     if isinstance(region, RepeatLoop):
-        tail = [f"_qg_n{k} += 1", f"if _qg_interrupted():\n{stop(RunnerStatus.INTERRUPTED)}"] + checks
+        tail = [f"_qg_n{k} += 1"] + checks
         loop = ast.For(_parse("_qg_pass = 0", at).targets[0], _parse(f"range({region.count})", at).value,
                        body + [_parse(line, at) for line in tail], [])
         return start + [ast.fix_missing_locations(ast.copy_location(loop, at))]
@@ -139,7 +151,6 @@ def counted_loop(region, k: int, n_loops: int, body: list[ast.stmt], zero_d: fro
     tail = [f"_qg_n{k} += 1", f"if {flag} == 0:\n    break"]
     if limit is not None:
         tail.append(f"if _qg_n{k} >= {int(limit)}:\n{stop(RunnerStatus.RUNAWAY)}")
-    tail.append(f"if _qg_interrupted():\n{stop(RunnerStatus.INTERRUPTED)}")
     tail += checks
     test = _parse(f"{flag} != 0", at).value if region.test_first else ast.Constant(True)
     loop = ast.While(test, body + [_parse(line, at) for line in tail], [])

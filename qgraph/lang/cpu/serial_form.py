@@ -14,16 +14,22 @@ from __future__ import annotations
 import ast
 import copy
 
+from .loops import FIRST_CHUNK_WORK
+
 SERIAL_RUNNER = "_qg_serial"
+# the attribute marking the runner's check after a chunked unit (lang.cpu.codegen): the serial
+# form's tasks run without chunks (a long task checks for Ctrl-C when it ends), so it has none
+CHUNK_CHECK = "_qg_chunk_check"
 THREADS = "_qg_threads"  # numba.get_num_threads, injected (compiler.cpu_program)
+SIZE = "_qg_size"  # the call's largest array or integer argument
 
 
-def serial_runner(runner: ast.FunctionDef, units: list[ast.FunctionDef], prologue: list[ast.stmt],
-                  interrupted: ast.stmt) -> ast.FunctionDef:
-    """`runner` (calling the functions `units`) as one function: each unit call replaced by the
-    unit's body, its locals renamed apart; `prologue` runs after the runner's leading counter
-    assignments; a unit's `return` (Ctrl-C between chunks) becomes the runner's `interrupted`."""
-    inliner = _Inliner({d.name: d for d in units}, interrupted)
+def serial_runner(runner: ast.FunctionDef, units: list[ast.FunctionDef], prologue: list[ast.stmt]) -> ast.FunctionDef:
+    """`runner` (calling the functions `units`, written without chunks) as one function: each unit
+    call replaced by the unit's body, its locals renamed apart, and the runner's checks after
+    chunked units (marked CHUNK_CHECK) left out; `prologue` runs after the runner's leading counter
+    assignments."""
+    inliner = _Inliner({d.name: d for d in units})
     body = [s for stmt in copy.deepcopy(runner.body) for s in inliner.statements(stmt)]
     head = 0
     while head < len(body) and _is_counter_start(body[head]):
@@ -35,17 +41,26 @@ def serial_runner(runner: ast.FunctionDef, units: list[ast.FunctionDef], prologu
     return ast.fix_missing_locations(ast.copy_location(serial, runner))
 
 
-def size_test(params: list[tuple[str, object]], below: int, at: ast.AST) -> ast.expr:
-    """`_qg_threads() > 1 and (a.size >= below or n >= below ...)` over the array (ndim >= 1)
-    and integer parameters among `params` ((name, args.kinds kind) pairs): the calls the parallel
-    form runs. Without such parameters the size is unknown: every call on several threads."""
-    sizes = [f"{name}.size >= {below}" for name, kind in params if kind.is_array and kind.ndim >= 1]
-    sizes += [f"{name} >= {below}" for name, kind in params
+def size_check(params: list[tuple[str, object]], below: int, stop: str, at: ast.AST) -> list[ast.stmt]:
+    """`return stop` for the calls the parallel form runs: on several threads, those whose array
+    (ndim >= 1) or integer parameters among `params` ((name, args.kinds kind) pairs) reach `below`
+    elements; on any number of threads, those that reach FIRST_CHUNK_WORK, where the parallel
+    form's lone loops start running in chunks that Ctrl-C stops between (the serial form's loops
+    have none). Without such parameters the size is unknown: every call on several threads."""
+    sizes = [f"{name}.size" for name, kind in params if kind.is_array and kind.ndim >= 1]
+    sizes += [name for name, kind in params
               if not kind.is_array and getattr(kind, "dtype", None) is not None and kind.dtype.kind in "iu"]
-    test = ast.parse(f"{THREADS}() > 1" + (f" and ({' or '.join(sizes)})" if sizes else ""), mode="eval").body
-    for node in ast.walk(test):
-        ast.copy_location(node, at)
-    return test
+    if not sizes:
+        code = f"if {THREADS}() > 1:\n    return {stop}"
+    else:  # (one max() and two tests: each `or` of a chain is blocks for numba to type and lower)
+        largest = sizes[0] if len(sizes) == 1 else f"max({', '.join(sizes)})"
+        code = (f"{SIZE} = {largest}\n"
+                f"if {SIZE} >= {FIRST_CHUNK_WORK} or ({SIZE} >= {below} and {THREADS}() > 1):\n    return {stop}")
+    stmts = ast.parse(code).body
+    for stmt in stmts:
+        for node in ast.walk(stmt):
+            ast.copy_location(node, at)
+    return stmts
 
 
 def _is_counter_start(stmt: ast.stmt) -> bool:
@@ -57,10 +72,12 @@ def _is_counter_start(stmt: ast.stmt) -> bool:
 class _Inliner:
     """Unit calls replaced by their bodies, recursively through the runner's loops and branches."""
 
-    def __init__(self, units: dict[str, ast.FunctionDef], interrupted: ast.stmt) -> None:
-        self.units, self.interrupted, self.count = units, interrupted, 0
+    def __init__(self, units: dict[str, ast.FunctionDef]) -> None:
+        self.units, self.count = units, 0
 
     def statements(self, stmt: ast.stmt) -> list[ast.stmt]:
+        if getattr(stmt, CHUNK_CHECK, False):
+            return []
         call = stmt.value if isinstance(stmt, ast.Expr) else None
         if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id in self.units:
             self.count += 1
@@ -83,22 +100,19 @@ class _Inliner:
                                               unit))
             elif arg.id != param:  # (the runner passes its own parameters, by name)
                 names[param] = arg.id
-        renamed = [_Renamed(names, self.interrupted).visit(s) for s in body]
+        renamed = [_Renamed(names).visit(s) for s in body]
         return head + renamed
 
 
 class _Renamed(ast.NodeTransformer):
-    """Names mapped; a `return` replaced by the runner's own interrupted return."""
+    """Names mapped (a unit without chunks has no `return` of its own)."""
 
-    def __init__(self, names: dict[str, str], interrupted: ast.stmt) -> None:
-        self.names, self.interrupted = names, interrupted
+    def __init__(self, names: dict[str, str]) -> None:
+        self.names = names
 
     def visit_Name(self, node: ast.Name) -> ast.AST:
         node.id = self.names.get(node.id, node.id)
         return node
-
-    def visit_Return(self, node: ast.Return) -> ast.AST:
-        return ast.copy_location(copy.deepcopy(self.interrupted), node)
 
 
 class _SerialLoops(ast.NodeTransformer):
