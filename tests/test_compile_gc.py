@@ -1,5 +1,5 @@
-"""The collector's threshold during a CUDA compile: raised, shared by nested and concurrent
-compiles, and always given back (a compile that fails included)."""
+"""The collector's threshold during a compile (CUDA and CPU): raised, shared by nested and
+concurrent compiles, and always given back (a compile that fails included)."""
 
 from __future__ import annotations
 
@@ -57,3 +57,32 @@ def test_a_users_own_settings_are_left_alone(thresholds):
     with rare_collections():
         gc.set_threshold(5000, 10, 10)  # changed by the user while a compile ran
     assert gc.get_threshold()[0] == 5000
+
+
+def test_a_cpu_compile_runs_with_the_raised_threshold(thresholds, cpu, monkeypatch):
+    """numba's CPU compiles too (compiler.cpu_program): a full collection they set off would walk
+    everything the process holds."""
+    import numpy as np
+    from numba.core.dispatcher import Dispatcher
+
+    import qgraph
+
+    seen = []
+    real = Dispatcher.compile
+
+    def spy(self, sig):
+        seen.append(gc.get_threshold())
+        return real(self, sig)
+
+    monkeypatch.setattr(Dispatcher, "compile", spy)
+
+    @qgraph.kernel
+    def halve(x):
+        for i in range(x.shape[0]):
+            x[i] = x[i] * 0.5
+
+    x = np.ones(5)
+    halve(x)
+    np.testing.assert_array_equal(x, np.full(5, 0.5))
+    assert seen and all(t == (COMPILE_THRESHOLD, 10, 10) for t in seen)
+    assert gc.get_threshold() == (700, 10, 10)

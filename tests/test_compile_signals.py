@@ -1,6 +1,5 @@
 """Ctrl-C during a compile is never lost (compiler/compile_signals.py): llvmlite's ctypes
-callbacks drop a KeyboardInterrupt raised inside them, so the compile raises it afterwards. The
-cyclic garbage collector waits for the compile."""
+callbacks drop a KeyboardInterrupt raised inside them, so the compile raises it afterwards."""
 
 from __future__ import annotations
 
@@ -49,39 +48,3 @@ def test_a_users_own_handler_is_left_alone():
         assert seen == [signal.SIGINT]
     finally:
         signal.signal(signal.SIGINT, previous)
-
-
-def test_the_collector_waits_for_a_compile_and_comes_back_after_one_that_failed(cpu):
-    import gc
-
-    import numpy as np
-
-    import qgraph
-
-    @qgraph.kernel
-    def halve(x):
-        for i in range(x.shape[0]):
-            x[i] = x[i] * 0.5
-
-    seen = []
-    x = np.ones(4)
-    gc.callbacks.append(lambda phase, info: seen.append(phase))
-    try:
-        with interruptible_compile("halve"):
-            assert not gc.isenabled()
-            halve(x)  # a compile inside one: the collector stays off, and is not turned on by it
-            assert not gc.isenabled()
-            gc.collect()  # (an explicit collection still runs)
-        assert gc.isenabled() and seen
-        with pytest.raises(RuntimeError, match="a failed compile"):
-            with interruptible_compile("halve"):
-                raise RuntimeError("a failed compile")
-        assert gc.isenabled()
-        gc.disable()  # a caller's own choice is kept
-        with interruptible_compile("halve"):
-            pass
-        assert not gc.isenabled()
-    finally:
-        gc.enable()
-        gc.callbacks.pop()
-    np.testing.assert_array_equal(x, np.full(4, 0.5))

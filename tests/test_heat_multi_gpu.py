@@ -5,6 +5,7 @@ same arithmetic in the same order, so the fields agree to the last bit on the CP
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -16,7 +17,9 @@ import pytest
 import qgraph
 from qgraph.examples import heat_multi_gpu as heat
 
-pytest.importorskip("torch.distributed")
+# (torch itself is imported by the first test: not by every pytest-xdist worker's collection, 3.5 s)
+if importlib.util.find_spec("torch") is None:
+    pytest.skip("PyTorch is not installed", allow_module_level=True)
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "heat_multi_gpu.py"
 
 
@@ -26,6 +29,7 @@ def sweeps_in_the_compile_cache():
     QGRAPH_CACHE_DIR): each rank loads them instead of compiling them again (2 and 3 ranks at once,
     each compile about as long as the rank's solve). Before NUMBA_NUM_THREADS changes below: numba
     re-reads it at a compile and refuses a value other than its running threads'."""
+    pytest.importorskip("torch.distributed")
     qgraph.init("cpu")
     u, change = qgraph.from_numpy(np.zeros((4, 5))), qgraph.ndarray(qgraph.f64, (1,))
     for sweep in (heat.sweep_edges, heat.sweep_interior):

@@ -4,6 +4,7 @@ Needs PyTorch (skipped without it)."""
 
 from __future__ import annotations
 
+import importlib.util
 import math
 
 import numpy as np
@@ -11,7 +12,15 @@ import pytest
 
 import qgraph
 
-torch = pytest.importorskip("torch")
+if importlib.util.find_spec("torch") is None:
+    pytest.skip("PyTorch is not installed", allow_module_level=True)
+torch = None  # imported when this module's first test runs: not by every pytest-xdist worker's collection (3.5 s)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _import_torch():
+    global torch
+    torch = pytest.importorskip("torch")
 
 
 @qgraph.kernel

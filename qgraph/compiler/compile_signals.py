@@ -7,43 +7,18 @@ a kernel that then looped for ever ignored the Ctrl-C that had already come. Whi
 runs in the main thread under Python's default SIGINT handler, the handler here records the
 signal as well as raising; a compile that returns normally after one raises KeyboardInterrupt
 naming the kernel. A user's own SIGINT handler is left alone.
-
-Python's cyclic garbage collector also waits while numba compiles: a compile allocates about
-a million objects, and the collections they set off walk the process's older objects too
-(pausing it halved the collector's time over four gradient and update test files run in one
-process, and took 5% off their time); what the compile left is collected at the next collection after it.
 """
 
 from __future__ import annotations
 
 import contextlib
-import gc
 import signal
 import threading
 
 
 @contextlib.contextmanager
 def interruptible_compile(kernel: str):
-    """Run a compile so that a Ctrl-C during it is never lost (see the module's docstring), with
-    the cyclic garbage collector paused."""
-    with _collector_paused():
-        yield from _signals_kept(kernel)
-
-
-@contextlib.contextmanager
-def _collector_paused():
-    """gc disabled until the block ends, unless it already was (by the caller, or an enclosing compile)."""
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
-
-
-def _signals_kept(kernel: str):
+    """Run a compile so that a Ctrl-C during it is never lost (see the module's docstring)."""
     if threading.current_thread() is not threading.main_thread() or \
             signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
         yield
