@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from ..compiler import ptx_text
 from ..lang import generated
+from ..lang.cpu.loops import FIRST_CHUNK_WORK
 
 
 @dataclass(frozen=True)
@@ -93,8 +94,9 @@ def cpu_code(kernel, launcher, key: tuple[str, ...], program, values: tuple) -> 
     tasks.sort(key=lambda t: t.index)
     host = host_sources(kernel, launcher)
     serial = program.serial_code()
-    if serial is not None:  # calls on one thread or with small arrays run this instead of the units
-        host[f"serial form (calls under {launcher.options.cpu_serial_below} elements or on one thread)"] = serial
+    if serial is not None:  # small calls run this instead of the units (lang.cpu.serial_form.size_check)
+        host[f"serial form (calls under {launcher.options.cpu_serial_below} elements, "
+             f"or under {FIRST_CHUNK_WORK} on one thread)"] = serial
     return KernelCode(kernel.__name__, "cpu", key, tuple(tasks), host)
 
 

@@ -11,8 +11,8 @@ On the CPU too (compiler.cpu_program), though in a fresh process it saved only 3
 compile and raised the peak of a 200-loop one from 301 to 317 MiB (numba's parfor IR is large
 garbage): in a process that holds much already (a test worker late in the suite, an application
 with its data), each full collection the compile sets off walks all of it. Over four gradient and
-update test files run in one process, the collector took 15.9 s of 126.6 s with numba's compiles
-as they were, 8.1 s with it off while numba compiled (120.6 s in all)."""
+update test files in one process (two such processes side by side), the collector took 21.6 s of
+170.0 s as it was, 11.9 s of 156.1 s made rare during numba's CPU compiles (peak 594.7 -> 598.2 MB)."""
 
 from __future__ import annotations
 

@@ -57,8 +57,9 @@ class KernelOptions:
     # On by default: a graph tiles a loop only where its tiles fit one wave (graph_unroll.MAX_TILED_WAVES),
     # where the fluids solve ran in 0.56x the hand-written graph on an H100 (docs/benchmarks.md, "Temporally tiled")
     temporal_tiling: bool | int = True
-    # CPU calls on one numba thread, or whose arrays (and int arguments) are all smaller, run the kernel's
-    # serial form (lang.cpu.serial_form): one numba function, compiled several times faster; 0: never.
+    # CPU calls whose arrays (and int arguments) are all smaller, or on one numba thread all under the
+    # parallel form's first chunk, run the kernel's serial form (lang.cpu.serial_form): one numba
+    # function, compiled several times faster; 0: never.
     # The serial runner's code holds it, which the CPU fingerprint covers, so not a code option
     cpu_serial_below: int = 4096
 

@@ -245,20 +245,20 @@ def cpu_module(src: KernelSource, options: KernelOptions = DEFAULT_OPTIONS, kind
             if precision is not None:
                 stmts = weak_typed(src, stmts, precision[0], task.loop_vars, local_names, precision[1],
                                    funcs=symbols.typing_funcs(precision[1]))
-            stmts = lower_statements(src, stmts, local_names, symbols, updates)
-            serial_stmts = stmts
-            if task.parallel:
-                dims = [Dim(*lower_bounds(src, d, symbols)) for d in task.dims]
-                frame = _reduction_frame(src, task, list(updates.reductions.values()), symbols)
-                serial_stmts = _cpu_parallel_loop(_with_dims(task, dims), copy.deepcopy(stmts), zero_d,
-                                                  copy.deepcopy(frame))
-                stmts = _cpu_parallel_loop(_with_dims(task, dims), stmts, zero_d, frame, chunked=chunked) \
-                    if chunked else serial_stmts
-            if debug is not None:
-                serial_stmts = debug.apply(serial_stmts, symbols.atomic_paths.values())
-                stmts = debug.apply(stmts, symbols.atomic_paths.values()) if chunked else serial_stmts
+            lowered = lower_statements(src, stmts, local_names, symbols, updates)
+
+            def placed(stmts: list[ast.stmt], chunks: bool, task=task, updates=updates) -> list[ast.stmt]:
+                """The task's statements in its parallel loop (in chunks or not), with its debug checks."""
+                if task.parallel:
+                    dims = [Dim(*lower_bounds(src, d, symbols)) for d in task.dims]
+                    stmts = _cpu_parallel_loop(_with_dims(task, dims), stmts, zero_d, _reduction_frame(
+                        src, task, list(updates.reductions.values()), symbols), chunked=chunks)
+                return stmts if debug is None else debug.apply(stmts, symbols.atomic_paths.values())
+
+            stmts = placed(copy.deepcopy(lowered) if chunked else lowered, chunked)
             body += stmts
-            serial_body += serial_stmts if chunked else copy.deepcopy(stmts)
+            # (serial_runner copies what it inlines, so the unchunked units may share statements)
+            serial_body += placed(lowered, False) if chunked else stmts
             used |= set(task.loaded) | set(task.bound_names)
         params = [p for p in src.param_names if p in used] + ([RECORD] if debug is not None or chunked else [])
         name = f"_qg_unit_{len(units)}"

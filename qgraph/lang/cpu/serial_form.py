@@ -5,7 +5,8 @@ numba compiles a function with parallel loops several times slower than the same
 and each unit the runner calls is a compile of its own: a 2-task kernel took 1.15 s as runner
 and two parallel units, 0.17 s as one serial function. Run on one numba thread, or over a few
 thousand elements, the parallel form only adds its threads' start and join to each loop. The
-serial form starts by checking that its call is one of those; when it is not, it returns
+serial form starts by checking that its call is one of those (and, as its loops have no Ctrl-C
+chunks, under the parallel form's first chunk); when it is not, it returns
 RunnerStatus.NEEDS_PARALLEL before touching anything and the launcher runs the parallel form.
 """
 
