@@ -23,6 +23,7 @@ import numpy as np
 from . import tape_loops
 from .backends import step_body
 from .backends.adjoint_calls import adjoint_reads, kernel_facts, launch_adjoint, loop_states
+from .backends.gradient_args import arrays_of, identity, is_array, is_float_array, no_struct_gradients, written_aliases
 from .errors import QgraphError
 from .runtime import state as runtime
 from .runtime.arrays import Ndarray
@@ -49,14 +50,17 @@ class _Call:
     """One recorded call: the kernel, the values its adjoint reads (copies where a later call
     overwrote them), and the arrays as the user passed them (whose gradients it accumulates)."""
 
-    __slots__ = ("kernel", "values", "arrays", "step", "loop")
+    __slots__ = ("kernel", "values", "arrays", "step", "loop", "seen", "aliases", "scratch")
 
-    def __init__(self, kernel, values: list, arrays: tuple, step) -> None:
+    def __init__(self, kernel, values: list, arrays: tuple, step, aliases: dict[int, int]) -> None:
         self.kernel = kernel
         self.values = values
         self.arrays = arrays
         self.step = step  # (the calls list, the step function) of the @qgraph.graph call it was made in, or None
         self.loop = None  # (LoopStates, the adjoint's hidden arguments, LoopPlan) of a loop that keeps states
+        self.seen: list[tuple[int, int]] = []  # (position, version) of qgraph arrays its adjoint reads live
+        self.aliases = aliases  # position -> an earlier position passing the same array (read-only)
+        self.scratch: dict[int, Ndarray] = {}  # position -> the gradient of an alias, added to its array's after
 
 
 class Tape:
@@ -70,14 +74,17 @@ class Tape:
         self.checkpoint_every = checkpoint_every  # passes between a repeat loop's checkpoints (None: sqrt of the count)
         self.checkpoint_bytes = checkpoint_bytes  # the most a recorded call's loop may keep (None: no limit)
         self._calls: list[_Call] = []
-        self._readers: dict[int, list[tuple[_Call, int]]] = {}  # id(array) -> (call, position) reading it live
-        self._arrays: dict[int, Ndarray] = {}  # id -> every array the recorded calls passed
-        self._written: set[int] = set()  # ids of arrays a recorded call wrote
-        self._temporary: dict[int, Ndarray] = {}  # id(array) -> its gradient for this tape (no .grad of its own)
+        self._readers: dict[tuple, list[tuple[_Call, int]]] = {}  # identity -> (call, position) reading it live
+        self._arrays: dict[tuple, object] = {}  # identity (tape_arrays) -> every array the recorded calls passed
+        self._names: dict[tuple, str] = {}  # identity -> how errors name it (its first parameter)
+        self._written: set[tuple] = set()  # identities of arrays a recorded call wrote
+        self._temporary: dict[tuple, Ndarray] = {}  # identity -> its accumulated gradient (no .grad of its own)
+        self._working: dict[tuple, Ndarray] = {}  # identity -> its gradient within one backward pass
         self._busy = False  # the tape's own calls (copies, fills, adjoints) are not recorded
         self._previous = None
         self._entered = False
         self._home = None  # the step body the tape was entered in (its calls are not grouped)
+        self._unwatch = None  # set while kernel calls must count their writes for this tape (step_body.watch)
         self.stats = TapeStats()
 
     def __enter__(self) -> Tape:
@@ -92,6 +99,13 @@ class Tape:
         step_body.pop_tape(self._previous)
         self._entered = False
         self._previous = None
+        self._busy = True
+        try:  # arrays of other libraries read live: copied now, as the tape cannot see their later writes
+            for key in list(self._readers):
+                if not isinstance(self._arrays[key], Ndarray):
+                    self._copy_for_readers(key)
+        finally:
+            self._busy = False
 
     # -- recording ---------------------------------------------------------------------------
 
@@ -100,48 +114,62 @@ class Tape:
         when the tape ran the call itself (a repeat loop's forward pass that keeps checkpoints)."""
         if self._busy or kernel._source.adjoint is not None:
             return False
+        src = kernel._source
+        who = f"kernel {src.name} (recorded on a qgraph.Tape)"
+        no_struct_gradients(src, args, who)
         info = kernel_facts(kernel)
+        arrays = arrays_of(src, args)
+        aliases = written_aliases(src, arrays, info.written, who)
         states = loop_states(kernel, key)
         self._busy = True
         try:
             values = list(args)
             loop = None if states is None else tape_loops.plan(self, kernel, args, states)
             for k in info.written:  # copy what earlier adjoints read before this call overwrites it
-                a = args[k]
-                if isinstance(a, Ndarray):
-                    self._copy_for_readers(a)
+                if k in arrays:
+                    self._copy_for_readers(identity(arrays[k]))
+                    if isinstance(arrays[k], Ndarray):
+                        arrays[k].version += 1
             step = step_body.current_body()
             if step is not None and self._home is not None and step[0] is self._home[0]:
                 step = None  # the tape lives inside this step: its backward is captured with it
-            call = _Call(kernel, values, tuple(args), step)
+            call = _Call(kernel, values, tuple(args), step, aliases)
             if loop is not None:  # the arrays the loop carries: working arrays of the adjoint's own
                 call.loop = tape_loops.run(self, kernel, args, values, loop)
             reads = adjoint_reads(kernel, key)
-            for k, a in enumerate(args):
-                if not isinstance(a, Ndarray):
-                    continue
-                self._arrays[id(a)] = a
+            for k, a in arrays.items():
+                found = identity(a)
+                self._arrays.setdefault(found, a)
+                self._names.setdefault(found, f"'{src.params[k].name}' of kernel {src.name}")
                 if k in info.written:
-                    self._written.add(id(a))
-                when = reads.get(kernel._source.params[k].name)
+                    self._written.add(found)
+                when = reads.get(src.params[k].name)
                 if when == "before" and k in info.written:
                     values[k] = self._snapshot(a)
                 elif when is not None:  # read live: copied if a later call overwrites it
-                    self._readers.setdefault(id(a), []).append((call, k))
+                    self._readers.setdefault(found, []).append((call, k))
+                    if isinstance(a, Ndarray):
+                        call.seen.append((k, a.version))
+                        self._watch()
             self._calls.append(call)
             self.stats.calls += 1
         finally:
             self._busy = False
         return loop is not None
 
-    def _copy_for_readers(self, a: Ndarray) -> None:
-        readers = self._readers.pop(id(a), None)
+    def _watch(self) -> None:
+        if self._unwatch is None:
+            step_body.watch(True)
+            self._unwatch = weakref.finalize(self, step_body.watch, False)
+
+    def _copy_for_readers(self, found: tuple) -> None:
+        readers = self._readers.pop(found, None)
         if readers:
-            copy = self._snapshot(a)
+            copy = self._snapshot(self._arrays[found])
             for call, k in readers:
                 call.values[k] = copy
 
-    def _snapshot(self, a: Ndarray) -> Ndarray:
+    def _snapshot(self, a) -> Ndarray:
         from .tape_kernels import COPY, index_rank
 
         copy = _like(a)
@@ -152,29 +180,32 @@ class Tape:
 
     # -- the backward pass -------------------------------------------------------------------
 
-    def gradient(self, a: Ndarray) -> Ndarray | None:
+    def gradient(self, a) -> Ndarray | None:
         """The gradient array of `a` in this tape: its `.grad`, else the tape's temporary one."""
-        return a.grad if a.grad is not None else self._temporary.get(id(a))
+        own = getattr(a, "grad", None) if isinstance(a, Ndarray) else None
+        return own if own is not None else self._temporary.get(identity(a)) if is_array(a) else None
 
-    def backward(self, loss: Ndarray | None = None, grads: dict | None = None) -> None:
+    def backward(self, loss=None, grads: dict | None = None) -> None:
         """Run the recorded calls' adjoints in reverse. `loss`: its gradient is set to ones first;
-        `grads={array: seed}`: each array's gradient is set to its seed (an array or a number)."""
+        `grads={array: seed}`: each array's gradient is set to its seed (an array or a number).
+        The gradients of this pass are added to the arrays' (a second backward adds again)."""
         if loss is None and not grads:
             raise QgraphError("Tape.backward: give the loss array (backward(loss)) or seeds "
                               "(backward(grads={array: seed}))")
+        if not self._calls:
+            raise QgraphError("Tape.backward: the tape holds no recorded kernel calls (none ran inside `with tape:`, "
+                              "or tape.reset() forgot them); record the calls first")
+        seeds = [(loss, 1.0)] if loss is not None else []
+        seeds += list((grads or {}).items())
+        for a, seed in seeds:
+            _check_seed(a, seed)
+            if not isinstance(a, Ndarray) and identity(a) not in self._arrays:
+                raise TypeError(f"Tape.backward: a seed is given for {_shown(a)}, which no recorded call passed; "
+                                "seed a float array the recorded kernels wrote")
+        self._check_versions()
         self._busy = True
         try:
-            for id_ in self._written:  # intermediate state: a gradient for the backward pass
-                a = self._arrays[id_]
-                if a.grad is None and id_ not in self._temporary and a.dtype.kind == "f":
-                    self._temporary[id_] = g = _like(a)
-                    self.stats.temporary_grads += 1
-                    self.stats.temporary_grad_bytes += g.nbytes
-            seeds = dict(grads or {})
-            if loss is not None:
-                seeds[loss] = 1.0
-            for a, seed in seeds.items():
-                self._seed(a, seed)
+            self._pass_gradients(seeds)
             if step_body.current_body() is not None:  # inside a step: the adjoints are captured with it
                 for call in reversed(self._calls):
                     self._adjoint(call)
@@ -184,33 +215,94 @@ class Tape:
                         self._adjoint(group[0])
                     else:  # the calls of one @qgraph.graph call: their adjoints as one captured step
                         _backward_step(group[0].step[1])(self, group)
+            self._accumulate()
         finally:
             self._busy = False
 
+    def _check_versions(self) -> None:
+        """Arrays the adjoints read as the recorded calls left them must still hold those values."""
+        for number, call in enumerate(self._calls):
+            for k, version in call.seen:
+                a = call.arrays[k]
+                if call.values[k] is a and a.version != version:
+                    src = call.kernel._source
+                    raise QgraphError(f"Tape.backward: the gradient of recorded call {number + 1} (kernel {src.name}, "
+                                      f"line {src.lineno}) needs '{src.params[k].name}' as that call left it, and "
+                                      "it was changed since (by a kernel call this tape did not record, another "
+                                      "tape's call, from_numpy or fill); call backward before changing it, or "
+                                      "record the calls again")
+
+    def _pass_gradients(self, seeds: list) -> None:
+        """This pass's gradient of every array the calls wrote or the user seeded: zero, then the seeds."""
+        wanted = {identity(a): a for a, _ in seeds}
+        wanted.update((k, self._arrays[k]) for k in self._written)
+        for found, a in wanted.items():
+            if not is_float_array(a):
+                continue
+            buffer = self._working.get(found)
+            if buffer is None:
+                buffer = self._working[found] = self._new_gradient(a)
+            _fill(buffer, 0.0)
+        for a, seed in seeds:
+            buffer = self._working[identity(a)]
+            if isinstance(seed, (int, float)):
+                _fill(buffer, float(seed))
+            else:
+                buffer.from_numpy(np.broadcast_to(np.asarray(seed, dtype=buffer.dtype), buffer.shape))
+
+    def _new_gradient(self, a) -> Ndarray:
+        g = _like(a)
+        self.stats.temporary_grads += 1
+        self.stats.temporary_grad_bytes += g.nbytes
+        return g
+
+    def _accumulate(self) -> None:
+        """This pass's gradients added to the arrays' `.grad` (or the tape's own, adopted the first time)."""
+        from .tape_kernels import ADD, index_rank
+
+        for found, buffer in list(self._working.items()):
+            a = self._arrays.get(found)
+            own = a.grad if isinstance(a, Ndarray) else None
+            if own is not None:
+                ADD[index_rank(own)](own, buffer)
+            elif found not in self._temporary:
+                self._temporary[found] = self._working.pop(found)
+            else:
+                ADD[index_rank(buffer)](self._temporary[found], buffer)
+
+    def _pass_gradient(self, a):
+        """The gradient an adjoint of this pass accumulates into for array `a` (None: none wanted)."""
+        found = identity(a)
+        buffer = self._working.get(found)
+        if buffer is not None:
+            return buffer
+        return getattr(a, "grad", None) if isinstance(a, Ndarray) else self._temporary.get(found)
+
     def _adjoint(self, call: _Call) -> None:
-        found = {}
-        for p, a in zip(call.kernel._source.params, call.arrays):
-            if isinstance(a, Ndarray):
-                g = self.gradient(a)
-                if g is not None:
-                    found[p.name] = g
+        from .tape_kernels import ADD, index_rank
+
+        found, added = {}, []
+        for k, (p, a) in enumerate(zip(call.kernel._source.params, call.arrays)):
+            if p.source is not None or not is_array(a):
+                continue
+            g = self._pass_gradient(a)
+            if g is None:
+                continue
+            if k in call.aliases:  # the same array passed again, read only: a gradient of its own, added after
+                scratch = call.scratch.get(k)
+                if scratch is None:
+                    scratch = call.scratch[k] = _like(g)
+                _fill(scratch, 0.0)
+                added.append((g, scratch))
+                g = scratch
+            found[p.name] = g
         if found:
             states, hidden = call.loop[:2] if call.loop else (None, ())
             if call.loop and step_body.current_body() is None:
                 tape_loops.check(call.kernel, call.loop)
             launch_adjoint(call.kernel, tuple(call.values), found, states=states, hidden=hidden)
-
-    def _seed(self, a, seed) -> None:
-        if not isinstance(a, Ndarray) or a.dtype.kind != "f":
-            raise TypeError(f"Tape.backward: a seed is given for {a!r}, which is not a float qgraph array")
-        g = self.gradient(a)
-        if g is None:
-            a.requires_grad = True
-            g = a.grad
-        if isinstance(seed, (int, float)):
-            _fill(g, float(seed))
-        else:
-            g.from_numpy(np.broadcast_to(np.asarray(seed, dtype=g.dtype), g.shape))
+        for g, scratch in added:
+            ADD[index_rank(g)](g, scratch)
 
     def zero(self) -> None:
         """Zero the gradients of every array the recorded calls passed (their .grad and the tape's)."""
@@ -228,9 +320,35 @@ class Tape:
         self._calls.clear()
         self._readers.clear()
         self._arrays.clear()
+        self._names.clear()
         self._written.clear()
         self._temporary.clear()
+        self._working.clear()
+        if self._unwatch is not None:
+            self._unwatch()
+            self._unwatch = None
         self.stats = TapeStats()
+
+
+def _check_seed(a, seed) -> None:
+    """A seed names a float array and fits its shape (a number fits any)."""
+    if not is_float_array(a):
+        raise TypeError(f"Tape.backward: a seed is given for {_shown(a)}, which is not a float array (a qgraph "
+                        "array, or one the recorded calls passed); seed the float array the kernels wrote")
+    if isinstance(seed, (int, float)) and not isinstance(seed, bool):
+        return
+    shape = np.shape(seed)
+    try:
+        np.broadcast_shapes(shape, tuple(a.shape))
+        np.broadcast_to(np.empty(shape), tuple(a.shape))
+    except ValueError:
+        raise ValueError(f"Tape.backward: the seed for an array of shape {tuple(a.shape)} has shape {shape}; give "
+                         "a number or an array of the array's shape") from None
+
+
+def _shown(a) -> str:
+    text = repr(a)
+    return text if len(text) < 60 else f"a {type(a).__module__}.{type(a).__name__}"
 
 
 def _step_groups(calls):
@@ -264,10 +382,13 @@ def _backward_step(fn):
     return found
 
 
-def _like(a: Ndarray) -> Ndarray:
-    """A zero-filled array of `a`'s kind on `a`'s device."""
+def _like(a) -> Ndarray:
+    """A zero-filled qgraph array of `a`'s kind on `a`'s device (for another library's array: its
+    dtype and shape, on the current device)."""
     from .tape_kernels import index_rank
 
+    if not isinstance(a, Ndarray):
+        return Ndarray(np.dtype(str(a.dtype).replace("torch.", "")), tuple(a.shape))
     shape = a.shape[:index_rank(a)]
     if a._device is not None:
         with runtime.device(a._device.info.ordinal):

@@ -1,6 +1,7 @@
-"""The small kernels a qgraph.Tape runs: copies (snapshots of arrays a later call overwrites)
-and fills (seeds and zeroed gradients), one per index rank, so that inside a @qgraph.graph
-step they are captured with the rest of the step instead of running eagerly."""
+"""The small kernels a qgraph.Tape runs: copies (snapshots of arrays a later call overwrites),
+fills (seeds and zeroed gradients) and adds (a backward pass's gradients accumulated), one per
+index rank, so that inside a @qgraph.graph step they are captured with the rest of the step
+instead of running eagerly."""
 
 from __future__ import annotations
 
@@ -61,4 +62,31 @@ FILL = (_fill0, _fill1, _fill2, _fill3)
 
 def index_rank(a) -> int:
     """The number of indices a kernel uses on `a` (an array of vectors: fewer, one per vector axis)."""
-    return a.ndim - (len(element_of(a._element).shape) if a._element is not None else 0)
+    element = getattr(a, "_element", None)  # arrays of other libraries have no vector type
+    return a.ndim - (len(element_of(element).shape) if element is not None else 0)
+
+
+@kernel
+def _add0(dst, src):
+    dst[()] += src[()]
+
+
+@kernel
+def _add1(dst, src):
+    for i in range(dst.shape[0]):
+        dst[i] += src[i]
+
+
+@kernel
+def _add2(dst, src):
+    for i, j in ndrange(dst.shape[0], dst.shape[1]):
+        dst[i, j] += src[i, j]
+
+
+@kernel
+def _add3(dst, src):
+    for i, j, k in ndrange(dst.shape[0], dst.shape[1], dst.shape[2]):
+        dst[i, j, k] += src[i, j, k]
+
+
+ADD = (_add0, _add1, _add2, _add3)  # a gradient of this backward pass added into the accumulated one

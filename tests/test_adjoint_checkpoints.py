@@ -109,6 +109,10 @@ def test_a_loop_nested_in_a_repeat_loop(loop_arch, outer, inner):
             kick(x, v, 0.05)
             for _ in range(inner):
                 drag_pass(x, v, k, 0.05)
+    if not outer:  # no pass: the gradient is the seed itself (and a tape with no calls refuses a backward)
+        for n in range(3):
+            np.testing.assert_allclose(found[n], seeds[n], rtol=1e-12, atol=1e-14)
+        return
     unrolled.backward(grads={a: seeds[n] for n, a in enumerate((x, v, k))})
     for n, a in enumerate((x, v, k)):
         np.testing.assert_allclose(found[n], a.grad.to_numpy(), rtol=1e-12, atol=1e-14)

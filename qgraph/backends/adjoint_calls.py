@@ -20,6 +20,7 @@ from ..lang.front.regions import DeviceLoop, IfRegion, RepeatLoop, control_regio
 from ..runtime import state as runtime
 from ..runtime.arrays import Ndarray
 from .checks import _written_names, written_params
+from .gradient_args import arrays_of, no_struct_gradients, written_aliases
 
 
 def adjoint_kernel(kernel, grads: tuple[str, ...], states: LoopStates | None = None):
@@ -55,17 +56,19 @@ def launch_adjoint(kernel, values: tuple, grads: dict[str, Ndarray], stream=None
 def run_adjoint(kernel, values: tuple) -> None:
     """kernel.grad(...): the adjoint of one call, with the `.grad` of its array arguments."""
     src = kernel._source
-    for p, v in zip(src.params, values):
-        fields = getattr(v, "__dataclass_fields__", None)
-        if fields and any(isinstance(getattr(v, f), Ndarray) and getattr(v, f).grad is not None for f in fields):
-            raise QgraphError(f"kernel {src.name}.grad: the struct argument '{p.name}' holds an array with a "
-                              "gradient; arrays inside a @qgraph.struct get none. Pass that array as an argument "
-                              "of its own to differentiate it")
+    who = f"kernel {src.name}.grad"
+    no_struct_gradients(src, values, who)
     grads = {p.name: g for p, v in zip(src.params, values) for g in [_gradient_of(v)] if g is not None}
     if not grads:
         raise QgraphError(f"kernel {kernel._source.name}.grad: no argument has a gradient; make the arrays to "
                           "differentiate with qgraph.ndarray(..., requires_grad=True) or set a.requires_grad = True")
     facts = kernel_facts(kernel)
+    for k, j in written_aliases(src, arrays_of(src, values), facts.written, who).items():
+        if {src.params[k].name, src.params[j].name} & grads.keys():
+            raise QgraphError(f"{who}: the call passes one array as both '{src.params[j].name}' and "
+                              f"'{src.params[k].name}', whose gradients would be added up by the same threads "
+                              "without synchronisation; pass a copy as one of them, or record the call on a "
+                              "qgraph.Tape (which gives each its own gradient and adds them)")
     key = kernel._compile(*values)
     states = loop_states(kernel, key)
     if states is not None:
@@ -144,8 +147,8 @@ def _analyse(kernel, key: tuple) -> None:
     src = kernel._source
     facts = kernel_facts(kernel)
     kinds = [arg_type(sig) for sig in key]
-    grads = tuple(p.name for p, kind in zip(src.params, kinds)
-                  if getattr(kind, "is_array", False) and kind.dtype.kind == "f")
+    grads = tuple(p.name for p, kind in zip(src.params, kinds)  # implicit ones (report rings) carry none
+                  if getattr(kind, "is_array", False) and kind.dtype.kind == "f" and p.source is None)
     adjoint = adjoint_source(src, grads, analysis=True)
     flat = flat_source(adjoint, kinds + [kinds[src.param_names.index(g)] for g in grads],
                        kernel._options_now(runtime.STATE).default_float)

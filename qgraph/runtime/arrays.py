@@ -38,11 +38,14 @@ class Ndarray:
     _qgraph_array = True  # how the argument layer (below the runtime) recognises it
 
     __slots__ = ("_shape", "_dtype", "_size", "_host", "_free", "_ptr", "_device", "_sig", "_abi",
-                 "_element", "grad", "__weakref__")
+                 "_element", "grad", "version", "__weakref__")
 
     def __init__(self, dtype, shape, requires_grad: bool = False) -> None:
         state = runtime.ensure_init()
         self.grad: Ndarray | None = None  # the gradient array, with requires_grad (kernel.grad, qgraph.Tape)
+        # +1 on each write a tape may have to know of (from_numpy, fill; kernel calls while a tape needs the
+        # array's value): Tape.backward compares it with the version its recorded calls saw
+        self.version = 0
         element = element_of(dtype)
         self._element = dtype if element is not None else None
         self._dtype = as_dtype(element.dtype if element is not None else dtype)
@@ -143,6 +146,7 @@ class Ndarray:
         a = np.asarray(a)
         if a.shape != self._shape:
             raise ValueError(f"from_numpy: shape {a.shape} does not match the array's shape {self._shape}")
+        self.version += 1
         if self._host is not None:
             self._host[...] = a
             return self
@@ -162,6 +166,7 @@ class Ndarray:
 
     def fill(self, value) -> Ndarray:
         """Set every element to `value`; on cuda, ordered after earlier work on qgraph's stream."""
+        self.version += 1
         if self._host is not None:
             self._host.fill(value)
             return self
@@ -214,6 +219,7 @@ def host_mapped(dtype, size: int) -> tuple[Ndarray, np.ndarray]:
     array = Ndarray.__new__(Ndarray)
     array._free = owned(array, free_host, host)  # with the array, never before
     array.grad, array._element, array._dtype, array._shape, array._size = None, None, dtype, (size,), size
+    array.version = 0
     array._sig = array_sig(dtype, 1, True, size, ())
     array._host, array._device = None, state.current().device
     array._ptr = int(check(d.cuMemHostGetDevicePointer(host, 0), "cuMemHostGetDevicePointer"))

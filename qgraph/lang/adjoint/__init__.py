@@ -66,7 +66,8 @@ def adjoint_task(src: KernelSource, task: Task, kinds: dict, funcs: list) -> tup
     prefix = f"t{task.index}_"
     body = three_address(src, task.body, arrays, defs, prefix)
     types = _types(src, body, kinds, task.loop_vars)
-    stmts, reads = adjoint_statements(src, body, types, grads, src.resolve, prefix)
+    stmts, reads = adjoint_statements(src, body, types, grads, src.resolve, prefix,
+                                          task.loop_vars if task.parallel else ())
     for s in stmts:
         ast.fix_missing_locations(ast.copy_location(s, ast.Pass(lineno=task.lineno, col_offset=0)))
     return dataclasses.replace(task, body=stmts or [ast.Pass(lineno=task.lineno, col_offset=0)]), reads

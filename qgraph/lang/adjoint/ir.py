@@ -75,6 +75,7 @@ class CountedLoop:
     line: int
     carried: frozenset[str] = frozenset()
     blocks: tuple = ()
+    count: str | None = None  # a loop with a break: the variable counting the passes it ran
 
 
 @dataclass(eq=False)

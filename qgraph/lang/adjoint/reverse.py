@@ -54,8 +54,10 @@ def _zero(name: str) -> ast.Assign:
 class Reverse:
     """The adjoint of one task body (see the module docstring)."""
 
-    def __init__(self, src, body: Body, types: dict, grads: set[str], resolve, prefix: str) -> None:
+    def __init__(self, src, body: Body, types: dict, grads: set[str], resolve, prefix: str,
+                 parallel: tuple[str, ...] = ()) -> None:
         self.src = src
+        self.parallel = parallel  # a parallel task's loop variables: its iterations must not read what others write
         self.body = body
         self.types = types  # name -> weak type (lang.types.weak_types)
         self.grads = grads  # arrays whose gradients the adjoint accumulates
@@ -143,6 +145,8 @@ class Reverse:
         d = _name(_d(let.target))
         out: list[ast.stmt] = []
         if let.kind in ("load", "unknown"):
+            if let.kind == "load":
+                self._no_race(let)
             out.append(_add(_element(let.array, let.index, True), d))
         else:
             found = partials(let.value, _name(let.target), self.resolve)
@@ -194,8 +198,6 @@ class Reverse:
         body = self.sweep(loop.body)
         if not body:
             return []
-        if any(isinstance(s, Jump) for s in walk(loop.body)):
-            raise self.error("a gradient through a loop with break or continue", loop.line)
         if not isinstance(loop.step, ast.Constant) or not isinstance(loop.step.value, int) or loop.step.value == 0:
             raise self.error("a gradient through a loop whose step is not a constant", loop.line)
         step = loop.step.value
@@ -206,11 +208,14 @@ class Reverse:
                     and id(self.body.lets[let.target][0]) not in inside}
         recompute = self.recompute(loop.body, _free(body), changing, loop)
         trips, r = self.fresh(), self.fresh()
-        if step > 0:  # max(0, (stop - start + step - 1) // step)
+        if loop.count is not None:  # a loop that may break: the passes the forward pass counted
+            count = _name(loop.count)
+        elif step > 0:  # max(0, (stop - start + step - 1) // step)
             span = ast.BinOp(ast.BinOp(loop.stop, ast.Sub(), loop.start), ast.Add(), ast.Constant(step - 1))
+            count = ast.BinOp(span, ast.FloorDiv(), ast.Constant(step))
         else:
             span = ast.BinOp(ast.BinOp(loop.start, ast.Sub(), loop.stop), ast.Add(), ast.Constant(-step - 1))
-        count = ast.BinOp(span, ast.FloorDiv(), ast.Constant(abs(step)))
+            count = ast.BinOp(span, ast.FloorDiv(), ast.Constant(-step))
         # var = start + (trips - 1 - r) * step: the passes in reverse order
         back = ast.BinOp(ast.BinOp(ast.BinOp(_name(trips), ast.Sub(), ast.Constant(1)), ast.Sub(), _name(r)),
                          ast.Mult(), ast.Constant(step))
@@ -242,6 +247,7 @@ class Reverse:
                 if let.kind in ("unknown", "returned"):
                     raise self.error(f"the gradient needs {let.why}", let.line)
                 if let.kind == "load":
+                    self._no_race(let)
                     clobbered = any(_may_alias(let.index, index) for index in self.stores.get(let.array, ()))
                     self.reads[let.array] = self.reads.get(let.array, False) or clobbered
                 todo += names_in(let.value)
@@ -249,38 +255,67 @@ class Reverse:
                     if id(b) in inside and id(b) not in blocks:
                         blocks.add(id(b))
                         todo += self._block_names(b)
+                        for branch in _jump_branches(b):  # a loop recomputed takes its breaks as it did
+                            if id(branch) not in blocks:
+                                blocks.add(id(branch))
+                                todo += names_in(branch.test)
         for n in need:
             if any(let.blocks and id(let.blocks[-1]) in inside for let in lets[n]):
                 self.declared.add(n)
-        return render(self._select(stmts, need, blocks))
+        # a pass of `region` recomputed in the reverse loop takes none of region's own jumps (its count did)
+        return render(self._select(stmts, need, blocks, keep_jumps=region is None))
+
+    def _no_race(self, load: Let) -> None:
+        """A parallel task's load the gradient uses, of an array the task stores at another index:
+        iterations read what others write, in an order neither the forward pass nor its adjoint fixes."""
+        if not self.parallel:
+            return
+        if any(_other_iterations(load.index, index, self.parallel) for index in self.stores.get(load.array, ())):
+            raise self.error(f"the task reads `{load.array}` at one index and writes it at another: in a parallel "
+                             "loop, iterations would read what other iterations write (a race, in the forward pass "
+                             "too); write the results into another array, or make the loop serial "
+                             "(for ... in qgraph.serial(range(...)))", load.line)
 
     def _block_names(self, b) -> list[str]:
         if isinstance(b, Branch):
             return list(names_in(b.test))
         if isinstance(b, CountedLoop):
-            jumps = [n for j in walk(b.body) if isinstance(j, Jump) for blk in j.blocks
-                     if isinstance(blk, Branch) for n in names_in(blk.test)]
-            return list(names_in(b.start) | names_in(b.stop) | names_in(b.step)) + jumps
+            return list(names_in(b.start) | names_in(b.stop) | names_in(b.step))
         if isinstance(b, WhileLoop):
             return list(names_in(b.test))
         return []
 
-    def _select(self, stmts: list, need: set[str], blocks: set[int]) -> list:
+    def _select(self, stmts: list, need: set[str], blocks: set[int], keep_jumps: bool = True) -> list:
+        """The statements of `stmts` computing `need`, in the blocks `blocks` (ids); `keep_jumps`:
+        with the break statements of the loop `stmts` belongs to (those of loops inside always)."""
         out = []
         for s in stmts:
             if isinstance(s, Let) and s.target in need:
                 out.append(s)
             elif isinstance(s, Branch) and id(s) in blocks:
-                out.append(Branch(s.test, self._select(s.then, need, blocks), self._select(s.orelse, need, blocks),
-                                  s.line))
+                out.append(Branch(s.test, self._select(s.then, need, blocks, keep_jumps),
+                                  self._select(s.orelse, need, blocks, keep_jumps), s.line))
             elif isinstance(s, CountedLoop) and id(s) in blocks:
                 out.append(CountedLoop(s.var, s.start, s.stop, s.step, self._select(s.body, need, blocks), s.line))
             elif isinstance(s, WhileLoop) and id(s) in blocks:
                 out.append(WhileLoop(self._select(s.test_body, need, blocks), s.test,
                                      self._select(s.body, need, blocks), s.line))
-            elif isinstance(s, Jump):
+            elif isinstance(s, Jump) and keep_jumps:
                 out.append(s)
         return out
+
+
+def _jump_branches(loop) -> list[Branch]:
+    """The branches on the paths to the break statements of `loop` (those of loops inside excluded)."""
+    if not isinstance(loop, (CountedLoop, WhileLoop)):
+        return []
+    found: dict[int, Branch] = {}
+    for j in walk(loop.body):
+        if isinstance(j, Jump):
+            blocks = j.blocks[j.blocks.index(loop) + 1:] if loop in j.blocks else ()
+            if not any(isinstance(b, (CountedLoop, WhileLoop)) for b in blocks):
+                found.update((id(b), b) for b in blocks)
+    return list(found.values())
 
 
 def _free(code: list[ast.stmt], assigned: frozenset = frozenset()) -> set[str]:
@@ -319,16 +354,27 @@ def _stores(node: ast.AST) -> set[str]:
     return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
 
 
+def _other_iterations(a: tuple, b: tuple, loop_vars: tuple[str, ...]) -> bool:
+    """Whether subscripts `a` and `b` in a parallel loop over `loop_vars` may name one element in two
+    different iterations: not where each loop variable is the same position of both, nor where a
+    position holds two different constants."""
+    if not _may_alias(a, b):
+        return False
+    pinned = {x.id for x, y in zip(a, b) if isinstance(x, ast.Name) and isinstance(y, ast.Name) and x.id == y.id}
+    return not set(loop_vars) <= pinned
+
+
 def _may_alias(a: tuple, b: tuple) -> bool:
     """Whether two subscripts may name one element: not when a position holds two different constants."""
     return not any(isinstance(x, ast.Constant) and isinstance(y, ast.Constant) and x.value != y.value
                    for x, y in zip(a, b))
 
 
-def adjoint_statements(src, body: Body, types: dict, grads: set[str], resolve, prefix: str) -> tuple[list, dict]:
+def adjoint_statements(src, body: Body, types: dict, grads: set[str], resolve, prefix: str,
+                       parallel: tuple[str, ...] = ()) -> tuple[list, dict]:
     """(the adjoint task body's statements, the arrays whose values it reads: name -> whether
     the task itself may have overwritten what is read, so only their value before it will do)."""
-    rev = Reverse(src, body, types, grads, resolve, prefix)
+    rev = Reverse(src, body, types, grads, resolve, prefix, parallel)
     sweep = rev.sweep(body.stmts)
     forward = rev.recompute(body.stmts, _free(sweep), set(), None)
     declare = []

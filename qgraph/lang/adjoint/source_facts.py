@@ -69,3 +69,35 @@ def dump(atoms: tuple) -> str:
 
 def index_expr(atoms: tuple) -> ast.expr:
     return atoms[0] if len(atoms) == 1 else ast.Tuple(list(atoms), ast.Load())
+
+
+def structured_jumps(stmts: list[ast.stmt]) -> list[ast.stmt]:
+    """A loop body (or a parallel task's body) with its own `continue`s turned into structure and
+    nothing after its `break`s: the statements after an `if` that may jump move into the paths
+    through it that do not, so the adjoint sees which statements a pass ran from the branches
+    alone (a `break` stays, last on its path; jumps of nested loops are theirs)."""
+    out: list[ast.stmt] = []
+    for k, s in enumerate(stmts):
+        if isinstance(s, ast.Continue):
+            return out
+        if isinstance(s, ast.Break):
+            out.append(s)
+            return out
+        if isinstance(s, ast.If) and jumps(s):
+            rest = stmts[k + 1:]
+            s = copy.copy(s)  # the task's own statements stay as they are
+            s.body = structured_jumps(s.body + copy.deepcopy(rest)) or [ast.copy_location(ast.Pass(), s)]
+            s.orelse = structured_jumps(s.orelse + copy.deepcopy(rest))
+            out.append(s)
+            return out
+        out.append(s)
+    return out
+
+
+def jumps(node: ast.AST) -> bool:
+    """Whether `node` holds a break or continue of the loop around it (not of a loop inside it)."""
+    if isinstance(node, (ast.Break, ast.Continue)):
+        return True
+    if isinstance(node, (ast.For, ast.While, ast.FunctionDef, ast.Lambda)):
+        return False
+    return any(jumps(child) for child in ast.iter_child_nodes(node))

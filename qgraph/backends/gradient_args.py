@@ -1,0 +1,81 @@
+"""What kernel.grad and qgraph.Tape must know of the arrays a call passes: one identity per
+block of memory whatever library holds it, the arguments that alias one another, and the
+arguments whose gradient cannot be taken (arrays inside structs).
+
+A gradient is never silently wrong: what the adjoint cannot follow raises here, before the
+call runs, naming the arguments and the fix.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import QgraphError
+from ..runtime.arrays import Ndarray
+
+
+def address(a) -> int | None:
+    """The address of the first element of array argument `a` (None: not an array)."""
+    if isinstance(a, Ndarray):
+        return a._ptr if a._host is None else a._host.__array_interface__["data"][0]
+    if isinstance(a, np.ndarray):
+        return a.__array_interface__["data"][0]
+    if type(a).__module__.startswith("torch") and hasattr(a, "data_ptr"):
+        return a.data_ptr()
+    interface = getattr(a, "__cuda_array_interface__", None)
+    if interface is not None:
+        return interface["data"][0]
+    return None
+
+
+def identity(a) -> tuple:
+    """The key of an array's memory: the same for every object (a qgraph array, a NumPy view, a
+    PyTorch tensor) naming the same bytes, so a tape follows them as one array."""
+    nbytes = a.nbytes if hasattr(a, "nbytes") else a.numel() * a.element_size()
+    return address(a), int(nbytes)  # one address space for host and devices (CUDA's unified addressing)
+
+
+def is_array(a) -> bool:
+    return isinstance(a, (Ndarray, np.ndarray)) or hasattr(a, "__cuda_array_interface__") or \
+        (type(a).__module__.startswith("torch") and hasattr(a, "data_ptr"))
+
+
+def is_float_array(a) -> bool:
+    return is_array(a) and np.dtype(str(a.dtype).replace("torch.", "")).kind == "f"
+
+
+def arrays_of(src, args: tuple) -> dict[int, object]:
+    """Position -> the array arguments of a call the user passed (implicit parameters left out)."""
+    return {k: a for k, (p, a) in enumerate(zip(src.params, args)) if p.source is None and is_array(a)}
+
+
+def no_struct_gradients(src, args: tuple, who: str) -> None:
+    """Arrays inside a @qgraph.struct get no gradient: one that has one raises (never a silent zero)."""
+    for p, v in zip(src.params, args):
+        fields = getattr(v, "__dataclass_fields__", None)
+        if fields and any(isinstance(getattr(v, f), Ndarray) and getattr(v, f).grad is not None for f in fields):
+            raise QgraphError(f"{who}: the struct argument '{p.name}' holds an array with a gradient; arrays "
+                              "inside a @qgraph.struct get none. Pass that array as an argument of its own to "
+                              "differentiate it")
+
+
+def written_aliases(src, arrays: dict[int, object], written, who: str) -> dict[int, int]:
+    """Position -> the earlier position passing the same memory. Raises where the kernel writes one
+    of them: the adjoint is made for distinct arrays, so its gradient would be wrong."""
+    first: dict[tuple, int] = {}
+    aliases = {}
+    for k, a in arrays.items():
+        key = identity(a)
+        if key in first:
+            j = first[key]
+            if j in written or k in written:
+                names = src.params[j].name, src.params[k].name
+                raise QgraphError(f"{who}: the call passes one array as both '{names[0]}' and '{names[1]}', and the "
+                                  f"kernel writes '{names[1] if k in written else names[0]}' (line "
+                                  f"{written.get(k, written.get(j))}); its gradient would be wrong, as the adjoint "
+                                  "is made for distinct arrays. Pass a copy as one of them "
+                                  "(qgraph.from_numpy(x.to_numpy()))")
+            aliases[k] = j
+        else:
+            first[key] = k
+    return aliases
