@@ -23,10 +23,19 @@ import numpy as np
 from . import tape_loops
 from .backends import step_body
 from .backends.adjoint_calls import adjoint_reads, kernel_facts, launch_adjoint, loop_states
-from .backends.gradient_args import arrays_of, identity, is_array, is_float_array, no_struct_gradients, written_aliases
+from .backends.gradient_args import (
+    arrays_of,
+    check_seed,
+    identity,
+    is_array,
+    is_float_array,
+    no_struct_gradients,
+    shown,
+    written_aliases,
+)
 from .errors import QgraphError
-from .runtime import state as runtime
 from .runtime.arrays import Ndarray
+from .tape_kernels import fill, like
 
 
 @dataclass
@@ -172,7 +181,7 @@ class Tape:
     def _snapshot(self, a) -> Ndarray:
         from .tape_kernels import COPY, index_rank
 
-        copy = _like(a)
+        copy = like(a)
         COPY[index_rank(a)](copy, a)
         self.stats.snapshots += 1
         self.stats.snapshot_bytes += a.nbytes
@@ -198,9 +207,9 @@ class Tape:
         seeds = [(loss, 1.0)] if loss is not None else []
         seeds += list((grads or {}).items())
         for a, seed in seeds:
-            _check_seed(a, seed)
+            check_seed(a, seed)
             if not isinstance(a, Ndarray) and identity(a) not in self._arrays:
-                raise TypeError(f"Tape.backward: a seed is given for {_shown(a)}, which no recorded call passed; "
+                raise TypeError(f"Tape.backward: a seed is given for {shown(a)}, which no recorded call passed; "
                                 "seed a float array the recorded kernels wrote")
         self._check_versions()
         self._busy = True
@@ -242,16 +251,16 @@ class Tape:
             buffer = self._working.get(found)
             if buffer is None:
                 buffer = self._working[found] = self._new_gradient(a)
-            _fill(buffer, 0.0)
+            fill(buffer, 0.0)
         for a, seed in seeds:
             buffer = self._working[identity(a)]
             if isinstance(seed, (int, float)):
-                _fill(buffer, float(seed))
+                fill(buffer, float(seed))
             else:
                 buffer.from_numpy(np.broadcast_to(np.asarray(seed, dtype=buffer.dtype), buffer.shape))
 
     def _new_gradient(self, a) -> Ndarray:
-        g = _like(a)
+        g = like(a)
         self.stats.temporary_grads += 1
         self.stats.temporary_grad_bytes += g.nbytes
         return g
@@ -291,8 +300,8 @@ class Tape:
             if k in call.aliases:  # the same array passed again, read only: a gradient of its own, added after
                 scratch = call.scratch.get(k)
                 if scratch is None:
-                    scratch = call.scratch[k] = _like(g)
-                _fill(scratch, 0.0)
+                    scratch = call.scratch[k] = like(g)
+                fill(scratch, 0.0)
                 added.append((g, scratch))
                 g = scratch
             found[p.name] = g
@@ -311,7 +320,7 @@ class Tape:
             for a in self._arrays.values():
                 g = self.gradient(a)
                 if g is not None:
-                    _fill(g, 0.0)
+                    fill(g, 0.0)
         finally:
             self._busy = False
 
@@ -328,27 +337,6 @@ class Tape:
             self._unwatch()
             self._unwatch = None
         self.stats = TapeStats()
-
-
-def _check_seed(a, seed) -> None:
-    """A seed names a float array and fits its shape (a number fits any)."""
-    if not is_float_array(a):
-        raise TypeError(f"Tape.backward: a seed is given for {_shown(a)}, which is not a float array (a qgraph "
-                        "array, or one the recorded calls passed); seed the float array the kernels wrote")
-    if isinstance(seed, (int, float)) and not isinstance(seed, bool):
-        return
-    shape = np.shape(seed)
-    try:
-        np.broadcast_shapes(shape, tuple(a.shape))
-        np.broadcast_to(np.empty(shape), tuple(a.shape))
-    except ValueError:
-        raise ValueError(f"Tape.backward: the seed for an array of shape {tuple(a.shape)} has shape {shape}; give "
-                         "a number or an array of the array's shape") from None
-
-
-def _shown(a) -> str:
-    text = repr(a)
-    return text if len(text) < 60 else f"a {type(a).__module__}.{type(a).__name__}"
 
 
 def _step_groups(calls):
@@ -380,23 +368,3 @@ def _backward_step(fn):
         backward.__name__ = backward.__qualname__ = f"{getattr(fn, '__name__', 'step')}.backward"
         found = _BACKWARD[fn] = GraphFunction(backward, None)
     return found
-
-
-def _like(a) -> Ndarray:
-    """A zero-filled qgraph array of `a`'s kind on `a`'s device (for another library's array: its
-    dtype and shape, on the current device)."""
-    from .tape_kernels import index_rank
-
-    if not isinstance(a, Ndarray):
-        return Ndarray(np.dtype(str(a.dtype).replace("torch.", "")), tuple(a.shape))
-    shape = a.shape[:index_rank(a)]
-    if a._device is not None:
-        with runtime.device(a._device.info.ordinal):
-            return Ndarray(a._element or a.dtype, shape)
-    return Ndarray(a._element or a.dtype, shape)
-
-
-def _fill(a: Ndarray, value: float) -> None:
-    from .tape_kernels import FILL, index_rank
-
-    FILL[index_rank(a)](a, a._element(value) if a._element is not None else value)  # a vector for vector arrays

@@ -5,9 +5,13 @@ instead of running eagerly."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from .decorator import kernel
 from .lang.front.builtins import ndrange
 from .lang.types.vector_types import element_of
+from .runtime import state as runtime
+from .runtime.arrays import Ndarray
 
 
 @kernel
@@ -90,3 +94,19 @@ def _add3(dst, src):
 
 
 ADD = (_add0, _add1, _add2, _add3)  # a gradient of this backward pass added into the accumulated one
+
+
+def like(a) -> Ndarray:
+    """A zero-filled qgraph array of `a`'s kind on `a`'s device (for another library's array: its
+    dtype and shape, on the current device)."""
+    if not isinstance(a, Ndarray):
+        return Ndarray(np.dtype(str(a.dtype).replace("torch.", "")), tuple(a.shape))
+    shape = a.shape[:index_rank(a)]
+    if a._device is not None:
+        with runtime.device(a._device.info.ordinal):
+            return Ndarray(a._element or a.dtype, shape)
+    return Ndarray(a._element or a.dtype, shape)
+
+
+def fill(a: Ndarray, value: float) -> None:
+    FILL[index_rank(a)](a, a._element(value) if a._element is not None else value)  # a vector for vector arrays

@@ -79,3 +79,24 @@ def written_aliases(src, arrays: dict[int, object], written, who: str) -> dict[i
         else:
             first[key] = k
     return aliases
+
+
+def check_seed(a, seed) -> None:
+    """A seed names a float array and fits its shape (a number fits any)."""
+    if not is_float_array(a):
+        raise TypeError(f"Tape.backward: a seed is given for {shown(a)}, which is not a float array (a qgraph "
+                        "array, or one the recorded calls passed); seed the float array the kernels wrote")
+    if isinstance(seed, (int, float)) and not isinstance(seed, bool):
+        return
+    shape = np.shape(seed)
+    try:
+        np.broadcast_shapes(shape, tuple(a.shape))
+        np.broadcast_to(np.empty(shape), tuple(a.shape))
+    except ValueError:
+        raise ValueError(f"Tape.backward: the seed for an array of shape {tuple(a.shape)} has shape {shape}; give "
+                         "a number or an array of the array's shape") from None
+
+
+def shown(a) -> str:
+    text = repr(a)
+    return text if len(text) < 60 else f"a {type(a).__module__}.{type(a).__name__}"
