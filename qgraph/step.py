@@ -64,6 +64,9 @@ class GraphFunction:
             return self._fn(*args, **kwargs)  # a step called by a step: its calls join the outer one
         if not isinstance(target, DeviceState):
             return self._cpu_run(args, kwargs, state.settings)
+        if self.graph_while is not None and step_body.ACTIVE[0] and step_body.tape_recording():
+            # under a tape every pass's calls are recorded: the loop runs here, its calls launched as made
+            return self._passes(args, kwargs, state.settings, lambda: (None, self._fn(*args, **kwargs)))
         try:
             runner = self._last or self._runner(target, state)
             if stream is not None:
@@ -73,6 +76,8 @@ class GraphFunction:
             if not (step_body.ACTIVE[0] and step_body.tape_recording()):  # a tape must see the body's calls
                 replayed, result = runner.replay_same(args, kwargs, runner.own_stream if stream is None else stream)
                 if replayed:
+                    if step_body.WATCHING[0]:  # a tape may need what the replay overwrote: counted
+                        runner.note_writes()
                     return result
             calls, result = step_body.run_body(self._fn, args, kwargs)
             if not calls:  # nothing to launch
@@ -118,20 +123,26 @@ class GraphFunction:
     def _cpu_run(self, args: tuple, kwargs: dict, settings):
         """The CPU: the body runs as written, its kernel calls counted (stats.kernel_calls, as on
         CUDA); with graph_while, until the flag reads 0 (do-while), with the guard."""
-        import numpy as np
-
         from .backends import step_body
 
         if self.graph_while is None:
             calls, result = step_body.run_body(self._fn, args, kwargs)
             self.stats.kernel_calls = len(calls)
             return result
+        return self._passes(args, kwargs, settings, lambda: step_body.run_body(self._fn, args, kwargs))
+
+    def _passes(self, args: tuple, kwargs: dict, settings, body: Callable):
+        """graph_while run by Python: `body()` (its calls or None, its result) until the flag reads
+        0 (do-while), with the guard."""
+        import numpy as np
+
         flag = self._flag(args, kwargs)
         limit = settings.max_iterations if self.max_iterations is USE_ENVIRONMENT else self.max_iterations
         passes = 0
         while True:
-            calls, result = step_body.run_body(self._fn, args, kwargs)
-            self.stats.kernel_calls = len(calls)  # of one pass, as the body of a CUDA step's loop
+            calls, result = body()
+            if calls is not None:
+                self.stats.kernel_calls = len(calls)  # of one pass, as the body of a CUDA step's loop
             passes += 1
             if np.asarray(flag).reshape(-1)[0] == 0:
                 return result

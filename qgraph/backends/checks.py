@@ -188,6 +188,7 @@ def check_signature(src: KernelSource, key: tuple[str, ...], args: tuple, bounds
         shape = tuple(getattr(args[k], "shape", ()))  # not an array: check_flag_types says so
         if shape not in ((), (1,)):
             raise flag_shape_error(src, k, shape)
+    check_flags_written(src)
     check_bounds(src, key, bounds, args)
     check_outside_values(src, key)
     flat = flat_source(src, [arg_type(sig) for sig in key], options.default_float)
@@ -197,6 +198,24 @@ def check_signature(src: KernelSource, key: tuple[str, ...], args: tuple, bounds
     if options.deterministic:
         check_deterministic(flat.src, flat.key)
     return flat
+
+
+def check_flags_written(src: KernelSource) -> None:
+    """A graph_while kernel that never writes its flag runs one pass (flag 0) or until the runaway
+    guard (flag set), whatever the data: a mistake (the flag kept in a local), raised here."""
+    flag = src.graph_while
+    if flag is None or src.adjoint is not None:
+        return
+    nodes = [n for task in src.tasks for stmt in task.body for n in ast.walk(stmt)]
+    root, _, field = flag.partition(".")
+    written = root in _written_names(src, nodes, frozenset()) if not field else any(
+        isinstance(n, (ast.Assign, ast.AugAssign)) and any(
+            isinstance(t, ast.Subscript) and ast.unparse(t.value) == flag
+            for t in (n.targets if isinstance(n, ast.Assign) else [n.target])) for n in nodes)
+    if not written:
+        raise src.error(f"kernel {src.name}: graph_while={flag!r}, but the kernel never writes `{flag}`, so the "
+                        "loop would run one pass or until the runaway guard, whatever the data; set the flag in "
+                        f"the body (`{flag}[0] = 1 if change[0] > tol else 0`), not in a local variable", src.lineno)
 
 
 def check_bounds(src, key: tuple, bounds, args: tuple) -> None:

@@ -28,7 +28,7 @@ from ..errors import QgraphError
 from ..graph_cache import TaskGraph
 from ..runtime.arrays import Ndarray
 from .checks import written_params
-from .step_body import body_calls, tape_call
+from .step_body import body_calls, note_writes, tape_call
 from .step_host import host_node, queue_host_calls, unqueue_host_calls
 
 _WRITTEN: dict[int, frozenset] = {}  # id(kernel source) -> positions of the array parameters it writes
@@ -287,6 +287,12 @@ class StepRunner:
                 raise self._fail(err, "cuGraphLaunch")
             self._stats.replays += 1
         return True, last[6]
+
+    def note_writes(self) -> None:
+        """A replay's writes counted in the versions of the arrays it writes (a tape checks them)."""
+        for call in self._current_calls:
+            if call.launcher is not None:
+                note_writes(call.launcher.kernel, call.args)
 
     def remember(self, args: tuple, kwargs: dict, stream: int, result) -> None:
         """After a run of the body: what replay_same compares the next call with."""
