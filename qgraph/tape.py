@@ -23,18 +23,10 @@ import numpy as np
 from . import tape_loops
 from .backends import step_body
 from .backends.adjoint_calls import adjoint_reads, kernel_facts, launch_adjoint, loop_states
-from .backends.gradient_args import (
-    arrays_of,
-    check_seed,
-    identity,
-    is_array,
-    is_float_array,
-    no_struct_gradients,
-    shown,
-    written_aliases,
-)
+from .backends.gradient_args import arrays_of, identity, is_array, is_float_array, no_struct_gradients, written_aliases
 from .errors import QgraphError
 from .runtime.arrays import Ndarray
+from .tape_arrays import FollowedArrays
 from .tape_kernels import fill, like
 
 
@@ -84,9 +76,7 @@ class Tape:
         self.checkpoint_bytes = checkpoint_bytes  # the most a recorded call's loop may keep (None: no limit)
         self._calls: list[_Call] = []
         self._readers: dict[tuple, list[tuple[_Call, int]]] = {}  # identity -> (call, position) reading it live
-        self._arrays: dict[tuple, object] = {}  # identity (tape_arrays) -> every array the recorded calls passed
-        self._names: dict[tuple, str] = {}  # identity -> how errors name it (its first parameter)
-        self._written: set[tuple] = set()  # identities of arrays a recorded call wrote
+        self._followed = FollowedArrays()  # every array the recorded calls passed (tape_arrays)
         self._temporary: dict[tuple, Ndarray] = {}  # identity -> its accumulated gradient (no .grad of its own)
         self._working: dict[tuple, Ndarray] = {}  # identity -> its gradient within one backward pass
         self._busy = False  # the tape's own calls (copies, fills, adjoints) are not recorded
@@ -111,7 +101,7 @@ class Tape:
         self._busy = True
         try:  # arrays of other libraries read live: copied now, as the tape cannot see their later writes
             for key in list(self._readers):
-                if not isinstance(self._arrays[key], Ndarray):
+                if not isinstance(self._followed.arrays[key], Ndarray):
                     self._copy_for_readers(key)
         finally:
             self._busy = False
@@ -129,6 +119,7 @@ class Tape:
         info = kernel_facts(kernel)
         arrays = arrays_of(src, args)
         aliases = written_aliases(src, arrays, info.written, who)
+        self._followed.check_structs(src, args, arrays, who)
         states = loop_states(kernel, key)
         self._busy = True
         try:
@@ -147,11 +138,7 @@ class Tape:
                 call.loop = tape_loops.run(self, kernel, args, values, loop)
             reads = adjoint_reads(kernel, key)
             for k, a in arrays.items():
-                found = identity(a)
-                self._arrays.setdefault(found, a)
-                self._names.setdefault(found, f"'{src.params[k].name}' of kernel {src.name}")
-                if k in info.written:
-                    self._written.add(found)
+                found = self._followed.add(src, k, a, k in info.written)
                 when = reads.get(src.params[k].name)
                 if when == "before" and k in info.written:
                     values[k] = self._snapshot(a)
@@ -174,7 +161,7 @@ class Tape:
     def _copy_for_readers(self, found: tuple) -> None:
         readers = self._readers.pop(found, None)
         if readers:
-            copy = self._snapshot(self._arrays[found])
+            copy = self._snapshot(self._followed.arrays[found])
             for call, k in readers:
                 call.values[k] = copy
 
@@ -207,10 +194,7 @@ class Tape:
         seeds = [(loss, 1.0)] if loss is not None else []
         seeds += list((grads or {}).items())
         for a, seed in seeds:
-            check_seed(a, seed)
-            if not isinstance(a, Ndarray) and identity(a) not in self._arrays:
-                raise TypeError(f"Tape.backward: a seed is given for {shown(a)}, which no recorded call passed; "
-                                "seed a float array the recorded kernels wrote")
+            self._followed.check_seed(a, seed)
         self._check_versions()
         self._busy = True
         try:
@@ -244,7 +228,7 @@ class Tape:
     def _pass_gradients(self, seeds: list) -> None:
         """This pass's gradient of every array the calls wrote or the user seeded: zero, then the seeds."""
         wanted = {identity(a): a for a, _ in seeds}
-        wanted.update((k, self._arrays[k]) for k in self._written)
+        wanted.update((k, self._followed.arrays[k]) for k in self._followed.written)
         for found, a in wanted.items():
             if not is_float_array(a):
                 continue
@@ -270,7 +254,7 @@ class Tape:
         from .tape_kernels import ADD, index_rank
 
         for found, buffer in list(self._working.items()):
-            a = self._arrays.get(found)
+            a = self._followed.arrays.get(found)
             own = a.grad if isinstance(a, Ndarray) else None
             if own is not None:
                 ADD[index_rank(own)](own, buffer)
@@ -317,7 +301,7 @@ class Tape:
         """Zero the gradients of every array the recorded calls passed (their .grad and the tape's)."""
         self._busy = True
         try:
-            for a in self._arrays.values():
+            for a in self._followed.arrays.values():
                 g = self.gradient(a)
                 if g is not None:
                     fill(g, 0.0)
@@ -328,9 +312,7 @@ class Tape:
         """Forget the recorded calls, copies and temporary gradients (the arrays' .grad stay)."""
         self._calls.clear()
         self._readers.clear()
-        self._arrays.clear()
-        self._names.clear()
-        self._written.clear()
+        self._followed.clear()
         self._temporary.clear()
         self._working.clear()
         if self._unwatch is not None:

@@ -384,3 +384,37 @@ def test_a_graph_while_step_on_a_tape(loop_arch):
     gv = [(final_x(x0, v0 + e) - final_x(x0, v0 - e)) / 2e-6 for e in eye]
     np.testing.assert_allclose(x.grad.to_numpy(), gx, rtol=1e-7)
     np.testing.assert_allclose(v.grad.to_numpy(), gv, rtol=1e-7)
+
+
+@qgraph.struct
+class Outputs:
+    y: object
+
+
+@qgraph.kernel
+def square_into_struct(x, out: Outputs):
+    for i in range(x.shape[0]):
+        out.y[i] = x[i] * x[i]
+
+
+@qgraph.kernel
+def sum_struct(out: Outputs, loss):
+    for i in range(out.y.shape[0]):
+        loss[0] += out.y[i]
+
+
+def test_no_gradient_passes_silently_through_an_array_inside_a_struct(arch):
+    x = qgraph.from_numpy(np.array([1.0, 2.0]), requires_grad=True)
+    out, loss = Outputs(qgraph.ndarray(qgraph.f64, (2,))), qgraph.ndarray(qgraph.f64, (1,))
+    with qgraph.Tape() as tape:
+        square_into_struct(x, out)  # an output inside a struct: fine while nothing needs its gradient
+        with pytest.raises(qgraph.QgraphError, match=r"it reads `out.y`, an array inside a struct that an earlier"):
+            sum_struct(out, loss)
+        with pytest.raises(qgraph.QgraphError, match=r"its argument 'x' was written inside a struct \(`out.y`\)"):
+            sum_of_squares(out.y, loss)
+    with pytest.raises(qgraph.QgraphError, match="a seed is given for `out.y`, an array the recorded calls wrote"):
+        tape.backward(out.y)
+    with qgraph.Tape() as tape:
+        times(x, x, out.y)
+        with pytest.raises(qgraph.QgraphError, match=r"it writes `out.y`, an array inside a struct that the recorded"):
+            square_into_struct(x, out)

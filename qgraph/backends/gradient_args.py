@@ -8,6 +8,8 @@ call runs, naming the arguments and the fix.
 
 from __future__ import annotations
 
+import ast
+
 import numpy as np
 
 from ..errors import QgraphError
@@ -100,3 +102,41 @@ def check_seed(a, seed) -> None:
 def shown(a) -> str:
     text = repr(a)
     return text if len(text) < 60 else f"a {type(a).__module__}.{type(a).__name__}"
+
+
+_STRUCT_PATHS: dict[int, tuple] = {}  # id(kernel source) -> (source, its struct field accesses)
+
+
+def struct_arrays(src, args: tuple) -> tuple[dict[str, object], dict[str, object]]:
+    """The float qgraph arrays inside struct arguments that the kernel writes and reads, by path
+    (`s.a`): a tape follows no gradient through them, so it refuses what would need one."""
+    found = _STRUCT_PATHS.get(id(src))
+    if found is None:
+        found = _STRUCT_PATHS[id(src)] = (src, _struct_accesses(src))
+    written: dict[str, object] = {}
+    read: dict[str, object] = {}
+    for path, store in found[1]:
+        root, *fields = path.split(".")
+        value = args[src.param_names.index(root)]
+        for name in fields:
+            value = getattr(value, name, None)
+        if isinstance(value, Ndarray) and value.dtype.kind == "f":
+            (written if store else read)[path] = value
+    return written, read
+
+
+def _struct_accesses(src) -> tuple[tuple[str, bool], ...]:
+    """(`s.a`, stored) for each struct field array a task indexes or passes to an atomic."""
+    found = set()
+    for node in (n for task in src.tasks for stmt in task.body for n in ast.walk(stmt)):
+        target, store = None, False
+        if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Attribute):
+            target, store = node.value, isinstance(node.ctx, ast.Store)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+                node.func.attr.startswith("atomic_") and node.args and isinstance(node.args[0], ast.Attribute):
+            target, store = node.args[0], True
+        if target is not None:
+            path = ast.unparse(target)
+            if path.split(".")[0] in src.param_names:
+                found.add((path, store))
+    return tuple(sorted(found))
