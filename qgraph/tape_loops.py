@@ -119,6 +119,9 @@ def run(tape, kernel, args: tuple, values: list, loop: LoopPlan) -> tuple:
     if recording._generation != runtime.STATE.generation:
         recording._attach()
     recording._launch(*args, *hidden, None)  # counts the passes it runs
+    for target, launcher in kernel._launchers.items():  # the kernel's stats report the call as it ran
+        if target in recording._launchers:
+            launcher.adopt_last(recording._launchers[target])
     for n in by_name:
         values[src.param_names.index(n)] = _stacked(by_name[n], None)
     tape.stats.checkpoint_bytes += loop.nbytes

@@ -418,3 +418,22 @@ def test_no_gradient_passes_silently_through_an_array_inside_a_struct(arch):
         times(x, x, out.y)
         with pytest.raises(qgraph.QgraphError, match=r"it writes `out.y`, an array inside a struct that the recorded"):
             square_into_struct(x, out)
+
+
+@qgraph.kernel
+def decay_counted(x, total, n: int):
+    for _ in qgraph.repeat(n):
+        for i in range(x.shape[0]):
+            x[i] = x[i] * 0.5 + 0.1 * x[i] * x[i]
+        total[0] += x[0]
+
+
+def test_iterations_of_a_call_recorded_on_a_tape(loop_arch):
+    x, total = qgraph.from_numpy(np.array([1.0, 2.0]), requires_grad=True), qgraph.ndarray(qgraph.f64, (1,))
+    decay_counted(x, total, 3)
+    assert decay_counted.stats.iterations == (3,)
+    with qgraph.Tape():  # the tape runs its recording of the call: the kernel's stats report it
+        decay_counted(x, total, 4)
+    assert decay_counted.stats.iterations == (4,)
+    decay_counted(x, total, 2)
+    assert decay_counted.stats.iterations == (2,)

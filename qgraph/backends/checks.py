@@ -5,6 +5,8 @@ from __future__ import annotations
 import ast
 import os
 
+import numpy as np
+
 from ..args.kinds import FlagKind, arg_type
 from ..args.resolve import type_annotation
 from ..args.vectors import is_vector_value
@@ -320,3 +322,22 @@ def stale_vector_error(src: KernelSource, k: int, then, now: object):
                        f"it (now {shown}); vectors read from outside a kernel are compile-time constants. Pass it as "
                        f"an argument (def {src.name}(..., {name.lower()}: qgraph.{t})) to vary it per call, or call "
                        "qgraph.reset() to recompile with the new value")
+
+
+def numpy_overlap_check(kernel: str, pairs: tuple, names: list[str]):
+    """check(*arrays) for the NumPy arrays of `names`: raises lang.front.interchange.overlap_error
+    when two of `pairs` share memory other than as the same view."""
+    from ..lang.front.interchange import overlap_error
+
+    index = {name: k for k, name in enumerate(names)}
+
+    def check(*arrays) -> None:
+        for a, b in pairs:
+            x, y = arrays[index[a]], arrays[index[b]]
+            if np.may_share_memory(x, y):
+                views = {n: (v.__array_interface__["data"][0], v.shape, v.strides, v.itemsize)
+                         for n, v in ((a, x), (b, y))}
+                error = overlap_error(kernel, ((a, b),), views)
+                if error is not None:
+                    raise error
+    return check

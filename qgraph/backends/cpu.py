@@ -14,7 +14,7 @@ from ..errors import runaway_error
 from ..lang import generated
 from ..lang.cpu.codegen import counted_loops
 from ..lang.cpu.loops import RunnerStatus
-from ..lang.front.interchange import checked_pairs, for_launch, overlap_error
+from ..lang.front.interchange import checked_pairs, for_launch
 from ..lang.front.regions import loop_limit
 from ..lang.lower.debug_checks import (
     CANCEL_WORD,
@@ -40,6 +40,7 @@ from .checks import (
     flag_shape_error,
     frozen_number_lines,
     host_bounds,
+    numpy_overlap_check,
     written_params,
 )
 from .cpu_forms import FirstRunTimer
@@ -53,9 +54,8 @@ class CpuLauncher:
         self.kernel = kernel
         self.src = for_launch(kernel._source, options)  # elementwise repeat loops interchanged
         self.stats = kernel.stats
-        # resolved once (Kernel._options_now). On the CPU deterministic mode only rejects float scatters:
-        # numba's parallel loops split their range statically among its threads and combine the
-        # threads' partials in order, so for a given thread count reductions are already bit-identical
+        # resolved once (Kernel._options_now). On the CPU deterministic mode only rejects float scatters: numba's
+        # parallel loops split their range statically and combine partials in order (bit-identical per thread count)
         self.options = options
         self._specs: dict[tuple, object] = {}
         self._programs: dict[frozenset, object] = {}  # by the set of 0-d array parameters
@@ -239,7 +239,7 @@ class CpuLauncher:
         if not pairs:
             return []
         names = list(dict.fromkeys(name for pair in pairs for name in pair))
-        ns["_overlap"] = overlap_check(self.src.name, pairs, names)
+        ns["_overlap"] = numpy_overlap_check(self.src.name, pairs, names)
         return [f"    _overlap({', '.join(f'v{self.src.param_names.index(n)}' for n in names)})"]
 
     def _first_call(self, key: tuple, values: tuple, args: tuple) -> None:
@@ -264,6 +264,10 @@ class CpuLauncher:
             if self._record[0]:
                 self._check_failed(key)
         return status
+
+    def adopt_last(self, other: CpuLauncher) -> None:
+        """The last call ran as `other`'s (a tape's recording of it): stats.iterations reports that call."""
+        self._last[0] = other._last[0]
 
     def _finish(self, key: tuple, status, values: tuple) -> None:
         if self._loops:
@@ -382,19 +386,3 @@ def _leaf_caller(runner, flat, n: int):
     body = generated.Lines().line(f"return _runner({', '.join([*leaves, 'record'])})")
     return generated.function(body.function(f"run({values}, record)"), "run",
                               f"struct unpacking of kernel {flat.src.qualname}", {"_runner": runner})
-
-
-def overlap_check(kernel: str, pairs: tuple, names: list[str]):
-    """check(*arrays) for the NumPy arrays of `names`: raises lang.front.interchange.overlap_error
-    when two of `pairs` share memory other than as the same view."""
-    index = {name: k for k, name in enumerate(names)}
-    def check(*arrays) -> None:
-        for a, b in pairs:
-            x, y = arrays[index[a]], arrays[index[b]]
-            if np.may_share_memory(x, y):
-                views = {n: (v.__array_interface__["data"][0], v.shape, v.strides, v.itemsize)
-                         for n, v in ((a, x), (b, y))}
-                error = overlap_error(kernel, ((a, b),), views)
-                if error is not None:
-                    raise error
-    return check

@@ -160,6 +160,14 @@ class CudaLauncher:
         if spec is not self._last[0]:
             self._switch(spec)
 
+    def adopt_last(self, other: CudaLauncher) -> None:
+        """The last call ran as `other`'s (a tape's recording of it): stats.iterations reports that call
+        (the next call of this launcher switches back to its own specialisation)."""
+        spec = other._last[0]
+        if spec is not None:
+            self._last[0] = spec
+            self.stats.used_graph, self.stats.host_loop = spec.uses_graph, spec.host_loop
+
     def _switch(self, spec: Specialisation) -> None:
         self._last[0] = spec
         stats = self.stats
