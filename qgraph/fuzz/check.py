@@ -28,7 +28,8 @@ VERDICTS = ("right", "documented", "wrong", "crash", "invalid", "inconclusive")
 FAILURES = ("wrong", "crash")
 DOCUMENTED = ("cannot differentiate", "record the call under qgraph.Tape", "record the call under a tape",
               "split the kernel", "more than the tape's checkpoints held", "over the tape's checkpoint_bytes",
-              "an array inside a struct", "cannot be part of a @qgraph.graph step", "no argument has a gradient")
+              "an array inside a struct", "cannot be part of a @qgraph.graph step", "no argument has a gradient",
+              "passes one array as both", "no gradient flows through arrays inside structs")
 EPS = (1e-6, 1e-5)
 
 
