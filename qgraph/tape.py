@@ -23,7 +23,7 @@ import numpy as np
 from . import tape_loops
 from .backends import step_body
 from .backends.adjoint_calls import adjoint_reads, kernel_facts, launch_adjoint, loop_states
-from .backends.gradient_args import arrays_of, identity, is_array, is_float_array, no_struct_gradients, written_aliases
+from .backends.gradient_args import identity, is_array, is_float_array, scan_args, written_aliases
 from .errors import QgraphError
 from .runtime.arrays import Ndarray
 from .tape_arrays import FollowedArrays
@@ -51,17 +51,18 @@ class _Call:
     """One recorded call: the kernel, the values its adjoint reads (copies where a later call
     overwrote them), and the arrays as the user passed them (whose gradients it accumulates)."""
 
-    __slots__ = ("kernel", "values", "arrays", "step", "loop", "seen", "aliases", "scratch")
+    __slots__ = ("kernel", "values", "arrays", "step", "loop", "seen", "aliases", "scratch", "keys")
 
-    def __init__(self, kernel, values: list, arrays: tuple, step, aliases: dict[int, int]) -> None:
+    def __init__(self, kernel, values: list, arrays: tuple, step, aliases: dict[int, int], keys: tuple) -> None:
         self.kernel = kernel
         self.values = values
         self.arrays = arrays
         self.step = step  # (the calls list, the step function) of the @qgraph.graph call it was made in, or None
         self.loop = None  # (LoopStates, the adjoint's hidden arguments, LoopPlan) of a loop that keeps states
-        self.seen: list[tuple[int, int]] = []  # (position, version) of qgraph arrays its adjoint reads live
-        self.aliases = aliases  # position -> an earlier position passing the same array (read-only)
-        self.scratch: dict[int, Ndarray] = {}  # position -> the gradient of an alias, added to its array's after
+        self.seen: tuple[tuple[int, int], ...] = ()  # (position, version) of qgraph arrays its adjoint reads live
+        self.aliases = aliases  # position -> an earlier position passing the same array (read-only), or None
+        self.scratch: dict[int, Ndarray] | None = None  # position -> the gradient of an alias, added after
+        self.keys = keys  # (position, parameter name, identity) of each array argument
 
 
 class Tape:
@@ -115,11 +116,10 @@ class Tape:
             return False
         src = kernel._source
         who = f"kernel {src.name} (recorded on a qgraph.Tape)"
-        no_struct_gradients(src, args, who)
+        arrays, keys = scan_args(src, args, who)
         info = kernel_facts(kernel)
-        arrays = arrays_of(src, args)
-        aliases = written_aliases(src, arrays, info.written, who)
-        self._followed.check_structs(src, args, arrays, who)
+        aliases = written_aliases(src, keys, info.written, who)
+        self._followed.check_structs(src, args, keys, who)
         states = loop_states(kernel, key)
         self._busy = True
         try:
@@ -127,25 +127,27 @@ class Tape:
             loop = None if states is None else tape_loops.plan(self, kernel, args, states)
             for k in info.written:  # copy what earlier adjoints read before this call overwrites it
                 if k in arrays:
-                    self._copy_for_readers(identity(arrays[k]))
-                    if isinstance(arrays[k], Ndarray):
+                    self._copy_for_readers(keys[k])
+                    if type(arrays[k]) is Ndarray:
                         arrays[k].version += 1
             step = step_body.current_body()
             if step is not None and self._home is not None and step[0] is self._home[0]:
                 step = None  # the tape lives inside this step: its backward is captured with it
-            call = _Call(kernel, values, tuple(args), step, aliases)
+            call = _Call(kernel, values, tuple(args), step, aliases or None,
+                         tuple((k, src.params[k].name, keys[k]) for k in arrays))
             if loop is not None:  # the arrays the loop carries: working arrays of the adjoint's own
                 call.loop = tape_loops.run(self, kernel, args, values, loop)
             reads = adjoint_reads(kernel, key)
             for k, a in arrays.items():
-                found = self._followed.add(src, k, a, k in info.written)
+                found = keys[k]
+                self._followed.add(src, k, a, found, k in info.written)
                 when = reads.get(src.params[k].name)
                 if when == "before" and k in info.written:
                     values[k] = self._snapshot(a)
                 elif when is not None:  # read live: copied if a later call overwrites it
                     self._readers.setdefault(found, []).append((call, k))
-                    if isinstance(a, Ndarray):
-                        call.seen.append((k, a.version))
+                    if type(a) is Ndarray:
+                        call.seen += ((k, a.version),)
                         self._watch()
             self._calls.append(call)
             self.stats.calls += 1
@@ -263,32 +265,32 @@ class Tape:
             else:
                 ADD[index_rank(buffer)](self._temporary[found], buffer)
 
-    def _pass_gradient(self, a):
-        """The gradient an adjoint of this pass accumulates into for array `a` (None: none wanted)."""
-        found = identity(a)
+    def _pass_gradient(self, a, found: tuple):
+        """The gradient an adjoint of this pass accumulates into for array `a` of identity `found`
+        (None: none wanted)."""
         buffer = self._working.get(found)
         if buffer is not None:
             return buffer
-        return getattr(a, "grad", None) if isinstance(a, Ndarray) else self._temporary.get(found)
+        return a.grad if type(a) is Ndarray else self._temporary.get(found)
 
     def _adjoint(self, call: _Call) -> None:
         from .tape_kernels import ADD, index_rank
 
         found, added = {}, []
-        for k, (p, a) in enumerate(zip(call.kernel._source.params, call.arrays)):
-            if p.source is not None or not is_array(a):
-                continue
-            g = self._pass_gradient(a)
+        for k, name, key in call.keys:
+            g = self._pass_gradient(call.arrays[k], key)
             if g is None:
                 continue
-            if k in call.aliases:  # the same array passed again, read only: a gradient of its own, added after
+            if call.aliases and k in call.aliases:  # the same array again, read only: a gradient of its own
+                if call.scratch is None:
+                    call.scratch = {}
                 scratch = call.scratch.get(k)
                 if scratch is None:
                     scratch = call.scratch[k] = like(g)
                 fill(scratch, 0.0)
                 added.append((g, scratch))
                 g = scratch
-            found[p.name] = g
+            found[name] = g
         if found:
             states, hidden = call.loop[:2] if call.loop else (None, ())
             if call.loop and step_body.current_body() is None:

@@ -6,7 +6,7 @@ pass through an array inside a struct, and seeds that do not name a followed flo
 
 from __future__ import annotations
 
-from .backends.gradient_args import check_seed, identity, shown, struct_arrays
+from .backends.gradient_args import check_seed, has_struct_accesses, identity, shown, struct_arrays
 from .errors import QgraphError
 from .runtime.arrays import Ndarray
 
@@ -22,19 +22,20 @@ class FollowedArrays:
         self.written: set[tuple] = set()  # identities a recorded call wrote
         self.in_structs: dict[tuple, str] = {}  # identity -> the struct field (`s.a`) a recorded call wrote
 
-    def add(self, src, k: int, a, written: bool) -> tuple:
-        """Follow argument `k` of a recorded call of `src`: its identity."""
-        found = identity(a)
-        self.arrays.setdefault(found, a)
-        self.names.setdefault(found, f"'{src.params[k].name}' of kernel {src.name}")
+    def add(self, src, k: int, a, found: tuple, written: bool) -> None:
+        """Follow argument `k` of a recorded call of `src` (`found`: its identity)."""
+        if found not in self.arrays:
+            self.arrays[found] = a
+            self.names[found] = f"'{src.params[k].name}' of kernel {src.name}"
         if written:
             self.written.add(found)
-        return found
 
-    def check_structs(self, src, args: tuple, arrays: dict, who: str) -> None:
+    def check_structs(self, src, args: tuple, keys: dict, who: str) -> None:
         """Arrays inside structs carry no gradient: a call that would need one to pass through such
         an array (written inside a struct and followed elsewhere, or read inside one after a recorded
         call wrote it) raises; the struct fields it writes are remembered."""
+        if not self.in_structs and not has_struct_accesses(src):
+            return
         written, read = struct_arrays(src, args)
         for path, a in read.items():
             if identity(a) in self.written or identity(a) in self.in_structs:
@@ -45,10 +46,10 @@ class FollowedArrays:
                 raise QgraphError(f"{who}: it writes `{path}`, an array inside a struct that the recorded calls also "
                                   f"pass as {self.names[identity(a)]}; no gradient flows through arrays inside "
                                   f"structs{_FIX}")
-        for k, a in arrays.items():
-            if identity(a) in self.in_structs:
+        for k, found in keys.items():
+            if found in self.in_structs:
                 raise QgraphError(f"{who}: its argument '{src.params[k].name}' was written inside a struct "
-                                  f"(`{self.in_structs[identity(a)]}`) by an earlier recorded call, and no gradient "
+                                  f"(`{self.in_structs[found]}`) by an earlier recorded call, and no gradient "
                                   f"flows through arrays inside structs{_FIX}")
         self.in_structs.update((identity(a), path) for path, a in written.items())
 

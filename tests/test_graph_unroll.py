@@ -93,6 +93,7 @@ def test_every_unroll_gives_the_same_bits_passes_and_counts(loop_arch):
 @qgraph.kernel(graph_while="flag", max_iterations=5)
 def spinning(x, flag):
     x[0] += 1.0
+    flag[0] = 1  # never cleared: the guard stops it
 
 
 @qgraph.kernel(graph_while="flag")

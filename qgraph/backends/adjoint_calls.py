@@ -20,7 +20,7 @@ from ..lang.front.regions import DeviceLoop, IfRegion, RepeatLoop, control_regio
 from ..runtime import state as runtime
 from ..runtime.arrays import Ndarray
 from .checks import _written_names, written_params
-from .gradient_args import arrays_of, no_struct_gradients, written_aliases
+from .gradient_args import arrays_of, identity, no_struct_gradients, written_aliases
 
 
 def adjoint_kernel(kernel, grads: tuple[str, ...], states: LoopStates | None = None):
@@ -63,7 +63,8 @@ def run_adjoint(kernel, values: tuple) -> None:
         raise QgraphError(f"kernel {kernel._source.name}.grad: no argument has a gradient; make the arrays to "
                           "differentiate with qgraph.ndarray(..., requires_grad=True) or set a.requires_grad = True")
     facts = kernel_facts(kernel)
-    for k, j in written_aliases(src, arrays_of(src, values), facts.written, who).items():
+    keys = {k: identity(a) for k, a in arrays_of(src, values).items()}
+    for k, j in written_aliases(src, keys, facts.written, who).items():
         if {src.params[k].name, src.params[j].name} & grads.keys():
             raise QgraphError(f"{who}: the call passes one array as both '{src.params[j].name}' and "
                               f"'{src.params[k].name}', whose gradients would be added up by the same threads "

@@ -188,6 +188,8 @@ class CpuLauncher:
                     "_src": src, "_stream_handle": stream_handle, "_rec": self._record,
                     "_task_error": self._task_error, "_check_failed": self._check_failed,
                     "_debug_lock": self._debug_lock, "_steps": step_body.ACTIVE, "_count": step_body.count_call,
+                    "_watching": step_body.WATCHING, "_note": step_body.note_writes,
+                    "_written": tuple(written_params(src)),
                     "_launcher": self}
         comma = "," if n == 1 else ""
         values = ", ".join(f"v{k}" for k in range(n))
@@ -198,6 +200,8 @@ class CpuLauncher:
         lines += resolver_lines(display_names(src), fixed_scalar_types(src), "cpu", ns, Ndarray,
                                 elements=element_annotations(src), written=written_params(src))
         lines += [f"    key = ({', '.join(f's{k}' for k in range(n))}{comma})",
+                  "    if _watching[0]:",  # a tape needs arrays as its calls left them: this call's writes counted
+                  f"        _note(_written, ({args}{comma}))",
                   # a call in a @qgraph.graph body (counted for its stats) or under a tape (which may run it)
                   f"    if _steps[0] and _count(_launcher, ({args}{comma}), key):",
                   "        return",

@@ -23,7 +23,7 @@ from ..lang import generated
 from ..lang.generated import Lines
 from ..runtime.arrays import Ndarray
 from . import step_body, step_capture
-from .checks import display_names, element_annotations, fixed_scalar_types, frozen_number_lines
+from .checks import display_names, element_annotations, fixed_scalar_types, frozen_number_lines, written_params
 
 NEVER = object()  # matches no argument: the fast path's memory when it remembers nothing
 
@@ -148,9 +148,13 @@ def launch_function(launcher, strict: bool = False):
                 "_hold": launcher.lifetimes.hold, "_release": launcher.target.lock.release,
                 "_again": launcher.again, "_forgotten": forgotten(n), "_glaunch": d.cuGraphLaunch,
                 "_gfail": kernel_failure(src.name), "_stats": launcher.stats, "_Ndarray": Ndarray,
-                "_steps": step_body.ACTIVE, "_step": step_capture.intercept, "_launcher": launcher}
+                "_steps": step_body.ACTIVE, "_step": step_capture.intercept, "_launcher": launcher,
+                "_watching": step_body.WATCHING, "_note": step_body.note_writes,
+                "_written": tuple(written_params(src))}
     args = ", ".join(f"a{k}" for k in range(n))
     out = Lines.of_body(frozen_number_lines(src, ns))
+    with out.block("if _watching[0]:"):  # a tape needs arrays as its calls left them: count this call's writes
+        out.line(f"_note(_written, {_numbered('a', n)})")
     tests, remember = _probes(src)
     if not n:  # no argument to compare: the memory is its instance, or None
         tests.append("m[0] is not None")

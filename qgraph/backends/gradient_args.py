@@ -18,8 +18,8 @@ from ..runtime.arrays import Ndarray
 
 def address(a) -> int | None:
     """The address of the first element of array argument `a` (None: not an array)."""
-    if isinstance(a, Ndarray):
-        return a._ptr if a._host is None else a._host.__array_interface__["data"][0]
+    if type(a) is Ndarray:
+        return a.address
     if isinstance(a, np.ndarray):
         return a.__array_interface__["data"][0]
     if type(a).__module__.startswith("torch") and hasattr(a, "data_ptr"):
@@ -33,17 +33,39 @@ def address(a) -> int | None:
 def identity(a) -> tuple:
     """The key of an array's memory: the same for every object (a qgraph array, a NumPy view, a
     PyTorch tensor) naming the same bytes, so a tape follows them as one array."""
+    if type(a) is Ndarray:
+        return a.address, a._size * a._dtype.itemsize
     nbytes = a.nbytes if hasattr(a, "nbytes") else a.numel() * a.element_size()
     return address(a), int(nbytes)  # one address space for host and devices (CUDA's unified addressing)
 
 
 def is_array(a) -> bool:
-    return isinstance(a, (Ndarray, np.ndarray)) or hasattr(a, "__cuda_array_interface__") or \
-        (type(a).__module__.startswith("torch") and hasattr(a, "data_ptr"))
+    return type(a) is Ndarray or isinstance(a, np.ndarray) or (
+        not isinstance(a, (int, float)) and (hasattr(a, "__cuda_array_interface__") or
+                                             (type(a).__module__.startswith("torch") and hasattr(a, "data_ptr"))))
 
 
 def is_float_array(a) -> bool:
     return is_array(a) and np.dtype(str(a.dtype).replace("torch.", "")).kind == "f"
+
+
+def scan_args(src, args: tuple, who: str) -> tuple[dict[int, object], dict[int, tuple]]:
+    """A recorded call's array arguments by position, and their identities, in one pass over the
+    arguments (raising, as no_struct_gradients, for a struct holding an array with a gradient)."""
+    arrays: dict[int, object] = {}
+    keys: dict[int, tuple] = {}
+    for k, a in enumerate(args):
+        t = type(a)
+        if t is Ndarray:
+            if src.params[k].source is None:
+                arrays[k], keys[k] = a, (a.address, a._size * a._dtype.itemsize)
+        elif t is float or t is int or t is bool:
+            continue
+        elif getattr(t, "_qgraph_struct", False):
+            _no_gradient_in(src.params[k].name, a, who)
+        elif src.params[k].source is None and is_array(a):
+            arrays[k], keys[k] = a, identity(a)
+    return arrays, keys
 
 
 def arrays_of(src, args: tuple) -> dict[int, object]:
@@ -54,20 +76,26 @@ def arrays_of(src, args: tuple) -> dict[int, object]:
 def no_struct_gradients(src, args: tuple, who: str) -> None:
     """Arrays inside a @qgraph.struct get no gradient: one that has one raises (never a silent zero)."""
     for p, v in zip(src.params, args):
-        fields = getattr(v, "__dataclass_fields__", None)
-        if fields and any(isinstance(getattr(v, f), Ndarray) and getattr(v, f).grad is not None for f in fields):
-            raise QgraphError(f"{who}: the struct argument '{p.name}' holds an array with a gradient; arrays "
+        if getattr(type(v), "_qgraph_struct", False):
+            _no_gradient_in(p.name, v, who)
+
+
+def _no_gradient_in(name: str, struct, who: str) -> None:
+    for f in struct.__dataclass_fields__:
+        a = getattr(struct, f)
+        if isinstance(a, Ndarray) and a.grad is not None:
+            raise QgraphError(f"{who}: the struct argument '{name}' holds an array with a gradient; arrays "
                               "inside a @qgraph.struct get none. Pass that array as an argument of its own to "
                               "differentiate it")
 
 
-def written_aliases(src, arrays: dict[int, object], written, who: str) -> dict[int, int]:
-    """Position -> the earlier position passing the same memory. Raises where the kernel writes one
-    of them: the adjoint is made for distinct arrays, so its gradient would be wrong."""
+def written_aliases(src, keys: dict[int, tuple], written, who: str) -> dict[int, int]:
+    """Position -> the earlier position passing the same memory (`keys`: each array argument's
+    identity). Raises where the kernel writes one of them: the adjoint is made for distinct
+    arrays, so its gradient would be wrong."""
     first: dict[tuple, int] = {}
     aliases = {}
-    for k, a in arrays.items():
-        key = identity(a)
+    for k, key in keys.items():
         if key in first:
             j = first[key]
             if j in written or k in written:
@@ -107,15 +135,24 @@ def shown(a) -> str:
 _STRUCT_PATHS: dict[int, tuple] = {}  # id(kernel source) -> (source, its struct field accesses)
 
 
-def struct_arrays(src, args: tuple) -> tuple[dict[str, object], dict[str, object]]:
-    """The float qgraph arrays inside struct arguments that the kernel writes and reads, by path
-    (`s.a`): a tape follows no gradient through them, so it refuses what would need one."""
+def has_struct_accesses(src) -> bool:
+    """Whether the kernel indexes an array inside a struct argument (or passes one to an atomic)."""
+    return bool(_accesses(src))
+
+
+def _accesses(src) -> tuple[tuple[str, bool], ...]:
     found = _STRUCT_PATHS.get(id(src))
     if found is None:
         found = _STRUCT_PATHS[id(src)] = (src, _struct_accesses(src))
+    return found[1]
+
+
+def struct_arrays(src, args: tuple) -> tuple[dict[str, object], dict[str, object]]:
+    """The float qgraph arrays inside struct arguments that the kernel writes and reads, by path
+    (`s.a`): a tape follows no gradient through them, so it refuses what would need one."""
     written: dict[str, object] = {}
     read: dict[str, object] = {}
-    for path, store in found[1]:
+    for path, store in _accesses(src):
         root, *fields = path.split(".")
         value = args[src.param_names.index(root)]
         for name in fields:

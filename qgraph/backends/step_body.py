@@ -11,7 +11,9 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-ACTIVE = [0]  # threads running a step's body or recording a qgraph.Tape now, and tapes watching arrays
+from ..runtime.arrays import Ndarray
+
+ACTIVE = [0]  # threads running a step's body or recording a qgraph.Tape now
 WATCHING = [0]  # live tapes whose adjoints read arrays as recorded calls left them (see watch)
 _BODIES: dict[int, tuple[list, Callable]] = {}  # thread ident -> (the calls its body made so far, the step function)
 _TAPES: dict[int, object] = {}  # thread ident -> the qgraph.Tape recording its kernel calls
@@ -45,33 +47,26 @@ def tape_recording() -> bool:
 
 def watch(on: bool) -> None:
     """A tape starts (on) or stops needing arrays as its recorded calls left them: while any does,
-    kernel calls take the hook below, which counts their writes in Ndarray.version."""
+    kernel launches and step replays count their writes in Ndarray.version (note_writes); a test
+    of one list item on each launch otherwise."""
     with _LOCK:
-        step = 1 if on else -1
-        WATCHING[0] += step
-        ACTIVE[0] += step
+        WATCHING[0] += 1 if on else -1
 
 
 def tape_call(launcher, args: tuple, key: tuple) -> bool:
     """Both launchers' hook, before a call runs: the thread's tape (if any) records it; True
-    when the tape ran the call itself (a repeat loop that keeps checkpoints): skip the launch.
-    A call no tape records writes arrays a tape may still need: their versions move on."""
+    when the tape ran the call itself (a repeat loop that keeps checkpoints): skip the launch."""
     tape = _TAPES.get(threading.get_ident())
-    if tape is not None:
-        return tape.record(launcher.kernel, args, key)
-    if WATCHING[0]:
-        note_writes(launcher.kernel, args)
-    return False
+    return tape is not None and tape.record(launcher.kernel, args, key)
 
 
-def note_writes(kernel, args: tuple) -> None:
-    """Count a call's writes in the versions of the qgraph arrays it writes."""
-    from ..runtime.arrays import Ndarray
-    from .adjoint_calls import kernel_facts
-
-    for k in kernel_facts(kernel).written:
-        if k < len(args) and type(args[k]) is Ndarray:
-            args[k].version += 1
+def note_writes(written: tuple[int, ...], args: tuple) -> None:
+    """Count a call's writes in the versions of the qgraph arrays it writes (`written`: their
+    positions, backends.checks.written_params)."""
+    for k in written:
+        a = args[k]
+        if type(a) is Ndarray:
+            a.version += 1
 
 
 def run_body(fn: Callable, args: tuple, kwargs: dict) -> tuple[list, object]:

@@ -62,12 +62,17 @@ def intercept(launcher, key: tuple, args: tuple, packs: tuple, stream) -> bool:
 
 # ---------------------------------------------------------------------- dependencies between calls
 
-def _spans(call: StepCall) -> list[tuple[int, int, bool]]:
-    """(start, end, written) of every array a call passes: the device bytes it may touch."""
-    src = call.launcher.src
+def _written(src) -> frozenset:
+    """The positions of the array parameters `src` writes (found once per source)."""
     written = _WRITTEN.get(id(src))
     if written is None:
         written = _WRITTEN[id(src)] = frozenset(written_params(src))
+    return written
+
+
+def _spans(call: StepCall) -> list[tuple[int, int, bool]]:
+    """(start, end, written) of every array a call passes: the device bytes it may touch."""
+    written = _written(call.launcher.src)
     spans = []
     for k, (sig, pack) in enumerate(zip(call.key, call.packs)):
         if isinstance(pack, tuple):  # a struct: its leaves, all counted as written
@@ -292,7 +297,7 @@ class StepRunner:
         """A replay's writes counted in the versions of the arrays it writes (a tape checks them)."""
         for call in self._current_calls:
             if call.launcher is not None:
-                note_writes(call.launcher.kernel, call.args)
+                note_writes(_written(call.launcher.src), call.args)
 
     def remember(self, args: tuple, kwargs: dict, stream: int, result) -> None:
         """After a run of the body: what replay_same compares the next call with."""

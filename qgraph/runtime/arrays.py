@@ -38,7 +38,7 @@ class Ndarray:
     _qgraph_array = True  # how the argument layer (below the runtime) recognises it
 
     __slots__ = ("_shape", "_dtype", "_size", "_host", "_free", "_ptr", "_device", "_sig", "_abi",
-                 "_element", "grad", "version", "__weakref__")
+                 "_element", "grad", "version", "address", "__weakref__")
 
     def __init__(self, dtype, shape, requires_grad: bool = False) -> None:
         state = runtime.ensure_init()
@@ -58,6 +58,7 @@ class Ndarray:
             self._host = np.zeros(self._shape, self._dtype)
             self._free = self._device = None
             self._ptr = 0
+            self.address = self._host.__array_interface__["data"][0]  # of its first element, for identity
             self._abi = None
             if requires_grad:
                 self.requires_grad = True
@@ -65,7 +66,7 @@ class Ndarray:
         device = state.current().device
         self._host = None
         self._device = device
-        self._ptr = device.alloc(self._size * itemsize)
+        self._ptr = self.address = device.alloc(self._size * itemsize)
         self._free = owned(self, device.free, self._ptr)  # stream-ordered, when the array is collected
         strides, acc = [], itemsize
         for n in reversed(self._shape):
@@ -222,7 +223,7 @@ def host_mapped(dtype, size: int) -> tuple[Ndarray, np.ndarray]:
     array.version = 0
     array._sig = array_sig(dtype, 1, True, size, ())
     array._host, array._device = None, state.current().device
-    array._ptr = int(check(d.cuMemHostGetDevicePointer(host, 0), "cuMemHostGetDevicePointer"))
+    array._ptr = array.address = int(check(d.cuMemHostGetDevicePointer(host, 0), "cuMemHostGetDevicePointer"))
     array._abi = numba_abi(array._ptr, (size,), (dtype.itemsize,), dtype.itemsize)
     view = np.ctypeslib.as_array((ctypes.c_byte * nbytes).from_address(host)).view(dtype)
     view[:] = 0
