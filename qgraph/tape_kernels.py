@@ -98,13 +98,14 @@ ADD = (_add0, _add1, _add2, _add3)  # a gradient of this backward pass added int
 
 def like(a) -> Ndarray:
     """A zero-filled qgraph array of `a`'s kind on `a`'s device (for another library's array: its
-    dtype and shape, on the current device)."""
+    dtype and shape, on the current device), ordered on qgraph's stream: the tape's copies and
+    gradients are used there only, so making one never waits for the work queued before it."""
     if not isinstance(a, Ndarray):
-        return Ndarray(np.dtype(str(a.dtype).replace("torch.", "")), tuple(a.shape))
+        return Ndarray(np.dtype(str(a.dtype).replace("torch.", "")), tuple(a.shape), _wait=False)
     shape = a.shape[:index_rank(a)]
     if a._device is not None:
         with runtime.device(a._device.info.ordinal):
-            return Ndarray(a._element or a.dtype, shape)
+            return Ndarray(a._element or a.dtype, shape, _wait=False)
     return Ndarray(a._element or a.dtype, shape)
 
 

@@ -40,7 +40,7 @@ class Ndarray:
     __slots__ = ("_shape", "_dtype", "_size", "_host", "_free", "_ptr", "_device", "_sig", "_abi",
                  "_element", "grad", "version", "address", "__weakref__")
 
-    def __init__(self, dtype, shape, requires_grad: bool = False) -> None:
+    def __init__(self, dtype, shape, requires_grad: bool = False, _wait: bool = True) -> None:
         state = runtime.ensure_init()
         self.grad: Ndarray | None = None  # the gradient array, with requires_grad (kernel.grad, qgraph.Tape)
         # +1 on each write a tape may have to know of (from_numpy, fill; kernel calls while a tape needs the
@@ -74,7 +74,8 @@ class Ndarray:
             acc *= n
         self._abi = numba_abi(self._ptr, self._shape, tuple(reversed(strides)), itemsize)
         device.memset(self._ptr, b"\0", self._size * itemsize)
-        device.sync_stream()  # usable from any stream once this returns
+        if _wait:  # usable from any stream once this returns (without: on qgraph's own stream, a tape's scratch)
+            device.sync_stream()
         if requires_grad:
             self.requires_grad = True
 
