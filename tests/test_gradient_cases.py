@@ -437,3 +437,20 @@ def test_iterations_of_a_call_recorded_on_a_tape(loop_arch):
     assert decay_counted.stats.iterations == (4,)
     decay_counted(x, total, 2)
     assert decay_counted.stats.iterations == (2,)
+
+
+@qgraph.kernel
+def through_an_unmarked_array(c, y, z):
+    for i in range(y.shape[0]):
+        y[i] = math.hypot(c[0], 1.2 + i)
+    for i in range(y.shape[0]):
+        z[i] = y[i] * y[i]
+
+
+def test_kernel_grad_flows_through_an_array_a_later_task_reads(arch):
+    c = qgraph.from_numpy(np.array([0.7]), requires_grad=True)
+    y, z = qgraph.ndarray(qgraph.f64, (3,)), qgraph.ndarray(qgraph.f64, (3,), requires_grad=True)
+    through_an_unmarked_array(c, y, z)  # y has no .grad: the gradient still flows from z through it to c
+    z.grad.fill(1.0)
+    through_an_unmarked_array.grad(c, y, z)
+    np.testing.assert_allclose(c.grad.to_numpy(), [2 * 0.7 * 3], rtol=1e-12)

@@ -375,3 +375,18 @@ def test_float_min_and_max_over_signs_zeros_and_infinities(arch, dtype):
 def test_deterministic_option_is_checked():
     with pytest.raises(TypeError, match="deterministic must be True, False or None"):
         qgraph.kernel(deterministic="yes")
+
+
+@qgraph.kernel
+def two_updates_of_one_total(x, total):
+    for i in range(x.shape[0]):
+        total[0] += x[i] * 2.0
+        if x[i] > 0.5:
+            total[0] += x[i]
+
+
+def test_two_updates_of_one_reduction_in_an_iteration(arch):
+    x0 = np.linspace(0.0, 1.0, 1000)
+    x, total = qgraph.from_numpy(x0), qgraph.ndarray(qgraph.f64, (1,))
+    two_updates_of_one_total(x, total)
+    np.testing.assert_allclose(total.to_numpy(), [2 * x0.sum() + x0[x0 > 0.5].sum()], rtol=1e-12)

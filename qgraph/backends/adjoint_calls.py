@@ -17,6 +17,7 @@ from ..lang.adjoint import LoopStates, adjoint_source, recording_source
 from ..lang.adjoint.loops import loop_title
 from ..lang.flat.view import flat_source
 from ..lang.front.regions import DeviceLoop, IfRegion, RepeatLoop, control_regions, leaf_tasks
+from ..lang.types.vector_types import element_of
 from ..runtime import state as runtime
 from ..runtime.arrays import Ndarray
 from .checks import _written_names, written_params
@@ -70,6 +71,9 @@ def run_adjoint(kernel, values: tuple) -> None:
                               f"'{src.params[k].name}', whose gradients would be added up by the same threads "
                               "without synchronisation; pass a copy as one of them, or record the call on a "
                               "qgraph.Tape (which gives each its own gradient and adds them)")
+    for k in _passed_between_tasks(src, facts):  # no .grad of its own, but the gradient flows through it
+        if src.params[k].name not in grads and isinstance(values[k], Ndarray) and values[k].dtype.kind == "f":
+            grads[src.params[k].name] = _zeros_like(values[k])
     key = kernel._compile(*values)
     states = loop_states(kernel, key)
     if states is not None:
@@ -86,6 +90,27 @@ def run_adjoint(kernel, values: tuple) -> None:
                               f"the call overwrote (line {facts.written[k]}); record the call under "
                               "qgraph.Tape, which keeps a copy, and call tape.backward")
     launch_adjoint(kernel, values, grads)
+
+
+def _passed_between_tasks(src, facts) -> list[int]:
+    """Positions of the arrays a task of the kernel writes and a later task reads: the gradient of
+    one call flows through them, whether or not the user gave them a `.grad`."""
+    found = []
+    for k, name in enumerate(src.param_names):
+        writers = [t for t, names in enumerate(facts.written_by_task) if name in names]
+        if writers and any(name in task.loaded for task in src.tasks[min(writers) + 1:]):
+            found.append(k)
+    return found
+
+
+def _zeros_like(a: Ndarray) -> Ndarray:
+    """A zero-filled gradient for `a` (of its vector type, on its device)."""
+    element = a._element
+    shape = a.shape[:a.ndim - len(element_of(element).shape)] if element is not None else a.shape
+    if a._device is not None:
+        with runtime.device(a._device.info.ordinal):
+            return Ndarray(element or a.dtype, shape)
+    return Ndarray(element or a.dtype, shape)
 
 
 def _gradient_of(value):

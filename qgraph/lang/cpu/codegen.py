@@ -239,7 +239,7 @@ def cpu_module(src: KernelSource, options: KernelOptions = DEFAULT_OPTIONS, kind
             updates = None
             if task.parallel:
                 updates = UpdateRewriter(task, set(src.param_names), src.resolve, src.error, symbols.atomic,
-                                         _partial_update)
+                                         _partial_update, per_site=True)  # numba: one update per reduction
             local_names = task_locals(src, task)
             stmts = task.body
             if precision is not None:

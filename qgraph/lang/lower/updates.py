@@ -104,8 +104,10 @@ class UpdateRewriter(ast.NodeTransformer):
     into the reduction's partial.
     """
 
-    def __init__(self, task: Task, arrays: set[str], resolve, error, atomic_path, partial_update) -> None:
+    def __init__(self, task: Task, arrays: set[str], resolve, error, atomic_path, partial_update,
+                 per_site: bool = False) -> None:
         self.classifier = _Classifier(task, arrays, error)
+        self.per_site = per_site  # a partial per update statement (numba: one reduction variable, one update)
         self.resolve = resolve
         self.error = error
         self.atomic_path = atomic_path
@@ -164,7 +166,7 @@ class UpdateRewriter(ast.NodeTransformer):
             self.atomics.append((target, op, at.lineno))
             call = ast.Call(_dotted(self.atomic_path(op), at), [_load(target, at), index, value], [])
             return ast.copy_location(ast.Expr(ast.copy_location(call, at)), at)
-        key = (target, ast.dump(index), op)
+        key = (target, ast.dump(index), op) + ((len(self.reductions),) if self.per_site else ())
         reduction = self.reductions.get(key)
         if reduction is None:
             reduction = Reduction(f"_qg_red{len(self.reductions)}", target, index, op, at.lineno)
