@@ -74,7 +74,7 @@ def _exception(e: BaseException) -> tuple[str, str]:
 
 def load(program: Program, workdir: Path, twin: bool = False):
     """Write the program's module into `workdir` and import it (qgraph reads kernels' source files)."""
-    name = f"qgraph_fuzz_{program.seed}" + ("_f64" if twin else "")
+    name = f"qgraph_fuzz_{program.seed}{program.variant}" + ("_f64" if twin else "")
     path = workdir / f"{name}.py"
     path.write_text(program.source64 if twin else program.source)
     spec = importlib.util.spec_from_file_location(name, path)

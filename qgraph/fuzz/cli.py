@@ -49,6 +49,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=600.0, help="seconds per program before it counts as a crash")
     p.add_argument("--quiet", action="store_true", help="no progress bar, no failing sources on the terminal")
     p.add_argument("--verbose", action="store_true", help="print every program's report, right ones included")
+    p.add_argument("--shrink", action="store_true",
+                   help="shrink each seed's program (in this process) to the fewest lines that keep its verdict")
+    p.add_argument("--key", default="", help="with --shrink: a phrase the verdict's detail must keep")
     return p
 
 
@@ -90,6 +93,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.graph_while_host:
         os.environ["QGRAPH_GRAPH_WHILE"] = "host"  # before qgraph initialises in the workers
     seeds = parse_seeds(args.seeds)
+    if args.shrink:
+        return _shrink(seeds, args)
     out = Path(args.out or tempfile.mkdtemp(prefix=f"qgraph-fuzz-{args.arch}-"))
     from tqdm import tqdm
 
@@ -117,6 +122,18 @@ def main(argv: list[str] | None = None) -> int:
     if failed:
         print("failing seeds: " + ", ".join(f"{r.seed} ({r.verdict})" for r in failed))
     return 1 if failed else 0
+
+
+def _shrink(seeds: list[int], args) -> int:
+    import qgraph
+
+    from .shrink import shrink
+
+    qgraph.init(args.arch)
+    for seed in seeds:
+        log = None if args.quiet else (lambda text, seed=seed: print(f"seed {seed}: {text}", file=sys.stderr))
+        print(f"# seed {seed}, shrunk\n{shrink(seed, args.key, log=log)}")
+    return 0
 
 
 if __name__ == "__main__":

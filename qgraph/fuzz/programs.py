@@ -61,6 +61,7 @@ class Program:
     tape_args: dict = field(default_factory=dict)
     calls: int = 1
     scalar_seeds: dict[str, float] = field(default_factory=dict)
+    variant: str = ""  # a suffix of the module's name: a shrunk variant of the program, say
 
     @property
     def float32(self) -> bool:
@@ -203,6 +204,11 @@ def generate(seed: int) -> Program:
         features.add("swapped_call")
     features |= ({"float32"} if float32 else set()) | ({"second_backward"} if p.twice else set())
     features |= {"tape_reentered"} if p.reenter else set()
+    if g.chance(0.15):  # the CPU's parallel form (prange loops) for every call, the adjoints' too
+        for k in kernels:
+            k.decorator = k.decorator[:-1] + ", cpu_serial_below=0)" if k.decorator.endswith(")") else \
+                k.decorator + "(cpu_serial_below=0)"
+        features.add("cpu_parallel_form")
     p.features = features
     head = HEADER.format(seed=seed, mode=form, features=", ".join(sorted(features)), float="{float}")
     body = "\n\n\n".join(helpers + [k.source(order, pool.kinds) for k in kernels] + driver) + "\n"
