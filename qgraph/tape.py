@@ -27,7 +27,7 @@ from .backends.gradient_args import identity, is_array, is_float_array, scan_arg
 from .errors import QgraphError
 from .runtime.arrays import Ndarray
 from .tape_arrays import FollowedArrays
-from .tape_kernels import fill, like
+from .tape_kernels import ADD, COPY, fill, index_rank, like
 
 
 @dataclass
@@ -78,6 +78,7 @@ class Tape:
         self._calls: list[_Call] = []
         self._readers: dict[tuple, list[tuple[_Call, int]]] = {}  # identity -> (call, position) reading it live
         self._followed = FollowedArrays()  # every array the recorded calls passed (tape_arrays)
+        self._memo: dict = {}  # kernel -> (its last recorded arguments, what record found of them, has structs)
         self._temporary: dict[tuple, Ndarray] = {}  # identity -> its accumulated gradient (no .grad of its own)
         self._working: dict[tuple, Ndarray] = {}  # identity -> its gradient within one backward pass
         self._busy = False  # the tape's own calls (copies, fills, adjoints) are not recorded
@@ -116,9 +117,17 @@ class Tape:
             return False
         src = kernel._source
         who = f"kernel {src.name} (recorded on a qgraph.Tape)"
-        arrays, keys = scan_args(src, args, who)
         info = kernel_facts(kernel)
-        aliases = written_aliases(src, keys, info.written, who)
+        memo = self._memo.get(kernel)  # a simulation passes the same arrays step after step
+        if memo is not None and len(memo[0]) == len(args) and all(a is b for a, b in zip(memo[0], args)) \
+                and not memo[2]:
+            arrays, keys, aliases, names = memo[1]
+        else:
+            arrays, keys = scan_args(src, args, who)
+            aliases = written_aliases(src, keys, info.written, who)
+            names = tuple((k, src.params[k].name, keys[k]) for k in arrays)
+            structs = any(getattr(type(a), "_qgraph_struct", False) for a in args)  # their fields may change
+            self._memo[kernel] = (args, (arrays, keys, aliases, names), structs)
         self._followed.check_structs(src, args, keys, who)
         states = loop_states(kernel, key)
         self._busy = True
@@ -133,8 +142,7 @@ class Tape:
             step = step_body.current_body()
             if step is not None and self._home is not None and step[0] is self._home[0]:
                 step = None  # the tape lives inside this step: its backward is captured with it
-            call = _Call(kernel, values, tuple(args), step, aliases or None,
-                         tuple((k, src.params[k].name, keys[k]) for k in arrays))
+            call = _Call(kernel, values, tuple(args), step, aliases or None, names)
             if loop is not None:  # the arrays the loop carries: working arrays of the adjoint's own
                 call.loop = tape_loops.run(self, kernel, args, values, loop)
             reads = adjoint_reads(kernel, key)
@@ -168,8 +176,6 @@ class Tape:
                 call.values[k] = copy
 
     def _snapshot(self, a) -> Ndarray:
-        from .tape_kernels import COPY, index_rank
-
         copy = like(a)
         COPY[index_rank(a)](copy, a)
         self.stats.snapshots += 1
@@ -253,8 +259,6 @@ class Tape:
 
     def _accumulate(self) -> None:
         """This pass's gradients added to the arrays' `.grad` (or the tape's own, adopted the first time)."""
-        from .tape_kernels import ADD, index_rank
-
         for found, buffer in list(self._working.items()):
             a = self._followed.arrays.get(found)
             own = a.grad if isinstance(a, Ndarray) else None
@@ -265,22 +269,16 @@ class Tape:
             else:
                 ADD[index_rank(buffer)](self._temporary[found], buffer)
 
-    def _pass_gradient(self, a, found: tuple):
-        """The gradient an adjoint of this pass accumulates into for array `a` of identity `found`
-        (None: none wanted)."""
-        buffer = self._working.get(found)
-        if buffer is not None:
-            return buffer
-        return a.grad if type(a) is Ndarray else self._temporary.get(found)
-
     def _adjoint(self, call: _Call) -> None:
-        from .tape_kernels import ADD, index_rank
-
         found, added = {}, []
-        for k, name, key in call.keys:
-            g = self._pass_gradient(call.arrays[k], key)
+        working, temporary = self._working, self._temporary
+        for k, name, key in call.keys:  # this pass's gradient, else the array's .grad, else the tape's own
+            g = working.get(key)
             if g is None:
-                continue
+                a = call.arrays[k]
+                g = a.grad if type(a) is Ndarray else temporary.get(key)
+                if g is None:
+                    continue
             if call.aliases and k in call.aliases:  # the same array again, read only: a gradient of its own
                 if call.scratch is None:
                     call.scratch = {}
@@ -315,6 +313,7 @@ class Tape:
         self._calls.clear()
         self._readers.clear()
         self._followed.clear()
+        self._memo.clear()
         self._temporary.clear()
         self._working.clear()
         if self._unwatch is not None:
