@@ -27,7 +27,7 @@ from .backends.gradient_args import identity, is_array, is_float_array, scan_arg
 from .errors import QgraphError
 from .runtime.arrays import Ndarray
 from .tape_arrays import FollowedArrays
-from .tape_kernels import ADD, COPY, fill, index_rank, like
+from .tape_kernels import ADD, COPY, fill, give_back, index_rank, like, scratch_like
 
 
 @dataclass
@@ -81,6 +81,8 @@ class Tape:
         self._memo: dict = {}  # kernel -> (its last recorded arguments, what record found of them, has structs)
         self._temporary: dict[tuple, Ndarray] = {}  # identity -> its accumulated gradient (no .grad of its own)
         self._working: dict[tuple, Ndarray] = {}  # identity -> its gradient within one backward pass
+        # given back for later tapes when this one dies, unless a captured step's graph holds them
+        self._give_back = weakref.finalize(self, give_back, self._working.values())
         self._busy = False  # the tape's own calls (copies, fills, adjoints) are not recorded
         self._previous = None
         self._entered = False
@@ -208,6 +210,7 @@ class Tape:
         try:
             self._pass_gradients(seeds)
             if step_body.current_body() is not None:  # inside a step: the adjoints are captured with it
+                self._give_back.detach()  # its graph keeps using this pass's gradients
                 for call in reversed(self._calls):
                     self._adjoint(call)
             else:
@@ -236,6 +239,8 @@ class Tape:
     def _pass_gradients(self, seeds: list) -> None:
         """This pass's gradient of every array the calls wrote or the user seeded: zero, then the seeds."""
         wanted = {identity(a): a for a, _ in seeds}
+        for found, a in wanted.items():  # a seeded array no call passed: its gradient is the seed itself
+            self._followed.arrays.setdefault(found, a)
         wanted.update((k, self._followed.arrays[k]) for k in self._followed.written)
         for found, a in wanted.items():
             if not is_float_array(a):
@@ -252,7 +257,7 @@ class Tape:
                 buffer.from_numpy(np.broadcast_to(np.asarray(seed, dtype=buffer.dtype), buffer.shape))
 
     def _new_gradient(self, a) -> Ndarray:
-        g = like(a)
+        g = scratch_like(a)
         self.stats.temporary_grads += 1
         self.stats.temporary_grad_bytes += g.nbytes
         return g

@@ -111,3 +111,30 @@ def like(a) -> Ndarray:
 
 def fill(a: Ndarray, value: float) -> None:
     FILL[index_rank(a)](a, a._element(value) if a._element is not None else value)  # a vector for vector arrays
+
+
+_SPARE: dict[tuple, list[Ndarray]] = {}  # (kind, shape, device) -> scratch arrays a dead tape gave back
+_SPARE_EACH = 8
+
+
+def scratch_like(a) -> Ndarray:
+    """`like(a)`, reusing an array a dead tape gave back where one of the kind is spare: an eager
+    backward per step would otherwise allocate (and the pool map) its gradients every time."""
+    if isinstance(a, Ndarray):
+        spare = _SPARE.get(_spare_key(a))
+        if spare:
+            return spare.pop()
+    return like(a)
+
+
+def give_back(arrays) -> None:
+    """Arrays only a tape used, back for later tapes (their uses are ordered on qgraph's stream)."""
+    for a in arrays:
+        spare = _SPARE.setdefault(_spare_key(a), [])
+        if len(spare) < _SPARE_EACH:
+            spare.append(a)
+
+
+def _spare_key(a: Ndarray) -> tuple:
+    """An array's kind, shape, device and runtime generation (qgraph.init() starts afresh)."""
+    return a._element or a.dtype, a.shape[:index_rank(a)], a.device_id, runtime.STATE.generation

@@ -454,3 +454,13 @@ def test_kernel_grad_flows_through_an_array_a_later_task_reads(arch):
     z.grad.fill(1.0)
     through_an_unmarked_array.grad(c, y, z)
     np.testing.assert_allclose(c.grad.to_numpy(), [2 * 0.7 * 3], rtol=1e-12)
+
+
+def test_a_seed_for_an_array_no_call_passed_is_its_gradient(arch):
+    x = qgraph.from_numpy(np.array([0.5, 1.5]), requires_grad=True)
+    w = qgraph.from_numpy(np.array([1.0, 2.0]), requires_grad=True)
+    with qgraph.Tape() as tape:
+        cosine_in_place(x)
+    tape.backward(grads={x: 1.0, w: 3.0})
+    np.testing.assert_allclose(w.grad.to_numpy(), [3.0, 3.0])
+    np.testing.assert_allclose(x.grad.to_numpy(), -np.sin([0.5, 1.5]))
