@@ -464,3 +464,21 @@ def test_a_seed_for_an_array_no_call_passed_is_its_gradient(arch):
     tape.backward(grads={x: 1.0, w: 3.0})
     np.testing.assert_allclose(w.grad.to_numpy(), [3.0, 3.0])
     np.testing.assert_allclose(x.grad.to_numpy(), -np.sin([0.5, 1.5]))
+
+
+@qgraph.kernel(cpu_serial_below=0)
+def branchy_inner_sum(y, w, c, b):
+    for i, j in qgraph.ndrange(b.shape[0], b.shape[1]):
+        t = math.exp(-y[i] * y[i]) - math.hypot(y[i], 1.2 + math.sin(c[0]))
+        s = 0.0
+        for k in range(w.shape[0]):
+            if w[k] > w[i % w.shape[0]]:
+                s += w[k] * math.atan2(t, 1.7)
+            else:
+                s -= 0.396 * c[0]
+        b[i, j] += -0.247 * s
+
+
+def test_a_parallel_adjoint_with_an_inner_loop_feeding_a_shared_gradient(arch):
+    """The fuzzer's seed 611: on the CPU's parallel form, numba's reduction analysis failed on the adjoint."""
+    check_gradients(branchy_inner_sum, uniform(4), uniform(5), uniform(1), uniform(4, 3))

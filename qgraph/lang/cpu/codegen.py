@@ -33,7 +33,7 @@ from ..lower.lowering import (
     task_locals,
     view_assignments,
 )
-from ..lower.updates import Reduction, UpdateRewriter, combine, task_updates
+from ..lower.updates import Reduction, UpdateRewriter, combine, has_inner_loops, task_updates
 from ..options import DEFAULT_OPTIONS, KernelOptions
 from ..types.precision import weak_typed
 from ..types.weak_types import param_type
@@ -238,8 +238,8 @@ def cpu_module(src: KernelSource, options: KernelOptions = DEFAULT_OPTIONS, kind
         for task in unit:
             updates = None
             if task.parallel:
-                updates = UpdateRewriter(task, set(src.param_names), src.resolve, src.error, symbols.atomic,
-                                         _partial_update, per_site=True)  # numba: one update per reduction
+                updates = UpdateRewriter(task, set(src.param_names), src.resolve, src.error, symbols.atomic,  # lower.updates
+                                         _partial_update, True, src.adjoint is not None and has_inner_loops(task))
             local_names = task_locals(src, task)
             stmts = task.body
             if precision is not None:

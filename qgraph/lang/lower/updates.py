@@ -105,7 +105,7 @@ class UpdateRewriter(ast.NodeTransformer):
     """
 
     def __init__(self, task: Task, arrays: set[str], resolve, error, atomic_path, partial_update,
-                 per_site: bool = False) -> None:
+                 per_site: bool = False, reductions_atomic: bool = False) -> None:
         self.classifier = _Classifier(task, arrays, error)
         self.per_site = per_site  # a partial per update statement (numba: one reduction variable, one update)
         self.resolve = resolve
@@ -114,6 +114,9 @@ class UpdateRewriter(ast.NodeTransformer):
         self.partial_update = partial_update
         self.reductions: dict[tuple, Reduction] = {}
         self.atomics: list[tuple[str, str, int]] = []  # (target, op, line) of every atomic scatter
+        # every reduction an atomic instead: numba's reduction analysis of an adjoint task with inner loops
+        # follows a partial's value into their loop-carried copies and fails ("unexpected cycle in lookup()")
+        self.reductions_atomic = reductions_atomic
 
     # ------------------------------------------------------------------ statements
 
@@ -162,6 +165,8 @@ class UpdateRewriter(ast.NodeTransformer):
 
     def _shared_update(self, kind: str, target: str, index: ast.expr, op: str, value: ast.expr,
                        at: ast.stmt) -> ast.stmt:
+        if kind == "reduction" and self.reductions_atomic:
+            kind = "atomic"
         if kind == "atomic":
             self.atomics.append((target, op, at.lineno))
             call = ast.Call(_dotted(self.atomic_path(op), at), [_load(target, at), index, value], [])
@@ -212,3 +217,8 @@ def task_updates(src, task: Task) -> tuple[list[Reduction], list[tuple[str, str,
     for stmt in task.body:
         rewriter.visit(copy.deepcopy(stmt))
     return list(rewriter.reductions.values()), rewriter.atomics
+
+
+def has_inner_loops(task: Task) -> bool:
+    """Whether a task's body holds a loop of its own."""
+    return any(isinstance(n, (ast.For, ast.While)) for stmt in task.body for n in ast.walk(stmt))
