@@ -238,7 +238,7 @@ def cpu_module(src: KernelSource, options: KernelOptions = DEFAULT_OPTIONS, kind
         for task in unit:
             updates = None
             if task.parallel:
-                updates = UpdateRewriter(task, set(src.param_names), src.resolve, src.error, symbols.atomic,  # lower.updates
+                updates = UpdateRewriter(task, set(src.param_names), src.resolve, src.error, symbols.atomic,
                                          _partial_update, True, src.adjoint is not None and has_inner_loops(task))
             local_names = task_locals(src, task)
             stmts = task.body
