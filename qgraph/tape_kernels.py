@@ -66,7 +66,7 @@ FILL = (_fill0, _fill1, _fill2, _fill3)
 
 def index_rank(a) -> int:
     """The number of indices a kernel uses on `a` (an array of vectors: fewer, one per vector axis)."""
-    element = getattr(a, "_element", None)  # arrays of other libraries have no vector type
+    element = getattr(a, "element", None)  # arrays of other libraries have no vector type
     return a.ndim - (len(element_of(element).shape) if element is not None else 0)
 
 
@@ -98,19 +98,15 @@ ADD = (_add0, _add1, _add2, _add3)  # a gradient of this backward pass added int
 
 def like(a) -> Ndarray:
     """A zero-filled qgraph array of `a`'s kind on `a`'s device (for another library's array: its
-    dtype and shape, on the current device), ordered on qgraph's stream: the tape's copies and
-    gradients are used there only, so making one never waits for the work queued before it."""
+    dtype and shape, on the current device); a qgraph array's ordered on qgraph's stream (the tape
+    uses its copies and gradients there only, so making one never waits for the work queued before it)."""
     if not isinstance(a, Ndarray):
-        return Ndarray(np.dtype(str(a.dtype).replace("torch.", "")), tuple(a.shape), _wait=False)
-    shape = a.shape[:index_rank(a)]
-    if a._device is not None:
-        with runtime.device(a._device.info.ordinal):
-            return Ndarray(a._element or a.dtype, shape, _wait=False)
-    return Ndarray(a._element or a.dtype, shape)
+        return Ndarray(np.dtype(str(a.dtype).replace("torch.", "")), tuple(a.shape))
+    return a.zeros_like(wait=False)
 
 
 def fill(a: Ndarray, value: float) -> None:
-    FILL[index_rank(a)](a, a._element(value) if a._element is not None else value)  # a vector for vector arrays
+    FILL[index_rank(a)](a, a.element(value) if a.element is not None else value)  # a vector for vector arrays
 
 
 _SPARE: dict[tuple, list[Ndarray]] = {}  # (kind, shape, device) -> scratch arrays a dead tape gave back
@@ -137,4 +133,4 @@ def give_back(arrays) -> None:
 
 def _spare_key(a: Ndarray) -> tuple:
     """An array's kind, shape, device and runtime generation (qgraph.init() starts afresh)."""
-    return a._element or a.dtype, a.shape[:index_rank(a)], a.device_id, runtime.STATE.generation
+    return a.element or a.dtype, a.index_shape, a.device_id, runtime.STATE.generation

@@ -17,11 +17,10 @@ from ..lang.adjoint import LoopStates, adjoint_source, recording_source
 from ..lang.adjoint.loops import loop_title
 from ..lang.flat.view import flat_source
 from ..lang.front.regions import DeviceLoop, IfRegion, RepeatLoop, control_regions, leaf_tasks
-from ..lang.types.vector_types import element_of
 from ..runtime import state as runtime
 from ..runtime.arrays import Ndarray
 from .checks import _written_names, written_params
-from .gradient_args import arrays_of, identity, no_struct_gradients, written_aliases
+from .gradient_args import scan_args, written_aliases
 
 
 def adjoint_kernel(kernel, grads: tuple[str, ...], states: LoopStates | None = None):
@@ -58,13 +57,12 @@ def run_adjoint(kernel, values: tuple) -> None:
     """kernel.grad(...): the adjoint of one call, with the `.grad` of its array arguments."""
     src = kernel._source
     who = f"kernel {src.name}.grad"
-    no_struct_gradients(src, values, who)
+    _, keys = scan_args(src, values, who)  # raises for a struct holding an array with a gradient
     grads = {p.name: g for p, v in zip(src.params, values) for g in [_gradient_of(v)] if g is not None}
     if not grads:
         raise QgraphError(f"kernel {kernel._source.name}.grad: no argument has a gradient; make the arrays to "
                           "differentiate with qgraph.ndarray(..., requires_grad=True) or set a.requires_grad = True")
     facts = kernel_facts(kernel)
-    keys = {k: identity(a) for k, a in arrays_of(src, values).items()}
     for k, j in written_aliases(src, keys, facts.written, who).items():
         if {src.params[k].name, src.params[j].name} & grads.keys():
             raise QgraphError(f"{who}: the call passes one array as both '{src.params[j].name}' and "
@@ -73,7 +71,7 @@ def run_adjoint(kernel, values: tuple) -> None:
                               "qgraph.Tape (which gives each its own gradient and adds them)")
     for k in _passed_between_tasks(src, facts):  # no .grad of its own, but the gradient flows through it
         if src.params[k].name not in grads and isinstance(values[k], Ndarray) and values[k].dtype.kind == "f":
-            grads[src.params[k].name] = _zeros_like(values[k])
+            grads[src.params[k].name] = values[k].zeros_like()
     key = kernel._compile(*values)
     states = loop_states(kernel, key)
     if states is not None:
@@ -101,16 +99,6 @@ def _passed_between_tasks(src, facts) -> list[int]:
         if writers and any(name in task.loaded for task in src.tasks[min(writers) + 1:]):
             found.append(k)
     return found
-
-
-def _zeros_like(a: Ndarray) -> Ndarray:
-    """A zero-filled gradient for `a` (of its vector type, on its device)."""
-    element = a._element
-    shape = a.shape[:a.ndim - len(element_of(element).shape)] if element is not None else a.shape
-    if a._device is not None:
-        with runtime.device(a._device.info.ordinal):
-            return Ndarray(element or a.dtype, shape)
-    return Ndarray(element or a.dtype, shape)
 
 
 def _gradient_of(value):

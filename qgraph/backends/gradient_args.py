@@ -34,7 +34,7 @@ def identity(a) -> tuple:
     """The key of an array's memory: the same for every object (a qgraph array, a NumPy view, a
     PyTorch tensor) naming the same bytes, so a tape follows them as one array."""
     if type(a) is Ndarray:
-        return a.address, a._size * a._dtype.itemsize
+        return a.address, a.nbytes
     nbytes = a.nbytes if hasattr(a, "nbytes") else a.numel() * a.element_size()
     return address(a), int(nbytes)  # one address space for host and devices (CUDA's unified addressing)
 
@@ -51,14 +51,15 @@ def is_float_array(a) -> bool:
 
 def scan_args(src, args: tuple, who: str) -> tuple[dict[int, object], dict[int, tuple]]:
     """A recorded call's array arguments by position, and their identities, in one pass over the
-    arguments (raising, as no_struct_gradients, for a struct holding an array with a gradient)."""
+    arguments. Arrays inside a @qgraph.struct get no gradient: a struct holding one with a gradient
+    raises (never a silent zero)."""
     arrays: dict[int, object] = {}
     keys: dict[int, tuple] = {}
     for k, a in enumerate(args):
         t = type(a)
         if t is Ndarray:
             if src.params[k].source is None:
-                arrays[k], keys[k] = a, (a.address, a._size * a._dtype.itemsize)
+                arrays[k], keys[k] = a, (a.address, a.nbytes)
         elif t is float or t is int or t is bool:
             continue
         elif getattr(t, "_qgraph_struct", False):
@@ -66,18 +67,6 @@ def scan_args(src, args: tuple, who: str) -> tuple[dict[int, object], dict[int, 
         elif src.params[k].source is None and is_array(a):
             arrays[k], keys[k] = a, identity(a)
     return arrays, keys
-
-
-def arrays_of(src, args: tuple) -> dict[int, object]:
-    """Position -> the array arguments of a call the user passed (implicit parameters left out)."""
-    return {k: a for k, (p, a) in enumerate(zip(src.params, args)) if p.source is None and is_array(a)}
-
-
-def no_struct_gradients(src, args: tuple, who: str) -> None:
-    """Arrays inside a @qgraph.struct get no gradient: one that has one raises (never a silent zero)."""
-    for p, v in zip(src.params, args):
-        if getattr(type(v), "_qgraph_struct", False):
-            _no_gradient_in(p.name, v, who)
 
 
 def _no_gradient_in(name: str, struct, who: str) -> None:

@@ -120,6 +120,26 @@ class Ndarray:
         return f"qgraph.Ndarray({self._dtype.name}, shape={self._shape}, device={where})"
 
     @property
+    def element(self):
+        """The vector or matrix type of the elements (`qgraph.vec3`, ...), or None for scalars."""
+        return self._element
+
+    @property
+    def index_shape(self) -> tuple[int, ...]:
+        """The shape kernels index: `shape` without a vector type's trailing axes."""
+        if self._element is None:
+            return self._shape
+        return self._shape[:len(self._shape) - len(element_of(self._element).shape)]
+
+    def zeros_like(self, wait: bool = True) -> Ndarray:
+        """A zero-filled array of this one's element type and index shape, on its device
+        (`wait=False`: ordered on qgraph's stream only, for scratch used there, as a tape's)."""
+        if self._device is not None:
+            with runtime.device(self._device.info.ordinal):
+                return Ndarray(self._element or self._dtype, self.index_shape, _wait=wait)
+        return Ndarray(self._element or self._dtype, self.index_shape)
+
+    @property
     def requires_grad(self) -> bool:
         """Whether the array has a gradient (`.grad`, zero-filled, the same shape and dtype), which
         kernel.grad and qgraph.Tape.backward accumulate into. Setting it False drops the gradient."""
@@ -133,13 +153,7 @@ class Ndarray:
             if self._dtype.kind != "f":
                 raise TypeError(f"requires_grad: a {self._dtype.name} array has no gradient; only float32 and "
                                 "float64 arrays do")
-            index_shape = self._shape[:len(self._shape) - len(element_of(self._element).shape)] \
-                if self._element is not None else self._shape
-            if self._device is not None:  # on the array's own device
-                with runtime.device(self._device.info.ordinal):
-                    self.grad = Ndarray(self._element or self._dtype, index_shape)
-            else:
-                self.grad = Ndarray(self._element or self._dtype, index_shape)
+            self.grad = self.zeros_like()
 
     # ------------------------------------------------------------------ data movement
 
