@@ -113,6 +113,17 @@ def cuda_compiler():
         pytest.skip(f"numba-cuda cannot compile here: {reason}")
 
 
+def generated_module(tmp_path_factory, name: str, source: str):
+    """The module `name` made of `source`, written to a file of its own (qgraph reads kernels' source)
+    and imported: the generated families' kernels."""
+    path = tmp_path_factory.mktemp(name) / f"{name}.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 @pytest.fixture(params=["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])
 def arch(request):
     """Run the test on the CPU backend and on CUDA."""

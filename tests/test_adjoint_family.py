@@ -8,12 +8,12 @@ tested in test_adjoint.py."""
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
 import zlib
 
 import numpy as np
 import pytest
+from conftest import generated_module
 from test_adjoint import check_gradients
 
 EXPR = "math.sin(x[i]) * w[0] + 0.5 * x[i] * x[i]"
@@ -68,12 +68,7 @@ def _source() -> str:
 
 @pytest.fixture(scope="module")
 def family(tmp_path_factory):
-    path = tmp_path_factory.mktemp("adjoint_family") / "qgraph_adjoint_family.py"
-    path.write_text(_source())
-    spec = importlib.util.spec_from_file_location("qgraph_adjoint_family", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return generated_module(tmp_path_factory, "qgraph_adjoint_family", _source())
 
 
 @pytest.mark.parametrize("context,target,dtype", CASES, ids=[f"{c}-{t}-{d}" for c, t, d in CASES])

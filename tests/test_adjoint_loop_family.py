@@ -8,11 +8,11 @@ tape on both backends. Few kernels: each costs a compile of its recording and ad
 
 from __future__ import annotations
 
-import importlib.util
 import zlib
 
 import numpy as np
 import pytest
+from conftest import generated_module
 from test_adjoint import check_gradients
 
 BODY = ["x[i] += p.dt * fam_step(x[i], w[0]) * p.c[i]", "{apply}"]
@@ -67,12 +67,7 @@ def _source() -> str:
 
 @pytest.fixture(scope="module")
 def family(tmp_path_factory):
-    path = tmp_path_factory.mktemp("adjoint_loop_family") / "qgraph_adjoint_loop_family.py"
-    path.write_text(_source())
-    spec = importlib.util.spec_from_file_location("qgraph_adjoint_loop_family", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return generated_module(tmp_path_factory, "qgraph_adjoint_loop_family", _source())
 
 
 @pytest.mark.parametrize("context,target,dtype", CASES, ids=[f"{c}-{t}-{d}" for c, t, d in CASES])

@@ -10,10 +10,9 @@ and third calls of a captured step) are checked too."""
 
 from __future__ import annotations
 
-import importlib.util
-
 import numpy as np
 import pytest
+from conftest import generated_module
 
 CONSTRUCTS = {  # lines computing `v` from a = x[i]; `continue` skips the update of this element
     "continue": ["a = x[i]", "if a < 0.45:", "    continue", "v = a * a * w[0] + a"],
@@ -119,12 +118,7 @@ def _source() -> str:
 
 @pytest.fixture(scope="module")
 def family(tmp_path_factory):
-    path = tmp_path_factory.mktemp("gradient_family") / "qgraph_gradient_family.py"
-    path.write_text(_source())
-    spec = importlib.util.spec_from_file_location("qgraph_gradient_family", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return generated_module(tmp_path_factory, "qgraph_gradient_family", _source())
 
 
 X0 = np.array([0.23, 0.38, 0.61, 0.87])  # away from every threshold above (0.45, 0.5, 0.3, multiples of 0.137)

@@ -6,11 +6,11 @@ target and float32 arrays; each gradient checked against central differences on 
 
 from __future__ import annotations
 
-import importlib.util
 import re
 
 import numpy as np
 import pytest
+from conftest import generated_module
 from test_adjoint import check_gradients
 from test_gradient_family import CONSTRUCTS, HEADER, W0, X0
 
@@ -51,12 +51,7 @@ def _source() -> str:
 
 @pytest.fixture(scope="module")
 def family(tmp_path_factory):
-    path = tmp_path_factory.mktemp("gradient_placement_family") / "qgraph_gradient_placement_family.py"
-    path.write_text(_source())
-    spec = importlib.util.spec_from_file_location("qgraph_gradient_placement_family", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return generated_module(tmp_path_factory, "qgraph_gradient_placement_family", _source())
 
 
 @pytest.mark.parametrize("placement", list(PLACEMENTS))

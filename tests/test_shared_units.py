@@ -4,10 +4,10 @@ it with each unit's arguments, and every call still does its own unit's work."""
 from __future__ import annotations
 
 import ast
-import importlib.util
 
 import numpy as np
 import pytest
+from conftest import generated_module
 
 import qgraph
 from qgraph.lang.cpu.shared_units import canonical_code, shared_units
@@ -101,12 +101,7 @@ PASSES = {"top": 2, "repeat": 6, "after_inner": 6}  # updates per call with k = 
 def family(tmp_path_factory):
     parts = [HEADER] + [f"\n\n@qgraph.kernel\ndef shared_{name}(x, w, total, vout: V3[:], acc: Acc, n, k: int):\n"
                         + "".join(f"    {line}\n" for line in lines) for name, lines in CONTEXTS.items()]
-    path = tmp_path_factory.mktemp("shared_units_family") / "qgraph_shared_units_family.py"
-    path.write_text("".join(parts))
-    spec = importlib.util.spec_from_file_location("qgraph_shared_units_family", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return generated_module(tmp_path_factory, "qgraph_shared_units_family", "".join(parts))
 
 
 @pytest.mark.parametrize("context", list(CONTEXTS))
