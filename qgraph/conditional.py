@@ -76,7 +76,7 @@ def while_strategy(compute_capability: tuple[int, int], driver_version: int, *, 
 NO_LIMIT = (1 << 64) - 1
 
 
-class _Helpers:
+class HelperKernels:
     """The slot-writer and condition kernels, loaded once per device (`source`: HELPER_SOURCE, or
     the benchmark's former condition kernel)."""
 
@@ -97,10 +97,10 @@ class _Helpers:
         self.branch = device.function(module, "qgraph_set_branch")
 
 
-def helpers(target: DeviceState) -> _Helpers:
+def helpers(target: DeviceState) -> HelperKernels:
     found = target.helpers.get("while")
     if found is None:
-        found = target.helpers["while"] = _Helpers(target)
+        found = target.helpers["while"] = HelperKernels(target)
     return found
 
 
@@ -115,7 +115,7 @@ class WhileLoop:
 
     @classmethod
     def of_region(cls, spec, region, number: int, count_part: tuple[int, bool], outermost: bool) -> WhileLoop:
-        """The loop of a DeviceLoop or RepeatLoop region of `spec` (graph_cache.GraphSpec). A loop no loop
+        """The loop of a DeviceLoop or RepeatLoop region of `spec` (graphs.builder.GraphSpec). A loop no loop
         encloses clears the cancel word as it starts; not a repeat's remainder part, which runs after
         its main part (a cancel during that must stop it too)."""
         cancel = (spec.cancel_word, outermost and not count_part[1])
@@ -135,7 +135,7 @@ class WhileLoop:
         divisor, remainder = count_part
         self.scale = 1 if remainder else divisor  # body runs per pass (stats.iterations)
         self.remainder = remainder  # the second WHILE node of an unrolled repeat loop
-        self.predicated: set = set()  # the unrolled copies whose tasks read `live` themselves (graph_unroll)
+        self.predicated: set = set()  # the unrolled copies whose tasks read `live` themselves (graphs.unroll)
         self._device = target.device
         self._target = target
         self._helpers = helpers(target)

@@ -1,11 +1,11 @@
 """CUDA graphs of kernel specialisations: build, cache (LRU), replay with in-place updates.
 
-A `TaskGraph` holds one kernel node per task, built with the explicit node API (faster to
-replay than a stream capture), each node reading its by-value parameter block from a
-persistent `ParamBuffer`. On Hopper and newer the edges between task nodes are
-programmatic: each task kernel starts with `griddepcontrol.wait`, so the next one is
-launched as the previous one's blocks exit, and most of the launch gap leaves the
-critical path.
+A `TaskGraph` is one specialisation's graph: built by graphs.builder (one kernel node per task,
+each reading its by-value parameter block from a persistent `ParamBuffer`; WHILE and IF nodes
+for the device control flow), then instantiated, replayed and updated here. On Hopper and
+newer the edges between task nodes are programmatic: each task kernel starts with
+`griddepcontrol.wait`, so the next one is launched as the previous one's blocks exit, and
+most of the launch gap leaves the critical path.
 
 A graph keeps up to `INSTANCES` executable instances, each keyed by the exact parameter
 bytes of the call it was last set up for:
@@ -27,20 +27,15 @@ from __future__ import annotations
 import enum
 import time
 from collections import OrderedDict
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import NamedTuple, Protocol
 
 from .compiler.cuda_program import TaskKernel
-from .compiler.launch_code import block_expr, generate, graph_blocks, grid_expr, signature_with_constants
-from .conditional import IfBranch, WhileLoop
+from .compiler.launch_code import generate, graph_blocks, signature_with_constants
 from .driver.device import CudaDevice, check, driver, fail, kernel_failure
-from .driver.nodes import GraphNode, add_edge, kernel_node_params, set_shape
-from .driver.params import ParamBuffer
+from .driver.nodes import set_shape
 from .errors import QgraphError
-from .graph_unroll import Gated, add_gated, count_part, counts_hold, graph_tree, loop_passes, plan_gated, tiled_choice
-from .lang.front.regions import DeviceLoop, IfRegion, Region, RepeatLoop, Sequence, Task
-from .lang.options import KernelOptions
+from .graphs.builder import GraphBuilder, GraphSpec
+from .graphs.unroll import counts_hold, loop_passes
 
 INSTANCES = 4  # executable instances per graph (distinct argument sets kept update-free)
 
@@ -58,7 +53,7 @@ class GraphCache:
         return len(self._graphs)
 
     def add(self, key, graph: TaskGraph) -> None:
-        replaced = self._graphs.pop(key, None)  # a graph rebuilt in another form (graph_unroll.Straight)
+        replaced = self._graphs.pop(key, None)  # a graph rebuilt in another form (graphs.unroll.Straight)
         if replaced is not None:
             self._device.synchronize()
             replaced.close()
@@ -89,13 +84,6 @@ class _Instance:
     blocks: list
 
 
-class _Planned(NamedTuple):
-    """A region's updatable node in a graph's plan: its parameter block's index, and its maker."""
-
-    index: int
-    item: object
-
-
 class GraphState(enum.Enum):
     """Where a TaskGraph stands. Transitions (nothing else is allowed):
 
@@ -109,37 +97,14 @@ class GraphState(enum.Enum):
     CLOSED = "closed"
 
 
-class GraphSpec(Protocol):
-    """What a TaskGraph is built from: a compiled specialisation (backends.cuda_spec.Specialisation)."""
-
-    target: object  # the runtime DeviceState
-    kernels: list[TaskKernel]  # one per task
-    body: Region  # the region tree
-    bounds: Callable  # the host bounds function
-    name: str  # the kernel's, for messages
-    flags: dict[str, tuple]  # loop or branch flag (or repeat count) -> where its pointer is in a call
-    options: KernelOptions  # resolved: max_iterations guards the device loops
-    device_loops: bool  # loop regions as WHILE nodes (else their plain body: the host do-while repeats it)
-    programmatic: bool  # programmatic edges between kernel nodes
-    stop_word: int  # debug mode: device loops end once the word at this address is non-zero (a failed check)
-    cancel_word: int  # the kernel's cancel word (runtime.cancel; 0: none); loops no loop encloses clear it
-    straight_counts: bool  # repeat loops may be built as straight lines for a call's count (graph_unroll)
-
-
 class TaskGraph:
     """A graph of a specialisation's region tree and its executable instances.
 
-    Tasks become kernel nodes chained in order; a DeviceLoop region becomes a slot writer
-    and a WHILE node whose body graph is built from the loop's body region (so loops nest
-    structurally). With `spec.device_loops` False a loop region is built as its plain body (the
-    host do-while fallback repeats the whole graph instead). With `into=(graph, deps)` the nodes
-    are added to another graph after `deps` (a stream capture of another library's, a step's
-    graph) and nothing is instantiated: `ends` are the nodes later work there depends on;
-    `kernel_deps` are the int handles of the kernel nodes among `deps` (programmatic edges).
-
-    Building walks the region tree twice: `_plan` gives each updatable node (a task's kernel
-    node, a loop's slot writer, a branch's) an index into the parameter blocks, by region;
-    `_add` adds each region's nodes at the index its plan entry names.
+    graphs.builder.GraphBuilder builds the tree (the call's, as graphs.unroll shapes it) into a new
+    graph. With `into=(graph, deps)` the nodes are added to another graph after `deps` (a stream
+    capture of another library's, a step's graph) and nothing is instantiated: `ends` are the nodes
+    later work there depends on; `kernel_deps` are the int handles of the kernel nodes among `deps`
+    (programmatic edges).
     """
 
     def __init__(self, spec: GraphSpec, args: tuple, packs: tuple, stream: int, stats,
@@ -147,27 +112,23 @@ class TaskGraph:
         d = driver()
         started = time.perf_counter()
         self.state = GraphState.BUILDING
-        self._spec = spec
         self._device = spec.target.device
         self._stats = stats
         self.name = spec.name
         self.graph = None
-        self._loops: list = []  # WhileLoops, in pre-order (stats.iterations)
-        self._branches: list = []  # IfBranches
         self._instances: dict[tuple, _Instance] = {}
         self.programmatic = spec.programmatic
-        self._kernel_deps = kernel_deps
-        self._planned: dict[Region, _Planned] = {}  # region -> its updatable node's plan entry
-        self._open_loops: list[WhileLoop] = []  # while adding: the loops around the region being added
-        self._loop_depth = 0  # while planning: the loops around the region being planned
-        self._tiled = tiled_choice(spec, args)  # graph_unroll.TiledChoice, or None: the kernel tiles no loop
-        body, self._fixed = graph_tree(spec, packs, into is None, self._tiled)  # loops unrolled, counts fixed
+        builder = GraphBuilder(spec, self.programmatic, kernel_deps)
+        self._loops = builder.loops  # WhileLoops, in pre-order (stats.iterations)
+        self._branches = builder.branches  # IfBranches
+        self._nodes = builder.nodes  # by plan index, filled as the builder adds them
+        body = builder.tree(args, packs, into is None)  # loops unrolled and tiled, counts fixed
+        self._tiled, self._fixed = builder.tiled, builder.fixed  # graphs.unroll.TiledChoice or None; FixedCounts
         self.on_new_form = None  # (args, packs, stream, new_count) -> the graph replacing this one (_miss)
         # interchanged loops' arrays must not overlap: checked by build_graph, then at each miss and update
         self._overlap = getattr(spec, "overlap", None) or (lambda packs: None)
         try:
-            plan = self._plan(body, {tk.task.index: tk for tk in spec.kernels}, [])
-            self._nodes: list[GraphNode | None] = [None] * len(plan)  # by plan index, set as _add adds them
+            plan = builder.plan_tree(body, {tk.task.index: tk for tk in spec.kernels})
             # a conditional handle belongs to its graph
             self._max_instances = 1 if self._loops or self._branches else INSTANCES
             self._blocks = graph_blocks(plan, spec.kernels, spec.bounds, self.name)
@@ -175,7 +136,7 @@ class TaskGraph:
             if into is None:
                 self.graph = check(d.cuGraphCreate(0), "cuGraphCreate")
             graph, deps = into if into is not None else (self.graph, [])
-            self.ends = self._add(body, graph, list(deps), blocks, grids)
+            self.ends = builder.add_tree(body, graph, list(deps), blocks, grids)
             self.kernel_nodes = sum(isinstance(item, TaskKernel) for item in plan) + \
                 sum(item.kernel_nodes for item in self._loops + self._branches)
             self._template_blocks = list(blocks)  # what every fresh instance starts with
@@ -190,90 +151,9 @@ class TaskGraph:
         self.build_seconds = time.perf_counter() - started
         self.replay = self._generate_replay(stats)
 
-    # ------------------------------------------------------------------ building
-
-    def _plan(self, region: Region, by_task: dict, plan: list) -> list:
-        """Append the updatable nodes of `region` to `plan` in build order (a WhileLoop or IfBranch for
-        its slot writer, a TaskKernel), each region's entry recorded in `_planned`; returns `plan`."""
-        spec = self._spec
-        if isinstance(region, Task):
-            self._enter(region, by_task[region.index], plan)
-        elif isinstance(region, Gated):
-            plan_gated(self, region, by_task, plan)
-        elif isinstance(region, DeviceLoop) and not spec.device_loops:  # the host do-while repeats the graph
-            self._plan(region.body, by_task, plan)
-        elif isinstance(region, (DeviceLoop, RepeatLoop)):
-            loop = WhileLoop.of_region(spec, region, len(self._loops), count_part(region), self._loop_depth == 0)
-            self._loops.append(loop)
-            self._enter(region, loop, plan)
-            self._loop_depth += 1
-            self._plan(region.body, by_task, plan)
-            self._loop_depth -= 1
-        elif isinstance(region, IfRegion):
-            branch = IfBranch(spec.target, spec.flags[region.flag], len(self._branches))
-            self._branches.append(branch)
-            self._enter(region, branch, plan)
-            for body in (region.then, region.orelse):
-                self._plan(body, by_task, plan)
-        else:
-            for child in region.children:
-                self._plan(child, by_task, plan)
-        return plan
-
-    def _enter(self, region: Region, item, plan: list) -> None:
-        self._planned[region] = _Planned(len(plan), item)
-        plan.append(item)
-
-    def _add(self, region: Region, graph, deps: list, blocks: list, grids: list) -> list:
-        """Add `region` to `graph` after `deps`; returns the nodes later work depends on."""
-        if isinstance(region, Gated):  # an unrolled copy of a loop's body (graph_unroll)
-            return add_gated(self, region, graph, deps, blocks, grids)
-        if isinstance(region, Sequence):
-            for child in region.children:
-                deps = self._add(child, graph, deps, blocks, grids)
-            return deps
-        if isinstance(region, DeviceLoop) and not self._spec.device_loops:  # the host do-while repeats the graph
-            return self._add(region.body, graph, deps, blocks, grids)
-        k, item = self._planned[region]
-        if isinstance(region, (DeviceLoop, RepeatLoop)):
-            body, while_node, self._nodes[k] = item.add_loop(graph, deps, blocks[k])
-            self._open_loops.append(item)
-            inner = self._add(region.body, body, [], blocks, grids)
-            self._open_loops.pop()
-            # programmatic only behind one kernel node: a body ending in a WHILE or IF node gets a plain edge
-            item.add_condition(body, inner, self.programmatic and len(inner) == 1 and self._is_kernel_node(inner[0]))
-            return [while_node]
-        if isinstance(region, IfRegion):
-            self._nodes[k], then_body, else_body, after = item.add_branch(
-                graph, deps, blocks[k], bool(region.then.children), bool(region.orelse.children))
-            for sub, body in ((region.then, then_body), (region.orelse, else_body)):
-                if body is not None:
-                    self._add(sub, body, [], blocks, grids)
-            return after
-        return [self._add_task(region, item, k, graph, deps, blocks[k], grids[k])]
-
-    def _add_task(self, task: Task, tk: TaskKernel, k: int, graph, deps: list, block: bytes, grid):
-        """The kernel node of `task` (plan index `k`), after `deps`."""
-        if len(block) != tk.param_size:
-            raise QgraphError(f"task {task.index}: parameter block of {len(block)} bytes for a kernel taking "
-                              f"{tk.param_size}; please report this")
-        buffer = ParamBuffer(tk.param_size)
-        buffer.data[:] = block
-        params = kernel_node_params(tk.function_for(grid, self.programmatic), grid, tk.block, buffer)
-        handle = check(driver().cuGraphAddKernelNode(graph, [], 0, params), f"cuGraphAddKernelNode (task {task.index})")
-        for dep in deps:
-            # a task after a conditional node waits for it to complete (a plain edge); after a task, programmatic
-            programmatic = self.programmatic and tk.waits and len(deps) == 1 and self._is_kernel_node(dep)
-            add_edge(graph, dep, handle, programmatic)
-        self._nodes[k] = GraphNode(block_expr(tk), grid_expr(tk, True), buffer, params, handle, tk, grid)
-        return handle
-
     def loop_passes(self) -> tuple[int, ...]:
         """Passes of each device loop in the last launch (waits for it)."""
         return loop_passes(self._loops, self._fixed)
-
-    def _is_kernel_node(self, node) -> bool:
-        return any(n is not None and n.handle is node for n in self._nodes) or int(node) in self._kernel_deps
 
     # ------------------------------------------------------------------ instances
 
