@@ -14,7 +14,7 @@ import argparse
 import numpy as np
 
 import qgraph
-from qgraph.bench.timing import median_call_seconds
+from qgraph.tools.timing import median_call_seconds
 
 
 @qgraph.kernel(cuda_graph=True)

@@ -37,15 +37,15 @@ def main() -> None:
     a = np.float32(1.0)
     one_task(x, 256, a)
     qgraph.sync()
-    launcher = one_task._launchers["cuda:0"]
-    spec = launcher._last[0]
+    launcher = one_task.launchers["cuda:0"]
+    runner = launcher.last_runner()
     stream = launcher.device.stream_handle
     call_args = (x, 256, a)
-    p, instance = next(iter(spec.graph._instances.items()))  # the parameter bytes of these arguments
+    p, instance = next(iter(runner.graph._instances.items()))  # the parameter bytes of these arguments
     glaunch = driver().cuGraphLaunch
     exec_ = instance.exec
     launch = launcher.launch
-    run = spec.run
+    run = runner.run
     rows = {
         "raw cuGraphLaunch (floor)": lambda: glaunch(exec_, stream),
         "graph replay (lookup + launch)": lambda: run(call_args, p, stream),

@@ -25,7 +25,7 @@ import numpy as np
 
 import qgraph
 from qgraph.bench.kernels import module_from_source, warm_up_gpu
-from qgraph.bench.timing import interleaved_seconds
+from qgraph.tools.timing import interleaved_seconds
 
 SOURCE = """
 import math

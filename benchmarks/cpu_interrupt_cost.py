@@ -19,8 +19,8 @@ import math
 import numpy as np
 
 import qgraph
-from qgraph.bench.timing import interleaved_seconds
 from qgraph.lang.cpu import loops as cpu_loops
+from qgraph.tools.timing import interleaved_seconds
 
 BUILDS = {"one loop": False, "chunked": True}
 

@@ -21,7 +21,7 @@ def main() -> None:
     args = parser.parse_args()
     from qgraph.bench.cpu import cpu_table, first_call_rows, first_call_table, run_cpu_suite
     from qgraph.bench.suite import Report
-    from qgraph.bench.timing import busy_warning
+    from qgraph.tools.timing import busy_warning
 
     report = Report("cpu", {})
     report.cpu_rows = run_cpu_suite(sizes=tuple(int(s) for s in args.sizes), repeat=args.repeat)

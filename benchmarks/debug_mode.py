@@ -17,7 +17,7 @@ import numpy as np
 
 import qgraph
 from qgraph.bench.kernels import warm_up_gpu
-from qgraph.bench.timing import interleaved_seconds
+from qgraph.tools.timing import interleaved_seconds
 
 MODES = {"normal": False, "debug": True, "debug=nan": "nan"}
 

@@ -17,7 +17,7 @@ import os
 import numpy as np
 
 import qgraph
-from qgraph.bench.timing import interleaved_seconds
+from qgraph.tools.timing import interleaved_seconds
 
 EPS = np.float32(1e-2)
 ONE = np.float32(1.0)

@@ -24,13 +24,13 @@ _DUMP = tempfile.mkdtemp(prefix="qgraph-machine-code-")
 os.environ["QGRAPH_DUMP"] = _DUMP  # read by qgraph.init(): every compiled PTX file lands here
 
 import qgraph  # noqa: E402
+from qgraph.backends.inspection import offline_ptx  # noqa: E402
 from qgraph.bench.compute_sources import CUDA_SOURCE, KERNELS_SOURCE  # noqa: E402
 from qgraph.bench.kernels import module_from_source  # noqa: E402
-from qgraph.bench.ptx_stats import (  # noqa: E402
+from qgraph.compiler.ptx_stats import (  # noqa: E402
     assembled,
     entry_body,
     nvrtc_ptx,
-    offline_qgraph_ptx,
     ptx_counts,
 )
 
@@ -66,7 +66,7 @@ def qgraph_ptx(mod, on_gpu: bool, cc: tuple[int, int]) -> dict[str, str]:
             args = [qgraph.from_numpy(a) if isinstance(a, np.ndarray) else a for a in host]
             result[name] = _dumped_ptx(lambda k=kernel, a=args: k(*a))
         else:
-            (result[name],) = offline_qgraph_ptx(kernel, tuple(host), cc)
+            (result[name],) = offline_ptx(kernel, tuple(host), cc)
     return result
 
 

@@ -6,7 +6,7 @@ The stable-fluids Jacobi sweep (clamped neighbours), the README's relax sweep an
 and the compute benchmark's 2-D and 3-D stencils: qgraph's task compiled offline (numba-cuda
 and NVVM for the architecture, no driver), the twin by NVRTC, both through ptxas and nvdisasm
 (on PATH). Columns: SASS instructions, those before the first global load, integer compares
-and selects (min/max included), 64-bit carry halves, registers (qgraph.bench.ptx_stats).
+and selects (min/max included), 64-bit carry halves, registers (qgraph.compiler.ptx_stats).
 """
 
 from __future__ import annotations
@@ -15,9 +15,10 @@ import argparse
 
 import numpy as np
 
+from qgraph.backends.inspection import offline_ptx
 from qgraph.bench import compute_sources, fluids_pressure, reduction_kernels
 from qgraph.bench.kernels import module_from_source
-from qgraph.bench.ptx_stats import nvrtc_ptx, offline_qgraph_ptx, sass_profile
+from qgraph.compiler.ptx_stats import nvrtc_ptx, sass_profile
 from qgraph.examples.stable_fluids_kernels import pressure_scalar
 
 
@@ -47,7 +48,7 @@ def main() -> int:
     for label, kernel, args, task, source, entry in cases():
         if source not in twins:
             twins[source] = nvrtc_ptx(source, cc)
-        for who, ptx, name in (("qgraph", offline_qgraph_ptx(kernel, args, cc)[task], None),
+        for who, ptx, name in (("qgraph", offline_ptx(kernel, args, cc)[task], None),
                                ("CUDA C++", twins[source], entry)):
             cells = sass_profile(ptx, arch, name)
             print(f"{label:<13} {who:<9}" + "".join(f"{str(cells.get(c, '-')):>12}" for c in columns))

@@ -38,7 +38,7 @@ import numpy as np
 import qgraph
 from qgraph.bench.gpu_launch import gpu_loop_rows
 from qgraph.bench.kernels import warm_up_gpu
-from qgraph.bench.timing import interleaved_spreads
+from qgraph.tools.timing import interleaved_spreads
 
 UNROLLS = (1, 2, 4, None)  # None: chosen
 
@@ -48,18 +48,18 @@ def flag_loop_rows(tasks: int, iterations: int, budget: float, repeat: int) -> l
     (the flag's task does the gate's work between copies: graph_unroll.FOLD_GATES), with a gate kernel
     before each copy instead (as until issue 32's gate folding), and for 1 task with an IF node guarding
     each copy instead of gated task variants (PREDICATE_TASKS off)."""
-    from qgraph import graph_unroll
     from qgraph.bench.kernels import kernels_for
+    from qgraph.graphs import unroll as graph_unroll
 
     module = kernels_for(tasks)
     x = [qgraph.ndarray(qgraph.f32, (256,)) for _ in range(tasks)]
     counter, flag = qgraph.ndarray(qgraph.i32, (1,)), qgraph.ndarray(qgraph.i32, (1,))
     kernels = {}
     for form in ("", ", gate kernel"):
-        kernels.update({f"U={u or 'chosen'}{form}": module.loop._variant(cuda_graph=True, unroll=u)
+        kernels.update({f"U={u or 'chosen'}{form}": module.loop.variant(cuda_graph=True, unroll=u)
                         for u in (1, 2, 4, None) if u != 1 or not form})
     if tasks == 1:
-        kernels.update({f"U={u}, IF node per copy": module.loop._variant(cuda_graph=True, unroll=u) for u in (2, 4)})
+        kernels.update({f"U={u}, IF node per copy": module.loop.variant(cuda_graph=True, unroll=u) for u in (2, 4)})
     calls = {}
     for who, kernel in kernels.items():
         def call(kernel=kernel) -> None:
@@ -97,7 +97,7 @@ def relax_rows(sizes, iterations: int, budget: float, repeat: int) -> list[dict]
 
 
 def _relax_size(mod, hand, n: int, iterations: int, budget: float, repeat: int) -> list[dict]:
-    from qgraph import graph_unroll
+    from qgraph.graphs import unroll as graph_unroll
 
     u0 = np.zeros((n, n))
     u0[0, :] = 1.0
@@ -118,7 +118,7 @@ def _relax_size(mod, hand, n: int, iterations: int, budget: float, repeat: int) 
     calls["CUDA C++"] = hand_call
     forms = [(unroll, "") for unroll in UNROLLS + (16,)] + [(4, ", gate kernel"), (None, ", gate kernel")]
     for unroll, form in forms:
-        kernel = mod.relax._variant(unroll=unroll)
+        kernel = mod.relax.variant(unroll=unroll)
 
         def call(kernel=kernel) -> None:
             it.fill(0)
@@ -144,16 +144,16 @@ def short_repeat_rows(budget: float, repeat: int) -> list[dict]:
     """Repeats of 1 and 8 one-block tasks whose k x tasks is the straight-line threshold, per pass:
     the straight line (U chosen), the WHILE form with the chosen U (unroll= set), and U = 1."""
     from qgraph.bench.kernels import kernels_for
-    from qgraph.graph_unroll import MAX_STRAIGHT_NODES, unroll_factor
+    from qgraph.graphs.unroll import MAX_STRAIGHT_NODES, unroll_factor
 
     out = []
     for tasks in (1, 8):
         module, k = kernels_for(tasks), MAX_STRAIGHT_NODES // tasks
         arrays = [qgraph.ndarray(qgraph.f32, (256,)) for _ in range(tasks)]
-        u = unroll_factor(module.repeat._source.body.children[0], None)
-        forms = {"straight line (chosen)": module.repeat._variant(cuda_graph=True),
-                 f"WHILE form, U={u} (the chosen U)": module.repeat._variant(cuda_graph=True, unroll=u),
-                 "WHILE form, U=1": module.repeat._variant(cuda_graph=True, unroll=1)}
+        u = unroll_factor(module.repeat.source.body.children[0], None)
+        forms = {"straight line (chosen)": module.repeat.variant(cuda_graph=True),
+                 f"WHILE form, U={u} (the chosen U)": module.repeat.variant(cuda_graph=True, unroll=u),
+                 "WHILE form, U=1": module.repeat.variant(cuda_graph=True, unroll=1)}
         calls, builds = {}, {}
         for who, kernel in forms.items():
             calls[who] = lambda kernel=kernel, arrays=arrays, k=k: kernel(*arrays, k, 256, 1.0)
@@ -194,9 +194,9 @@ def fluid_rows(shape: tuple[int, int], sweeps: int, budget: float, repeat: int, 
     form; U = 1), every variant the same bits, against the hand-written CUDA C++ graph of `sweeps`
     nodes (the issue's baseline).
     `every=False`: the baseline, the graph_while loop and the repeat's chosen, untiled and S rows only."""
-    from qgraph import graph_unroll
     from qgraph.compiler import cuda_program
     from qgraph.examples.stable_fluids_kernels import pressure_scalar
+    from qgraph.graphs import unroll as graph_unroll
     from qgraph.lang.cuda import tiling
 
     trigger_blocks = cuda_program.TRIGGER_BLOCKS
@@ -206,20 +206,20 @@ def fluid_rows(shape: tuple[int, int], sweeps: int, budget: float, repeat: int, 
     div.from_numpy(np.random.default_rng(1).standard_normal(shape).astype(np.float32))
     iters, flag = qgraph.ndarray(qgraph.i32, (1,)), qgraph.ndarray(qgraph.i32, (1,))
     unrolls = (1, None) if every else (None,)
-    variants = {f"graph_while U={u or 'chosen'}": pressure_scalar._variant(unroll=u) for u in unrolls}
-    from qgraph.graph_unroll import unroll_factor
+    variants = {f"graph_while U={u or 'chosen'}": pressure_scalar.variant(unroll=u) for u in unrolls}
+    from qgraph.graphs.unroll import unroll_factor
 
-    u = unroll_factor(pressure_repeat._source.body.children[0], None)  # what the WHILE form would choose
-    plain = pressure_repeat._variant(temporal_tiling=False)  # untiled
+    u = unroll_factor(pressure_repeat.source.body.children[0], None)  # what the WHILE form would choose
+    plain = pressure_repeat.variant(temporal_tiling=False)  # untiled
     chosen = pressure_repeat  # the default: tiled where the grid's tiles fit a wave, decided per grid
     repeats = {TILED: chosen, UNTILED: plain}
     forced = "" if every else ", forced"  # a large grid: tiled although its tiles exceed MAX_TILED_WAVES
-    repeats.update({f"repeat, tiled S={s}{forced}": pressure_repeat._variant(temporal_tiling=s) for s in (2, 3, 4, 5)})
+    repeats.update({f"repeat, tiled S={s}{forced}": pressure_repeat.variant(temporal_tiling=s) for s in (2, 3, 4, 5)})
     if every:
-        repeats.update({OTHER_TILE: pressure_repeat._variant(temporal_tiling=2, unroll=None),
-                        f"repeat, WHILE form U={u}, tiled": chosen._variant(unroll=u),
-                        f"repeat, WHILE form U={u}, untiled": plain._variant(unroll=u),
-                        "repeat U=1": plain._variant(unroll=1), TRIGGERED: plain._variant(unroll=None)})
+        repeats.update({OTHER_TILE: pressure_repeat.variant(temporal_tiling=2, unroll=None),
+                        f"repeat, WHILE form U={u}, tiled": chosen.variant(unroll=u),
+                        f"repeat, WHILE form U={u}, untiled": plain.variant(unroll=u),
+                        "repeat U=1": plain.variant(unroll=1), TRIGGERED: plain.variant(unroll=None)})
     hands = _hand_sweeps(shape, div, sweeps)
     if not every:
         hands = {HAND_FLUIDS: hands[HAND_FLUIDS]}

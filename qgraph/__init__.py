@@ -11,11 +11,12 @@ See docs/ for the guide; the public names below are the contract (SPEC.md).
 
 from .args.structs import struct
 from .backends.inspection import KernelCode, TaskCode
-from .bench.measure import BenchmarkResult, benchmark
+from .capture.step import GraphFunction, StepStats, graph, host_call, while_loop
 from .compiler.numba_probes import install_gate as install_numba_probe_gate
 from .decorator import Func, Kernel, KernelStats, compile, func, kernel
 from .dtypes import f32, f64, i8, i16, i32, i64, u8, u16, u32, u64
 from .errors import FallbackWarning, HistoryWarning, LoopCancelled, QgraphError, QgraphSyntaxError
+from .interop.torch_op import torch_op
 from .lang.front.builtins import (
     atomic_add,
     atomic_max,
@@ -55,9 +56,8 @@ from .lang.types.vector_types import (
 from .runtime import current_arch, device, device_count, device_info, init, reset, sync
 from .runtime.arrays import Ndarray, from_numpy, ndarray
 from .runtime.random_state import seed
-from .step import GraphFunction, StepStats, graph, host_call, while_loop
-from .tape import Tape, TapeStats
-from .torch_op import torch_op
+from .tape.tape import Tape, TapeStats
+from .tools.measure import BenchmarkResult, benchmark
 
 install_numba_probe_gate()  # before anything imports numba: probes a compile never uses are skipped
 

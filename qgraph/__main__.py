@@ -1,7 +1,7 @@
-"""`python -m qgraph`: see qgraph.cli."""
+"""`python -m qgraph`: see qgraph.cli.main."""
 
 import sys
 
-from .cli import main
+from .cli.main import main
 
 sys.exit(main())

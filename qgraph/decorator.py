@@ -12,11 +12,12 @@ import functools
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 from . import runtime
+from .args.binder import bind_class
 from .dtypes import float_precision
 from .errors import QgraphError
-from .lang import generated
 from .lang.front import builtins as lang
 from .lang.front import globals_used, reports
 from .lang.front import parse as frontend
@@ -43,13 +44,13 @@ class KernelStats:
     parallel_forms: int = 0  # CPU: signatures compiled in their parallel form (lang.cpu.serial_form)
     node_updates: int = 0  # in-place kernel-node parameter updates, total
     build_seconds: float = 0.0  # wall time of the last graph build (compile excluded)
-    _iterations: object = field(default=None, repr=False, compare=False)  # set by the launcher
+    iteration_counts: object = field(default=None, repr=False, compare=False)  # the launcher sets it: () -> passes
 
     @property
     def iterations(self) -> tuple[int, ...]:
         """Passes of each device loop in the last call (outermost first; nested loops: all their
         entries together). Read when asked: on CUDA this waits for the call to finish."""
-        return self._iterations() if self._iterations is not None else ()
+        return self.iteration_counts() if self.iteration_counts is not None else ()
 
 
 class Func:
@@ -58,12 +59,12 @@ class Func:
     _qgraph_kind = "func"
 
     def __init__(self, fn: Callable) -> None:
-        self._fn = fn
-        self._source = frontend.parse_func(fn)
+        self.fn = fn  # the Python function: called from Python, its defaults read by the flattener
+        self.source = frontend.parse_func(fn)
         functools.update_wrapper(self, fn)
 
     def __call__(self, *args, **kwargs):
-        return self._fn(*args, **kwargs)
+        return self.fn(*args, **kwargs)
 
     def __repr__(self) -> str:
         return f"<qgraph.func {self.__qualname__}>"
@@ -76,17 +77,16 @@ class Kernel:
 
     def __init__(self, fn: Callable, source: frontend.KernelSource, options: KernelOptions) -> None:
         self._fn = fn
-        self._source = source
+        self.source = source
         self.options = options  # as decorated: USE_ENVIRONMENT where the environment decides
         self._resolved: tuple = (-1, None)  # (runtime generation, options resolved for it)
-        self.stats = KernelStats(num_tasks=len(self._source.tasks))
+        self.stats = KernelStats(num_tasks=len(self.source.tasks))
         self._launchers: dict[str, object] = {}  # per target ("cpu", "cuda:0", ...)
-        self._strict: dict = {}  # CudaDevice -> its launcher's strict launch (_hop)
+        self._strict: dict = {}  # CudaDevice -> its launcher's strict launch (hop)
         names = [p.name for p in source.params]
         self._rng_at = names.index(globals_used.RNG_STATE) if globals_used.RNG_STATE in names else None
         self._launch = None
         self._generation = -1
-        self._adjoints: dict = {}  # (arrays with gradients) -> the adjoint Kernel (qgraph.tape)
         self._reports = Reports(source.qualname, source.reports) if source.reports is not None else None
         functools.update_wrapper(self, fn)
         runtime.STATE.kernels.add(self)
@@ -99,7 +99,7 @@ class Kernel:
     @property
     def graph_while(self) -> str | None:
         """The parameter `graph_while=` names, or None."""
-        return self._source.graph_while
+        return self.source.graph_while
 
     # the decorator's settings as docs/api.md names them: None where the environment decides
     graph_cache_size = property(lambda self: _given(self.options.graph_cache_size))
@@ -110,8 +110,9 @@ class Kernel:
     debug = property(lambda self: None if self.options.debug is USE_ENVIRONMENT
                      else self.options.debug or False)  # "bounds", "nan", False (off) or None
 
-    def _options_now(self, state) -> KernelOptions:
+    def options_now(self, state=None) -> KernelOptions:
         """The options with the environment's defaults filled in: resolved once per runtime generation."""
+        state = runtime.STATE if state is None else state
         generation, options = self._resolved
         if generation != state.generation or options is None:
             options = self.options.resolved(state.settings)
@@ -122,7 +123,7 @@ class Kernel:
     def history(self) -> History:
         """What the last call's qgraph.report statements wrote: `history["residual"]` is an array of
         (pass, value) rows, read live while a device loop runs (docs/watching.md)."""
-        return History(self._source.qualname, self._reports)
+        return History(self.source.qualname, self._reports)
 
     def _with_progress(self, progress, args: tuple, stream) -> None:
         from .runtime.progress import watch_call
@@ -140,11 +141,11 @@ class Kernel:
     @property
     def tasks(self) -> tuple[frontend.Task, ...]:
         """The offloaded tasks, in launch order."""
-        return self._source.tasks
+        return self.source.tasks
 
     def _attach(self) -> None:
         """Bind to the current runtime generation: the launcher of this thread's current target
-        (once, whichever thread calls first; calls with arrays elsewhere are routed, see _route)."""
+        (once, whichever thread calls first; calls with arrays elsewhere are routed, see route)."""
         with _ATTACH_LOCK:
             state = runtime.ensure_init()
             if self._generation == state.generation and self._launch is not None:
@@ -165,7 +166,7 @@ class Kernel:
 
                     state = runtime.STATE
                     found = self._launchers[target.key] = launcher.for_kernel(self, state, target,
-                                                                              self._options_now(state))
+                                                                              self.options_now(state))
         return found
 
     def _call_target(self, args: tuple):
@@ -176,7 +177,7 @@ class Kernel:
         from .backends.checks import display_names
 
         state = runtime.STATE
-        src = self._source
+        src = self.source
         rng = self._rng_at
         ordinal = call_devices(display_names(src), args, rng, f"kernel {src.qualname}")
         target = state.current() if ordinal is None else state.target_for(ordinal)
@@ -184,7 +185,19 @@ class Kernel:
             args = args[:rng] + (rng_state(target),) + args[rng + 1:]
         return target, args
 
-    def _hop(self, device):
+    @property
+    def launchers(self) -> MappingProxyType:
+        """This kernel's launchers by target key ("cpu", "cuda:0", ...), made on first use (read-only)."""
+        return MappingProxyType(self._launchers)
+
+    def launch_values(self, *values):
+        """A call with every parameter given by position, implicit ones included, then the stream: the
+        launch path without the binder (the adjoint's and the tape's own calls, watched calls)."""
+        if self._generation != runtime.STATE.generation:
+            self._attach()
+        return self._launch(*values)
+
+    def hop(self, device):
         """The strict launch on CudaDevice `device`: where a call goes whose first array lives
         there while the bound launcher is another device's (one dict lookup after the first)."""
         launch = self._strict.get(device)
@@ -193,38 +206,38 @@ class Kernel:
             launch = self._strict[device] = self._launcher_on(target).strict_launch()
         return launch
 
-    def _route(self, args: tuple, stream, strict: bool = False):
+    def route(self, args: tuple, stream, strict: bool = False):
         """A call with an argument on another device than its launcher's (a foreign array, a
         struct, the random-number state of another device): find the one device of all its
         arrays and run it there. From a strict launch the arguments must have changed (the
         random-number state): anything else would bounce, so it is a bug, said as one."""
         target, routed = self._call_target(args)
         if strict and routed is args:
-            raise QgraphError(f"kernel {self._source.qualname}: a call routed to {target.key} found an argument "
+            raise QgraphError(f"kernel {self.source.qualname}: a call routed to {target.key} found an argument "
                               "on another device that the checks did not see (a qgraph bug; please report it)")
         return self._launcher_on(target).strict_launch()(*routed, stream)
 
-    def _compile(self, *args) -> tuple[str, ...]:
+    def compile_values(self, *args) -> tuple[str, ...]:
         """compile(): the launcher of the arguments' device compiles the signature of `args`."""
-        launcher, args = self._launcher_for(args)
+        launcher, args = self.launcher_for(args)
         return launcher.compile(args)
 
-    def _inspect(self, *args):
+    def inspect_values(self, *args):
         """inspect(): the launcher of the arguments' device reports the code of their signature."""
-        launcher, args = self._launcher_for(args)
+        launcher, args = self.launcher_for(args)
         return launcher.inspect(args)
 
-    def _grad(self, *args):
+    def grad_values(self, *args):
         """grad(): the adjoint kernel of the arrays with gradients among `args`, run on them."""
-        from .backends.adjoint_calls import run_adjoint
+        from .autodiff.adjoint_calls import run_adjoint
 
         run_adjoint(self, args)
 
-    def _sibling(self, source: frontend.KernelSource) -> Kernel:
+    def with_source(self, source: frontend.KernelSource) -> Kernel:
         """A kernel of another source with this one's options (the adjoint, lang.adjoint)."""
         return Kernel(self._fn, source, self.options)
 
-    def _launcher_for(self, args: tuple) -> tuple:
+    def launcher_for(self, args: tuple) -> tuple:
         """(launcher, args) of a call with `args` made outside the call path (compile, inspect)."""
         self._attach()
         if runtime.STATE.arch != "cuda":
@@ -238,89 +251,20 @@ class Kernel:
         self._launchers.clear()
         self._strict.clear()
 
-    def _variant(self, **changes) -> Kernel:
+    def variant(self, **changes) -> Kernel:
         """The same kernel with some options changed (graphs on or off, for side-by-side benchmarks)."""
-        return type(self)(self._fn, self._source, dataclasses.replace(self.options, **changes))
+        return type(self)(self._fn, self.source, dataclasses.replace(self.options, **changes))
 
-    def _drop(self) -> None:
+    def release(self) -> None:
         """Free compiled code, graphs and buffers (init/reset)."""
         self._close_launchers()
         self._launch = None
         self._generation = -1
-        self.stats = KernelStats(num_tasks=len(self._source.tasks))
+        self.stats = KernelStats(num_tasks=len(self.source.tasks))
 
     def __repr__(self) -> str:
         mode = f"graph_while={self.graph_while!r}" if self.graph_while else f"cuda_graph={self.options.cuda_graph}"
         return f"<qgraph.kernel {self.__qualname__} ({len(self.tasks)} tasks, {mode})>"
-
-
-def _bind_class(kernel_cls: type, src: frontend.KernelSource, fn: Callable, progress=False) -> type:
-    """A Kernel subclass whose __call__ has the kernel's own parameters (fast binding)."""
-    params = []
-    ns: dict = {"_qg_state": runtime.STATE, "_qg_globals": fn.__globals__, "_qg_cells": fn.__closure__,
-                "_qg_rng_state": rng_state, "_qg_progress": progress}  # the calls' default progress=
-    positional_defaults = fn.__defaults__ or ()
-    user_params = [p for p in src.params if p.source is None]  # implicit ones are read by the binder
-    first_default = len([p for p in user_params if not p.keyword_only]) - len(positional_defaults)
-    star_done = False
-    for k, p in enumerate(user_params):
-        if p.keyword_only and not star_done:
-            params.append("*")
-            star_done = True
-        if p.keyword_only:
-            default = (fn.__kwdefaults__ or {}).get(p.name, _NO_DEFAULT)
-        else:
-            default = positional_defaults[k - first_default] if k >= first_default else _NO_DEFAULT
-        if default is _NO_DEFAULT:
-            params.append(p.name)
-        else:
-            ns[f"_qg_default_{k}"] = default
-            params.append(f"{p.name}=_qg_default_{k}")
-    if not star_done:
-        params.append("*")
-    params.append("stream=None")
-    names = [p.name if p.source is None else p.source for p in src.params]
-    body = generated.Lines()
-    with body.block("if _qg_self._generation != _qg_state.generation:"):
-        body.line("_qg_self._attach()")
-    loops = any(True for _ in control_regions(src.body))  # kernel(..., progress=True): runtime.progress
-    if loops:
-        with body.block("if progress:"):
-            body.line(f"return _qg_self._with_progress(progress, ({', '.join(names)},), stream)")
-    body.line(f"return _qg_self._launch({', '.join([*names, 'stream'])})")
-    params_call = params + (["progress=_qg_progress"] if loops else [])
-    # _qg_: no parameter can be named so
-    call = generated.function(body.function(f"__call__(_qg_self, {', '.join(params_call)})"), "__call__",
-                              f"binder of kernel {src.qualname}", ns)
-    # Python names the function in a binding error ("kernel step() missing 1 required positional
-    # argument: 'v'"): the kernel's name there costs nothing on the call path
-    call.__qualname__ = f"kernel {src.qualname}"
-    # compile(...) binds like a call and compiles that signature without running it; inspect(...)
-    # binds like a call too, and reports the code of that signature
-    compile_ = _binder("compile", "_compile", src, params, names, ns,
-                       "Compile (or load from the compile cache) the signature of these example arguments "
-                       "without running the kernel; returns the signature's type texts.")
-    inspect_ = _binder("inspect", "_inspect", src, params, names, ns,
-                       "The code qgraph generates for the signature of these example arguments (compiled or "
-                       "loaded without running the kernel): a qgraph.KernelCode; print it for a report.")
-    grad = _binder("grad", "_grad", src, params, names, ns,
-                   "Run the adjoint of a call with these arguments: the gradients of its outputs, in the `.grad` "
-                   "of its array arguments (requires_grad=True), flow back into the `.grad` of its inputs.")
-    return type(f"Kernel_{src.name}", (kernel_cls,),
-                {"__call__": call, "compile": compile_, "inspect": inspect_, "grad": grad, "__slots__": ()})
-
-
-def _binder(method: str, target: str, src, params: list, names: list, ns: dict, doc: str):
-    """kernel.<method>(...): binds its arguments like a call, then runs `Kernel.<target>` on them."""
-    body = generated.Lines().line(f"return _qg_self.{target}({', '.join(names)})")
-    fn = generated.function(body.function(f"{method}(_qg_self, {', '.join(params)})"), method,
-                            f"{method} binder of kernel {src.qualname}", ns)
-    fn.__qualname__ = f"kernel {src.qualname}.{method}"
-    fn.__doc__ = doc
-    return fn
-
-
-_NO_DEFAULT = object()
 
 
 def _given(value: object) -> object:
@@ -378,7 +322,7 @@ def kernel(fn: Callable | None = None, *, cuda_graph: bool = False, graph_while:
         regions = graph_while is not None or any(True for _ in control_regions(source.body))  # imply cuda_graph
         if progress and not regions:
             raise TypeError(f"kernel {source.qualname}: progress= shows the progress of device loops; it has none")
-        cls = _bind_class(Kernel, source, f, progress)
+        cls = bind_class(Kernel, source, f, progress, {"_qg_state": runtime.STATE, "_qg_rng_state": rng_state})
         return cls(f, source, dataclasses.replace(options, cuda_graph=cuda_graph or regions))
 
     return wrap if fn is None else wrap(fn)

@@ -1,16 +1,20 @@
-"""Per-arch launch of a kernel call.
+"""Dispatch: a kernel call's target and the plain way to run it.
 
-`for_kernel` gives each kernel a launcher per target (the CPU, or each CUDA device its
-calls run on). A launcher resolves the call's arguments to a specialisation key (generated
-straight-line code), finds or builds the specialisation and runs it: on the CPU the numba
-runner (backends/cpu.py); on CUDA eager task launches, a cached graph, a device WHILE
-graph or the host do-while fallback (backends/cuda.py).
+`for_kernel` gives each kernel a launcher per target (the CPU, or each CUDA device its calls run
+on). A call is resolved into one value, a `BoundCall` (runtime.call_hooks: the launcher, the
+signature, the values and their parameter bytes, the stream), which `dispatch` runs: the
+listeners first (a tape recording, a step's body), then the runner of its specialisation
+(backends/cpu.py: the numba runner; backends/cuda.py: eager launches, a cached graph, a device
+WHILE graph or the host do-while fallback). A kernel's own calls run the launch each backend
+generates for it (backends/cpu_call.py, backends/cuda_call.py): the same steps with the
+resolution inlined and fast paths in front; tests/test_launcher.py holds the two equal.
 """
 
 from __future__ import annotations
 
 from .lang.options import KernelOptions
-from .runtime import CpuState, DeviceState, State
+from .runtime import CpuState, DeviceState, State, call_hooks
+from .runtime.call_hooks import BoundCall
 
 
 def for_kernel(kernel, state: State, target: DeviceState | CpuState, options: KernelOptions):
@@ -24,3 +28,22 @@ def for_kernel(kernel, state: State, target: DeviceState | CpuState, options: Ke
     from .backends.cuda import CudaLauncher
 
     return CudaLauncher(kernel, state, target, options)
+
+
+def bind(kernel, values: tuple, stream=None) -> BoundCall:
+    """A call of `kernel` with every parameter given by position in `values` (implicit ones, such as
+    module-level arrays, included: Kernel.launch_values' order), resolved on its arrays' device."""
+    launcher, values = kernel.launcher_for(values)
+    key, packs = launcher.resolve(values)
+    return BoundCall(launcher, key, values, packs, stream)
+
+
+def dispatch(call: BoundCall) -> None:
+    """Run a resolved call: a watching tape counts its writes, the listeners take it first (a tape may
+    run it itself, a step's body records or counts it), else its specialisation's runner runs it."""
+    launcher = call.launcher
+    if call_hooks.WATCHING[0]:  # a tape needs arrays as its calls left them
+        call_hooks.note_writes(launcher.written, call.args)
+    if call_hooks.HOOKED[0] and call_hooks.on_call(call):
+        return
+    launcher.run_bound(call)

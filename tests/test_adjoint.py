@@ -711,10 +711,10 @@ def test_adjoints_compile_for_cuda(cuda_compiler, monkeypatch, kernel, key):
     from qgraph.lang.adjoint import adjoint_source
 
     monkeypatch.setattr(dispatcher, "get_current_device", lambda: SimpleNamespace(compute_capability=(9, 0)))
-    src = kernel._source
+    src = kernel.source
     grads = tuple(p for p, sig in zip(src.param_names, key) if sig.startswith("float"))
     full = key + tuple(key[src.param_names.index(g)] for g in grads)
-    ptx, entries, sizes = _compile(SimpleNamespace(_source=adjoint_source(src, grads)), full,
+    ptx, entries, sizes = _compile(SimpleNamespace(source=adjoint_source(src, grads)), full,
                                    deterministic=kernel.deterministic)
     assert len(entries) == len(src.tasks) and all(size > 0 for size in sizes)
     assert all(".entry" in text for _, text in ptx)

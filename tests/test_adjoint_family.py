@@ -106,8 +106,8 @@ def test_the_family_compiles_for_cuda(cuda_compiler, monkeypatch, family, contex
     from qgraph.lang.adjoint import adjoint_source
 
     monkeypatch.setattr(dispatcher, "get_current_device", lambda: SimpleNamespace(compute_capability=(9, 0)))
-    src = getattr(family, f"fam_{context}_{target}")._source
+    src = getattr(family, f"fam_{context}_{target}").source
     key = _sig(target, dtype)
     full = key + key
-    ptx, entries, sizes = _compile(SimpleNamespace(_source=adjoint_source(src, tuple(src.param_names))), full)
+    ptx, entries, sizes = _compile(SimpleNamespace(source=adjoint_source(src, tuple(src.param_names))), full)
     assert len(entries) == len(src.tasks) and all(size > 0 for size in sizes)

@@ -264,17 +264,17 @@ def test_recording_and_adjoint_compile_for_cuda(cuda_compiler, cpu, monkeypatch,
     from test_cuda_codegen import _compile
 
     from qgraph.args.kinds import arg_type, array_sig, scalar_sig
-    from qgraph.backends.adjoint_calls import loop_states
+    from qgraph.autodiff.adjoint_calls import plan_for
     from qgraph.lang.adjoint import adjoint_source, recording_source
     from qgraph.lang.adjoint.loops import COUNTERS
 
     monkeypatch.setattr(dispatcher, "get_current_device", lambda: SimpleNamespace(compute_capability=(9, 0)))
     f8, i8, i4 = (np.dtype(t) for t in ("f8", "i8", "i4"))
-    src = kernel._source
+    src = kernel.source
     special = {"steps": scalar_sig(i8), "outer": scalar_sig(i8), "inner": scalar_sig(i8), "dt": scalar_sig(f8),
                "left": array_sig(i8, 0, True), "phase": array_sig(i8, 0, True), "flag": array_sig(i4, 0, True)}
     key = tuple(special.get(p.name, array_sig(f8, 1, True)) for p in src.params)
-    states = loop_states(kernel, key)
+    states = plan_for(kernel, key).states
     assert states is not None
     kinds = {p.name: arg_type(sig) for p, sig in zip(src.params, key)}
     buffers = tuple(array_sig(kinds[n].dtype, kinds[n].ndim + 1, True) for _, n, _, _ in states.buffers())
@@ -282,12 +282,12 @@ def test_recording_and_adjoint_compile_for_cuda(cuda_compiler, cpu, monkeypatch,
     kinds_of = {"every": scalar_sig(i8), "go": flags, "more": flags}
     hidden = buffers + tuple(kinds_of.get(name, counters) for _ in states.kept for name in COUNTERS)
     recording = recording_source(src, states)
-    _, entries, _ = _compile(SimpleNamespace(_source=recording), key + hidden)
+    _, entries, _ = _compile(SimpleNamespace(source=recording), key + hidden)
     assert len(entries) == len(recording.tasks) > len(src.tasks)  # the copies and counters are tasks too
     grads = tuple(p.name for p in src.params if p.name not in special)
     adjoint = adjoint_source(src, grads, states)
     grad_sigs = tuple(key[src.param_names.index(g)] for g in grads)
-    _, entries, _ = _compile(SimpleNamespace(_source=adjoint), key + grad_sigs + hidden)
+    _, entries, _ = _compile(SimpleNamespace(source=adjoint), key + grad_sigs + hidden)
     assert len(entries) == len(adjoint.tasks)
 
 

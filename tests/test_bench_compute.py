@@ -72,11 +72,12 @@ def test_the_hand_written_cuda_compiles(cuda_compiler, options):
 
 def test_machine_code_counts_without_a_gpu(cuda_compiler):
     """What benchmarks/machine_code.py does offline: qgraph's PTX for sm_90 beside NVRTC's."""
-    from qgraph.bench import ptx_stats
+    from qgraph.backends import inspection
     from qgraph.bench.kernels import module_from_source
+    from qgraph.compiler import ptx_stats
 
     mod = module_from_source("qgraph_bench_compute", KERNELS_SOURCE)
-    (ours,) = ptx_stats.offline_qgraph_ptx(mod.stencil2d, (np.zeros((8, 8), np.float32),) * 2, (9, 0))
+    (ours,) = inspection.offline_ptx(mod.stencil2d, (np.zeros((8, 8), np.float32),) * 2, (9, 0))
     hand = ptx_stats.nvrtc_ptx(CUDA_SOURCE, (9, 0))
     counts = {who: ptx_stats.ptx_counts(ptx_stats.entry_body(text, entry))
               for who, text, entry in (("qgraph", ours, None), ("hand", hand, "stencil2d"))}

@@ -75,7 +75,7 @@ def test_table_json_and_plot(tmp_path):
 
 
 def test_a_busy_machine_is_told_by_the_spread_of_the_rounds():
-    from qgraph.bench.timing import BUSY_MEDIAN_OVER_MIN, busy_warning, is_busy, spread_of
+    from qgraph.tools.timing import BUSY_MEDIAN_OVER_MIN, busy_warning, is_busy, spread_of
 
     assert spread_of([3.0, 1.0, 2.0]) == (1.0, 2.0, 3.0)
     assert not is_busy(spread_of([4.5, 4.6, 4.4, 4.7, 4.5]))  # an idle machine: a few percent
@@ -87,7 +87,7 @@ def test_a_busy_machine_is_told_by_the_spread_of_the_rounds():
 
 
 def test_busy_figures_are_found_in_a_report_at_any_depth():
-    from qgraph.bench.timing import busy_figures
+    from qgraph.tools.timing import busy_figures
 
     tight = {"us": 4.5, "us_min": 4.4, "us_max": 4.7}
     loaded = {"us": 7971.0, "us_min": 4.5, "us_max": 7990.0}
@@ -109,7 +109,7 @@ def test_the_report_json_carries_spreads_and_names_busy_figures():
 
 
 def test_benchmark_result_warns_when_its_own_spread_says_the_figure_is_unreliable():
-    from qgraph.bench.timing import Spread
+    from qgraph.tools.timing import Spread
 
     loaded = qgraph.BenchmarkResult("graph", "cpu", {"cpu": 7971.0}, calls_per_round=10, rounds=7,
                                     spread={"cpu": Spread(4.5, 7971.0, 8100.0)})

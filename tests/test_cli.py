@@ -12,7 +12,7 @@ import sys
 import pytest
 
 import qgraph
-from qgraph import cli
+from qgraph.cli import main as cli
 
 
 def test_demo_runs_and_checks_its_result(cpu, capsys, tmp_path):
@@ -87,7 +87,7 @@ def test_errors_are_one_line_with_exit_code_2(capsys):
     """Without a usable GPU, `--arch cuda` is one line on stderr (exit 2); --verbose re-raises."""
     from conftest import cuda_unavailable_reason
 
-    from qgraph.cli import main
+    from qgraph.cli.main import main
 
     if cuda_unavailable_reason() is None:
         pytest.skip("CUDA is usable here: no error to report")
@@ -103,7 +103,7 @@ def test_errors_are_one_line_with_exit_code_2(capsys):
 def test_info_says_whether_cuda_is_usable_and_why_not(capsys):
     from conftest import cuda_unavailable_reason
 
-    from qgraph.cli import main
+    from qgraph.cli.main import main
 
     assert main(["--arch", "cpu", "info"]) == 0
     out = capsys.readouterr().out

@@ -219,7 +219,7 @@ import scale_module
 dtypes = {"f32": np.float32, "f64": np.float64, "i32": np.int32, "i64": np.int64}
 for name in sys.argv[1].split(","):
     scale_module.scale(np.ones(8, dtypes[name]), 2)
-programs = scale_module.scale._launchers["cpu"]._programs.values()
+programs = scale_module.scale.launchers["cpu"]._programs.values()
 runners = [r for p in programs for r in (p.runner, p.serial_runner) if r is not None]  # both forms
 print(sum(sum(r.stats.cache_hits.values()) for r in runners), sum(len(r.stats.cache_misses) for r in runners))
 """

@@ -9,7 +9,7 @@ import pytest
 
 import qgraph
 from qgraph.conditional import while_strategy
-from qgraph.graph_unroll import unroll_factor
+from qgraph.graphs.unroll import unroll_factor
 
 
 @pytest.mark.parametrize("cc,driver,graphs,force,expected", [
@@ -43,7 +43,6 @@ def tick(counter, flag):
 def test_fallback_warning_fires_once_per_kernel_and_names_the_reason(cuda, monkeypatch):
     monkeypatch.setenv("QGRAPH_GRAPH_WHILE", "host")
     qgraph.init("cuda")
-    tick._fallback_warned = False
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for _ in range(3):
@@ -67,7 +66,7 @@ def test_device_loop_is_one_graph_launch_per_call(cuda):
     assert counter.to_numpy()[0] == 0
     assert tick.stats.replays == 1
     assert not tick.stats.host_loop
-    u = unroll_factor(tick._source.body.children[0], None)  # copies of the body per WHILE pass (graph_unroll)
+    u = unroll_factor(tick.source.body.children[0], None)  # copies of the body per WHILE pass (graph_unroll)
     assert u > 1
     # the copies (the serial task in all but the last does the gate's work: no gate node), the slot writer
     # and the condition
@@ -77,7 +76,6 @@ def test_device_loop_is_one_graph_launch_per_call(cuda):
 def test_graphs_off_runs_an_eager_host_loop(cuda, monkeypatch):
     monkeypatch.setenv("QGRAPH_GRAPHS", "0")
     qgraph.init("cuda")
-    tick._fallback_warned = False
     with pytest.warns(qgraph.FallbackWarning, match="graphs are off"):
         counter = qgraph.from_numpy(np.array([4], np.int32))
         tick(counter, qgraph.ndarray(qgraph.i32, (1,)))

@@ -124,7 +124,7 @@ def test_two_if_nodes_where_the_driver_has_no_if_else(monkeypatch):
 
     use_arch("cuda")
     monkeypatch.setattr(conditional, "IF_ELSE_DRIVER", 10**9)
-    fresh = branch._variant(cuda_graph=True)
+    fresh = branch.variant(cuda_graph=True)
     x_np = np.arange(9.0)
     x, out = qgraph.from_numpy(x_np), qgraph.ndarray(qgraph.f64, (9,))
     for flag, expected in ((1, 2 * x_np), (0, -x_np), (1, 2 * x_np)):

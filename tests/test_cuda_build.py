@@ -12,16 +12,17 @@ import test_kernels as tk
 import test_reductions as tr
 from test_cuda_codegen import A, S, sm90  # noqa: F401  (the fixture: numba-cuda told compute capability 9.0)
 
+from qgraph.backends.inspection import offline_key
 from qgraph.bench.kernels import kernels_for
-from qgraph.bench.ptx_stats import entry_body, offline_key
 from qgraph.compiler import cuda_program, ptx_text
 from qgraph.compiler.code_cache import CodeCache
+from qgraph.compiler.ptx_stats import entry_body
 
 
 def _three_tasks():
     kernel = kernels_for(3).graph
     key = offline_key(tuple(np.zeros(256, np.float32) for _ in range(3)) + (256, np.float32(1.0)))
-    return kernel._source, key
+    return kernel.source, key
 
 
 def test_a_specialisation_builds_then_loads_from_the_cache_without_a_device(sm90, tmp_path):  # noqa: F811
@@ -49,7 +50,7 @@ def test_a_kernel_with_a_flag_loop_also_links_its_gated_variants(sm90, tmp_path)
     key = offline_key(tuple(np.zeros(256, np.float32) for _ in range(2)) + (np.zeros(1, np.int32),) * 2
                       + (256, np.float32(1.0)))
     linked = []
-    built = cuda_program.build_program(kernel._source, key, (9, 0), lambda p: linked.append(p) or b"x",
+    built = cuda_program.build_program(kernel.source, key, (9, 0), lambda p: linked.append(p) or b"x",
                                        CodeCache(str(tmp_path)))
     defined = {name for _, ptx in linked[0] for name in ptx_text.ptx_entries(ptx)}
     suffixes = ("", cuda_program.TRIGGER, cuda_program.GATED, cuda_program.TRIGGER + cuda_program.GATED)
@@ -62,9 +63,9 @@ def _compile(kernel, key, together):
     from qgraph.args.kinds import arg_type
     from qgraph.lang.lower.lowering import lower_funcs
 
-    src = kernel._source
+    src = kernel.source
     codes = cuda_program.task_codes(src, key)
-    return cuda_program._compile_ptx(src, codes.codes, codes.orders, codes.types, lower_funcs(codes.symbols),
+    return cuda_program.compile_ptx(src, codes.codes, codes.orders, codes.types, lower_funcs(codes.symbols),
                                      (9, 0), [arg_type(s) for s in key], together=together)
 
 

@@ -86,7 +86,7 @@ def _ptx(kernel, key) -> list[str]:
 @pytest.mark.parametrize("kernel,key", CASES, ids=[k.__name__ for k, _ in CASES])
 def test_tasks_compile_with_the_packed_layout(sm90, kernel, key, tmp_path):
     ptx_list, entries, sizes = _compile(kernel, key)
-    src = kernel._source
+    src = kernel.source
     assert len(entries) == len(cuda_program.task_codes(src, key).tasks) and all(size > 0 for size in sizes)
     ptxas = shutil.which("ptxas")
     for name, ptx in ptx_list:
@@ -150,8 +150,8 @@ def test_a_scatter_is_atomic(sm90):
 def _compile(kernel, key, fast_math=False, default_float="f64", deterministic=False):
     """As the backend compiles: the flattened source (struct leaves, vector components)."""
     options = KernelOptions(deterministic=deterministic, fast_math=fast_math, default_float=default_float)
-    codes = cuda_program.task_codes(kernel._source, key, options)
-    return cuda_program._compile_ptx(codes.flat.src, codes.codes, codes.orders, codes.types,
+    codes = cuda_program.task_codes(kernel.source, key, options)
+    return cuda_program.compile_ptx(codes.flat.src, codes.codes, codes.orders, codes.types,
                                      lower_funcs(codes.symbols), (9, 0), codes.flat.kinds, fast_math)
 
 
@@ -173,7 +173,7 @@ def _compile_with(kernel, key, fast_math=False, default_float="f64"):
 def test_deterministic_reductions_combine_without_atomics_on_the_target(sm90, tmp_path):
     from qgraph.lang.cuda.reductions import scratch_params
 
-    src = tr.positive_sum_and_max._source
+    src = tr.positive_sum_and_max.source
     types = [arg_type(s) for s in (A("f8", 1), A("f8", 1), A("f8", 1))]
     symbols = Symbols(dict(CUDA_ATOMICS))
     (task,) = src.tasks
@@ -181,7 +181,7 @@ def test_deterministic_reductions_combine_without_atomics_on_the_target(sm90, tm
     code = cuda_codegen.cuda_task(src, task, [src.param_names[i] for i in order], symbols, types,
                                   KernelOptions(deterministic=True))
     assert code.scratch == tuple(scratch_params(list(code.reductions)))
-    ptx_list, _, sizes = cuda_program._compile_ptx(src, [code], [order], [types], lower_funcs(symbols), (9, 0), types)
+    ptx_list, _, sizes = cuda_program.compile_ptx(src, [code], [order], [types], lower_funcs(symbols), (9, 0), types)
     ptx = ptx_list[0][1]
     # the only atomic left is the block counter's (an integer add); targets get plain stores
     assert re.findall(r"\b(?:atom|red)\.global\.(\w+)\.(\w+)", ptx) == [("add", "u32")]
@@ -203,7 +203,7 @@ def test_a_float_max_into_a_0d_array_compiles(sm90, dtype, width, deterministic)
     on the float's bits goes to the 0-d array passed as one element (numba-cuda's atomics take
     no 0-d array); deterministic mode stores the combined value with a plain store."""
     key = (A(dtype, 1), A(dtype, 1), A(dtype, 0))
-    (code,) = cuda_program.task_codes(tr.largest_change._source, key, KernelOptions(deterministic=deterministic)).codes
+    (code,) = cuda_program.task_codes(tr.largest_change.source, key, KernelOptions(deterministic=deterministic)).codes
     assert code.one_element == (frozenset() if deterministic else {"err"})
     ((_, ptx),), _, _ = _compile(tr.largest_change, key, deterministic=deterministic)
     ops = sorted(set(re.findall(r"atom\.global\.(\w+\.\w+)", ptx)))
@@ -337,13 +337,13 @@ def checked_division(a, b, q):
 def test_debug_mode_checks_integer_divisors_on_the_target(sm90):
     """The divisor check compiles for CUDA: a compare-and-swap into the record per site."""
     key = (A("i8", 1), A("i8", 1), A("i8", 1))
-    src = checked_division._source
+    src = checked_division.source
     codes = cuda_program.task_codes(src, key, KernelOptions(debug="bounds"))
     sites = [s for s in codes.debug.sites if s.array in ("//", "%")]
     lines = open(__file__).read().splitlines()
     expected = [("//", lines.index("        q[i] = a[i] // b[i]") + 1), ("%", lines.index("        q[i] %= b[i]") + 1)]
     assert [(s.array, s.lineno) for s in sites] == expected
-    ptx_list, _, _ = cuda_program._compile_ptx(src, codes.codes, codes.orders, codes.types,
+    ptx_list, _, _ = cuda_program.compile_ptx(src, codes.codes, codes.orders, codes.types,
                                                lower_funcs(codes.symbols), (9, 0), [arg_type(s) for s in key],
                                                debug=True)
     ptx = "".join(text for _, text in ptx_list)
@@ -387,7 +387,7 @@ def test_the_gating_variant_does_the_gates_work_where_it_would_return(sm90, tmp_
     if not (ptxas and nvlink):
         pytest.skip("ptxas and nvlink are needed")
     kernel, key = CASES[14]  # countdown: a parallel task, then the serial flag update
-    assert cuda_program.gating_tasks(kernel._source.body) == {1}
+    assert cuda_program.gating_tasks(kernel.source.body) == {1}
     ((name, ptx),) = _compile(kernel, key)[0]
     entries = list(ptx_text.ptx_entries(ptx))
     waited = ptx_text.add_grid_dependency_control(ptx)

@@ -31,7 +31,7 @@ def test_task_split_parallel_and_serial_runs():
     assert kinds == [("serial", ()), ("parallel", ("i",)), ("parallel", ("i", "j")), ("serial", ()),
                      ("parallel", ("i",))]
     assert k.stats.num_tasks == 5
-    assert k.tasks[1].lineno == lines_of(k._fn) + 5
+    assert k.tasks[1].lineno == lines_of(k.__wrapped__) + 5
 
 
 def test_nested_loops_are_serial_inside_a_task():

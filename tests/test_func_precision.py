@@ -120,9 +120,10 @@ def test_weak_arguments_and_results_follow_the_caller(arch):
 
 
 def _offline_ptx(kernel, args, fast: bool = False):
-    from qgraph.bench import ptx_stats
+    from qgraph.backends import inspection
+    from qgraph.compiler import ptx_stats
 
-    (ptx,) = ptx_stats.offline_qgraph_ptx(kernel, args, (9, 0))
+    (ptx,) = inspection.offline_ptx(kernel, args, (9, 0))
     return ptx_stats.entry_body(ptx)
 
 
@@ -131,9 +132,9 @@ def test_taichis_nbody_as_ported_compiles_to_its_hand_tuned_twin(cuda_compiler, 
     """Module-level ints, float literals, `(1.0 / r) ** 3` in a helper and 0.0 accumulators give
     the PTX of float32 constants, a reciprocal cubed by hand and float32 accumulators: no float64,
     no pow, the same instructions (issue 29; before, 27 float64 instructions in the inner loop)."""
-    from qgraph.bench import ptx_stats
     from qgraph.bench.compute_sources import KERNELS_SOURCE
     from qgraph.bench.kernels import module_from_source
+    from qgraph.compiler import ptx_stats
 
     mod = module_from_source("qgraph_bench_compute", KERNELS_SOURCE)
     args = (np.zeros((256, 2), F32), np.zeros((256, 2), F32))

@@ -230,9 +230,9 @@ def test_a_closed_graph_raises_instead_of_reaching_the_driver(cuda):
 
     x = qgraph.from_numpy(np.arange(8.0))
     bump(x)
-    launcher = bump._launchers[qgraph.runtime.STATE.target.key]
-    spec = next(iter(launcher._specs.values()))
-    graph = spec.graph
+    launcher = bump.launchers[qgraph.runtime.STATE.target.key]
+    _, runner = launcher.specialisations()[0]
+    graph = runner.graph
     assert graph.state is GraphState.BUILT
     qgraph.sync()
     graph.close()
@@ -297,14 +297,14 @@ class _FakeControl:
 
 @pytest.mark.parametrize("device_loops", [True, False])
 def test_the_add_walk_finds_each_regions_plan_entry_by_the_region(monkeypatch, device_loops):
-    """TaskGraph's two walks: _plan indexes each region's node, _add adds it at that index (no
+    """GraphBuilder's two walks: plan indexes each region's node, add adds it at that index (no
     list kept in step between them), loop regions built as plain bodies when the host repeats them."""
-    from qgraph import graph_cache
-    from qgraph.graph_cache import TaskGraph
+    from qgraph.graphs import builder as graph_builder
+    from qgraph.graphs.builder import GraphBuilder
     from qgraph.lang.front.regions import DeviceLoop, IfRegion, RepeatLoop, Sequence
 
-    monkeypatch.setattr(graph_cache, "WhileLoop", _FakeControl)
-    monkeypatch.setattr(graph_cache, "IfBranch", _FakeControl)
+    monkeypatch.setattr(graph_builder, "WhileLoop", _FakeControl)
+    monkeypatch.setattr(graph_builder, "IfBranch", _FakeControl)
     t0, t1, t2, t3, t4 = five_tasks.tasks
     branch = IfRegion("flag", Sequence((t1,)), Sequence((t2,)), t1.lineno)
     repeat = RepeatLoop("n", Sequence((t3,)), t3.lineno)
@@ -313,19 +313,17 @@ def test_the_add_walk_finds_each_regions_plan_entry_by_the_region(monkeypatch, d
     spec = type("Spec", (), {"target": None, "name": "five_tasks", "options": qgraph.lang.options.DEFAULT_OPTIONS,
                              "device_loops": device_loops, "stop_word": 0,
                              "flags": {"flag": "flag slot", "n": "n slot"}})()
-    graph = TaskGraph.__new__(TaskGraph)
-    graph._spec, graph.name, graph.programmatic, graph._kernel_deps = spec, "five_tasks", False, frozenset()
-    graph._loops, graph._branches, graph._planned, graph._loop_depth, graph._open_loops = [], [], {}, 0, []
-    plan = graph._plan(body, {tk.task.index: tk for tk in kernels}, [])
-    graph._nodes = [None] * len(plan)
+    graph = GraphBuilder(spec, False)
+    plan = graph.plan_tree(body, {tk.task.index: tk for tk in kernels})
     added = []
-    monkeypatch.setattr(graph, "_add_task", lambda task, tk, k, g, deps, block, grid: added.append((task, k)) or k)
+    monkeypatch.setattr(GraphBuilder, "_add_task",
+                        lambda self, task, tk, k, deps, block, grid: added.append((task, k)) or k)
     blocks = [f"block {k}" for k in range(len(plan))]
-    ends = graph._add(body, "graph", [], blocks, [None] * len(plan))
-    assert [graph._planned[t].index for t, _ in added] == [k for _, k in added]
+    ends = graph.add_tree(body, "graph", [], blocks, [None] * len(plan))
+    assert [graph.planned[t].index for t, _ in added] == [k for _, k in added]
     assert [t.index for t, _ in added] == [0, 1, 2, 3, 4]
     assert all(plan[k].task is t for t, k in added)
     loop_entries = [k for k, item in enumerate(plan) if isinstance(item, _FakeControl)]
-    assert [graph._nodes[k] for k in loop_entries] == [(kind, plan[k].slot, f"block {k}") for k, kind in zip(
+    assert [graph.nodes[k] for k in loop_entries] == [(kind, plan[k].slot, f"block {k}") for k, kind in zip(
         loop_entries, (["slot node"] if device_loops else []) + ["branch node", "slot node"])]
-    assert len(plan) == 5 + 2 + device_loops and ends == [graph._planned[t4].index]
+    assert len(plan) == 5 + 2 + device_loops and ends == [graph.planned[t4].index]

@@ -14,7 +14,7 @@ import qgraph
 from qgraph.compiler.cuda_program import TaskKernel
 from qgraph.compiler.launch_code import block_expr
 from qgraph.conditional import _int64_bytes
-from qgraph.graph_unroll import (
+from qgraph.graphs.unroll import (
     MAX_COPY_NODES,
     MAX_STRAIGHT_NODES,
     MAX_UNROLL,
@@ -72,7 +72,7 @@ def test_every_unroll_gives_the_same_bits_passes_and_counts(loop_arch):
     x0 = np.random.default_rng(7).standard_normal(37)
     results = {}
     for u in UNROLLS:
-        kernel = mixed._variant(unroll=u)
+        kernel = mixed.variant(unroll=u)
         for passes, k in ((7, 5), (0, 3), (1, 0), (4, -2)):
             x, hits = qgraph.from_numpy(x0), qgraph.ndarray(qgraph.i64, (3,))
             flag = qgraph.from_numpy(np.array([int(passes > 0)], np.int32))
@@ -105,10 +105,10 @@ def countdown(x, flag):
 @pytest.mark.parametrize("u", [2, 3])
 def test_an_unrolled_do_while_stops_where_it_would_and_keeps_its_guard(loop_arch, u):
     x = qgraph.from_numpy(np.array([0.0, 4.0]))
-    countdown._variant(unroll=u)(x, qgraph.from_numpy(np.array([0], np.int32)))  # do-while: one pass, flag 0
+    countdown.variant(unroll=u)(x, qgraph.from_numpy(np.array([0], np.int32)))  # do-while: one pass, flag 0
     assert x.to_numpy()[0] == 4.0
     x = qgraph.ndarray(qgraph.f64, (1,))
-    guarded = spinning._variant(unroll=u)
+    guarded = spinning.variant(unroll=u)
     with pytest.raises(qgraph.QgraphError, match="ran 5 passes with its flag 'flag' still non-zero"):
         guarded(x, qgraph.from_numpy(np.array([1], np.int32)))
         qgraph.sync()
@@ -125,7 +125,7 @@ def spelled(x, flag, k: int):
 
 
 def test_a_loops_own_unroll_wins_and_counts_its_nodes(loop_arch):
-    x, kernel = qgraph.ndarray(qgraph.f64, (2,)), spelled._variant(unroll=2)
+    x, kernel = qgraph.ndarray(qgraph.f64, (2,)), spelled.variant(unroll=2)
     kernel(x, qgraph.from_numpy(np.array([1], np.int32)), 6)
     np.testing.assert_array_equal(x.to_numpy(), [4.0, 6.0])
     assert kernel.stats.iterations == (4, 6)
@@ -136,7 +136,7 @@ def test_a_loops_own_unroll_wins_and_counts_its_nodes(loop_arch):
 
 
 def _tree(kernel):
-    return kernel._source.body
+    return kernel.source.body
 
 
 def test_the_tree_the_graph_builds():
@@ -261,7 +261,7 @@ def test_a_gating_node_takes_the_state_address_then_the_live_address():
 
 
 class _FakeLoop:
-    """graph_cache's WhileLoop for a flag loop with the driver faked: names the nodes it adds."""
+    """graphs.builder's WhileLoop for a flag loop with the driver faked: names the nodes it adds."""
 
     kernel_nodes, slot, live_address = 2, 0x1000, 0x1038
 
@@ -280,28 +280,25 @@ class _FakeLoop:
 
 def _fake_build(monkeypatch, kernels: list) -> tuple[list, _FakeLoop]:
     """Build settle's graph, 3 copies, with the driver faked: (function, graph, deps) of each task node."""
-    from qgraph import graph_cache
-    from qgraph.graph_cache import TaskGraph
+    from qgraph.graphs import builder as graph_builder
+    from qgraph.graphs.builder import GraphBuilder
 
     loop = _FakeLoop()
-    monkeypatch.setattr(graph_cache.WhileLoop, "of_region", classmethod(lambda cls, *args: loop))
+    monkeypatch.setattr(graph_builder.WhileLoop, "of_region", classmethod(lambda cls, *args: loop))
     spec = _spec(settle, unroll=3)
     spec.kernels = kernels
     tree, _ = graph_tree(spec, _packed(0), True)
-    graph = TaskGraph.__new__(TaskGraph)
-    graph._spec, graph.name, graph.programmatic, graph._kernel_deps = spec, "settle", True, frozenset()
-    graph._loops, graph._branches, graph._planned, graph._loop_depth, graph._open_loops = [], [], {}, 0, []
-    plan = graph._plan(tree, {tk.task.index: tk for tk in kernels}, [])
-    graph._nodes = [None] * len(plan)
+    graph = GraphBuilder(spec, True)
+    plan = graph.plan_tree(tree, {tk.task.index: tk for tk in kernels})
     added = []
 
-    def add_task(task, tk, k, g, deps, block, grid):
-        added.append((tk.function, g, deps))
-        graph._nodes[k] = types.SimpleNamespace(handle=f"node {len(added) - 1}")
-        return graph._nodes[k].handle
+    def add_task(builder, task, tk, k, deps, block, grid):
+        added.append((tk.function, builder.graph, deps))
+        builder.nodes[k] = types.SimpleNamespace(handle=f"node {len(added) - 1}")
+        return builder.nodes[k].handle
 
-    monkeypatch.setattr(graph, "_add_task", add_task)
-    assert graph._add(tree, "graph", [], [b""] * len(plan), [None] * len(plan)) == ["WHILE"]
+    monkeypatch.setattr(GraphBuilder, "_add_task", add_task)
+    assert graph.add_tree(tree, "graph", [], [b""] * len(plan), [None] * len(plan)) == ["WHILE"]
     return added, loop
 
 
@@ -372,8 +369,8 @@ def _spec(kernel, *, unroll=None, straight=True, stop_word=0, device_loops=True)
     from qgraph.lang.options import DEFAULT_OPTIONS
 
     options = DEFAULT_OPTIONS if unroll is None else dataclasses.replace(DEFAULT_OPTIONS, unroll=unroll)
-    names = {r.count if isinstance(r, RepeatLoop) else r.flag for r in control_regions(kernel._source.body)}
-    return types.SimpleNamespace(body=kernel._source.body, options=options, device_loops=device_loops,
+    names = {r.count if isinstance(r, RepeatLoop) else r.flag for r in control_regions(kernel.source.body)}
+    return types.SimpleNamespace(body=kernel.source.body, options=options, device_loops=device_loops,
                                  straight_counts=straight, stop_word=stop_word, target=None, name="spec",
                                  flags={name: (0, None) for name in names})
 
@@ -410,7 +407,7 @@ def test_which_repeats_are_built_straight():
                          (_spec(short_repeat, unroll=2), 6, True)):  # U set: the WHILE form
         tree, fixed = graph_tree(spec, _packed(k), own)
         assert fixed == () and not any(isinstance(r, Straight) for r in tree.children), (k, own)
-    assert graph_tree(_spec(short_repeat, device_loops=False), _packed(6), True) == (short_repeat._source.body, ())
+    assert graph_tree(_spec(short_repeat, device_loops=False), _packed(6), True) == (short_repeat.source.body, ())
     # a repeat around a loop, or inside an if, keeps its WHILE node; inside one loop it goes straight
     assert graph_tree(_spec(wrapped), _packed(2), True)[1] == ()
     tree, fixed = graph_tree(_spec(mixed), _packed(2), True)
@@ -437,7 +434,7 @@ def test_stats_iterations_put_a_straight_repeat_in_its_place():
 
 
 class _Driverless:
-    """graph_cache's WhileLoop and IfBranch stand-in: adding one names it in the nodes it returns."""
+    """graphs.builder's WhileLoop and IfBranch stand-in: adding one names it in the nodes it returns."""
 
     kernel_nodes = 1
 
@@ -455,28 +452,25 @@ class _Driverless:
 def test_the_builder_adds_k_straight_copies_chained_and_no_while_node(monkeypatch):
     """With the driver faked: a Straight repeat of 5 passes is 5 copies of the body's task nodes,
     each after the one before (the body's if: a branch kernel and IF node per copy), no WHILE."""
-    from qgraph import graph_cache
-    from qgraph.graph_cache import TaskGraph
+    from qgraph.graphs import builder as graph_builder
+    from qgraph.graphs.builder import GraphBuilder
 
-    monkeypatch.setattr(graph_cache, "WhileLoop", _Driverless)
-    monkeypatch.setattr(graph_cache, "IfBranch", _Driverless)
+    monkeypatch.setattr(graph_builder, "WhileLoop", _Driverless)
+    monkeypatch.setattr(graph_builder, "IfBranch", _Driverless)
     spec = _spec(short_repeat)
     tree, fixed = graph_tree(spec, _packed(5), True)
     kernels = [types.SimpleNamespace(task=t) for t in short_repeat.tasks]
-    graph = TaskGraph.__new__(TaskGraph)
-    graph._spec, graph.name, graph.programmatic, graph._kernel_deps = spec, "short_repeat", True, frozenset()
-    graph._loops, graph._branches, graph._planned, graph._loop_depth, graph._open_loops = [], [], {}, 0, []
-    plan = graph._plan(tree, {tk.task.index: tk for tk in kernels}, [])
-    graph._nodes = [None] * len(plan)
+    graph = GraphBuilder(spec, True)
+    plan = graph.plan_tree(tree, {tk.task.index: tk for tk in kernels})
     added = []
-    monkeypatch.setattr(graph, "_add_task", lambda task, tk, k, g, deps, block, grid: added.append((task, g, deps))
-                        or f"node {len(added) - 1}")
-    ends = graph._add(tree, "graph", [], [b""] * len(plan), [None] * len(plan))
+    monkeypatch.setattr(GraphBuilder, "_add_task", lambda builder, task, tk, k, deps, block, grid:
+                        added.append((task, builder.graph, deps)) or f"node {len(added) - 1}")
+    ends = graph.add_tree(tree, "graph", [], [b""] * len(plan), [None] * len(plan))
     # copy c: its first task (node 3c) after the copy before it (its IF node), its second (3c + 1) after
     # the first, the then body's task (3c + 2) in the IF node's body
     after_copy = [[]] + [[f"IF after {[f'node {3 * c + 1}']}"] for c in range(4)]
     expected = [(t, where, deps) for c in range(5) for t, where, deps in
                 ((0, "graph", after_copy[c]), (1, "graph", [f"node {3 * c}"]), (2, "then body", []))]
     assert [(task.index, g, deps) for task, g, deps in added] == expected
-    assert ends == [f"IF after {['node 13']}"] and len(graph._branches) == 5 and graph._loops == []
+    assert ends == [f"IF after {['node 13']}"] and len(graph.branches) == 5 and graph.loops == []
     assert len(plan) == 5 * 4  # per copy: 3 task nodes and a branch kernel

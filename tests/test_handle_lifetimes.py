@@ -143,7 +143,7 @@ def test_an_arrays_device_memory_is_freed_when_the_last_reference_goes(cuda, unr
 
 
 def test_a_flag_readers_pinned_memory_and_event_go_back_when_it_is_collected(cuda, unraisable):
-    from qgraph.host_fallback import FlagReader
+    from qgraph.graphs.host_fallback import FlagReader
 
     target = qgraph.runtime.STATE.target
     reader = FlagReader(target)
@@ -193,8 +193,8 @@ def test_a_closed_graph_releases_its_loop_and_branch_state(cuda, unraisable):
     _looping(x, flag, 2)
     np.testing.assert_array_equal(x.to_numpy(), [2.0, 22.0, 2.0])
     target = qgraph.runtime.STATE.target
-    launcher = _looping._launchers[target.key]
-    graph = next(iter(launcher._specs.values())).graph
+    launcher = _looping.launchers[target.key]
+    graph = launcher.specialisations()[0][1].graph
     if graph is None or not graph._loops:
         pytest.skip("no device WHILE loops here (conditional nodes need compute capability 9.0 and CUDA 12.4)")
     loops, branches = list(graph._loops), list(graph._branches)
@@ -219,8 +219,8 @@ def test_a_deterministic_kernels_scratch_is_freed_when_its_code_is_dropped(cuda,
     x, out = qgraph.from_numpy(np.arange(1000.0)), qgraph.ndarray(qgraph.f64, (1,))
     _total(x, out)
     assert out.to_numpy()[0] == np.arange(1000.0).sum()
-    launcher = _total._launchers[qgraph.runtime.STATE.target.key]
-    scratches = [tk.scratch for spec in launcher._specs.values() for tk in spec.kernels if tk.scratch is not None]
+    launcher = _total.launchers[qgraph.runtime.STATE.target.key]
+    scratches = [tk.scratch for spec, _ in launcher.specialisations() for tk in spec.kernels if tk.scratch is not None]
     assert scratches, "a deterministic reduction keeps per-block partials in scratch arrays"
     releases = [f for s in scratches for f in s._releases]
     del scratches, launcher

@@ -12,10 +12,11 @@ import numpy as np
 from test_precision import call
 
 import qgraph
-from qgraph.args.kinds import MAX_EXTENT, array_sig
+from qgraph.args.kinds import array_sig
 from qgraph.compiler import cuda_program
 from qgraph.lang.cuda.index_ranges import INT32_MAX, INT32_MIN, IndexRanges, Program32
 from qgraph.lang.front.regions import Dim, Task
+from qgraph.lang.types.extents import MAX_EXTENT
 
 
 @qgraph.kernel
@@ -200,6 +201,6 @@ def test_an_index_of_unknown_range_is_one_64_bit_leaf():
 def test_a_local_assigned_once_is_a_32_bit_leaf_and_one_assigned_twice_is_not():
     """The CUDA task's generated subscripts (lang.cuda.addressing), without a device."""
     a = array_sig(np.dtype(np.float64), 2, True)
-    code = ast.unparse(cuda_program.task_codes(clamped_locals._source, (a, a, a)).codes[0].function)
+    code = ast.unparse(cuda_program.task_codes(clamped_locals.source, (a, a, a)).codes[0].function)
     assert "_qg_ldx(p, 'a0;a1', (ip, j))" in code and "'a0 1 - 0 max;a1 w', (i, jm)" in code, code
     assert "_qg_ldx(p, 'o0;a1', (_qg_min(k, p.shape[0] - 1), j))" in code, code

@@ -123,8 +123,8 @@ def test_sass_is_split_per_function_from_the_disassemblers_listing(tmp_path, mon
 def test_cuda_task_code_splits_the_ptx_per_entry_offline(tmp_path):
     """The CUDA half of inspect without a device: a specialisation compiled for sm_90 (NVVM,
     ptxas and nvlink when present) gives each task its own PTX entry."""
+    from qgraph.backends.inspection import offline_key
     from qgraph.bench.cuda_compile import offline_link
-    from qgraph.bench.ptx_stats import offline_key
     from qgraph.compiler import cuda_program, numba_adapter
     from qgraph.compiler.code_cache import CodeCache
 
@@ -137,7 +137,7 @@ def test_cuda_task_code_splits_the_ptx_per_entry_offline(tmp_path):
         pytest.skip(f"numba-cuda cannot compile here: {type(e).__name__}: {str(e)[:120]}")
     key = offline_key((np.zeros(8), np.zeros(8), 2.0))
     with numba_adapter.assumed_compute_capability((9, 0)):
-        program = cuda_program.build_program(scale_then_add._source, key, (9, 0),
+        program = cuda_program.build_program(scale_then_add.source, key, (9, 0),
                                              lambda ptx: offline_link(ptx, (9, 0)), CodeCache(str(tmp_path)),
                                              fresh=True)
     code = inspection.cuda_code(scale_then_add, key, program, None, {}, "no device")

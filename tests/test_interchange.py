@@ -12,6 +12,7 @@ import pytest
 from test_adjoint import adjoint_grads, check_gradients, seeds_for, uniform
 
 import qgraph
+from qgraph.autodiff.adjoint_calls import adjoint_kernels
 from qgraph.bench.loop_gradients import ballistic_loop
 from qgraph.lang.front.interchange import InterchangedTask, interchanged
 from qgraph.lang.front.regions import RepeatLoop, control_regions
@@ -47,7 +48,7 @@ def _two_tasks_reference(x, v, dt, k):
 
 
 def _interchanged(kernel) -> list[InterchangedTask]:
-    return [t for t in interchanged(kernel._source).tasks if isinstance(t, InterchangedTask)]
+    return [t for t in interchanged(kernel.source).tasks if isinstance(t, InterchangedTask)]
 
 
 # --------------------------------------------------------------------------- which loops qualify
@@ -57,7 +58,7 @@ def test_elementwise_loops_become_one_task():
     fused = _interchanged(two_tasks)
     assert len(fused) == 1 and len(fused[0].parts) == 2 and fused[0].count == "k"
     assert set(fused[0].arrays) == {"x", "v"} and fused[0].written == {"x", "v"}
-    src = interchanged(two_tasks._source)
+    src = interchanged(two_tasks.source)
     assert not any(isinstance(r, RepeatLoop) for r in control_regions(src.body))
     assert [t.index for t in src.tasks] == [0]
     assert len(_interchanged(grid)) == 1 and len(_interchanged(ballistic_loop)) == 1  # 2-D; vec3 components
@@ -94,7 +95,7 @@ def test_what_stays_a_loop(body, tmp_path):
     namespace: dict = {}
     exec(compile(path.read_text(), str(path), "exec"), namespace)
     kernel = qgraph.kernel(namespace["kernel"])
-    assert interchanged(kernel._source) is kernel._source
+    assert interchanged(kernel.source) is kernel.source
 
 
 # --------------------------------------------------------------------------- results
@@ -103,7 +104,7 @@ def test_what_stays_a_loop(body, tmp_path):
 def test_the_same_bits_as_the_loop_of_launches(arch):
     rng = np.random.default_rng(3)
     x0, v0 = rng.uniform(0.1, 1.0, N), rng.uniform(-1.0, 1.0, N)
-    looped = two_tasks._variant(interchange=False)
+    looped = two_tasks.variant(interchange=False)
     for k in (5, 0, 1, 3):  # a new count each call: no new graph, no recompile
         found, kept = (qgraph.from_numpy(x0), qgraph.from_numpy(v0)), (qgraph.from_numpy(x0), qgraph.from_numpy(v0))
         two_tasks(*found, 0.1, k)
@@ -119,7 +120,7 @@ def test_two_dimensional_and_vector_bodies(arch):
     rng = np.random.default_rng(5)
     a0, b = rng.uniform(-1.0, 1.0, (3, 4)), rng.uniform(-1.0, 1.0, (3, 4, 2))
     results = []
-    for kernel in (grid, grid._variant(interchange=False)):
+    for kernel in (grid, grid.variant(interchange=False)):
         a = qgraph.from_numpy(a0)
         kernel(a, qgraph.from_numpy(b), 0.5, 4)
         results.append(a.to_numpy())
@@ -130,7 +131,7 @@ def test_two_dimensional_and_vector_bodies(arch):
     np.testing.assert_allclose(results[0], expected, rtol=1e-14)
     x0, v0 = rng.uniform(-1, 1, (N, 3)).astype(np.float32), rng.uniform(-1, 1, (N, 3)).astype(np.float32)
     vectors = []
-    for kernel in (ballistic_loop, ballistic_loop._variant(interchange=False)):  # vec3 arrays, a vec3 argument
+    for kernel in (ballistic_loop, ballistic_loop.variant(interchange=False)):  # vec3 arrays, a vec3 argument
         x, v = qgraph.from_numpy(x0), qgraph.from_numpy(v0)
         kernel(x, v, qgraph.vec3(0.0, -9.8, 0.0), 0.01, 0.1, 6)
         vectors.append((x.to_numpy(), v.to_numpy()))
@@ -151,7 +152,7 @@ def test_partially_overlapping_arrays_are_refused(arch):
     base = _device_views(arch, np.linspace(0.0, 1.0, N + 1))
     with pytest.raises(qgraph.QgraphError, match=r"'x' and 'v' overlap but are not the same view.*interchange=False"):
         two_tasks(base[1:], base[:-1], 0.1, 2)
-    two_tasks._variant(interchange=False)(base[1:], base[:-1], 0.1, 2)  # the loop of launches runs it
+    two_tasks.variant(interchange=False)(base[1:], base[:-1], 0.1, 2)  # the loop of launches runs it
     same = _device_views(arch, np.linspace(0.0, 1.0, N))
     two_tasks(same, same, 0.1, 2)  # the same view twice: element e is still only iteration e's
 
@@ -185,13 +186,13 @@ def test_gradients_through_an_interchanged_loop(arch):
     args = [uniform(N), uniform(N), 8, 0.05]
     found = check_gradients(falling, *args, tape=True)  # against central differences
     seeds = seeds_for(args)
-    looped = adjoint_grads(falling._variant(interchange=False), args, seeds, tape=True)
+    looped = adjoint_grads(falling.variant(interchange=False), args, seeds, tape=True)
     direct = adjoint_grads(falling, args, seeds)  # kernel.grad: the adjoint kernel is interchanged too
     for k in seeds:
         np.testing.assert_array_equal(found[k], looped[k])
         np.testing.assert_array_equal(direct[k], looped[k])
-    adjoint = next(iter(falling._adjoints.values()))
-    launcher = next(iter(adjoint._launchers.values()))
+    adjoint = adjoint_kernels(falling)[0]
+    launcher = next(iter(adjoint.launchers.values()))
     assert any(isinstance(t, InterchangedTask) for t in launcher.src.tasks)
 
 
@@ -230,10 +231,10 @@ def test_the_fused_tasks_compile_for_cuda(cuda_compiler, monkeypatch):
         scalar_sig(f4),
         scalar_sig(np.dtype("i8")),
     )
-    forward = interchanged(ballistic_loop._source)
-    _, entries, _ = _compile(SimpleNamespace(_source=forward), key)
+    forward = interchanged(ballistic_loop.source)
+    _, entries, _ = _compile(SimpleNamespace(source=forward), key)
     assert len(entries) == len(forward.tasks) == 1
-    adjoint = interchanged(adjoint_source(ballistic_loop._source, ("x", "v")))
+    adjoint = interchanged(adjoint_source(ballistic_loop.source, ("x", "v")))
     assert [type(t) for t in adjoint.tasks] == [InterchangedTask]
-    _, entries, _ = _compile(SimpleNamespace(_source=adjoint), key + (vec3, vec3))
+    _, entries, _ = _compile(SimpleNamespace(source=adjoint), key + (vec3, vec3))
     assert len(entries) == 1

@@ -197,3 +197,70 @@ def test_ast_passes_dispatch_through_node_visitor():
     assert _own_dispatch("def f(self, node):\n    return getattr(self, 'e_' + type(node).__name__)(node)\n") == [2]
     found = {name: lines for name, path in _modules().items() if (lines := _own_dispatch(path.read_text()))}
     assert found == {}, f"use visit_<Node> methods (ast.NodeVisitor) instead of a prefix of its own: {found}"
+
+
+# ------------------------------------------------------------------ one owner per concept
+
+# the modules that may reach numba's private names: the adapter, and the import gate that must run
+# before numba is imported (so it cannot import the adapter, which imports numba)
+NUMBA_ADAPTERS = ("qgraph.compiler.numba_adapter", "qgraph.compiler.numba_probes")
+PUBLIC_UNDERSCORES = {"_fields", "_attributes", "_getframe", "_asdict", "_replace", "_make"}  # ast, sys, NamedTuple
+# qgraph's marks on objects it decorates (a user's struct class, a Kernel or Func the front end meets
+# as a callee without importing decorator.py), read where no import could reach the class
+MARKS = ("_qgraph_", "_qg_")
+
+
+def _own_names(tree: ast.AST) -> set[str]:
+    """The private names a module defines itself: its functions, classes and module-level names,
+    what its classes assign to `self.`/`cls.` or in their bodies, and their `__slots__` entries."""
+    own = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            own.add(node.name)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            own.add(node.id)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store) \
+                and isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
+            own.add(node.attr)
+        elif isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__slots__"
+                                                  for t in node.targets):
+            own |= {c.value for c in ast.walk(node.value) if isinstance(c, ast.Constant) and isinstance(c.value, str)}
+    return own
+
+
+def _private_reaches(name: str, path: Path) -> list[str]:
+    """`x._name` (x not self/cls) where this module does not define `_name`, read or written, and
+    every `from ... import _name`."""
+    tree = ast.parse(path.read_text())
+    own = _own_names(tree)
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
+            if isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
+                continue
+            if node.attr in own or node.attr in PUBLIC_UNDERSCORES or node.attr.startswith(MARKS) \
+                    or name in NUMBA_ADAPTERS:
+                continue
+            found.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno}: .{node.attr}")
+        elif isinstance(node, ast.ImportFrom) and name not in NUMBA_ADAPTERS:
+            found += [f"{path.relative_to(PACKAGE.parent)}:{node.lineno}: from {'.' * node.level}{node.module or ''} "
+                      f"import {a.name}"
+                      for a in node.names if a.name.startswith("_") and not a.name.startswith("__")]
+    return found
+
+
+def test_no_module_reaches_into_another_modules_private_names():
+    """Each concept has one owner: other modules use its public methods and names, never a field or
+    function whose name starts with `_` that they do not define themselves (docs/architecture.md)."""
+    found = [r for name, path in sorted(_modules().items()) for r in _private_reaches(name, path)]
+    assert not found, f"{len(found)} private reaches:\n" + "\n".join(found)
+
+
+def test_the_private_reach_check_finds_reads_and_imports(tmp_path, monkeypatch):
+    monkeypatch.setattr(__import__(__name__), "PACKAGE", tmp_path / "qgraph")
+    module = tmp_path / "qgraph" / "m.py"
+    module.parent.mkdir()
+    module.write_text("from .other import _helper\n\n\nclass A:\n    def __init__(self):\n        self._mine = 1\n\n"
+                      "    def f(self, b):\n        return b._mine + b._theirs + self._x + b.__class__\n")
+    assert _private_reaches("qgraph.m", module) == ["qgraph/m.py:1: from .other import _helper",
+                                                    "qgraph/m.py:9: ._theirs"]

@@ -238,7 +238,8 @@ def test_large_arrays_have_a_key_text_of_their_own():
     """From LARGE (2**31 - 2**16) elements, or an extent that long (an empty array's other extents
     are not bounded by its size), an array keeps 64-bit indexing on CUDA; below, index
     expressions have the 2**16 of room lang.cuda.index_ranges counts on."""
-    from qgraph.args.kinds import LARGE, MAX_EXTENT, arg_type, array_sig
+    from qgraph.args.kinds import arg_type, array_sig
+    from qgraph.lang.types.extents import LARGE, MAX_EXTENT
 
     assert LARGE == (1 << 31) - (1 << 16) and MAX_EXTENT == LARGE - 1
     small = array_sig(np.dtype(np.float32), 2, True, LARGE - 1, longest=MAX_EXTENT)

@@ -55,24 +55,24 @@ def test_options_are_resolved_once_per_runtime_generation(cpu, monkeypatch):
     x, y = np.arange(4.0), np.zeros(4)
     halved(x, y)
     state = qgraph.runtime.STATE
-    first = halved._options_now(state)
-    assert halved._options_now(state) is first  # the same value while the generation lasts
-    assert halved._launchers["cpu"].options is first  # the launcher runs with it, not its own reading
+    first = halved.options_now(state)
+    assert halved.options_now(state) is first  # the same value while the generation lasts
+    assert halved.launchers["cpu"].options is first  # the launcher runs with it, not its own reading
     monkeypatch.setenv("QGRAPH_DEFAULT_FLOAT", "float32")
     qgraph.init("cpu")  # a new generation reads the environment again
     halved(x, y)
-    assert halved._options_now(qgraph.runtime.STATE).default_float == "f32" and first.default_float == "f64"
+    assert halved.options_now(qgraph.runtime.STATE).default_float == "f32" and first.default_float == "f64"
     np.testing.assert_allclose(y, x / 2)
     monkeypatch.delenv("QGRAPH_DEFAULT_FLOAT")
     qgraph.init("cpu")
 
 
 def test_a_variant_replaces_options_and_keeps_the_rest():
-    variant = doubled._variant(cuda_graph=True, max_iterations=None)
+    variant = doubled.variant(cuda_graph=True, max_iterations=None)
     assert variant.options == dataclasses.replace(doubled.options, cuda_graph=True, max_iterations=None)
-    assert variant.cuda_graph and variant._source is doubled._source
+    assert variant.cuda_graph and variant.source is doubled.source
     with pytest.raises(TypeError, match="no_such_option"):
-        doubled._variant(no_such_option=True)
+        doubled.variant(no_such_option=True)
 
 
 def test_every_option_that_changes_code_changes_the_code_key():
@@ -106,7 +106,7 @@ def test_the_cuda_code_cache_key_holds_the_options(monkeypatch):
     variants = [DEFAULT_OPTIONS] + [dataclasses.replace(DEFAULT_OPTIONS, **{k: v}) for k, v in
                                     {"deterministic": True, "fast_math": True, "debug": "bounds"}.items()]
     for options in variants + [KernelOptions(cuda_graph=True, max_iterations=3)]:
-        program = cuda_program.build_program(halved._source, key, (9, 0), None, cache, options)
+        program = cuda_program.build_program(halved.source, key, (9, 0), None, cache, options)
         assert program.cached
     assert len(set(cache.keys)) == len(variants)  # a key per code option; options that run calls share one
     assert cache.keys[-1] == cache.keys[0]
@@ -124,4 +124,4 @@ def test_a_value_no_option_takes_is_refused_however_the_options_are_made(changes
     with pytest.raises(error, match=message):
         KernelOptions(**changes)
     with pytest.raises(error, match=message):
-        halved._variant(**changes)
+        halved.variant(**changes)

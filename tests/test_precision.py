@@ -296,7 +296,7 @@ def test_integer_literal_powers_are_multiplications(cuda_compiler):
     PTX for sm_90)."""
     from test_func_precision import _offline_ptx
 
-    from qgraph.bench.ptx_stats import ptx_counts
+    from qgraph.compiler.ptx_stats import ptx_counts
 
     args = (np.zeros(64, F32), np.zeros(64, F32))
     cube, pow_ = _offline_ptx(cube_only, args), _offline_ptx(pow_only, args)

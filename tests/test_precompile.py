@@ -90,7 +90,7 @@ def mixed(a, b, c, d, e):
 
 
 def test_example_arguments_from_signature_texts_give_that_signature(arch):
-    from qgraph.precompile import example_arguments
+    from qgraph.cli.precompile import example_arguments
 
     texts = ["float32[2d]", "float", "int32", "float32x3[1d]", "float64[1d]"]
     assert qgraph.compile(mixed, *example_arguments(texts, arch)) == tuple(texts)

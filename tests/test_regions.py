@@ -30,7 +30,7 @@ def pieces(x, y, inner, outer):
 
 
 def test_graph_while_is_a_loop_region_around_the_body():
-    body = looped._source.body
+    body = looped.source.body
     assert isinstance(body, Sequence) and len(body.children) == 1
     loop = body.children[0]
     assert isinstance(loop, DeviceLoop) and loop.flag == "flag"
@@ -38,7 +38,7 @@ def test_graph_while_is_a_loop_region_around_the_body():
 
 
 def test_a_plain_kernel_is_a_sequence_of_tasks():
-    body = pieces._source.body
+    body = pieces.source.body
     assert isinstance(body, Sequence) and all(isinstance(c, Task) for c in body.children)
     assert list(device_loops(body)) == []
 
@@ -52,7 +52,7 @@ def test_the_cpu_backend_walks_nested_loops(cpu):
     inner = DeviceLoop("inner", Sequence((t0, t1)), t0.lineno)
     tree = Sequence((DeviceLoop("outer", Sequence((inner, t2, t3)), t0.lineno),))
     assert [loop.flag for loop in device_loops(tree)] == ["outer", "inner"]  # nested: inner is in outer's body
-    src = dataclasses.replace(pieces._source, body=tree)
+    src = dataclasses.replace(pieces.source, body=tree)
     program = CpuProgram(src, None)
     x, y = np.zeros(5), np.zeros(7)
     inner_flag, outer_flag = np.array([3], np.int32), np.array([2], np.int32)

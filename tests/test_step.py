@@ -319,7 +319,7 @@ def test_threads_share_a_step(arch):
 def test_changing_numbers_are_node_updates_without_a_new_dependency_analysis(cuda, monkeypatch, substeps):
     """A step passing the time: the read/write analysis (quadratic in the calls) follows the
     arrays alone, so a new number each call updates nodes and analyses nothing again."""
-    from qgraph.backends import step_capture
+    from qgraph.capture import step_capture
 
     analysed = []
     real = step_capture.dependencies

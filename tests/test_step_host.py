@@ -107,7 +107,7 @@ def test_the_host_drops_a_call_only_once_its_callback_has_returned():
     """The node's bookkeeping without a device: callbacks run the queued calls in launch order and
     only count them; the host drops the counted ones (at the next queue, or sync's drop_ran), never
     one whose callback has not returned, and a failed launch's call is taken back."""
-    from qgraph.backends.step_host import HostCall, HostNode
+    from qgraph.capture.step_host import HostCall, HostNode
 
     class Target:
         host_nodes: set = set()

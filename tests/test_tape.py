@@ -325,7 +325,7 @@ def test_a_cuda_graph_kernel_on_a_tape(arch):
     graphed.backward(lg)
     np.testing.assert_allclose(vg.grad.to_numpy(), v.grad.to_numpy(), rtol=1e-12, atol=1e-14)
     if arch == "cuda":
-        from qgraph.backends.adjoint_calls import adjoint_kernel
+        from qgraph.autodiff.adjoint_calls import adjoint_kernel
 
         assert adjoint_kernel(ballistic_graphed, ("x", "v")).stats.used_graph
 
@@ -342,7 +342,7 @@ simulation_step = qgraph.graph(_simulation)
 def test_a_graph_step_called_under_a_tape_gets_a_captured_backward(arch):
     """A @qgraph.graph call on a tape: its calls are recorded (the same-arguments replay does
     not hide them), and their adjoints run as one step of their own, built once and replayed."""
-    from qgraph.tape import _backward_step
+    from qgraph.tape.tape import _backward_step
 
     x0, v0, target = _state()
     _, v, loss, tape = in_place(x0, v0, target)

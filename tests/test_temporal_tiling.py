@@ -64,7 +64,7 @@ def _smooth_reference(a, b, k):
 
 
 def _tiled_tasks(kernel) -> list[TiledTask]:
-    return [t for t in tiled(for_launch(kernel._source, ON), ON).tasks if isinstance(t, TiledTask)]
+    return [t for t in tiled(for_launch(kernel.source, ON), ON).tasks if isinstance(t, TiledTask)]
 
 
 # --------------------------------------------------------------------------- which loops qualify
@@ -75,13 +75,13 @@ def test_stencil_loops_get_a_tiled_task():
     assert len(task.parts) == 2 and task.radii == (1, 1)
     assert task.staged == ("p",) and task.rewritten == ("p_new",) and task.written_back == ("p_new",)
     assert set(task.arrays) == {"p", "p_new", "div"} and task.written == {"p", "p_new"}
-    src = tiled(jacobi._source, ON)
+    src = tiled(jacobi.source, ON)
     loop = src.body.children[0]
     assert isinstance(loop, TiledRepeat) and loop.tiled == task.index == len(src.tasks) - 1
     (line,) = _tiled_tasks(smooth)
     assert line.radii == (1, 1) and line.staged == ("a",) and line.written_back == ("b",) and not line.read_only
     assert task.read_only == ("div",)
-    assert tiled(jacobi._source, KernelOptions(temporal_tiling=False)) is jacobi._source
+    assert tiled(jacobi.source, KernelOptions(temporal_tiling=False)) is jacobi.source
 
 
 BODIES = {
@@ -115,7 +115,7 @@ def test_what_is_not_tiled(body, tmp_path):
     path.write_text(f"{head}        {body}\n")
     namespace: dict = {}
     exec(compile(path.read_text(), str(path), "exec"), namespace)
-    source = qgraph.kernel(namespace["kernel"])._source
+    source = qgraph.kernel(namespace["kernel"]).source
     assert tiled(source, ON) is source
 
 
@@ -127,11 +127,11 @@ def test_jacobi_sweeps(arch, shape):
     rng = np.random.default_rng(7)
     p0, q0, d = (rng.standard_normal(shape).astype(np.float32) for _ in range(3))
     div = qgraph.from_numpy(d)
-    untiled = jacobi._variant(temporal_tiling=False)
+    untiled = jacobi.variant(temporal_tiling=False)
     # the kernel's first count builds a straight line (S passes a group, 3 left over); later counts
     # the WHILE form, whose 16 copies a pass leave these counts to the remainder loop, so the form
     # unrolled S times runs a group in each WHILE pass, the count's remainder as copies
-    grouped = jacobi._variant(unroll=S)
+    grouped = jacobi.variant(unroll=S)
     for pairs in (2 * S + 3, 0, 1, S - 1, S, S + 1):  # a new count each call
         found = [(qgraph.from_numpy(p0), qgraph.from_numpy(q0)) for _ in range(3)]
         for kernel, arrays in zip((jacobi, grouped, untiled), found):
@@ -150,7 +150,7 @@ def test_jacobi_sweeps(arch, shape):
 def test_a_one_dimensional_stencil(arch):
     rng = np.random.default_rng(11)
     a0, b0 = rng.standard_normal(2100), rng.standard_normal(2100)  # two tiles of 1014 and a part of one
-    untiled = smooth._variant(temporal_tiling=False)
+    untiled = smooth.variant(temporal_tiling=False)
     for k in (2 * S + 3, S):
         found, kept = (qgraph.from_numpy(a0), qgraph.from_numpy(b0)), (qgraph.from_numpy(a0), qgraph.from_numpy(b0))
         smooth(*found, k)
@@ -165,9 +165,9 @@ def test_the_while_form_runs_groups_of_passes(cuda):
     loop's copies as written."""
     rng = np.random.default_rng(13)
     p0, q0, d = (rng.standard_normal((20, 40)).astype(np.float32) for _ in range(3))
-    unrolled = jacobi._variant(unroll=2 * S)
+    unrolled = jacobi.variant(unroll=2 * S)
     out = []
-    for kernel in (unrolled, jacobi._variant(temporal_tiling=False, unroll=2 * S)):
+    for kernel in (unrolled, jacobi.variant(temporal_tiling=False, unroll=2 * S)):
         p, q = qgraph.from_numpy(p0), qgraph.from_numpy(q0)
         kernel(p, q, qgraph.from_numpy(d), 4 * S + 1)
         out.append((p.to_numpy(), q.to_numpy()))
@@ -180,7 +180,7 @@ def test_a_grid_whose_tiles_pass_a_wave_rebuilds_the_graph_untiled_once(cuda):
     """A graph built for a small grid runs the loop tiled; a call on a grid whose tiles no longer fit
     one wave (graph_unroll.MAX_TILED_WAVES) rebuilds it untiled, once: back on the small grid it stays
     untiled (no rebuild at every change), and every call has the untiled kernel's bits."""
-    kernel, untiled = jacobi._variant(temporal_tiling=S), jacobi._variant(temporal_tiling=False)
+    kernel, untiled = jacobi.variant(temporal_tiling=S), jacobi.variant(temporal_tiling=False)
     rng = np.random.default_rng(17)
     grids = {shape: [rng.standard_normal(shape).astype(np.float32) for _ in range(3)]
              for shape in ((20, 40), (700, 700))}  # 2 tiles; 32 x 32 tiles of 22 x 22, past a wave
@@ -208,7 +208,7 @@ def test_overlapping_arrays_are_refused(cuda):
     div = qgraph.from_numpy(np.zeros((8, 8), np.float32))
     with pytest.raises(qgraph.QgraphError, match=r"'p' and 'p_new' share memory.*temporal_tiling=False"):
         jacobi(base[1:], base[:-1], div, 2)
-    jacobi._variant(temporal_tiling=False)(base[1:], base[:-1], div, 2)  # untiled, it runs
+    jacobi.variant(temporal_tiling=False)(base[1:], base[:-1], div, 2)  # untiled, it runs
 
 
 # --------------------------------------------------------------------------- the option and the code
@@ -217,8 +217,8 @@ def test_overlapping_arrays_are_refused(cuda):
 def test_the_option_and_its_environment_variable():
     assert Settings.from_environ({"QGRAPH_TEMPORAL_TILING": "0"}).temporal_tiling is False
     assert Settings.from_environ({}).temporal_tiling is True  # on unless turned off (docs/benchmarks.md)
-    assert tiled(jacobi._source, KernelOptions(temporal_tiling=False)) is jacobi._source
-    assert isinstance(tiled(jacobi._source, KernelOptions()).tasks[-1], TiledTask)
+    assert tiled(jacobi.source, KernelOptions(temporal_tiling=False)) is jacobi.source
+    assert isinstance(tiled(jacobi.source, KernelOptions()).tasks[-1], TiledTask)
     with pytest.raises(TypeError, match="temporal_tiling must be"):
         KernelOptions(temporal_tiling=0)
 
@@ -243,14 +243,14 @@ def test_the_tiled_task_stages_in_shared_memory(cuda_compiler, monkeypatch):
         compute_capability = (9, 0)
 
     monkeypatch.setattr(dispatcher, "get_current_device", lambda: Hopper())
-    src = tiled(for_launch(jacobi._source, ON), KernelOptions(temporal_tiling=S))
+    src = tiled(for_launch(jacobi.source, ON), KernelOptions(temporal_tiling=S))
     f4 = array_sig(np.dtype("f4"), 2, True)
     key = (f4, f4, f4, scalar_sig(np.dtype("i8")))
     codes = cuda_program.task_codes(src, key, KernelOptions(temporal_tiling=S))
     h = 2 * S - 1  # S - 1 passes of two radius-1 sweeps and the first once more
     assert codes.codes[-1].temporal == (S, (32 - 2 * h, 32 - 2 * h), h, ("div",))  # a 32x32 block, a thread a cell
     flat = codes.flat
-    ptx, entries, sizes = cuda_program._compile_ptx(
+    ptx, entries, sizes = cuda_program.compile_ptx(
         flat.src,
         codes.codes,
         codes.orders,

@@ -48,13 +48,13 @@ def _args():
 
 
 def _offline_ptx(kernel, args):
-    from qgraph.bench import ptx_stats
+    from qgraph.backends import inspection
 
-    return ptx_stats.offline_qgraph_ptx(kernel, args, (9, 0))
+    return inspection.offline_ptx(kernel, args, (9, 0))
 
 
 def test_vector_ptx_matches_the_hand_scalarised_kernel(cuda_compiler):
-    from qgraph.bench import ptx_stats
+    from qgraph.compiler import ptx_stats
 
     (vec,) = _offline_ptx(p2g_vector, _args())
     (sca,) = _offline_ptx(p2g_scalar, _args())
@@ -80,7 +80,7 @@ def test_vector_and_scalar_kernels_agree(arch):
 def test_mpm88_vector_substep_compiles_to_the_scalar_code(cuda_compiler):
     """The example's substep written with vec2/mat22 and structs: per task, the PTX of the
     component-by-component version within 2% (measured: 58/368/97/352 vs 58/368/101/352)."""
-    from qgraph.bench import ptx_stats
+    from qgraph.compiler import ptx_stats
     from qgraph.examples import mpm88
 
     arrays = list(vars(mpm88.initial_state(64)).values())

@@ -217,15 +217,15 @@ def test_vector_values_on_the_host():
 
 
 def _offline_ptx(kernel, args):
-    from qgraph.bench import ptx_stats
+    from qgraph.backends import inspection
 
-    return ptx_stats.offline_qgraph_ptx(kernel, args, (9, 0))
+    return inspection.offline_ptx(kernel, args, (9, 0))
 
 
 def test_cuda_vector_parameters_are_scalar_parameters(cuda_compiler):
     """On CUDA a vector parameter is one by-value float per component, and a module-level
     vector is compiled in: registers only, no float64 arithmetic (offline PTX, sm_90)."""
-    from qgraph.bench import ptx_stats
+    from qgraph.compiler import ptx_stats
     from qgraph.compiler.ptx_text import ptx_entry
 
     vel = np.zeros((64, 2), np.float32)

@@ -13,10 +13,10 @@ import dataclasses
 import numpy as np
 
 from ..driver.device import OPENED
+from ..lang.types.vector_types import is_vector_value
 from .interop import device_reader
 from .resolve import cuda_slow, is_qgraph_array, struct_resolver
 from .structs import RESOLVED_ATTR, STRUCT_EPOCH, is_struct_class
-from .vectors import is_vector_value
 
 
 class OtherDevice(Exception):
@@ -27,7 +27,7 @@ class OtherDevice(Exception):
 def argument_devices(value: object, name: str) -> list[tuple[int, str]]:
     """(device ordinal, argument or field name) of every device array in `value`."""
     if is_qgraph_array(value):
-        device = value._device
+        device = value.cuda_device
         return [] if device is None else [(device.info.ordinal, name)]
     if is_vector_value(value):  # passed by value: on no device
         return []
@@ -74,7 +74,7 @@ def device_checks(device) -> dict:
     attr = RESOLVED_ATTR["cuda"]
 
     def slow(value: object, name: str, fixed: str | None) -> tuple[str, bytes]:
-        if fixed is None and is_qgraph_array(value) and value._device is not None and value._device is not device:
+        if fixed is None and is_qgraph_array(value) and value.cuda_device not in (None, device):
             raise OtherDevice(name)
         if is_struct_class(type(value)):
             return struct_on_device(value)

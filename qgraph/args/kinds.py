@@ -18,7 +18,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-_KINDS: dict[str, ArgKind] = {}
+from ..lang.types.extents import LARGE
+
+KINDS: dict[str, ArgKind] = {}
 
 
 class ArgKind:
@@ -91,9 +93,9 @@ class ScalarKind(ArgKind):
 
 def scalar_kind(dtype: np.dtype) -> ScalarKind:
     sig = "bool" if dtype.kind == "b" else dtype.name
-    kind = _KINDS.get(sig)
+    kind = KINDS.get(sig)
     if kind is None:
-        kind = _KINDS[sig] = ScalarKind(dtype)
+        kind = KINDS[sig] = ScalarKind(dtype)
     return kind
 
 
@@ -126,9 +128,6 @@ class ArrayLayout:
     data = slice(DATA, DATA + 8)
 
 
-INDEX_HEADROOM = 1 << 16  # what literals may add to an extent in a 32-bit index (lang.cuda.index_ranges)
-LARGE = (1 << 31) - INDEX_HEADROOM  # arrays of this many elements, or an extent this long, index in 64 bits on CUDA
-MAX_EXTENT = LARGE - 1  # the longest extent of an array that is not large
 
 
 class ArrayKind(ArgKind):
@@ -185,9 +184,9 @@ def _array_text(dtype: np.dtype, ndim: int, contiguous: bool, large: bool, eleme
 def array_kind(dtype: np.dtype, ndim: int, contiguous: bool, large: bool = False,
                element: tuple[int, ...] = ()) -> ArrayKind:
     sig = _array_text(dtype, ndim, contiguous, large, element)
-    kind = _KINDS.get(sig)
+    kind = KINDS.get(sig)
     if kind is None:
-        kind = _KINDS[sig] = ArrayKind(dtype, ndim, contiguous, large, element)
+        kind = KINDS[sig] = ArrayKind(dtype, ndim, contiguous, large, element)
     return kind
 
 
@@ -204,7 +203,7 @@ def scalar_sig(dtype: np.dtype) -> str:
 
 def arg_type(sig: str) -> ArgKind:
     """The kind a key text stands for."""
-    return _KINDS[sig]
+    return KINDS[sig]
 
 
 def is_contiguous(shape: tuple[int, ...], strides: tuple[int, ...], itemsize: int) -> bool:
@@ -260,19 +259,10 @@ def vector_text(dtype: np.dtype, shape: tuple[int, ...]) -> str:
 
 def vector_kind(dtype: np.dtype, shape: tuple[int, ...]) -> VectorKind:
     sig = vector_text(dtype, shape)
-    kind = _KINDS.get(sig)
+    kind = KINDS.get(sig)
     if kind is None:
-        kind = _KINDS[sig] = VectorKind(dtype, tuple(shape))
+        kind = KINDS[sig] = VectorKind(dtype, tuple(shape))
     return kind
-
-
-def is_vector_shape(shape: tuple[int, ...]) -> bool:
-    """A shape some qgraph vector or matrix type has: (n,) or (n, m), each extent 1 to 4."""
-    return len(shape) in (1, 2) and all(1 <= n <= 4 for n in shape)
-
-
-def is_vector_kind(kind: object) -> bool:
-    return getattr(kind, "is_vector", False)
 
 
 # --------------------------------------------------------------------------- the graph_while flag
@@ -304,10 +294,10 @@ class FlagKind:
 
 F64 = scalar_sig(np.dtype(np.float64))
 I64 = scalar_sig(np.dtype(np.int64))
-_KINDS["float"] = ScalarKind(np.dtype(np.float64), weak=True)
-_KINDS["int"] = ScalarKind(np.dtype(np.int64), weak=True)
+KINDS["float"] = ScalarKind(np.dtype(np.float64), weak=True)
+KINDS["int"] = ScalarKind(np.dtype(np.int64), weak=True)
 WEAK_FLOAT, WEAK_INT = "float", "int"  # key texts of plain Python numbers
 BOOL = scalar_sig(np.dtype(np.bool_))
 for _dt in ("int8", "int16", "int32", "uint8", "uint16", "uint32", "uint64", "float32"):
     scalar_sig(np.dtype(_dt))
-SCALAR_KINDS = tuple(k for k in _KINDS.values() if isinstance(k, ScalarKind) and not k.weak)
+SCALAR_KINDS = tuple(k for k in KINDS.values() if isinstance(k, ScalarKind) and not k.weak)

@@ -17,6 +17,7 @@ import numpy as np
 
 from ..dtypes import as_dtype
 from ..lang.generated import Lines
+from ..lang.types.vector_types import is_vector_value
 from .fast_paths import (
     ArgPath,
     Hop,
@@ -33,7 +34,7 @@ from .fast_paths import (
 from .interop import device_reader, is_device_dlpack
 from .kinds import BOOL, WEAK_FLOAT, WEAK_INT, arg_type, scalar_sig
 from .structs import RESOLVED_ATTR, STRUCT_EPOCH, STRUCT_RESOLVERS, is_struct_class, struct_sig
-from .vectors import CONVERTERS, is_vector_value, value_sig, vector_annotation
+from .vectors import CONVERTERS, value_sig, vector_annotation
 
 # --------------------------------------------------------------------------- scalars
 

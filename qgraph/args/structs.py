@@ -17,7 +17,7 @@ import dataclasses
 
 import numpy as np
 
-from .kinds import _KINDS, ArgKind
+from .kinds import KINDS, ArgKind
 
 
 class StructKind(ArgKind):
@@ -48,10 +48,10 @@ def struct_text(cls: type, field_sigs: tuple[str, ...]) -> str:
 def struct_sig(cls: type, field_sigs: tuple[str, ...]) -> str:
     """The interned key text of a struct whose fields have these key texts."""
     sig = struct_text(cls, field_sigs)
-    if sig not in _KINDS:
+    if sig not in KINDS:
         from .kinds import arg_type
 
-        _KINDS[sig] = StructKind(cls, tuple((f.name, arg_type(s)) for f, s in zip(dataclasses.fields(cls), field_sigs)))
+        KINDS[sig] = StructKind(cls, tuple((f.name, arg_type(s)) for f, s in zip(dataclasses.fields(cls), field_sigs)))
     return sig
 
 

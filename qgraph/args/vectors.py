@@ -12,13 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..dtypes import as_dtype
-from .kinds import VectorKind, arg_type, array_sig, is_vector_shape, vector_kind
-
-
-def is_vector_value(value: object) -> bool:
-    """What `qgraph.vec2(...)` returns (lang.types.vector_types.VectorValue) with a vector or matrix shape.
-    A plain NumPy array is an array argument, never a vector."""
-    return getattr(type(value), "_qgraph_vector", False) and is_vector_shape(value.shape)
+from .kinds import VectorKind, arg_type, array_sig, vector_kind
 
 
 def vector_annotation(annotation: object) -> str | None:

@@ -9,12 +9,13 @@ import numpy as np
 
 from ..args.kinds import FlagKind, arg_type
 from ..args.resolve import type_annotation
-from ..args.vectors import is_vector_value
 from ..errors import QgraphSyntaxError
 from ..lang.flat.view import FlatSource, flat_source
 from ..lang.front.parse import UNRESOLVED, KernelSource, syntax_error
 from ..lang.front.regions import RepeatLoop, control_regions, flags_of
+from ..lang.front.writes import written_names
 from ..lang.options import KernelOptions
+from ..lang.types.vector_types import is_vector_value
 
 
 def fixed_scalar_types(src: KernelSource) -> tuple[str | None, ...]:
@@ -60,50 +61,6 @@ def flag_params(src: KernelSource) -> tuple[int, ...]:
     """Positions of the parameters that are device-loop or branch flags, in tree order, each once."""
     return tuple(src.param_names.index(flag) for flag in flags_of(src.body)
                  if flag in src.param_names)  # a struct's field: checked per signature (flat view)
-
-
-def written_params(src: KernelSource) -> dict[int, int]:
-    """Parameter position -> first line where the kernel writes into that array (a store, an
-    update or an atomic, or passing it to a @qgraph.func that does), for the read-only check
-    of NumPy arguments. An adjoint kernel (lang.adjoint) writes its gradient arrays only."""
-    if src.adjoint is not None:
-        return {k: src.lineno for k, p in enumerate(src.params)
-                if p.name.startswith("_qg_adj_") or p.name in src.adjoint.writes}
-    nodes = [n for task in src.tasks for stmt in task.body for n in ast.walk(stmt)]
-    return {src.param_names.index(name): line for name, line in _written_names(src, nodes, frozenset()).items()
-            if name in src.param_names}
-
-
-def _written_names(src: KernelSource, nodes: list[ast.AST], visiting: frozenset) -> dict[str, int]:
-    """Name -> first line among `nodes` where the array it names is written, directly or by
-    the @qgraph.funcs it is passed to (`visiting`: the funcs on the way, against recursion)."""
-    from ..lang.front import builtins as lang
-
-    atomics = tuple(lang.ATOMICS.values())
-    found: dict[str, int] = {}
-    for node in nodes:
-        targets = []
-        if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            targets = [t.value for t in targets if isinstance(t, ast.Subscript)]
-        elif isinstance(node, ast.Call):
-            callee = src.resolve(node.func)
-            if callee in atomics:
-                targets = node.args[:1]
-            elif getattr(callee, "_qgraph_kind", None) == "func" and id(callee) not in visiting:
-                targets = _arrays_a_func_writes(callee._source, node, visiting | {id(callee)})
-        for target in targets:
-            if isinstance(target, ast.Name):
-                found.setdefault(target.id, node.lineno)
-    return found
-
-
-def _arrays_a_func_writes(func: KernelSource, call: ast.Call, visiting: frozenset) -> list[ast.expr]:
-    """The arguments of `call` whose parameters the @qgraph.func `func` writes into."""
-    written = _written_names(func, list(ast.walk(func.fn_def)), visiting)
-    names = func.param_names
-    return [arg for k, arg in enumerate(call.args) if k < len(names) and names[k] in written] \
-        + [kw.value for kw in call.keywords if kw.arg in written]
 
 
 def check_repeat_counts(src: KernelSource, key: tuple[str, ...]) -> None:
@@ -210,7 +167,7 @@ def check_flags_written(src: KernelSource) -> None:
         return
     nodes = [n for task in src.tasks for stmt in task.body for n in ast.walk(stmt)]
     root, _, field = flag.partition(".")
-    written = root in _written_names(src, nodes, frozenset()) if not field else any(
+    written = root in written_names(src, nodes, frozenset()) if not field else any(
         isinstance(n, (ast.Assign, ast.AugAssign)) and any(
             isinstance(t, ast.Subscript) and ast.unparse(t.value) == flag
             for t in (n.targets if isinstance(n, ast.Assign) else [n.target])) for n in nodes)

@@ -6,16 +6,14 @@ import threading
 
 import numpy as np
 
-from ..args.resolve import resolver_lines
 from ..compiler.compile_signals import interruptible_compile
 from ..compiler.numba_adapter import is_compile_error, is_typing_stage
-from ..driver.device import stream_handle
 from ..errors import runaway_error
-from ..lang import generated
 from ..lang.cpu.codegen import counted_loops
 from ..lang.cpu.loops import RunnerStatus
 from ..lang.front.interchange import checked_pairs, for_launch
 from ..lang.front.regions import loop_limit
+from ..lang.front.writes import written_params
 from ..lang.lower.debug_checks import (
     CANCEL_WORD,
     INTERRUPT_WORD,
@@ -27,23 +25,18 @@ from ..lang.lower.debug_checks import (
 )
 from ..lang.options import KernelOptions
 from ..lang.types.weak_types import param_type
-from ..runtime.arrays import Ndarray
+from ..runtime.call_hooks import BoundCall
 from ..runtime.cancel import cancelled_error
-from . import step_body
+from . import cpu_call
 from .checks import (
     check_signature,
     compile_error,
-    display_names,
-    element_annotations,
-    fixed_scalar_types,
     flag_params,
     flag_shape_error,
-    frozen_number_lines,
     host_bounds,
     numpy_overlap_check,
-    written_params,
 )
-from .cpu_forms import FirstRunTimer
+from .cpu_forms import CpuSpecialization, FirstRunTimer
 from .debug_report import check_failure, task_exception
 
 
@@ -52,18 +45,14 @@ class CpuLauncher:
 
     def __init__(self, kernel, state, options: KernelOptions) -> None:
         self.kernel = kernel
-        self.src = for_launch(kernel._source, options)  # elementwise repeat loops interchanged
+        self.src = for_launch(kernel.source, options)  # elementwise repeat loops interchanged
         self.stats = kernel.stats
         # resolved once (Kernel._options_now). On the CPU deterministic mode only rejects float scatters: numba's
         # parallel loops split their range statically and combine partials in order (bit-identical per thread count)
         self.options = options
-        self._specs: dict[tuple, object] = {}
-        self._programs: dict[frozenset, object] = {}  # by the set of 0-d array parameters
-        self._program_of: dict[tuple, object] = {}  # signature -> its CpuProgram (sites, units)
-        self._flat_of: dict[tuple, object] = {}  # signature -> its flattened form (backends.checks.check_signature)
-        # signature -> its parallel form, where _specs holds the serial one (lang.cpu.serial_form): compiled
-        # the first time the serial form finds a call too large for it
-        self._parallel: dict[tuple, object] = {}
+        self._specs: dict[tuple, object] = {}  # signature -> the runner its calls run (the launch's one lookup)
+        self._signatures: dict[tuple, CpuSpecialization] = {}  # signature -> what was compiled for it
+        self._programs: dict[tuple, object] = {}  # generated programs, shared by signatures of the same code
         # the runner's record: debug checks' first failure, and the unit of tasks running (lang.lower.debug_checks)
         self._record = np.zeros(RECORD_WORDS, np.int64)
         self._debug_lock = threading.Lock()  # debug calls from several threads: one record, read after each
@@ -79,16 +68,48 @@ class CpuLauncher:
         stats.graph_nodes = 0
         stats.host_loop = False
         stats.cache_size = 0
-        stats._iterations = (lambda: tuple(self._last[0][2:]) if self._last[0] is not None else ()) \
+        stats.iteration_counts = (lambda: tuple(self._last[0][2:]) if self._last[0] is not None else ()) \
             if self._loops else None
-        self.launch = self._generate_launch()
+        self.written = tuple(written_params(self.src))  # the arrays it writes, by position (Ndarray.version)
+        pairs = checked_pairs(self.src)  # interchanged loops' arrays, checked apart at each call
+        self._overlap = _Overlap(self.src, pairs) if pairs else None
+        self.launch = cpu_call.launch_function(self)
         self._resolve = None  # resolve(a0, ..., an) -> (key, values), generated for compile()
+
+    def call_parts(self) -> dict:
+        """What the generated launch (backends.cpu_call) calls of this launcher, named in one place."""
+        return {"specs": self._specs, "first_call": self._first_call, "record": self._record,
+                "task_error": self._task_error, "check_failed": self._check_failed, "debug_lock": self._debug_lock,
+                "flags": self._flags, "loops": bool(self._loops), "parallel_of": self._parallel_of,
+                "last": self._last, "stopped": self._stopped, "unfinished": self._unfinished, "overlap": self._overlap}
+
+    def resolve(self, args: tuple) -> tuple[tuple, tuple]:
+        """(signature, the values the runner takes) of a call with every parameter given by `args`."""
+        if self._resolve is None:
+            self._resolve = cpu_call.resolve_function(self)
+        return self._resolve(*args)
+
+    def run_bound(self, call: BoundCall) -> None:
+        """Run a resolved call the plain way (launcher.dispatch): what the generated launch does after its
+        hook, a step a line; tests/test_launcher.py holds the two equal."""
+        key, values = call.key, call.packs
+        if self._overlap is not None:
+            self._overlap.check(*(values[k] for k in self._overlap.positions))
+        runner = self._specs.get(key)
+        if runner is None:  # compiled (once, whichever thread comes first) and run
+            return self._first_call(key, values, call.args)
+        for k in self._flags:
+            if values[k].shape not in ((), (1,)):
+                raise flag_shape_error(self.src, k, values[k].shape)
+        self._finish(key, self._run(key, runner, values), values)
+
+    def generated_functions(self) -> dict:
+        """The host functions generated for this launcher so far (kernel.inspect's report)."""
+        return {"launch": self.launch, "argument resolution": self._resolve, "loop bounds": self._bounds}
 
     def compile(self, args: tuple) -> tuple[str, ...]:
         """Compile (or load from the disk cache) the signature of `args` without running it."""
-        if self._resolve is None:
-            self._resolve = self._generate_resolve()
-        key, values = self._resolve(*args)
+        key, values = self.resolve(args)
         with self._lock:
             if key not in self._specs:
                 runner, program, _, hits = self._compiled(key, values, args)
@@ -102,9 +123,7 @@ class CpuLauncher:
         running it or registering it: a later call counts it as a call's compile would."""
         from .inspection import cpu_code
 
-        if self._resolve is None:
-            self._resolve = self._generate_resolve()
-        key, values = self._resolve(*args)
+        key, values = self.resolve(args)
         with self._lock:
             _, program, leaves, _ = self._compiled(key, values, args, serial=False)  # the units: tasks apart
         return cpu_code(self.kernel, self, key, program, leaves + (self._record,))
@@ -128,7 +147,7 @@ class CpuLauncher:
 
     def _compile_form(self, key: tuple, values: tuple, serial: bool) -> tuple:
         """Compile (or load) one form of the prepared signature `key`; the runner's leaf values."""
-        program, flat = self._program_of[key], self._flat_of[key]
+        program, flat = self._signatures[key].program, self._signatures[key].flat
         leaves = tuple(values[k] if j is None else values[k][j] for k, j in flat.slots)
         try:
             with interruptible_compile(self.src.name):  # a Ctrl-C meanwhile is never lost
@@ -141,22 +160,22 @@ class CpuLauncher:
 
     def _form(self, key: tuple, serial: bool):
         """The runner of one form of `key`, taking each struct argument's leaves in place."""
-        program, flat = self._program_of[key], self._flat_of[key]
+        program, flat = self._signatures[key].program, self._signatures[key].flat
         runner = program.serial_runner if serial else program.runner
-        return _leaf_caller(runner, flat, len(key)) if flat.has_structs else runner
+        return cpu_call.leaf_caller(runner, flat, len(key)) if flat.has_structs else runner
 
     def _parallel_form(self, key: tuple, values: tuple):
         """The parallel form of `key` (compiled the first time it is needed; call under self._lock)."""
-        runner = self._parallel.get(key)
-        if runner is None:
+        signature = self._signatures[key]
+        if signature.parallel is None:
             self._compile_form(key, values, serial=False)
-            runner = self._parallel[key] = self._form(key, serial=False)
+            signature.parallel = self._form(key, serial=False)
             self.stats.parallel_forms += 1
-        return runner
+        return signature.parallel
 
     def _parallel_of(self, key: tuple, values: tuple):
         """The parallel form of `key` (compiled the first time), from now on the signature's runner."""
-        runner = self._parallel.get(key)
+        runner = self._signatures[key].parallel
         if runner is None:
             with self._lock:
                 runner = self._parallel_form(key, values)
@@ -166,85 +185,6 @@ class CpuLauncher:
 
     def _run_parallel(self, key: tuple, values: tuple) -> None:  # a call the serial form handed over
         self._finish(key, self._run(key, self._parallel_of(key, values), values), values)
-
-    def _generate_resolve(self):
-        src = self.src
-        n = len(src.param_names)
-        ns: dict = {}
-        comma = "," if n == 1 else ""
-        lines = frozen_number_lines(src, ns)
-        lines += resolver_lines(display_names(src), fixed_scalar_types(src), "cpu", ns, Ndarray,
-                                elements=element_annotations(src), written=written_params(src))
-        lines.append(f"    return ({', '.join(f's{k}' for k in range(n))}{comma}), "
-                     f"({', '.join(f'v{k}' for k in range(n))}{comma})")
-        source = f"def resolve({', '.join(f'a{k}' for k in range(n))}):\n" + "\n".join(lines) + "\n"
-        return generated.function(source, "resolve", f"argument resolution of kernel {src.qualname} (cpu)", ns)
-
-    def _generate_launch(self):
-        """launch(a0, ..., stream): resolve inline, look the runner up, call it."""
-        src = self.src
-        n = len(src.param_names)
-        ns: dict = {"_get": self._specs.get, "_first_call": self._first_call, "_flag_error": flag_shape_error,
-                    "_src": src, "_stream_handle": stream_handle, "_rec": self._record,
-                    "_task_error": self._task_error, "_check_failed": self._check_failed,
-                    "_debug_lock": self._debug_lock, "_steps": step_body.ACTIVE, "_count": step_body.count_call,
-                    "_watching": step_body.WATCHING, "_note": step_body.note_writes,
-                    "_written": tuple(written_params(src)),
-                    "_launcher": self}
-        comma = "," if n == 1 else ""
-        values = ", ".join(f"v{k}" for k in range(n))
-        args = ", ".join(f"a{k}" for k in range(n))
-        # stream= means nothing on the CPU, but a value that is no stream is the same error as on CUDA
-        lines = ["    if stream is not None:", "        _stream_handle(stream)"]
-        lines += frozen_number_lines(src, ns)
-        lines += resolver_lines(display_names(src), fixed_scalar_types(src), "cpu", ns, Ndarray,
-                                elements=element_annotations(src), written=written_params(src))
-        lines += [f"    key = ({', '.join(f's{k}' for k in range(n))}{comma})",
-                  "    if _watching[0]:",  # a tape needs arrays as its calls left them: this call's writes counted
-                  f"        _note(_written, ({args}{comma}))",
-                  # a call in a @qgraph.graph body (counted for its stats) or under a tape (which may run it)
-                  f"    if _steps[0] and _count(_launcher, ({args}{comma}), key):",
-                  "        return",
-                  *self._overlap_lines(ns),
-                  "    runner = _get(key)",
-                  "    if runner is None:",
-                  f"        return _first_call(key, ({values}{comma}), ({args}{comma}))"]
-        for k in self._flags:
-            lines += [f"    if v{k}.shape not in ((), (1,)):",
-                      f"        raise _flag_error(_src, {k}, v{k}.shape)"]
-        if self._loops:  # kernel.cancel(): a fresh word, and other threads let run if there are any
-            ns["_threads"] = threading.active_count
-            lines += [f"    _rec[{CANCEL_WORD}] = 0", "    if _threads() > 1:",
-                      f"        _rec[{YIELD_COUNT}] = 1", f"        _rec[{YIELD_STEP}] = 0",
-                      "    else:", f"        _rec[{YIELD_COUNT}] = 0"]
-        call = f"({values}{', ' if n else ''}_rec)"
-        run = ["    try:", f"        r = runner{call}"]
-        if not self._loops:  # the serial form found the call too large for it: the parallel form, right away
-            ns["_parallel_of"] = self._parallel_of
-            run += [f"        if r is not None and r == {int(RunnerStatus.NEEDS_PARALLEL)}:",
-                    f"            r = _parallel_of(key, ({values}{comma})){call}"]
-        run += ["    except Exception as e:", "        raise _task_error(key, e) from None"]
-        if self.options.debug:  # a failed check: its record, read now (one call at a time, so records do not mix)
-            run = ["    with _debug_lock:"] + ["    " + line for line in run] + \
-                  ["        if _rec[0]:", "            _check_failed(key)"]
-        lines += run
-        if self._loops:  # the runner's status: the guard stopped a loop, or Ctrl-C arrived
-            ns.update({"_last": self._last, "_stopped": self._stopped})
-            lines += ["    _last[0] = r", "    if r[0]:", f"        _stopped(r, key, ({values}{comma}))"]
-        else:  # None, CHUNK_INTERRUPTED when Ctrl-C stopped a chunked parallel loop, or NEEDS_PARALLEL
-            ns["_unfinished"] = self._unfinished
-            lines += ["    if r is not None:", f"        _unfinished(r, key, ({values}{comma}))"]
-        source = f"def launch({args}{', ' if n else ''}stream):\n" + "\n".join(lines) + "\n"
-        return generated.function(source, "launch", f"launch of kernel {src.qualname} (cpu)", ns)
-
-    def _overlap_lines(self, ns: dict) -> list[str]:
-        """The launch's check that the arrays of interchanged loops do not partially overlap."""
-        pairs = checked_pairs(self.src)
-        if not pairs:
-            return []
-        names = list(dict.fromkeys(name for pair in pairs for name in pair))
-        ns["_overlap"] = numpy_overlap_check(self.src.name, pairs, names)
-        return [f"    _overlap({', '.join(f'v{self.src.param_names.index(n)}' for n in names)})"]
 
     def _first_call(self, key: tuple, values: tuple, args: tuple) -> None:
         """Compile (once, whichever thread comes first) and run a new signature."""
@@ -292,7 +232,7 @@ class CpuLauncher:
         (a chunked unit has one task; units of the same code share a function, so the runner's
         unit word names it)."""
         self._record[INTERRUPT_WORD] = 0
-        program, unit = self._program_of.get(key), int(self._record[UNIT_WORD])
+        program, unit = self._program_for(key), int(self._record[UNIT_WORD])
         task = program.unit_tasks[unit][0] if program is not None and 0 <= unit < len(program.unit_tasks) else None
         where = f"in the parallel loop at line {task.lineno}" if task is not None else "in a parallel loop"
         raise KeyboardInterrupt(f"kernel {self.src.name} was interrupted {where}; the arrays it writes hold "
@@ -300,7 +240,7 @@ class CpuLauncher:
 
     def _task_error(self, key: tuple, error: Exception) -> Exception:
         """`error`, raised in a task of the signature `key`, as the same type naming the task."""
-        program = self._program_of.get(key)
+        program = self._program_for(key)
         if program is None or is_compile_error(error):
             return error
         unit = int(self._record[UNIT_WORD])
@@ -311,7 +251,7 @@ class CpuLauncher:
         """Raise the exception of the debug check recorded by the last call (and clear the record)."""
         words = self._record.tolist()
         self._record[:] = 0
-        raise check_failure(self.src, self._program_of[key].sites, words)
+        raise check_failure(self.src, self._signatures[key].program.sites, words)
 
     def _compile_and_run(self, key: tuple, values: tuple, args: tuple) -> None:
         runner, program, _, hits = self._compiled(key, values, args)  # compiled before it runs: see _compiled
@@ -328,7 +268,7 @@ class CpuLauncher:
         self._specs[key] = runner.decided or runner if isinstance(runner, FirstRunTimer) else runner
         self.stats.specialisations += 1
         self.stats.cache_loads += from_cache
-        self.stats.parallel_forms += self._program_of[key].serial_runner is None  # the only form it has
+        self.stats.parallel_forms += self._signatures[key].program.serial_runner is None  # its only form
         self.stats.num_tasks = len(self.src.tasks)
 
     def _prepare(self, key: tuple, args: tuple):
@@ -347,8 +287,13 @@ class CpuLauncher:
 
             program = self._programs[program_key] = CpuProgram(src, self._cache_dir, self.options, flat.kinds,
                                                                flat.funcs.defs)
-        self._program_of[key], self._flat_of[key] = program, flat
+        self._signatures[key] = CpuSpecialization(key, program, flat)
         return program, flat
+
+    def _program_for(self, key: tuple):
+        """The program of a signature this launcher checked, or None."""
+        found = self._signatures.get(key)
+        return None if found is None else found.program
 
     def _stopped(self, status: tuple, key: tuple, values: tuple) -> None:
         """Raise for a runner that stopped early: QgraphError (the guard) or KeyboardInterrupt; or run the
@@ -379,14 +324,16 @@ class CpuLauncher:
 
     def close(self) -> None:
         self._specs.clear()
-        self._parallel.clear()
+        self._signatures.clear()
         self._programs.clear()
 
 
-def _leaf_caller(runner, flat, n: int):
-    """`run(v0, ..., vn)` calling the runner with every struct argument's leaves in place."""
-    values = ", ".join(f"v{k}" for k in range(n))
-    leaves = [f"v{k}" if j is None else f"v{k}[{j}]" for k, j in flat.slots]  # flat.slots: (argument, leaf)
-    body = generated.Lines().line(f"return _runner({', '.join([*leaves, 'record'])})")
-    return generated.function(body.function(f"run({values}, record)"), "run",
-                              f"struct unpacking of kernel {flat.src.qualname}", {"_runner": runner})
+class _Overlap:
+    """The arrays of interchanged loops that must not partially overlap: their positions and the check."""
+
+    __slots__ = ("positions", "check")
+
+    def __init__(self, src, pairs: tuple) -> None:
+        names = list(dict.fromkeys(name for pair in pairs for name in pair))
+        self.positions = tuple(src.param_names.index(n) for n in names)
+        self.check = numpy_overlap_check(src.name, pairs, names)

@@ -15,6 +15,19 @@ import time
 from ..compiler.numba_adapter import thread_count
 from ..lang.cpu.loops import RunnerStatus
 
+
+class CpuSpecialization:
+    """What was compiled for one CPU signature: its generated program (units, debug sites, each
+    unit's tasks) and flattened source, fixed once checked; and its parallel form, compiled the
+    first time it is needed where the program has a serial form too (lang.cpu.serial_form)."""
+
+    __slots__ = ("key", "program", "flat", "parallel")
+
+    def __init__(self, key: tuple, program, flat) -> None:
+        self.key, self.program, self.flat = key, program, flat
+        self.parallel = None
+
+
 # a pass this long serially is worth a parallel loop's start and join (about 5-20 us on many threads)
 HEAVY_PASS_S = 20e-6
 

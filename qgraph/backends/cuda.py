@@ -11,27 +11,37 @@ up, run it. Each specialisation gets one runner, chosen once:
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
+import weakref
 
-from .. import conditional, host_fallback
+from .. import conditional
 from ..args.kinds import FlagKind
+from ..capture import outer_capture
 from ..compiler.compile_signals import interruptible_compile
 from ..compiler.cuda_program import build_program, compile_tasks
 from ..compiler.numba_adapter import is_compile_error
+from ..driver.device import capturing, stream_handle
 from ..errors import FallbackWarning
 from ..graph_cache import GraphCache
+from ..graphs import host_fallback
 from ..lang.cpu.codegen import counted_loops
 from ..lang.flat.view import flat_name
 from ..lang.front.interchange import checked_pairs, for_launch
 from ..lang.front.regions import RepeatLoop, control_regions, is_root_loop
 from ..lang.front.temporal_tiling import TiledTask, tiled, tiled_pairs
+from ..lang.front.writes import written_params
 from ..lang.options import KernelOptions
 from ..runtime import DeviceState
+from ..runtime.call_hooks import BoundCall
 from ..runtime.cancel import CancelWord
-from . import cuda_call, outer_capture
+from . import cuda_call
 from .checks import check_signature, compile_error, flag_params, flag_shape_error, host_bounds
+from .cuda_runners import GraphRunner, HostLoopRunner, Runner
 from .cuda_spec import DeviceKernel, EagerRunner, Specialisation, overlap_check
 from .debug_report import DeviceRecord, check_failure
+
+_WARNED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # kernel -> generation its fallback was warned in
 
 
 class CudaLauncher:
@@ -40,16 +50,17 @@ class CudaLauncher:
     def __init__(self, kernel, state, target: DeviceState, options: KernelOptions) -> None:
         self.kernel = kernel
         # elementwise repeat loops interchanged, stencil repeat loops given their tiled task
-        self.src = src = tiled(for_launch(kernel._source, options), options)
+        self.src = src = tiled(for_launch(kernel.source, options), options)
         self.stats = kernel.stats
         self.target = target
         self.device = target.device
         self.lifetimes = target.lifetimes
         self.settings = state.settings
+        self.generation = state.generation
         self.code_cache = target.code_cache
         self.options = options  # resolved once (Kernel._options_now)
         self._bounds = host_bounds(src)
-        self._specs: dict[tuple, Specialisation] = {}
+        self._specs: dict[tuple, Runner] = {}  # signature -> the runner of its specialisation
         self._last: list = [None]
         self._flags = flag_params(src)
         self._record = DeviceRecord(self.device) if options.debug else None
@@ -74,19 +85,59 @@ class CudaLauncher:
         self.stats.graph_nodes = 0
         self.stats.host_loop = False
         self.stats.cache_size = 0
-        self.stats._iterations = self._iterations if loops else None
+        self.stats.iteration_counts = self._iterations if loops else None
+        self.written = tuple(written_params(src))  # the arrays it writes, by position (Ndarray.version)
         self.again = [cuda_call.forgotten(len(src.param_names))]  # the same-arguments fast path's memory
         self.launch = cuda_call.launch_function(self)
         self._strict = None  # strict_launch(), made when a call is first routed here
         self._resolve = None  # resolve(a0, ..., an) -> key, generated for compile()
         self._overlap = overlap_check(src, checked_pairs(src), tiled_pairs(src))  # None without such loops
 
+    def resolve(self, args: tuple) -> tuple[tuple, tuple]:
+        """(signature, parameter bytes) of a call with every parameter given by `args` (launcher.bind)."""
+        if self._resolve is None:
+            self._resolve = cuda_call.resolve_function(self)
+        return self._resolve(*args)
+
+    def run_bound(self, call: BoundCall) -> None:
+        """Run a resolved call the plain way (launcher.dispatch): what the generated launch does after its
+        fast paths and its hook, a step a line; tests/test_launcher.py holds the two equal."""
+        key, args, packs = call.key, call.args, call.packs
+        for k in self._flags:
+            if packs[k][FlagKind.shape_field] not in FlagKind.SHAPE_OK:
+                raise self._flag_error(k, packs[k])
+        self.device.make_current()
+        with self.target.lock:  # calls from several threads must not interleave node updates and launches
+            self.again[0] = cuda_call.forgotten(len(self.src.param_names))
+            stream = self.device.stream_handle if call.stream is None else stream_handle(call.stream)
+            if capturing(stream):  # another library captures this stream: the tasks join its graph
+                return self._capture.record(call._replace(stream=stream))
+            runner = self._specs.get(key) or self._specialise(key, args)
+            if runner is not self._last[0]:
+                self._switch(runner)
+            self.lifetimes.hold(stream, args)  # the arguments live until the queued work completes
+            runner.run(args, packs, stream)
+            if self.options.debug:  # a debug call waits and reads the record of the checks
+                found = self._record.read(stream)
+                if found is not None:
+                    self._check_failed(runner, found)
+
+    def call_parts(self) -> dict:
+        """What the generated launch (backends.cuda_call) calls of this launcher, named in one place."""
+        return {"specs": self._specs, "specialise": self._specialise, "switch": self._switch, "last": self._last,
+                "flag_error": self._flag_error, "flags": self._flags, "capture": self._capture.record,
+                "debug_record": self._record, "check_failed": self._check_failed}
+
+    def generated_functions(self) -> dict:
+        """The host functions generated for this launcher so far (kernel.inspect's report)."""
+        return {"launch": self.launch, "argument resolution": self._resolve, "loop bounds": self._bounds}
+
     def compile(self, args: tuple) -> tuple[str, ...]:
         """Compile (or load from the disk cache) the signature of `args` and load its module, without
         running it; its graph is built by its first call."""
         if self._resolve is None:
             self._resolve = cuda_call.resolve_function(self)
-        key = self._resolve(*args)
+        key, _ = self._resolve(*args)
         self.specialisation(key, args)
         return key
 
@@ -97,7 +148,7 @@ class CudaLauncher:
 
         if self._resolve is None:
             self._resolve = cuda_call.resolve_function(self)
-        key = self._resolve(*args)
+        key, _ = self._resolve(*args)
         with self.target.lock:
             flat = check_signature(self.src, key, args, self._bounds, self.options)
             try:
@@ -134,16 +185,8 @@ class CudaLauncher:
 
     def _iterations(self) -> tuple[int, ...]:
         """stats.iterations: passes of each device loop in the last call (waits for it)."""
-        spec = self._last[0]
-        if spec is None:
-            return ()
-        if spec.host_loop:
-            passes = spec.host_runner.passes
-            return tuple(passes) if isinstance(passes, list) else (passes,)
-        if spec.graph is None:
-            return ()
-        self.device.synchronize()
-        return spec.graph.loop_passes()
+        runner = self._last[0]
+        return () if runner is None else runner.iterations(self.device.synchronize)
 
     def _guard(self) -> tuple:
         root = next((loop for loop in self._loops if getattr(loop, "flag", None) == self._root_flag), None)
@@ -152,50 +195,60 @@ class CudaLauncher:
     def _flag_error(self, index: int, flag_bytes: bytes) -> TypeError:
         return flag_shape_error(self.src, index, FlagKind.shape_of(flag_bytes))
 
-    def _check_failed(self, spec: Specialisation, words: list[int]) -> None:
-        raise check_failure(self.src, spec.sites, words)
+    def _check_failed(self, runner: Runner, words: list[int]) -> None:
+        raise check_failure(self.src, runner.spec.sites, words)
 
     def switch_to(self, spec: Specialisation) -> None:
         """Make `spec` the last call's specialisation (its stats, stats.iterations) unless it is."""
-        if spec is not self._last[0]:
-            self._switch(spec)
+        runner = self._specs[spec.key]
+        if runner is not self._last[0]:
+            self._switch(runner)
 
     def adopt_last(self, other: CudaLauncher) -> None:
         """The last call ran as `other`'s (a tape's recording of it): stats.iterations reports that call
         (the next call of this launcher switches back to its own specialisation)."""
-        spec = other._last[0]
-        if spec is not None:
-            self._last[0] = spec
-            self.stats.used_graph, self.stats.host_loop = spec.uses_graph, spec.host_loop
+        runner = other.last_runner()
+        if runner is not None:
+            self._last[0] = runner
+            self.stats.used_graph, self.stats.host_loop = runner.uses_graph, runner.host_loop
 
-    def _switch(self, spec: Specialisation) -> None:
-        self._last[0] = spec
+    def last_runner(self) -> Runner | None:
+        """The runner of the last call's specialisation, or None."""
+        return self._last[0]
+
+    def _switch(self, runner: Runner) -> None:
+        self._last[0] = runner
         stats = self.stats
-        stats.used_graph = spec.uses_graph
-        stats.graph_nodes = spec.nodes
-        stats.host_loop = spec.host_loop
-        stats.num_tasks = sum(not isinstance(tk.task, TiledTask) for tk in spec.kernels)  # the tasks as written
-        if spec.graph is not None:
-            self.graphs.touch(spec.key)
+        stats.used_graph = runner.uses_graph
+        stats.graph_nodes = runner.nodes
+        stats.host_loop = runner.host_loop
+        stats.num_tasks = sum(not isinstance(tk.task, TiledTask) for tk in runner.spec.kernels)  # as written
+        if runner.graph is not None:
+            self.graphs.touch(runner.spec.key)
 
     # ------------------------------------------------------------------ specialisation
 
     def specialisation(self, key: tuple, args: tuple) -> Specialisation:
         """The specialisation of signature `key`, compiled now from `args` if new (a step's call
         is recorded, not run: its graph is built from compiled tasks)."""
-        spec = self._specs.get(key)
-        if spec is None:
+        runner = self._specs.get(key)
+        if runner is None:
             with self.target.lock:
-                spec = self._specs.get(key)
-                if spec is None:
-                    spec = self._specialise(key, args)
-        return spec
+                runner = self._specs.get(key)
+                if runner is None:
+                    runner = self._specialise(key, args)
+        return runner.spec
 
     def compiled(self, key: tuple) -> Specialisation | None:
         """The specialisation of signature `key` if a call compiled it already."""
-        return self._specs.get(key)
+        runner = self._specs.get(key)
+        return None if runner is None else runner.spec
 
-    def _specialise(self, key: tuple, args: tuple) -> Specialisation:
+    def specialisations(self) -> tuple[tuple[Specialisation, Runner], ...]:
+        """(specialisation, its runner) of every signature compiled here."""
+        return tuple((runner.spec, runner) for runner in self._specs.values())
+
+    def _specialise(self, key: tuple, args: tuple) -> Runner:
         src = self.src
         flat = check_signature(src, key, args, self._bounds, self.options)  # the same checks as on the CPU
         try:
@@ -207,76 +260,40 @@ class CudaLauncher:
             raise
         names = [r.count if isinstance(r, RepeatLoop) else r.flag for r in control_regions(src.body)]
         flags = {name: flat.slots[flat.src.param_names.index(flat_name(name))] for name in names}
-        spec = Specialisation(key, kernels, flags, debug.sites if debug is not None else [], self._shared)
-        spec.overlap = self._overlap  # graphs check it where their arguments change, eager runs at each call
-        self._assign_runner(spec)
-        if spec.overlap is not None and not spec.uses_graph:
-            spec.run = _checked(spec.run, spec.overlap)
-        self._specs[key] = spec
+        spec = Specialisation(key, kernels, flags, debug.sites if debug is not None else [], self._shared,
+                              self._overlap)  # graphs check overlaps where their arguments change, others each call
+        runner = self._specs[key] = self._runner_for(spec)
         self.stats.specialisations += 1
         self.stats.cache_loads += from_cache
-        return spec
+        return runner
 
-    def _assign_runner(self, spec: Specialisation) -> None:
-        """Choose how this specialisation runs; graphs are built on its first call."""
+    def _runner_for(self, spec: Specialisation) -> Runner:
+        """Choose, once, how this specialisation runs (backends.cuda_runners); graphs are built on its first call."""
         name = self.src.name
-        if self.while_mode == "host":
+        host = self.while_mode == "host"
+        if host:
             self._warn_fallback()
-            spec.host_loop = True
             if self._root_flag is None:  # regions: walked on the host, tasks launched one by one
-                runs = {tk.task.index: EagerRunner([tk], self._bounds, name).run
-                        for tk in spec.kernels}
-                spec.host_runner = host_fallback.HostTree(self.target, self.src.body, runs, spec.flags, self._loops,
-                                                        self.options.max_iterations, name, self._cancel)
-                spec.run = spec.host_runner.run
-                return
+                runs = {tk.task.index: EagerRunner([tk], self._bounds, name).run for tk in spec.kernels}
+                return HostLoopRunner(spec, host_fallback.HostTree(self.target, self.src.body, runs, spec.flags,
+                                                                   self._loops, self.options.max_iterations, name,
+                                                                   self._cancel))
         if not self.use_graphs:
-            eager = spec.eager()
-            spec.run = eager.run
-            if self.while_mode == "host":
-                spec.host_runner = host_fallback.HostLoop(self.target, eager.run, None, spec.flags[self._root_flag],
-                                                        self._guard(), self._cancel)
-                spec.run = spec.host_runner.run
-            return
-        spec.uses_graph = True
-        spec.run = self._build_runner(spec)
+            if host:
+                return HostLoopRunner(spec, self._host_loop(spec, spec.eager().run, None))
+            return Runner(spec)
+        return GraphRunner(spec, self.stats, self.graphs,
+                           (lambda replay, graph: self._host_loop(spec, replay, graph)) if host else None)
 
-    def _build_runner(self, spec: Specialisation):
-        def build_and_run(args, packs, stream):
-            self._build(spec, args, packs, stream)
-            spec.run(args, packs, stream)
-        return build_and_run
+    def _host_loop(self, spec: Specialisation, run, graph) -> host_fallback.HostLoop:
+        """The host do-while loop around the whole body: `run` (a graph's replay or eager launches) per pass."""
+        return host_fallback.HostLoop(self.target, run, graph, spec.flags[self._root_flag], self._guard(),
+                                      self._cancel)
 
-    def _build(self, spec: Specialisation, args: tuple, packs: tuple, stream: int):
-        """Build the graph of `spec` for a call (replacing any it had) and make it the one `spec` runs."""
-        graph = spec.build_graph(args, packs, stream, self.stats)
-        graph.on_new_form = lambda args, packs, stream, new_count: self._reform(spec, args, packs, stream, new_count)
-        self.stats.builds += 1
-        self.stats.build_seconds = graph.build_seconds
-        spec.graph = graph
-        spec.nodes = graph.kernel_nodes
-        self.stats.graph_nodes = graph.kernel_nodes
-        run = graph.replay
-        if self.while_mode == "host":
-            spec.host_runner = host_fallback.HostLoop(self.target, graph.replay, graph,
-                                                    spec.flags[self._root_flag], self._guard(), self._cancel)
-            run = spec.host_runner.run
-        spec.run = run
-        self.graphs.add(spec.key, graph)
-        self.stats.cache_size = len(self.graphs)
-        return graph
-
-    def _reform(self, spec: Specialisation, args: tuple, packs: tuple, stream: int, new_count: bool):
-        """A call whose repeat count differs from the one `spec`'s graph was built straight for
-        (graph_unroll.Straight; `new_count`), or whose grid changes which temporally tiled loops' tiles
-        fit a wave (graph_unroll.tiled_kernels): from now on its repeats keep the WHILE form, where a new
-        count is a node update, or its loops run untiled, which suits every grid; the graph is rebuilt
-        so once (the old one closed when the device is idle), not at every change back and forth."""
-        if new_count:
-            spec.straight_counts = False
-        else:
-            spec.tiling = False
-        return self._build(spec, args, packs, stream)
+    def use_cancel_word(self, address: int) -> None:
+        """Device loops built from now on watch the word at `address` (0: none) instead of this launcher's
+        own (bench/watching.py measures what the check costs)."""
+        self._shared = dataclasses.replace(self._shared, cancel_word=address)
 
     def cancel(self) -> None:
         """kernel.cancel(): the running device loops end after their current pass (runtime.cancel)."""
@@ -288,23 +305,23 @@ class CudaLauncher:
         return self._cancel.passes() if self._cancel is not None else 0
 
     def _evicted(self, key: tuple) -> None:
-        spec = self._specs.get(key)
-        if spec is not None:
-            spec.graph = None
-            spec.run = self._build_runner(spec)
+        runner = self._specs.get(key)
+        if runner is not None:
+            runner.evicted()
         self.stats.cache_size = len(self.graphs)
 
     def _warn_fallback(self) -> None:
-        if getattr(self.kernel, "_fallback_warned", False):
+        generation = self.generation
+        if _WARNED.get(self.kernel) == generation:  # once per kernel and runtime generation, whichever device
             return
-        self.kernel._fallback_warned = True
+        _WARNED[self.kernel] = generation
         warnings.warn(f"qgraph kernel {self.src.name}: graph_while runs as a host do-while loop because "
                       f"{self.while_reason}", FallbackWarning, stacklevel=6)
 
     def close(self) -> None:
         """Destroy graphs, then unload the specialisations' modules (after the device is idle)."""
         self.graphs.clear()
-        modules = {tk.module for spec in self._specs.values() for tk in spec.kernels if tk.module is not None}
+        modules = {tk.module for runner in self._specs.values() for tk in runner.spec.kernels if tk.module is not None}
         self._specs.clear()
         self._last[0] = None
         self.again[0] = cuda_call.forgotten(len(self.src.param_names))
@@ -318,10 +335,3 @@ class CudaLauncher:
         if self._cancel is not None:
             self._cancel.close()
 
-
-def _checked(run, check):
-    """`run` after `check(packs)` (an interchanged loop's overlap check): the eager and host-walk runners."""
-    def checked_run(args, packs, stream):
-        check(packs)
-        return run(args, packs, stream)
-    return checked_run

@@ -21,9 +21,9 @@ from ..args.resolve import resolution
 from ..driver.device import capturing, driver, kernel_failure, stream_handle
 from ..lang import generated
 from ..lang.generated import Lines
+from ..runtime import call_hooks
 from ..runtime.arrays import Ndarray
-from . import step_body, step_capture
-from .checks import display_names, element_annotations, fixed_scalar_types, frozen_number_lines, written_params
+from .checks import display_names, element_annotations, fixed_scalar_types, frozen_number_lines
 
 NEVER = object()  # matches no argument: the fast path's memory when it remembers nothing
 
@@ -50,13 +50,14 @@ def device_resolution(launcher, ns: dict, elsewhere: str, mutable_flag: str = ""
 
 
 def resolve_function(launcher):
-    """resolve(a0, ..., an) -> key, for compile() (Kernel._compile chose the device already)."""
+    """resolve(a0, ..., an) -> (key, parameter bytes), for compile(), inspect() and the plain dispatch
+    (launcher.bind; the kernel chose the device already)."""
     src = launcher.src
     n = len(src.param_names)
     ns: dict = {}
     out = Lines.of_body(frozen_number_lines(src, ns))
     out.add(device_resolution(launcher, ns, "raise"))
-    out.line(f"return {_numbered('s', n)}")
+    out.line(f"return {_numbered('s', n)}, {_numbered('v', n)}")
     return generated.function(out.function(f"resolve({', '.join(f'a{k}' for k in range(n))})"), "resolve",
                               f"argument resolution of kernel {src.qualname} (cuda)", ns)
 
@@ -101,7 +102,7 @@ def _same_arguments(n: int, tests: list[str]) -> Lines:
             replay.line("raise _gfail(r, 'cuGraphLaunch')")
         replay.line("_stats.replays += 1", "return")
     out.line("m = _again[0]")
-    with out.block(f"if {' and '.join(tests + ['stream is None', 'not _steps[0]'])}:"):
+    with out.block(f"if {' and '.join(tests + ['stream is None', 'not _hooked[0]'])}:"):
         _locked(out, replay)
     return out
 
@@ -125,7 +126,7 @@ def _new_numbers(src, ns: dict, n: int) -> Lines:
         update.line(f"inst = m[{n + 1}].renumber(mp, p, {_numbered('a', n)}, _stream)")
         with update.block("if inst is not None:"):
             update.line(f"_again[0] = ({', '.join(kept)}, inst.exec, m[{n + 1}], p)", "return")
-    with out.block(f"if {' and '.join(same + [f'm[{n}] is not None', 'stream is None', 'not _steps[0]'])}:"):
+    with out.block(f"if {' and '.join(same + [f'm[{n}] is not None', 'stream is None', 'not _hooked[0]'])}:"):
         for k in numbers:  # converted as argument resolution's fast path converts them (else: the general path)
             path = fixed_scalar_path(k, f"a{k}", fixed[k], "cuda", ns)
             out.line(f"t = type(a{k})", f"w{k} = {path.value} if {path.guard} else None")
@@ -141,16 +142,18 @@ def launch_function(launcher, strict: bool = False):
     src = launcher.src
     n = len(src.param_names)
     d = driver()
-    ns: dict = {"_ident": threading.get_ident, "_dev": launcher.device, "_get": launcher._specs.get,
-                "_specialise": launcher._specialise, "_switch": launcher._switch, "_last": launcher._last,
+    parts = launcher.call_parts()
+    ns: dict = {"_ident": threading.get_ident, "_dev": launcher.device, "_get": parts["specs"].get,
+                "_specialise": parts["specialise"], "_switch": parts["switch"], "_last": parts["last"],
                 "_stream": launcher.device.stream_handle, "_shandle": stream_handle, "_FLAG_OK": FlagKind.SHAPE_OK,
-                "_flag_error": launcher._flag_error, "_acquire": launcher.target.lock.acquire,
+                "_flag_error": parts["flag_error"], "_acquire": launcher.target.lock.acquire,
                 "_hold": launcher.lifetimes.hold, "_release": launcher.target.lock.release,
                 "_again": launcher.again, "_forgotten": forgotten(n), "_glaunch": d.cuGraphLaunch,
                 "_gfail": kernel_failure(src.name), "_stats": launcher.stats, "_Ndarray": Ndarray,
-                "_steps": step_body.ACTIVE, "_step": step_capture.intercept, "_launcher": launcher,
-                "_watching": step_body.WATCHING, "_note": step_body.note_writes,
-                "_written": tuple(written_params(src))}
+                "_hooked": call_hooks.HOOKED, "_on_call": call_hooks.on_call, "_launcher": launcher,
+                "_BoundCall": call_hooks.BoundCall,
+                "_watching": call_hooks.WATCHING, "_note": call_hooks.note_writes,
+                "_written": launcher.written}
     args = ", ".join(f"a{k}" for k in range(n))
     out = Lines.of_body(frozen_number_lines(src, ns))
     with out.block("if _watching[0]:"):  # a tape needs arrays as its calls left them: count this call's writes
@@ -166,7 +169,7 @@ def launch_function(launcher, strict: bool = False):
     # An argument on another device sends the call there: a qgraph array straight to that
     # device's strict launch (which routes nothing further), anything else through Kernel._route
     out.line("pure = True")
-    ns["_route"], ns["_hop"] = launcher.kernel._route, launcher.kernel._hop
+    ns["_route"], ns["_hop"] = launcher.kernel.route, launcher.kernel.hop
     hop = None if strict else lambda a: f"return _hop({a}._device)({args}{', ' if n else ''}stream)"
     out.add(device_resolution(launcher, ns, f"return _route({_numbered('a', n)}, stream, {strict})",
                               mutable_flag="pure", hop=hop))
@@ -174,27 +177,27 @@ def launch_function(launcher, strict: bool = False):
         out.line("_dev.make_current()")
     out.line(f"key = {_numbered('s', n)}", f"p = {_numbered('v', n)}", f"call_args = {_numbered('a', n)}")
     shape = FlagKind.shape_field
-    for k in launcher._flags:
+    for k in parts["flags"]:
         with out.block(f"if p[{k}][{shape.start}:{shape.stop}] not in _FLAG_OK:"):
             out.line(f"raise _flag_error({k}, p[{k}])")
-    # inside a @qgraph.graph function (any thread recording one), the call is recorded, not launched
-    with out.block("if _steps[0] and _step(_launcher, key, call_args, p, stream):"):
+    # a tape or a @qgraph.graph body listening on some thread: the call is theirs first (runtime.call_hooks)
+    with out.block("if _hooked[0] and _on_call(_BoundCall(_launcher, key, call_args, p, stream)):"):
         out.line("return")
     # the device's lock: calls from several threads must not interleave their parameter
     # writes, node updates and launches (the GIL serialises Python anyway: no parallelism lost)
     out.line("_acquire()")
     with out.block("try:"):
-        out.add(_run_locked(launcher, ns, fast, remember, n))
+        out.add(_run_locked(parts, ns, fast, remember, n))
     with out.block("finally:"):
         out.line("_release()")
     return generated.function(out.function(f"launch({args}{', ' if n else ''}stream)"), "launch",
                               f"launch of kernel {src.qualname} (cuda)", ns)
 
 
-def _run_locked(launcher, ns: dict, fast: bool, remember: list[str], n: int) -> Lines:
+def _run_locked(parts: dict, ns: dict, fast: bool, remember: list[str], n: int) -> Lines:
     """Under the lock: the stream (a capturing one records into another library's graph), the
     specialisation, the run, then what the fast paths remember (or, debugging, the record read)."""
-    ns["_capturing"], ns["_record"] = capturing, launcher._capture.record
+    ns["_capturing"], ns["_record"] = capturing, parts["capture"]
     out = Lines()
     out.line("_again[0] = _forgotten")  # whatever this call does to the graph instances
     with out.block("if stream is None:"):
@@ -202,23 +205,23 @@ def _run_locked(launcher, ns: dict, fast: bool, remember: list[str], n: int) -> 
     with out.block("else:"):
         out.line("s = _shandle(stream)")
         with out.block("if _capturing(s):"):
-            out.line("return _record(key, call_args, p, s)")
-    out.line("spec = _get(key)")
-    with out.block("if spec is None:"):
-        out.line("spec = _specialise(key, call_args)")
-    with out.block("if spec is not _last[0]:"):
-        out.line("_switch(spec)")
+            out.line("return _record(_BoundCall(_launcher, key, call_args, p, s))")
+    out.line("runner = _get(key)")
+    with out.block("if runner is None:"):
+        out.line("runner = _specialise(key, call_args)")
+    with out.block("if runner is not _last[0]:"):
+        out.line("_switch(runner)")
     # qgraph arrays are freed in order on qgraph's stream, after every launch queued there:
     # only foreign arrays (their allocators do not wait for it) and other streams need holding
     with out.block("if not pure or stream is not None:"):
         out.line("_hold(s, call_args)")
-    out.line("inst = spec.run(call_args, p, s)")  # a plain graph replay returns its instance
+    out.line("inst = runner.run(call_args, p, s)")  # a plain graph replay returns its instance
     if fast:
-        with out.block("if inst is not None and pure and stream is None and spec.again:"):
-            out.line(f"_again[0] = ({', '.join(remember)}{', ' if n else ''}inst.exec, spec.graph, p)")
+        with out.block("if inst is not None and pure and stream is None and runner.again:"):
+            out.line(f"_again[0] = ({', '.join(remember)}{', ' if n else ''}inst.exec, runner.graph, p)")
     else:  # every call waits for the device and reads the record of the checks
-        ns.update({"_read": launcher._record.read, "_failed": launcher._check_failed})
+        ns.update({"_read": parts["debug_record"].read, "_failed": parts["check_failed"]})
         out.line("found = _read(s)")
         with out.block("if found is not None:"):
-            out.line("_failed(spec, found)")
+            out.line("_failed(runner, found)")
     return out

@@ -1,11 +1,11 @@
 """A compiled CUDA specialisation as one object: what it is made of, how it runs, its graphs.
 
-`Specialisation` owns one signature's task kernels, the places of its flags, and what every
+`Specialisation` holds one signature's task kernels, the places of its flags, and what every
 specialisation of the kernel on that device shares (`DeviceKernel`: the region tree, the host
-bounds function, the resolved options, the debug record, how loops and edges are built). It
-builds its own graphs (`build_graph`: the kernel's own, a part of a @qgraph.graph step, or
-nodes added to another library's stream capture) and its eager launches (`EagerRunner`), so
-nothing outside the launcher reads the launcher's fields to build them.
+bounds function, the resolved options, the debug record, how loops and edges are built), fixed
+once compiled. It builds its own graphs (`build_graph`: the kernel's own, a part of a
+@qgraph.graph step, or nodes added to another library's stream capture) and its eager launches
+(`EagerRunner`); how the kernel's own calls run it is its runner's (backends.cuda_runners).
 """
 
 from __future__ import annotations
@@ -42,39 +42,53 @@ class DeviceKernel:
     cancel_word: int = 0  # device address of the launcher's runtime.cancel.CancelWord (0: no loops)
 
 
+class GraphForm:
+    """How a specialisation's graphs are shaped, each choice given up at most once (backends.cuda
+    rebuilds then): short repeats built straight for the call's count, tiled loops run tiled."""
+
+    __slots__ = ("straight_counts", "tiling")
+
+    def __init__(self) -> None:
+        self.straight_counts = True  # until a call's count differs from the one a graph was built for
+        self.tiling = True  # until a call's grid changes which tiled loops fit a wave
+
+
 class Specialisation:
-    """One compiled signature on one device and how it runs now (graph_cache.GraphSpec)."""
+    """One compiled signature on one device, fixed once compiled: its task kernels, the places of its
+    flags, its debug sites and what every specialisation of the kernel there shares (graphs.builder.GraphSpec).
+    How it runs belongs to its runner (backends.cuda_runners), chosen once by the launcher."""
 
-    __slots__ = ("key", "kernels", "flags", "sites", "target", "body", "name", "bounds", "options", "record",
-                 "device_loops", "programmatic", "run", "graph", "uses_graph", "host_loop", "nodes", "host_runner",
-                 "captured_run", "again", "cancel_word", "straight_counts", "overlap", "tiling")
+    __slots__ = ("key", "kernels", "flags", "sites", "shared", "form", "overlap", "again")
 
-    def __init__(self, key: tuple, kernels: list[TaskKernel], flags: dict, sites: list, shared: DeviceKernel) -> None:
+    def __init__(self, key: tuple, kernels: list[TaskKernel], flags: dict, sites: list, shared: DeviceKernel,
+                 overlap: Callable | None) -> None:
         self.key = key
         self.kernels = kernels
         self.flags = flags  # loop or branch flag (or repeat count) -> (argument, struct leaf or None)
         self.sites = sites  # debug mode: what each check's number means (lang.lower.debug_checks)
-        self.target, self.body, self.name, self.bounds = shared.target, shared.body, shared.name, shared.bounds
-        self.options, self.record = shared.options, shared.record
-        self.device_loops, self.programmatic = shared.device_loops, shared.programmatic
-        self.cancel_word = shared.cancel_word
+        self.shared = shared
+        self.form = GraphForm()
+        self.overlap = overlap  # packs -> None, raising when arrays of an interchanged loop overlap (overlap_check)
         if shared.options.debug:  # every task kernel takes the record after its scratch arrays
             for tk in kernels:
                 tk.record = shared.record.abi
-        self.run = None
-        self.graph = None
-        self.uses_graph = False
-        self.host_loop = False
-        self.nodes = 0
-        self.host_runner = None  # the host_fallback.HostLoop or HostTree
-        self.captured_run = None  # eager launches into another library's stream capture (outer_capture)
-        self.straight_counts = True  # short repeats built straight for the call's count, until one changes
-        self.tiling = True  # tiled loops run tiled where their tiles fit a wave, until a grid changes that
-        self.overlap = None  # packs -> None, raising when arrays of an interchanged loop overlap (overlap_check)
         # the same-arguments fast path may replay it (cuda_call): not with struct or vector arguments,
         # which can change behind the same object
         self.again = not any(getattr(arg_type(s), "is_struct", False) or getattr(arg_type(s), "is_vector", False)
                              for s in key)
+
+    # what the graph builder reads (graphs.builder.GraphSpec), from the kernel's shared part
+    target = property(lambda self: self.shared.target)
+    body = property(lambda self: self.shared.body)
+    name = property(lambda self: self.shared.name)
+    bounds = property(lambda self: self.shared.bounds)
+    options = property(lambda self: self.shared.options)
+    record = property(lambda self: self.shared.record)
+    device_loops = property(lambda self: self.shared.device_loops)
+    programmatic = property(lambda self: self.shared.programmatic)
+    cancel_word = property(lambda self: self.shared.cancel_word)
+    straight_counts = property(lambda self: self.form.straight_counts)
+    tiling = property(lambda self: self.form.tiling)
 
     @property
     def stop_word(self) -> int:

@@ -17,6 +17,8 @@ import subprocess
 import tempfile
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from ..compiler import ptx_text
 from ..lang import generated
 from ..lang.cpu.loops import FIRST_CHUNK_WORK
@@ -78,7 +80,7 @@ def host_sources(kernel, launcher) -> dict[str, str]:
     """Sources of the host-side functions generated for `kernel` and its launcher (those made so far)."""
     cls = type(kernel)
     found = {"binder": cls.__call__, "compile binder": cls.compile, "inspect binder": cls.inspect,
-             "launch": launcher.launch, "argument resolution": launcher._resolve, "loop bounds": launcher._bounds}
+             **launcher.generated_functions()}
     sources = {label: generated.source_of(fn) for label, fn in found.items() if fn is not None}
     return {label: source for label, source in sources.items() if source is not None}
 
@@ -164,3 +166,84 @@ def function_resources(function) -> dict[str, int]:
     return {name: int(check(d.cuFuncGetAttribute(getattr(kinds, f"CU_FUNC_ATTRIBUTE_{attribute}"), function),
                             "cuFuncGetAttribute"))
             for name, attribute in _ATTRIBUTES.items()}
+
+
+# --------------------------------------------------------------------------- without a GPU
+
+def offline_key(args: tuple) -> tuple[str, ...]:
+    """The specialisation key a call with `args` gets on CUDA (NumPy arrays stand for qgraph
+    device arrays of the same dtype, shape and layout)."""
+    from ..args.kinds import array_sig
+    from ..args.resolve import scalar_value
+    from ..args.structs import is_struct_class, struct_sig
+    from ..args.vectors import value_sig
+    from ..dtypes import as_dtype
+    from ..lang.types.vector_types import is_vector_value
+
+    key = []
+    for k, value in enumerate(args):
+        if is_vector_value(value):
+            key.append(value_sig(value, f"argument {k}"))
+        elif is_struct_class(type(value)):
+            key.append(_offline_struct_sig(value, struct_sig))
+        elif isinstance(value, np.ndarray):
+            key.append(array_sig(as_dtype(value.dtype), value.ndim, value.flags.c_contiguous, value.size,
+                                 longest=max(value.shape, default=0)))
+        else:
+            key.append(scalar_value(value, f"argument {k}", None)[0])
+    return tuple(key)
+
+
+def _offline_struct_sig(value, struct_sig) -> str:
+    """A struct's key text on CUDA: its fields' (annotated arrays of vectors read as such)."""
+    import dataclasses
+    import typing
+
+    from ..args.vectors import as_elements, vector_annotation
+
+    hints = typing.get_type_hints(type(value))
+    sigs = []
+    for f in dataclasses.fields(value):
+        field = getattr(value, f.name)
+        sig = vector_annotation(hints.get(f.name)) or offline_key((field,))[0]
+        element = getattr(hints.get(f.name), "element", None)
+        if element is not None:
+            sig = as_elements(sig, field, f.name, (element.shape, hints[f.name].ndim, element.dtype))
+        sigs.append(sig)
+    return struct_sig(type(value), tuple(sigs))
+
+
+def offline_ptx(kernel, args: tuple, cc: tuple[int, int] = (9, 0)) -> list[str]:
+    """PTX of each task of `kernel` for a call with `args`, compiled without a GPU.
+
+    Mirrors `compiler.cuda_program.build_program` up to the link: `task_codes`, numba-cuda
+    to PTX (a module per task here, where the backend compiles all tasks in one module: the
+    entries' code is the same, tests/test_cuda_build.py checks it), griddepcontrol.wait at the
+    entry on sm_90+ (the kernel's `fast_math=` and
+    `default_float=` options, else the environment's). Uses compiler internals: if they
+    move, this raises with the name of what is missing."""
+    from ..args.kinds import arg_type
+    from ..args.vectors import as_elements
+    from ..compiler import cuda_program
+    from ..compiler import numba_adapter as adapter
+    from ..lang.lower.lowering import lower_funcs
+    from ..runtime.settings import Settings
+    from .checks import element_annotations, fixed_scalar_types
+
+    settings = Settings.from_environ()
+    src = kernel.source
+    # annotated parameters take their annotation's type (`dt: qgraph.f32`, `g: qgraph.vec2`), as in a call
+    key = tuple(fixed or offline_key((a,))[0] for fixed, a in zip(fixed_scalar_types(src), args))
+    elements = element_annotations(src) or ()  # `x: qgraph.vec3[:]` reads a plain array as vectors
+    key = tuple(as_elements(s, a, f"argument {k}", e) if e is not None and not arg_type(s).element else s
+                for k, (s, a, e) in enumerate(zip(key, args, elements or (None,) * len(key))))
+    options = kernel.options.resolved(settings)
+    codes = cuda_program.task_codes(src, key, options)
+
+    with adapter.assumed_compute_capability(cc):
+        ptx_list, _, _ = cuda_program.compile_ptx(
+            codes.flat.src, codes.codes, codes.orders, codes.types, lower_funcs(codes.symbols), tuple(cc),
+            codes.flat.kinds, options.fast_math, options.debug is not None, together=False)
+    if tuple(cc) >= cuda_program.PDL_COMPUTE_CAPABILITY:
+        return [ptx_text.add_grid_dependency_control(ptx) for _, ptx in ptx_list]
+    return [ptx for _, ptx in ptx_list]

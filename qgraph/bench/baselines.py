@@ -26,7 +26,7 @@ def _nvrtc_module(device):
     return {name: device.function(module, name) for name in ("task", "task_pdl", "countdown", "condition")}
 
 
-class _Args:
+class KernelArgs:
     """A kernel's by-value arguments as a kernelParams array (kept alive with it)."""
 
     def __init__(self, *values) -> None:
@@ -35,7 +35,7 @@ class _Args:
         self.address = ctypes.addressof(self.pointers)
 
 
-def _node_params(function, grid: int, block: int, args: _Args):
+def node_params_of(function, grid: int, block: int, args: KernelArgs):
     from ..driver.nodes import kernel_node_params
 
     return kernel_node_params(function, grid, block, kernel_params=args.address)
@@ -68,10 +68,10 @@ class RawGraphs:
         d = driver()
         function = self.functions["task_pdl" if self.programmatic else "task"]
         for k, arr in enumerate(arrays):
-            args = _Args(ctypes.c_uint64(arr._ptr), ctypes.c_int64(n), ctypes.c_float(a),
+            args = KernelArgs(ctypes.c_uint64(arr.address), ctypes.c_int64(n), ctypes.c_float(a),
                          ctypes.c_float(task_constant(k)))
             self._keep.append(args)
-            node = check(d.cuGraphAddKernelNode(graph, [], 0, _node_params(function, grid, 256, args)), "add node")
+            node = check(d.cuGraphAddKernelNode(graph, [], 0, node_params_of(function, grid, 256, args)), "add node")
             if deps and not self.independent:
                 add_edge(graph, deps[0], node, self.programmatic)
             deps = [node]
@@ -79,12 +79,12 @@ class RawGraphs:
 
     def _build_loops(self, arrays, n, a, grid, counter, flag):
         d = driver()
-        count_args = _Args(ctypes.c_uint64(counter._ptr), ctypes.c_uint64(flag._ptr))
+        count_args = KernelArgs(ctypes.c_uint64(counter.address), ctypes.c_uint64(flag.address))
         self._keep.append(count_args)
         # host-loop body: tasks + countdown
         body = check(d.cuGraphCreate(0), "cuGraphCreate")
         deps = self._add_tasks(body, arrays, n, a, grid, [])
-        check(d.cuGraphAddKernelNode(body, deps, len(deps), _node_params(self.functions["countdown"], 1, 1,
+        check(d.cuGraphAddKernelNode(body, deps, len(deps), node_params_of(self.functions["countdown"], 1, 1,
                                                                            count_args)), "add node")
         self.body_exec = check(d.cuGraphInstantiate(body, 0), "instantiate")
         check(d.cuGraphUpload(self.body_exec, self.stream), "upload")
@@ -94,18 +94,18 @@ class RawGraphs:
 
         handle, _, inner = add_while_node(graph, self.device.context, [])
         deps = self._add_tasks(inner, arrays, n, a, grid, [])
-        node = check(d.cuGraphAddKernelNode(inner, deps, len(deps), _node_params(self.functions["countdown"], 1, 1,
+        node = check(d.cuGraphAddKernelNode(inner, deps, len(deps), node_params_of(self.functions["countdown"], 1, 1,
                                                                                    count_args)), "add node")
-        cond_args = _Args(ctypes.c_uint64(int(handle)), ctypes.c_uint64(flag._ptr))
+        cond_args = KernelArgs(ctypes.c_uint64(int(handle)), ctypes.c_uint64(flag.address))
         self._keep.append(cond_args)
-        check(d.cuGraphAddKernelNode(inner, [node], 1, _node_params(self.functions["condition"], 1, 1, cond_args)),
+        check(d.cuGraphAddKernelNode(inner, [node], 1, node_params_of(self.functions["condition"], 1, 1, cond_args)),
               "add node")
         self.while_exec = check(d.cuGraphInstantiate(graph, 0), "instantiate")
         check(d.cuGraphUpload(self.while_exec, self.stream), "upload")
         self._host = check(d.cuMemHostAlloc(4, 0), "cuMemHostAlloc")
         self._flag_value = ctypes.c_int32.from_address(int(self._host))
         self._event = self.device.event()
-        self._flag_ptr = flag._ptr
+        self._flag_ptr = flag.address
 
     def launch(self) -> None:
         driver().cuGraphLaunch(self.exec, self.stream)
@@ -145,7 +145,7 @@ class CudaCoreLaunch:
         prog = Program(CUDA_SOURCE, code_type="c++", options=ProgramOptions(arch=f"sm_{cc.major}{cc.minor}"))
         self.kernel = prog.compile("cubin").get_kernel("task")
         self.config = LaunchConfig(grid=(n + 255) // 256, block=256)
-        self.args = (array._ptr, np.int64(n), np.float32(a), np.float32(1.0))
+        self.args = (array.address, np.int64(n), np.float32(a), np.float32(1.0))
         self._launch = launch
 
     def launch(self) -> None:

@@ -10,8 +10,8 @@ hand-written in one function.
 
 from __future__ import annotations
 
+from ..tools.timing import put_figure, spread_of
 from .fresh_process import cold_and_warm
-from .timing import put_figure, spread_of
 
 EIGHT_TASKS = 8
 MANY_LOOPS = 50  # about 4 s cold on the cpu backend of a 2-core machine

@@ -17,9 +17,9 @@ import numpy as np
 
 import qgraph
 
+from ..tools.timing import Spread, interleaved_spreads, put_figure, spread_of
 from .compute_sources import CUDA_SOURCE, KERNELS_SOURCE, NUMBA_SOURCE
 from .kernels import module_from_source
-from .timing import Spread, interleaved_spreads, put_figure, spread_of
 
 
 class _HandGraphs:
@@ -57,7 +57,7 @@ class _HandGraphs:
 
 
 def _ptr(a) -> ctypes.c_uint64:
-    return ctypes.c_uint64(a._ptr)
+    return ctypes.c_uint64(a.address)
 
 
 # Largest difference from the hand-written result that still counts as agreeing: the same
@@ -180,7 +180,7 @@ def _saxpy_rows(mod, hand, rng, quick: bool, budget: float, repeat: int) -> list
     calls = {"qgraph": lambda: mod.saxpy(x, yq, 0.5),
              "CUDA C++": hand.graph("saxpy", ((n + 255) // 256, 1, 1), (256, 1),
                                     [_ptr(x), _ptr(yc), ctypes.c_float(0.5), ctypes.c_int64(n)]),
-             "copy": _copy_launcher(4 * n)}
+             "copy": copy_launcher(4 * n)}
     spreads = interleaved_spreads(calls, budget, repeat, qgraph.sync)
     yq.from_numpy(yh), yc.from_numpy(yh)
     calls["qgraph"](), calls["CUDA C++"]()
@@ -207,8 +207,8 @@ def _one_step_error(q: list, h: list, host: list, calls: dict) -> float:
                for k in (3, 4, 5))
 
 
-def _copy_launcher(nbytes: int):
-    from .reductions import _copy_launcher as copy
+def copy_launcher(nbytes: int):
+    from .reductions import copy_launcher as copy
 
     return copy(nbytes)
 

@@ -15,8 +15,8 @@ import numpy as np
 
 import qgraph
 
+from ..tools.timing import interleaved_spreads, put_figure, spread_of
 from .fresh_process import cold_and_warm
-from .timing import interleaved_spreads, put_figure, spread_of
 
 
 @qgraph.kernel

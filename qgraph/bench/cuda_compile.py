@@ -118,12 +118,12 @@ def profile(tasks: int, cc: tuple[int, int], cprofile: int = 0) -> dict:
     found: dict[str, float] = {}
     import numpy as np
 
+    from ..backends.inspection import offline_key
     from ..compiler import cuda_program
     from ..compiler import numba_adapter as adapter
     from ..compiler.code_cache import CodeCache
     from ..runtime import settings
     from .kernels import kernels_for
-    from .ptx_stats import offline_key
 
     started = time.perf_counter()
     kernel = kernels_for(tasks).graph
@@ -148,7 +148,7 @@ def profile(tasks: int, cc: tuple[int, int], cprofile: int = 0) -> dict:
     with adapter.assumed_compute_capability(cc), timer.phase(OTHER):
         if profiler is not None:
             profiler.enable()
-        program = cuda_program.build_program(kernel._source, key, cc, lambda ptx: _link(timer, ptx, cc), cache,
+        program = cuda_program.build_program(kernel.source, key, cc, lambda ptx: _link(timer, ptx, cc), cache,
                                              kernel.options.resolved(environ))
         if profiler is not None:
             profiler.disable()

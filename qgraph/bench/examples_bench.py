@@ -13,7 +13,7 @@ import importlib
 
 import qgraph
 
-from .timing import interleaved_spreads, put_figure
+from ..tools.timing import interleaved_spreads, put_figure
 
 # example module -> (GPU size, CPU size, what the size counts)
 EXAMPLES = {"mpm88": (8192, 8192, "particles"), "nbody": (4096, 1024, "bodies"),

@@ -149,7 +149,7 @@ class UnrolledSweeps:
             bounds = (0, 0, nx, ny, nx * ny)
             values = (*(ctypes.c_int64(b) for b in bounds), *(_numba_array(a) for a in (src, dst, div)))
         else:
-            values = (ctypes.c_uint64(src._ptr), ctypes.c_uint64(dst._ptr), ctypes.c_uint64(div._ptr),
+            values = (ctypes.c_uint64(src.address), ctypes.c_uint64(dst.address), ctypes.c_uint64(div.address),
                       ctypes.c_int32(nx), ctypes.c_int32(ny))
         pointers = (ctypes.c_void_p * len(values))(*(ctypes.addressof(v) for v in values))
         self._keep.append((values, pointers))
@@ -166,4 +166,4 @@ class UnrolledSweeps:
 
 def _numba_array(a) -> NumbaArray2:
     nx, ny = a.shape
-    return NumbaArray2(0, 0, nx * ny, 4, a._ptr, (ctypes.c_int64 * 2)(nx, ny), (ctypes.c_int64 * 2)(ny * 4, 4))
+    return NumbaArray2(0, 0, nx * ny, 4, a.address, (ctypes.c_int64 * 2)(nx, ny), (ctypes.c_int64 * 2)(ny * 4, 4))

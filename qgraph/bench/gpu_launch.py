@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import qgraph
 
-from .timing import interleaved_spreads, put_figure, spread_of
+from ..tools.timing import interleaved_spreads, put_figure, spread_of
 
 HOST_CALLS = 200  # graph calls per round of the headline's host time
 LOOP_UNROLLS = (2, 4)  # flag-loop copies per WHILE pass measured beside the automatic choice
@@ -82,10 +82,10 @@ def gpu_loop_rows(tasks: int, iterations: int, budget: float, repeat: int) -> li
     raw = RawGraphs(device, arrays, size, a, counter, flag)
     args = arrays + [counter, flag, size, a]
     # the same kernel on the host do-while path, side by side; the runaway guard's cost: the loop without it
-    fallback = module.loop._variant(cuda_graph=True, graph_while_host=True)
-    unguarded = module.loop._variant(cuda_graph=True, max_iterations=None)
-    unrolled = {u: module.loop._variant(cuda_graph=True, unroll=u) for u in LOOP_UNROLLS}
-    repeat_once = module.repeat._variant(cuda_graph=True, unroll=1)
+    fallback = module.loop.variant(cuda_graph=True, graph_while_host=True)
+    unguarded = module.loop.variant(cuda_graph=True, max_iterations=None)
+    unrolled = {u: module.loop.variant(cuda_graph=True, unroll=u) for u in LOOP_UNROLLS}
+    repeat_once = module.repeat.variant(cuda_graph=True, unroll=1)
     repeat_args = arrays + [iterations, size, a]
 
     def run(fn):

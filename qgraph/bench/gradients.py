@@ -135,7 +135,7 @@ def reference_gradient(p: Problem) -> np.ndarray:
     return gv
 
 
-def _time(fn, repeats: int, sync) -> float:
+def median_ms(fn, repeats: int, sync) -> float:
     """Median milliseconds of `repeats` calls after one warm-up call."""
     fn()
     sync()
@@ -168,8 +168,9 @@ def jax_rows(p: Problem, repeats: int) -> dict:
 
     v0 = jnp.asarray(p.v0_np)
     fwd, grad = jax.jit(loss), jax.jit(jax.grad(loss))
-    rows = {"JAX forward (jit, lax.scan)": _time(lambda: fwd(v0).block_until_ready(), repeats, lambda: None),
-            "JAX forward + backward (jit(grad))": _time(lambda: grad(v0).block_until_ready(), repeats, lambda: None)}
+    rows = {"JAX forward (jit, lax.scan)": median_ms(lambda: fwd(v0).block_until_ready(), repeats, lambda: None),
+            "JAX forward + backward (jit(grad))": median_ms(lambda: grad(v0).block_until_ready(), repeats,
+                                                            lambda: None)}
     rows["_jax_grad"] = np.asarray(grad(v0))
     return rows
 
@@ -196,7 +197,7 @@ def torch_rows(p: Problem, repeats: int) -> dict:
         loss.backward()
 
     sync = torch.cuda.synchronize
-    rows = {"PyTorch forward + backward, eager": _time(run, max(3, repeats // 4), sync)}
+    rows = {"PyTorch forward + backward, eager": median_ms(run, max(3, repeats // 4), sync)}
     static_v0 = torch.tensor(p.v0_np, device=dev, requires_grad=True)
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
@@ -216,7 +217,7 @@ def torch_rows(p: Problem, repeats: int) -> dict:
             v = v + DT * (g - DRAG * v)
             x = x + DT * v
         ((x - target) ** 2).sum(dim=1).mean().backward()
-    rows["PyTorch forward + backward, CUDA graph"] = _time(graph.replay, repeats, sync)
+    rows["PyTorch forward + backward, CUDA graph"] = median_ms(graph.replay, repeats, sync)
     return rows
 
 
@@ -244,7 +245,7 @@ def cuda_cpp_rows(p: Problem, repeats: int) -> dict:
             adjoint_fn((grid,), (block,), (gx, gv, np.float32(DT), np.float32(DRAG), np.int32(n)))
         graph = stream.end_capture()
     return {"CUDA C++ (hand-written), forward + backward, one CUDA graph":
-            _time(lambda: graph.launch(stream), repeats, stream.synchronize)}
+            median_ms(lambda: graph.launch(stream), repeats, stream.synchronize)}
 
 
 CUDA_CPP = r"""
@@ -276,12 +277,12 @@ def run(n: int = 65536, steps: int = 200, repeats: int = 20) -> dict:
     p = Problem(n, steps)
     a = p.arrays + (steps,)
     rows = {
-        "qgraph forward, eager": _time(lambda: simulate(*a), repeats, qgraph.sync),
-        "qgraph forward + backward, eager (Tape)": _time(lambda: forward_backward(*a), repeats, qgraph.sync),
-        "qgraph forward, captured (@qgraph.graph)": _time(lambda: simulate_step(*a), repeats, qgraph.sync),
-        "qgraph forward + backward, step under a Tape": _time(lambda: step_under_tape(*a), repeats, qgraph.sync),
+        "qgraph forward, eager": median_ms(lambda: simulate(*a), repeats, qgraph.sync),
+        "qgraph forward + backward, eager (Tape)": median_ms(lambda: forward_backward(*a), repeats, qgraph.sync),
+        "qgraph forward, captured (@qgraph.graph)": median_ms(lambda: simulate_step(*a), repeats, qgraph.sync),
+        "qgraph forward + backward, step under a Tape": median_ms(lambda: step_under_tape(*a), repeats, qgraph.sync),
         "qgraph forward + backward, captured (@qgraph.graph)":
-            _time(lambda: forward_backward_step(*a), repeats, qgraph.sync),
+            median_ms(lambda: forward_backward_step(*a), repeats, qgraph.sync),
     }
     reference = reference_gradient(p)
     errors = {}

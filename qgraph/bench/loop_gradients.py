@@ -32,7 +32,7 @@ import numpy as np
 
 import qgraph
 
-from .gradients import DRAG, DT, G, Problem, _time, mean_square_distance, reference_gradient, restart
+from .gradients import DRAG, DT, G, Problem, mean_square_distance, median_ms, reference_gradient, restart
 
 
 def _ballistic(x: qgraph.vec3[:], v: qgraph.vec3[:], g: qgraph.vec3, dt: qgraph.f32, drag: qgraph.f32, steps: int):
@@ -82,10 +82,10 @@ def ballistic_rows(n: int, steps: int, repeats: int) -> dict:
     p = Problem(n, steps)
     rows, found = {}, []
     for form, (forward, forward_backward) in FORMS.items():
-        rows[f"ballistic, repeat loop{form}: forward (one graph)"] = _time(
+        rows[f"ballistic, repeat loop{form}: forward (one graph)"] = median_ms(
             lambda forward=forward: forward(*p.arrays, steps), repeats, qgraph.sync
         )
-        rows[f"ballistic, repeat loop{form}: forward + backward (one graph)"] = _time(
+        rows[f"ballistic, repeat loop{form}: forward + backward (one graph)"] = median_ms(
             lambda forward_backward=forward_backward: forward_backward(*p.arrays, steps), repeats, qgraph.sync
         )
         found.append(p.gradient())
@@ -128,7 +128,7 @@ def drag_rows(n: int, steps: int, repeats: int) -> tuple[dict, list[dict], dict]
     loss = sum(x after `steps` passes) with respect to the initial x, v and k (c = sqrt(steps))."""
     x0, v0, k0 = drag_state(n)
     x, v, k = (qgraph.from_numpy(a, requires_grad=True) for a in (x0, v0, k0))
-    forward_only = _time(lambda: drag_loop(x, v, k, DT, steps), repeats, qgraph.sync)
+    forward_only = median_ms(lambda: drag_loop(x, v, k, DT, steps), repeats, qgraph.sync)
     rows = {f"drag, {steps} passes: forward (eager)": forward_only}
     checkpoints = []
     for every in spacings(steps):
@@ -209,7 +209,7 @@ def jax_drag_rows(n: int, steps: int, repeats: int, ours: dict) -> tuple[dict, l
     for every in spacings(steps):
         # compiled once, ahead of time: the same executable is timed and asked for its memory
         grad = jax.jit(jax.grad(functools.partial(loss, every=every), argnums=(0, 1, 2))).lower(*args).compile()
-        ms = _time(lambda grad=grad: jax.block_until_ready(grad(*args)), repeats, lambda: None)
+        ms = median_ms(lambda grad=grad: jax.block_until_ready(grad(*args)), repeats, lambda: None)
         try:
             mb = grad.memory_analysis().temp_size_in_bytes / 2**20
         except Exception:  # not every backend reports it

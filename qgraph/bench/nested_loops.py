@@ -17,8 +17,8 @@ import qgraph
 
 from ..driver.device import check, driver
 from ..driver.nodes import add_conditional_node, add_edge, conditional_handle
-from .baselines import _Args, _node_params
-from .timing import interleaved_spreads, put_figure
+from ..tools.timing import interleaved_spreads, put_figure
+from .baselines import KernelArgs, node_params_of
 
 SIZE, OUTER, INNER = 256, 20, 50
 
@@ -99,7 +99,8 @@ class RawNested:
         body_i = self._loop(body_o[0], ctx, counters[1], flags[1], INNER)
         prev = None
         for k, arr in enumerate(arrays):
-            args = _Args(ctypes.c_uint64(arr._ptr), ctypes.c_int64(SIZE), ctypes.c_float(a), ctypes.c_float(k + 1.0))
+            args = KernelArgs(ctypes.c_uint64(arr.address), ctypes.c_int64(SIZE), ctypes.c_float(a),
+                              ctypes.c_float(k + 1.0))
             prev = self._kernel(body_i[0], "smooth", (SIZE + 255) // 256, 256, args, [prev] if prev else [])
         self._tail(body_i, counters[1], flags[1], [prev], True)
         self._tail(body_o, counters[0], flags[0], [body_i[2]], False)  # after the inner WHILE node: plain edge
@@ -110,21 +111,21 @@ class RawNested:
     def _loop(self, graph, ctx, counter: int, flag: int, n: int):
         """arm -> WHILE in `graph`: (body graph, handle, WHILE node)."""
         handle = conditional_handle(graph, ctx)
-        arm = self._kernel(graph, "arm", 1, 1, _Args(ctypes.c_uint64(counter), ctypes.c_uint64(flag),
+        arm = self._kernel(graph, "arm", 1, 1, KernelArgs(ctypes.c_uint64(counter), ctypes.c_uint64(flag),
                                                      ctypes.c_int32(n), ctypes.c_uint64(int(handle))), [])
         _, node, body = add_conditional_node(graph, ctx, [arm], "WHILE", handle)
         return body, handle, node
 
     def _tail(self, loop, counter: int, flag: int, deps: list, programmatic: bool) -> None:
         body, handle, _ = loop
-        down = self._kernel(body, "countdown", 1, 1, _Args(ctypes.c_uint64(counter), ctypes.c_uint64(flag)), deps,
+        down = self._kernel(body, "countdown", 1, 1, KernelArgs(ctypes.c_uint64(counter), ctypes.c_uint64(flag)), deps,
                             programmatic)
-        self._kernel(body, "condition", 1, 1, _Args(ctypes.c_uint64(int(handle)), ctypes.c_uint64(flag)), [down])
+        self._kernel(body, "condition", 1, 1, KernelArgs(ctypes.c_uint64(int(handle)), ctypes.c_uint64(flag)), [down])
 
-    def _kernel(self, graph, name: str, grid: int, block: int, args: _Args, deps: list, programmatic: bool = True):
+    def _kernel(self, graph, name: str, grid: int, block: int, args: KernelArgs, deps: list, programmatic: bool = True):
         d = driver()
         self._keep.append(args)
-        node = check(d.cuGraphAddKernelNode(graph, [], 0, _node_params(self.f[name], grid, block, args)), name)
+        node = check(d.cuGraphAddKernelNode(graph, [], 0, node_params_of(self.f[name], grid, block, args)), name)
         for dep in deps:
             add_edge(graph, dep, node, programmatic)
         return node
@@ -142,8 +143,8 @@ def rows(budget: float, repeat: int) -> list[dict]:
     raw_arrays = [qgraph.ndarray(qgraph.f32, (SIZE,)) for _ in range(4)]
     raw_counts = qgraph.ndarray(qgraph.i32, (2,))
     raw_flags = qgraph.ndarray(qgraph.i32, (2,))
-    raw = RawNested(device, raw_arrays, (raw_counts._ptr, raw_counts._ptr + 4), (raw_flags._ptr, raw_flags._ptr + 4),
-                    0.5)
+    count_at, flag_at = raw_counts.address, raw_flags.address
+    raw = RawNested(device, raw_arrays, (count_at, count_at + 4), (flag_at, flag_at + 4), 0.5)
     calls = {"raw nested WHILE": raw.launch,
              "qgraph nested loops": lambda: two_level(*q_arrays, counts, outer, inner, OUTER, INNER, 0.5)}
     spreads = interleaved_spreads(calls, budget, repeat, qgraph.sync)

@@ -18,9 +18,9 @@ import numpy as np
 
 import qgraph
 
+from ..tools.timing import call_spread, interleaved_spreads, put_figure
 from .kernels import module_from_source
 from .reduction_kernels import CUDA_SOURCE, KERNELS_SOURCE
-from .timing import call_spread, interleaved_spreads, put_figure
 
 
 def _qgraph_module():
@@ -71,8 +71,8 @@ class _Hand:
         """A graph: out = start, then the block-reduction kernel over a one-wave grid."""
         graph = self.check(self.d.cuGraphCreate(0), "cuGraphCreate")
         reset = self._node(graph, "set_value", (1, 1), (1, 1),
-                           self._args(ctypes.c_uint64(out._ptr), ctypes.c_float(start)), [])
-        args = [ctypes.c_uint64(a._ptr) for a in arrays] + [ctypes.c_int64(n), ctypes.c_uint64(out._ptr)]
+                           self._args(ctypes.c_uint64(out.address), ctypes.c_float(start)), [])
+        args = [ctypes.c_uint64(a.address) for a in arrays] + [ctypes.c_int64(n), ctypes.c_uint64(out.address)]
         grid = min(self.wave, (n + 255) // 256)
         self._node(graph, name, (grid, 1), (256, 1), self._args(*args), [reset])
         exec_ = self._instantiate(graph)
@@ -87,22 +87,23 @@ class _Hand:
         handle, _, body = add_while_node(graph, self.device.context, [])
         grid = ((n - 2 + 31) // 32, (n - 2 + 7) // 8)
         sweep = self._node(body, "jacobi", grid, (32, 8), self._args(
-            ctypes.c_uint64(u._ptr), ctypes.c_uint64(un._ptr), ctypes.c_int32(n), ctypes.c_uint64(change._ptr)), [])
+            ctypes.c_uint64(u.address), ctypes.c_uint64(un.address), ctypes.c_int32(n),
+            ctypes.c_uint64(change.address)), [])
         back = self._node(body, "copy_back", grid, (32, 8), self._args(
-            ctypes.c_uint64(u._ptr), ctypes.c_uint64(un._ptr), ctypes.c_int32(n)), [sweep])
+            ctypes.c_uint64(u.address), ctypes.c_uint64(un.address), ctypes.c_int32(n)), [sweep])
         self._node(body, "check", (1, 1), (1, 1), self._args(
-            ctypes.c_uint64(int(handle)), ctypes.c_uint64(change._ptr), ctypes.c_uint64(it._ptr),
+            ctypes.c_uint64(int(handle)), ctypes.c_uint64(change.address), ctypes.c_uint64(it.address),
             ctypes.c_double(tol), ctypes.c_int32(cap)), [back])
         exec_ = self._instantiate(graph)
         return lambda: self.d.cuGraphLaunch(exec_, self.stream)
 
 
-def _copy_launcher(nbytes: int):
+def copy_launcher(nbytes: int):
     from ..driver.device import driver
 
     src, dst = qgraph.ndarray(qgraph.u8, (nbytes,)), qgraph.ndarray(qgraph.u8, (nbytes,))
     d, stream = driver(), qgraph.runtime.STATE.cuda.stream_handle
-    return lambda: d.cuMemcpyDtoDAsync(dst._ptr, src._ptr, nbytes, stream)
+    return lambda: d.cuMemcpyDtoDAsync(dst.address, src.address, nbytes, stream)
 
 
 def gpu_reduction_rows(log2n: int, budget: float, repeat: int) -> list[dict]:
@@ -119,7 +120,7 @@ def gpu_reduction_rows(log2n: int, budget: float, repeat: int) -> list[dict]:
              "dot": (mod.rdot, [x, y], "hdot", 0.0, 8 * n)}
     torch = _optional("torch")
     cupy = _optional("cupy")
-    copy = _copy_launcher(4 * n)
+    copy = copy_launcher(4 * n)
     rows = []
     for name, (kernel, arrays, hand_name, start, nbytes) in cases.items():
         calls = {"copy": copy, "qgraph": lambda k=kernel, a=arrays: k(*a, outs["q"]),

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import qgraph
 
-from .timing import interleaved_spreads, put_figure
+from ..tools.timing import interleaved_spreads, put_figure
 
 SIZE = 256
 BASELINE = {"struct, 2 sets swapped": "separate arrays, 2 sets swapped",

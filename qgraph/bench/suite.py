@@ -19,10 +19,10 @@ from dataclasses import asdict, dataclass, field
 
 import qgraph
 
+from ..tools.timing import busy_figures, busy_warning
 from .gpu_launch import Row, gpu_headline, gpu_launch_rows, gpu_loop_rows
 from .kernels import warm_up_gpu
 from .progress import StepBar
-from .timing import busy_figures, busy_warning
 
 FULL_TASKS = (1, 2, 4, 8, 16, 32)
 FULL_SIZES = (256, 1 << 20, 1 << 24)

@@ -6,7 +6,6 @@ node and host fallback). Run by benchmarks/watching.py."""
 from __future__ import annotations
 
 import ctypes
-import dataclasses
 import statistics
 import threading
 import time
@@ -100,11 +99,9 @@ def spin(count, flag):
 
 def _without_cancel_check(kernel):
     """A copy of `kernel` whose device loops get no cancel word (the check's baseline)."""
-    copy = kernel._variant()
-    copy._attach()
-    for launcher in copy._launchers.values():
-        if hasattr(launcher, "_shared"):  # CUDA
-            launcher._shared = dataclasses.replace(launcher._shared, cancel_word=0)
+    copy = kernel.variant()
+    launcher, _ = copy.launcher_for(())
+    launcher.use_cancel_word(0)
     return copy
 
 
@@ -125,17 +122,14 @@ def _before(kernel, example: tuple, period_ns: int, cancel: bool = True):
     `period_ns`) and, with `cancel`, a host-mapped cancel word: its graph is built here, by a call, with
     gate kernels between unrolled copies (graph_unroll.FOLD_GATES off: folded, a task would run the current
     decision)."""
-    from qgraph import graph_unroll
+    from qgraph.graphs import unroll as graph_unroll
 
-    copy = kernel._variant()
-    copy._attach()
-    word = _host_mapped_words() if cancel else 0
-    for launcher in copy._launchers.values():
-        if hasattr(launcher, "_shared"):  # CUDA
-            launcher._shared = dataclasses.replace(launcher._shared, cancel_word=word)
+    copy = kernel.variant()
+    launcher, _ = copy.launcher_for(())
+    launcher.use_cancel_word(_host_mapped_words() if cancel else 0)
     target = qgraph.runtime.STATE.target
     current = target.helpers.get("while")
-    target.helpers["while"] = conditional._Helpers(target, helper_source(NEXT_PASS_BEFORE % {"period": period_ns}))
+    target.helpers["while"] = conditional.HelperKernels(target, helper_source(NEXT_PASS_BEFORE % {"period": period_ns}))
     graph_unroll.FOLD_GATES = False
     try:
         copy(*example)
@@ -199,7 +193,7 @@ def cancel_latency(repeat: int = 5, run_seconds: float = 0.3) -> dict:
     count, flag = qgraph.ndarray(qgraph.i64, (1,)), qgraph.ndarray(qgraph.i32, (1,))
     device = qgraph.runtime.STATE.target.device
     out: dict[str, list[float]] = {"device loop": [], "host fallback": []}
-    host = spin._variant(graph_while_host=True)
+    host = spin.variant(graph_while_host=True)
     qgraph.compile(host, count, flag)  # the timer below starts with the call: no compile inside it
     for _ in range(repeat):
         spin(count, flag)

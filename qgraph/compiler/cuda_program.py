@@ -186,7 +186,7 @@ def build_program(src: KernelSource, key: tuple[str, ...], cc: tuple[int, int], 
         manifest, cubin = cached
         return Program(generated_codes, manifest["entries"], manifest["param_sizes"], cubin, True, waits)
     with rare_collections():  # numba's allocations would run the collector every few ms (compiler.compile_gc)
-        ptx_list, entries, sizes = _compile_ptx(src, codes, orders, task_types, func_defs, cc, types,
+        ptx_list, entries, sizes = compile_ptx(src, codes, orders, task_types, func_defs, cc, types,
                                                 options.fast_math, options.debug is not None)
     if waits:
         variants = []
@@ -280,7 +280,7 @@ def has_gated_variant(src: KernelSource) -> bool:
 
 def gating_tasks(body) -> set[int]:
     """The tasks that end a flag loop's body (in region `body`) and run on one thread: each gets gating
-    variants, which do the work of the gate kernel between unrolled copies after their body (graph_unroll)."""
+    variants, which do the work of the gate kernel between unrolled copies after their body (graphs.unroll)."""
     lasts = (loop.body.children[-1] for loop in device_loops(body) if loop.body.children)
     return {task.index for task in lasts if isinstance(task, Task) and not task.parallel}
 
@@ -328,7 +328,7 @@ class Scratch:
         self.abi = abi
 
 
-def _compile_ptx(src, codes, orders, task_types, func_defs, cc, types, fast_math: bool = False,
+def compile_ptx(src, codes, orders, task_types, func_defs, cc, types, fast_math: bool = False,
                  debug: bool = False, together: bool = True):
     """numba-cuda: every task typed and lowered, then NVVM: the PTX modules (name, text), each
     task's entry name and parameter block size. `together`: one NVVM run and one module for all

@@ -12,7 +12,7 @@ _MUL: list = []
 
 
 def mul_rn():
-    """`_mul(a, b)`: a * b rounded on its own, for float32 and float64 operands of one type."""
+    """`mul_rounded(a, b)`: a * b rounded on its own, for float32 and float64 operands of one type."""
     if not _MUL:
         _MUL.append(_intrinsic())
     return _MUL[0]
@@ -26,7 +26,7 @@ def _intrinsic():
     @intrinsic
     def mul(typingctx, a, b):
         if a != b or a not in (types.float32, types.float64):
-            raise errors.TypingError(f"internal: _mul of {a} and {b}")
+            raise errors.TypingError(f"internal: mul_rounded of {a} and {b}")
         width, constraint = (32, "f") if a == types.float32 else (64, "d")
         llty = ir.FloatType() if width == 32 else ir.DoubleType()
 

@@ -98,7 +98,7 @@ def gated(ptx: str, entries: list[str], suffix: str) -> str:
     """The module's kernels (starting with `griddepcontrol.wait;`) renamed with `suffix`, each taking
     one more parameter, last: the device address of a word they read after the wait, returning at
     once where it is 0. These are the copies of a device loop's body after the first
-    (qgraph.graph_unroll): the word is the loop's `live`, which the gate before the copy cleared
+    (qgraph.graphs.unroll): the word is the loop's `live`, which the gate before the copy cleared
     where the loop ends. The parameter follows the others at an 8-byte boundary. The load is a plain
     one, cached like the task's other loads of what earlier kernels wrote (visible after the wait):
     `ld.volatile` sent every warp of a 2048^2 grid to the same L2 line and cost relax 20-30%."""
@@ -126,7 +126,7 @@ def gating(ptx: str, entries: list[str], suffix: str, function: str) -> str:
     block, which it passes to the device function `function` (unsigned int f(unsigned long long*),
     driver.loop_state's qgraph_next_pass, linked from its own module) where it would return: the
     kernel does the work of the gate kernel that would follow it between unrolled copies
-    (qgraph.graph_unroll). The other kernels are left out (they have no use for the variant)."""
+    (qgraph.graphs.unroll). The other kernels are left out (they have no use for the variant)."""
     for entry in ptx_entries(ptx):
         if entry not in entries:
             ptx = ptx.replace(entry_text(ptx, entry), "", 1)

@@ -27,11 +27,11 @@ def random_functions(target: str) -> dict:
             jit = adapter.cuda_device_function
         namespace = dict(vars(random_bits))
         if target == "cpu":
-            namespace["_mul"] = jit(random_bits._mul)
+            namespace["mul_rounded"] = jit(random_bits.mul_rounded)
         else:
             from .numba_rounding import mul_rn
 
-            namespace["_mul"] = mul_rn()
+            namespace["mul_rounded"] = mul_rn()
         for name in ("philox4x32_10", "block", "_log64", "_log32"):  # callees first: the draws' globals
             namespace[name] = jit(types.FunctionType(getattr(random_bits, name).__code__, namespace, name))
         found = _COMPILED[target] = {gen: jit(types.FunctionType(f.__code__, namespace, f.__name__))

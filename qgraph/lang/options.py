@@ -45,7 +45,7 @@ class KernelOptions:
     cuda_graph: bool = False  # calls replay a cached CUDA graph (QGRAPH_GRAPHS=0 still turns graphs off)
     graph_cache_size: int = 16  # graphs kept for the kernel per device (LRU)
     graph_while_host: bool = False  # device loops run as the host do-while even where conditional nodes exist
-    # copies of a device loop's body per WHILE pass on CUDA (None: chosen per loop, graph_unroll.unroll_factor);
+    # copies of a device loop's body per WHILE pass on CUDA (None: chosen per loop, graphs.unroll.unroll_factor);
     # a loop's own unroll= wins; graphs only, so not a code option
     unroll: int | None = None
     progress: object = False  # the calls' default progress=: True (a tqdm bar), a callback, or False (runtime.progress)
@@ -54,7 +54,7 @@ class KernelOptions:
     interchange: bool = True
     # stencil qgraph.repeat loops on CUDA run S passes per launch in shared memory (lang.front.temporal_tiling):
     # True (S chosen, lang.cuda.tiling), an int S, or False; the tiled task's code carries S, so not a code option.
-    # On by default: a graph tiles a loop only where its tiles fit one wave (graph_unroll.MAX_TILED_WAVES),
+    # On by default: a graph tiles a loop only where its tiles fit one wave (graphs.unroll.MAX_TILED_WAVES),
     # where the fluids solve ran in 0.56x the hand-written graph on an H100 (docs/benchmarks.md, "Temporally tiled")
     temporal_tiling: bool | int = True
     # CPU calls whose arrays (and int arguments) are all smaller, or on one numba thread all under the

@@ -120,6 +120,16 @@ class Ndarray:
         return f"qgraph.Ndarray({self._dtype.name}, shape={self._shape}, device={where})"
 
     @property
+    def cuda_device(self):
+        """The driver.device.CudaDevice holding it, or None for a CPU array."""
+        return self._device
+
+    @property
+    def host(self) -> np.ndarray | None:
+        """On the CPU the NumPy array holding its elements (shared, not a copy); None on CUDA."""
+        return self._host
+
+    @property
     def element(self):
         """The vector or matrix type of the elements (`qgraph.vec3`, ...), or None for scalars."""
         return self._element

@@ -54,11 +54,11 @@ class Reports:
                 Ndarray(np.float64, (self.layout.state_size,)),
             )
         ring, view, counters = found
-        if ring._device is not None:
-            runtime.sync_device(ring._device)
+        if ring.cuda_device is not None:
+            runtime.sync_device(ring.cuda_device)
         counters.from_numpy(self._zero_counters)
         view[self._count_words] = 0
-        self.last, self.device, self.state = view, ring._device, counters
+        self.last, self.device, self.state = view, ring.cuda_device, counters
         return ring
 
     def settled(self) -> bool:
@@ -68,10 +68,10 @@ class Reports:
     def exact_count(self, k: int) -> int:
         """Reports of name `k` in the last call, from its counters (once settled: read without a wait)."""
         state, word = self.state, self.layout.counters + k
-        if state._host is not None:
-            return int(state._host[word])
+        if state.host is not None:
+            return int(state.host[word])
         value = np.empty(1, np.float64)
-        state._device.copy_to_host(value.ctypes.data, state._ptr + 8 * word, 8)
+        state.cuda_device.copy_to_host(value.ctypes.data, state.address + 8 * word, 8)
         return int(value[0])
 
 

@@ -25,15 +25,15 @@ class Watcher(threading.Thread):
     """Polls a kernel's passes and reports until `finish()`; draws a bar or calls a callback."""
 
     def __init__(self, kernel, progress) -> None:
-        super().__init__(name=f"qgraph: progress of {kernel._source.qualname}", daemon=True)
+        super().__init__(name=f"qgraph: progress of {kernel.source.qualname}", daemon=True)
         self.kernel = kernel
         self.callback = progress if callable(progress) else None
         self.bar = None
         if self.callback is None:
             from tqdm.auto import tqdm
 
-            self.bar = tqdm(desc=kernel._source.qualname, unit=" passes", disable=None, leave=True)
-        self.launchers = [found for found in kernel._launchers.values() if hasattr(found, "loop_passes")]
+            self.bar = tqdm(desc=kernel.source.qualname, unit=" passes", disable=None, leave=True)
+        self.launchers = [found for found in kernel.launchers.values() if hasattr(found, "loop_passes")]
         self.done = threading.Event()
 
     def run(self) -> None:
@@ -81,7 +81,7 @@ def watch_call(kernel, progress, args: tuple, stream) -> None:
     watcher.start()
     passes = None
     try:
-        kernel._launch(*args, stream)
+        kernel.launch_values(*args, stream)
         runtime.sync()
         passes = kernel.stats.iterations[0] if kernel.stats.iterations else 0
     finally:

@@ -19,7 +19,7 @@ def rng_state(target=None) -> Ndarray:
     Every device starts from the seed."""
     if target is None:
         target = STATE.current()
-    array = STATE._rng.get(target)
+    array = STATE.rng_arrays.get(target)
     if array is None:
         from .state import device
 
@@ -29,7 +29,7 @@ def rng_state(target=None) -> Ndarray:
             with device(target.device.info.ordinal):
                 array = Ndarray(np.uint64, (2,))
         array.from_numpy(np.array([STATE.seed, 0], np.uint64))
-        STATE._rng[target] = array
+        STATE.rng_arrays[target] = array
     return array
 
 
@@ -43,5 +43,5 @@ def seed(value: int) -> None:
     if not 0 <= value < 1 << 64:
         raise ValueError(f"qgraph.seed({value}): the seed must be in [0, 2**64)")
     STATE.seed = value
-    for array in STATE._rng.values():
+    for array in STATE.rng_arrays.values():
         array.from_numpy(np.array([value, 0], np.uint64))

@@ -111,7 +111,7 @@ class State:
         self._devices: dict[int, object] = {}  # CudaDevices stay initialised across init() calls
         self._local = threading.local()  # .ordinal: this thread's current device (qgraph.device)
         self.seed = 0  # qgraph.seed(): the key of in-kernel random numbers
-        self._rng: dict = {}  # target -> uint64 array [seed, epoch] of kernels that draw random numbers
+        self.rng_arrays: dict = {}  # target -> uint64 array [seed, epoch] of kernels that draw random numbers
 
     @property
     def cuda(self):
@@ -131,7 +131,7 @@ class State:
             with _OPEN_LOCK:
                 target = self.targets.get(ordinal)
                 if target is None:
-                    target = self.targets[ordinal] = DeviceState(_open_device(ordinal), self.settings)
+                    target = self.targets[ordinal] = DeviceState(open_device(ordinal), self.settings)
         return target
 
 
@@ -139,7 +139,8 @@ STATE = State()
 _OPEN_LOCK = threading.Lock()
 
 
-def _open_device(ordinal: int):
+def open_device(ordinal: int):
+    """The CudaDevice of `ordinal`, opened (its primary context retained) on first use."""
     from ..driver.device import CudaDevice
 
     device = STATE._devices.get(ordinal)
@@ -152,7 +153,7 @@ def _open_device(ordinal: int):
 def cuda_status(device: int = 0) -> str | None:
     """None when CUDA device `device` is usable, else why not (the driver's or loader's words)."""
     try:
-        _open_device(device)
+        open_device(device)
     except QgraphError as e:
         return str(e)
     return None
@@ -176,7 +177,7 @@ def init(arch: str | None = None, *, device: int = 0) -> None:
         if asked:  # numba-cuda imports beside the driver's start (when a compile is due)
             _prefetch_compiler(settings)
         try:
-            cuda_device = _open_device(device)
+            cuda_device = open_device(device)
         except QgraphError:
             if asked:
                 raise
@@ -190,7 +191,7 @@ def init(arch: str | None = None, *, device: int = 0) -> None:
     STATE.arch = arch
     STATE.settings = settings
     STATE.targets = {}
-    STATE._rng = {}
+    STATE.rng_arrays = {}
     if cuda_device is not None:
         STATE.target = STATE.targets[device] = DeviceState(cuda_device, settings)
     else:
@@ -218,7 +219,7 @@ def _drop_compiled() -> None:
         target.sync()
     # step graphs first: their graphs hold nodes of the kernels' modules, which kernels unload
     for kernel in sorted(STATE.kernels, key=lambda k: not getattr(k, "_drops_first", False)):
-        kernel._drop()
+        kernel.release()
     STATE.generation += 1
 
 

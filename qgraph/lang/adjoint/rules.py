@@ -5,6 +5,8 @@ atoms whose value is the name `result`), the expression of d result / d operand,
 MINUS_ONE, so the adjoint adds or subtracts without a product. None: the operation has
 no rule (the reverse sweep then names it, with its line, if a gradient must pass it).
 Operations whose result carries no gradient (comparisons, `int`, `//`, rounding) give [].
+A function called in a kernel gets its rule from one table (`CALL_RULES`, filled by
+`register_rule`), as JAX keys its rules by primitive: a function without one is named.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import ast
 import builtins
 import math
+from collections.abc import Callable
 
 import numpy as np
 
@@ -126,6 +129,44 @@ def _binary(fn, x: ast.expr, y: ast.expr, r: ast.expr) -> list | None:
     return None
 
 
+Rule = Callable[[list, ast.expr], "list | None"]  # (the call's argument atoms, the result) -> partials
+CALL_RULES: dict = {}  # a function kernels call -> its Rule
+
+
+def register_rule(fn, rule: Rule) -> None:
+    """Give calls of `fn` in kernels their partial derivatives: `rule(args, result)` returns
+    [(argument atom, derivative expression)] (ONE / MINUS_ONE allowed), [] for no gradient, None
+    where these arguments have none (the reverse sweep then names the call and its line)."""
+    CALL_RULES[fn] = rule
+
+
+def rule_for(fn) -> Rule | None:
+    """The rule of a called function, or None."""
+    try:
+        return CALL_RULES.get(fn)
+    except TypeError:  # an unhashable callee has no rule
+        return None
+
+
+def _one_argument(derivative) -> Rule:
+    return lambda args, r: [(args[0], derivative(args[0], r))] if len(args) == 1 else None
+
+
+def _two_arguments(fn) -> Rule:
+    return lambda args, r: _binary(fn, args[0], args[1], r) if len(args) == 2 else None
+
+
+for _fn, _derivative in UNARY.items():
+    register_rule(_fn, _one_argument(_derivative))
+for _fn in CASTS:
+    register_rule(_fn, lambda args, r: [(args[0], ONE)] if len(args) == 1 else None)
+for _fn in NO_GRADIENT:
+    register_rule(_fn, lambda args, r: [])
+for _fn in (math.pow, np.power, math.atan2, np.arctan2, math.hypot, np.hypot, math.copysign, np.copysign,
+            builtins.min, builtins.max, np.minimum, np.fmin, np.maximum, np.fmax, math.fmod, np.fmod):
+    register_rule(_fn, _two_arguments(_fn))
+
+
 def partials(value: ast.expr, result: ast.expr, resolve) -> list | None:
     """[(operand atom, derivative)] of `value` (see the module docstring)."""
     if isinstance(value, (ast.Name, ast.Constant, ast.Attribute)):
@@ -156,17 +197,8 @@ def partials(value: ast.expr, result: ast.expr, resolve) -> list | None:
     if isinstance(value, (ast.Compare, ast.BoolOp)):
         return []
     if isinstance(value, ast.Call):
-        fn = resolve(value.func)
-        args = value.args
-        if fn in CASTS and len(args) == 1:
-            return [(args[0], ONE)]
-        if any(fn is f for f in NO_GRADIENT):
-            return []
-        if fn in UNARY and len(args) == 1:
-            return [(args[0], UNARY[fn](args[0], result))]
-        if len(args) == 2:
-            return _binary(fn, args[0], args[1], result)
-        return None
+        rule = rule_for(resolve(value.func))
+        return None if rule is None else rule(value.args, result)
     return None
 
 

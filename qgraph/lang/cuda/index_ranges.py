@@ -4,7 +4,7 @@ numba computes `p[min(i + 1, p.shape[0] - 1), j]` in 64 bits: the clamp alone is
 instructions where CUDA C++'s `int` takes 2, and every bound check a pair of compares. An
 expression of parallel loop variables, integer literals and shapes of arrays that are not
 large, joined by `+`, `-`, `*`, unary `-`, `min` and `max`, has a range known when the code is
-generated: an extent is at most `args.kinds.MAX_EXTENT` (2**31 - 2**16 - 1), and a loop
+generated: an extent is at most `lang.types.extents.MAX_EXTENT` (2**31 - 2**16 - 1), and a loop
 variable lies in [its literal start, its stop's largest value - 1]. Where every step of the
 expression stays inside int32 (`IndexRanges.visit` is None otherwise), computing it in 32 bits
 gives the value the 64-bit code gives, so the subscript does (compiler.numba_addressing's
@@ -17,9 +17,9 @@ from __future__ import annotations
 import ast
 from collections import Counter
 
-from ...args.kinds import MAX_EXTENT
 from ..front.parse import collect_names
 from ..lower.math_calls import MAX, MIN
+from ..types.extents import MAX_EXTENT
 
 INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
 Range = tuple[int, int]  # (least, largest) value

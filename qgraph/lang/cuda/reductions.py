@@ -28,7 +28,7 @@ def dtype_name(target: str) -> str:
     return f"_qg_dt_{target}"
 
 
-def _parse(source: str, at: ast.AST) -> list[ast.stmt]:
+def parse_statements(source: str, at: ast.AST) -> list[ast.stmt]:
     """Statements from source text, every node placed at `at`'s line."""
     stmts = ast.parse(source).body
     for stmt in stmts:
@@ -86,7 +86,7 @@ def initial_partials(reductions: list[Reduction], at: ast.AST) -> list[ast.stmt]
         else:
             lines.append(f"{r.var} = {r.target}[{_index_text(r)}]")
         lines.append(f"_qg_sh{r.var} = _qg_cuda.shared.array({MAX_WARPS}, {dtype_name(r.target)})")
-    return _parse("\n".join(lines), at)
+    return parse_statements("\n".join(lines), at)
 
 
 def grid_stride_loop(body: list[ast.stmt], at: ast.AST) -> list[ast.stmt]:
@@ -95,7 +95,7 @@ def grid_stride_loop(body: list[ast.stmt], at: ast.AST) -> list[ast.stmt]:
     A `range` loop, which LLVM unrolls four times so each thread has four loads in flight:
     measured on an H100, a float32 sum reaches 97.5% of the copy bandwidth this way and
     74.5% as a uint64 while-loop without the trip-count division (one load in flight)."""
-    head = _parse(
+    head = parse_statements(
         "_qg_stride = _qg_i64(_qg_u64(_qg_u32(_qg_cuda.gridDim.x)) * _qg_u64(_qg_u32(_qg_cuda.blockDim.x)))\n"
         "for _qg_tt in range(_qg_t0, _qg_n, _qg_stride):\n"
         f"    _qg_t = _qg_tt & {_MASK}\n", at)
@@ -119,7 +119,7 @@ def block_combine(reductions: list[Reduction], at: ast.AST, atomic_path, kinds: 
             lines += ["        " + line for line in _float_extremum(r, kinds[r.target][1])]
         else:
             lines.append(f"        {atomic_path(r.op)}({r.target}, {_index_text(r)}, _qg_v{r.var})")
-    return _parse("\n".join(lines), at)
+    return parse_statements("\n".join(lines), at)
 
 
 def _float_extremum(r: Reduction, size: int) -> list[str]:
@@ -182,7 +182,7 @@ def deterministic_combine(reductions: list[Reduction], at: ast.AST, kinds: dict)
         new = f"{current} - _qg_v{r.var}" if r.op == "sub" else _combine(r.op, current, f"_qg_v{r.var}")
         lines.append(f"            {current} = {new}")
     lines.append("            _qg_count[0] = 0")
-    return _parse("\n".join(lines), at)
+    return parse_statements("\n".join(lines), at)
 
 
 def _block_tree(reductions: list[Reduction], sources: dict, kinds: dict, indent: str) -> list[str]:

@@ -38,7 +38,7 @@ from .loops import CountedLoops, as_list
 # fluids pressure solve (100 sweeps of 256x128 float32, 32x32 blocks): hand-written graph 94.8 us,
 # untiled straight line 105.9, tiled S=2 86.2, S=3 63.5, S=4 52.3, S=5 54.6 (S=2 on 16x64 blocks 84.4);
 # 2048x2048, tiled although its tiles exceed a wave: S=2/3/4 2232/2057/2275 us against 2117 untiled,
-# 2068 hand-written (graph_unroll.MAX_TILED_WAVES). A tiled launch costs about 2.0 us + 0.14 us a
+# 2068 hand-written (graphs.unroll.MAX_TILED_WAVES). A tiled launch costs about 2.0 us + 0.14 us a
 # sweep (its nodes' time less the untiled nodes' ~1.06 us each); with a block-stride loop over the
 # region's cells per thread in 64-bit arithmetic it was 1.8 us + 1.2 us a sweep.
 REGIONS = {1: (1024,), 2: (32, 32)}
@@ -147,7 +147,7 @@ def tiled_body(src, task: TiledTask, symbols: Symbols, kinds: list, options: Ker
                 lines.append("_qg_cuda.syncthreads()")
     for a in task.written_back:
         lines.append(f"if _qg_depth >= {h}:\n    {a}[{glob}] = _qg_sh_{a}[_qg_b]")
-    body = reductions._parse("\n".join(lines), at)
+    body = reductions.parse_statements("\n".join(lines), at)
     body = [s for stmt in body for s in as_list(_Splice(parts, offsets.definitions(at)).visit(stmt))]
     return [ast.fix_missing_locations(s) for s in body], plan
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import ast
 
 from . import vector_algebra as alg
-from .values import Val, _index, _parts, component_indices, element_type, shaped
+from .values import Val, component_indices, element_type, shaped, subscript_of, subscript_parts
 
 
 def atomic(fl, node: ast.Call) -> Val:
@@ -24,7 +24,7 @@ def atomic(fl, node: ast.Call) -> Val:
         _check_index_count(fl, node, target)
         node.args = [target.expr, fl.scalar(node.args[1]), value.expr]
         return Val(None, [node])
-    parts = [fl.scalar(p) for p in _parts(node.args[1])]
+    parts = [fl.scalar(p) for p in subscript_parts(node.args[1])]
     extra = len(parts) - (target.type.ndim - len(element.shape))  # indices into the element
     if not 0 <= extra <= len(element.shape):
         raise fl.error(f"{ast.unparse(node.func)}: {len(parts)} indices for {ast.unparse(node.args[0])}, "
@@ -34,11 +34,11 @@ def atomic(fl, node: ast.Call) -> Val:
     element = shaped(element.shape[extra:], element.dtype)
     if element is None:  # one component
         if value.vec:
-            where = ", ".join(ast.unparse(p) for p in _parts(node.args[1]))
+            where = ", ".join(ast.unparse(p) for p in subscript_parts(node.args[1]))
             raise fl.error(f"{ast.unparse(node.func)}: a {value.vec.name} value for the single component "
                            f"{ast.unparse(node.args[0])}[{where}]; pass a number, or drop the component "
                            "index to update the whole element", node)
-        node.args = [target.expr, _index(parts, node), value.expr]
+        node.args = [target.expr, subscript_of(parts, node), value.expr]
         return Val(None, [node])
     indices = component_indices(fl, parts, element.shape, node)
     value = alg.share(fl.broadcast(value, element, node).comps, fl.temp)

@@ -17,15 +17,15 @@ from . import vector_algebra as alg
 from .atomics import atomic
 from .draws import draw
 from .values import (
-    _ELEMENTWISE_MATH,
-    _METHODS,
+    ELEMENTWISE_MATH,
+    VECTOR_METHODS,
     Val,
-    _parts,
     component_indices,
     element_type,
     is_struct,
     no_keywords,
     shaped,
+    subscript_parts,
 )
 
 _ELEMENTWISE_BUILTINS = (abs,)
@@ -66,7 +66,7 @@ def lower_call(fl, node: ast.Call) -> Val:
         return draw(fl, obj, node)
     if obj is lang.clamp or obj is np.clip:
         return clamp(fl, node)
-    if obj in _ELEMENTWISE_MATH or obj in _ELEMENTWISE_BUILTINS:
+    if obj in ELEMENTWISE_MATH or obj in _ELEMENTWISE_BUILTINS:
         return elementwise(fl, node)
     if obj is float and len(node.args) == 1 and not node.keywords and _is_boolean(fl, node.args[0]):
         # float(math.isnan(x)): numba has no float(bool)
@@ -186,13 +186,13 @@ def _row_base(fl, arg: ast.expr) -> Val | None:
         return None
     base = fl.value(arg.value)
     ndim = getattr(base.type, "ndim", None)
-    if ndim is not None and element_type(base.type) is None and 0 < len(_parts(arg.slice)) < ndim:
+    if ndim is not None and element_type(base.type) is None and 0 < len(subscript_parts(arg.slice)) < ndim:
         return base
     return None
 
 
 def _from_row(fl, t: VectorType, arg: ast.Subscript, base: Val) -> Val:
-    parts = [fl.scalar(p) for p in _parts(arg.slice)]
+    parts = [fl.scalar(p) for p in subscript_parts(arg.slice)]
     ndim = base.type.ndim
     if ndim - len(parts) != len(t.shape):
         raise fl.error(f"{t.name}({ast.unparse(arg)}): the array has {ndim} dimensions, so {ast.unparse(arg)} "
@@ -212,8 +212,8 @@ def identity(fl, t: VectorType, node: ast.Call) -> Val:
 
 
 def method(fl, base: Val, name: str, node: ast.Call) -> Val:
-    if name not in _METHODS:
-        raise fl.error(f"a {base.vec.name} has no method '{name}' (methods: {', '.join(sorted(_METHODS))})", node)
+    if name not in VECTOR_METHODS:
+        raise fl.error(f"a {base.vec.name} has no method '{name}' (methods: {', '.join(sorted(VECTOR_METHODS))})", node)
     no_keywords(fl, node)
     return vector_function(fl, name, [base] + [fl.value(a) for a in node.args], node)
 
@@ -315,7 +315,7 @@ def min_max(fl, fn, node: ast.Call) -> Val:
 
 def _bind(fl, fn, node: ast.Call) -> list[Val]:
     """The call's arguments in parameter order (keywords and literal defaults bound)."""
-    params = fn._source.params
+    params = fn.source.params
     values: list = [None] * len(params)
     if len(node.args) > len(params):
         raise fl.error(f"{fn.__name__}() takes {len(params)} arguments, got {len(node.args)}", node)
@@ -326,7 +326,7 @@ def _bind(fl, fn, node: ast.Call) -> list[Val]:
         if kw.arg not in names:
             raise fl.error(f"{fn.__name__}() has no parameter '{kw.arg}'", node)
         values[names.index(kw.arg)] = fl.value(kw.value)
-    defaults = _defaults(fn._fn)
+    defaults = _defaults(fn.fn)
     for k, v in enumerate(values):
         if v is None:
             if names[k] not in defaults:

@@ -10,20 +10,20 @@ from ..types.vector_types import VectorType
 from . import vector_algebra as alg
 from .calls import lower_call
 from .values import (
-    _METHODS,
-    _SWIZZLE,
     ROW,
+    SWIZZLE,
+    VECTOR_METHODS,
     Val,
-    _const_int,
-    _index,
-    _parts,
     by_value_type,
     component_indices,
+    constant_int,
     element_type,
     is_struct,
     leaves,
     result_dtype,
     shaped,
+    subscript_of,
+    subscript_parts,
 )
 
 
@@ -102,8 +102,8 @@ class Expressions(ast.NodeVisitor):
         if node.attr == "T" and v.is_matrix:
             shape, comps = alg.transpose(v.shape, base.comps)
             return Val(shaped(shape, v.dtype), comps)
-        if not v.is_matrix and node.attr and all(c in _SWIZZLE for c in node.attr) and len(node.attr) <= 4:
-            picks = [_SWIZZLE[c] for c in node.attr]
+        if not v.is_matrix and node.attr and all(c in SWIZZLE for c in node.attr) and len(node.attr) <= 4:
+            picks = [SWIZZLE[c] for c in node.attr]
             if max(picks) >= v.shape[0]:
                 raise self.error(f"a {v.name} has no component '{node.attr}'", node)
             comps = [base.comps[k] for k in picks]
@@ -112,17 +112,17 @@ class Expressions(ast.NodeVisitor):
             return self.share(Val(vt.vector(len(comps), v.dtype), comps)) if len(set(picks)) < len(picks) \
                 else Val(vt.vector(len(comps), v.dtype), comps)
         raise self.error(f"a {v.name} has no attribute '{node.attr}' (components .x .y .z .w, methods "
-                         f"{', '.join(sorted(_METHODS))})", node)
+                         f"{', '.join(sorted(VECTOR_METHODS))})", node)
 
     def visit_Subscript(self, node: ast.Subscript) -> Val:
         base = self.value(node.value)
-        if isinstance(node.slice, ast.Slice) or any(isinstance(p, ast.Slice) for p in _parts(node.slice)):
+        if isinstance(node.slice, ast.Slice) or any(isinstance(p, ast.Slice) for p in subscript_parts(node.slice)):
             if base.vec or element_type(base.type):
                 raise self.error("slices of vectors and vector arrays are not supported; use components", node)
             node.value = base.expr
             node.slice = self.scalar(node.slice) if not isinstance(node.slice, ast.Slice) else node.slice
             return Val(None, [node])
-        parts = [self.scalar(p) for p in _parts(node.slice)]
+        parts = [self.scalar(p) for p in subscript_parts(node.slice)]
         if base.vec:
             return self.component(base, parts, node)
         element = element_type(base.type)
@@ -135,11 +135,11 @@ class Expressions(ast.NodeVisitor):
                                  f"{element.name}); index it with {logical} indices", node)
             sub = element.shape[extra:]
             if not sub:
-                return Val(None, [alg.loc(ast.Subscript(base.expr, _index(parts, node), ast.Load()), node)])
+                return Val(None, [alg.loc(ast.Subscript(base.expr, subscript_of(parts, node), ast.Load()), node)])
             comps = [alg.loc(ast.Subscript(base.expr, index, ast.Load()), node)
                      for index in component_indices(self, parts, sub, node)]
             return Val(shaped(sub, element.dtype), comps)
-        index = _index(parts, node) if parts else node.slice
+        index = subscript_of(parts, node) if parts else node.slice
         out = alg.loc(ast.Subscript(base.expr, index, ast.Load()), node)
         if ndim is not None and 0 < len(parts) < ndim:
             return Val(ROW, [out])
@@ -149,7 +149,7 @@ class Expressions(ast.NodeVisitor):
         v = base.vec
         if len(parts) > len(v.shape):
             raise self.error(f"too many indices for a {v.name}", node)
-        consts = [_const_int(p) for p in parts]
+        consts = [constant_int(p) for p in parts]
         if all(c is not None for c in consts):
             for c, n in zip(consts, v.shape):
                 if not -n <= c < n:

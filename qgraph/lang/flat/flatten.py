@@ -24,12 +24,12 @@ from .exprs import Expressions
 from .values import (
     ROW,
     Val,
-    _const_int,
-    _index,
-    _parts,
     component_indices,
+    constant_int,
     is_struct,
     leaves,
+    subscript_of,
+    subscript_parts,
     unshared,
 )
 
@@ -265,8 +265,8 @@ class Flattener(Expressions):
         t = self.env.get(target.value.id)
         if not isinstance(t, VectorType):
             return None
-        parts = [self.scalar(p) for p in _parts(target.slice)]
-        if all(_const_int(p) is not None for p in parts) or len(parts) > len(t.shape):
+        parts = [self.scalar(p) for p in subscript_parts(target.slice)]
+        if all(constant_int(p) is not None for p in parts) or len(parts) > len(t.shape):
             return None
         parts = [p if alg.is_simple(p) else self.temp(p) for p in parts]
         value = self.share(value)
@@ -295,7 +295,7 @@ class Flattener(Expressions):
     def row_targets(self, target: ast.Subscript, t: VectorType, at: ast.AST) -> list[ast.expr]:
         """Store targets of a vector's components in a row `x[i]` of a plain array."""
         base = self.value(target.value)
-        parts = [self.scalar(p) for p in _parts(target.slice)]
+        parts = [self.scalar(p) for p in subscript_parts(target.slice)]
         if base.type.ndim - len(parts) != len(t.shape):
             raise self.error(f"cannot store a {t.name} into {ast.unparse(target)}: it has "
                              f"{base.type.ndim - len(parts)} dimension(s) left", at)
@@ -328,9 +328,9 @@ class Flattener(Expressions):
             return self.target_parts(target, None, target)[0]  # a component: v.x, v[0], x[i].y, m[0, 1]
         if isinstance(target, ast.Subscript):
             base = self.value(target.value)
-            parts = [self.scalar(p) for p in _parts(target.slice)]
-            return alg.loc(ast.Subscript(base.expr, _index(parts, target) if parts else target.slice, ast.Store()),
-                           target)
+            parts = [self.scalar(p) for p in subscript_parts(target.slice)]
+            index = subscript_of(parts, target) if parts else target.slice
+            return alg.loc(ast.Subscript(base.expr, index, ast.Store()), target)
         if isinstance(target, ast.Attribute):
             base = self.value(target.value)
             if is_struct(base.type):

@@ -8,18 +8,17 @@ import math
 
 import numpy as np
 
-from ...args.kinds import is_vector_kind
 from ..types import vector_types as vt
-from ..types.vector_types import VectorType
+from ..types.vector_types import VectorType, is_vector_kind
 from . import vector_algebra as alg
 
 ROW = "row"  # the type of a plain array indexed partially (a numba array view, not a vector)
-_ELEMENTWISE_MATH = frozenset(getattr(math, n) for n in (
+ELEMENTWISE_MATH = frozenset(getattr(math, n) for n in (
     "sqrt", "exp", "expm1", "log", "log2", "log10", "log1p", "sin", "cos", "tan", "asin", "acos", "atan",
     "sinh", "cosh", "tanh", "floor", "ceil", "trunc", "fabs", "erf", "erfc", "atan2", "pow", "copysign",
     "hypot", "fmod")) | {np.floor, np.ceil, np.trunc}
-_SWIZZLE = {"x": 0, "y": 1, "z": 2, "w": 3}
-_METHODS = {"dot", "cross", "norm", "norm_sqr", "normalized", "outer", "trace", "transpose", "determinant",
+SWIZZLE = {"x": 0, "y": 1, "z": 2, "w": 3}
+VECTOR_METHODS = {"dot", "cross", "norm", "norm_sqr", "normalized", "outer", "trace", "transpose", "determinant",
             "inverse"}
 
 
@@ -85,7 +84,7 @@ class Val:
         return self.comps[0]
 
 
-def _parts(index: ast.expr) -> list[ast.expr]:
+def subscript_parts(index: ast.expr) -> list[ast.expr]:
     if isinstance(index, ast.Tuple):
         return list(index.elts)
     if isinstance(index, ast.Constant) and index.value is None:
@@ -93,11 +92,11 @@ def _parts(index: ast.expr) -> list[ast.expr]:
     return [index]
 
 
-def _index(parts: list[ast.expr], at: ast.AST) -> ast.expr:
+def subscript_of(parts: list[ast.expr], at: ast.AST) -> ast.expr:
     return parts[0] if len(parts) == 1 else alg.loc(ast.Tuple(parts, ast.Load()), at)
 
 
-def _const_int(e: ast.expr) -> int | None:
+def constant_int(e: ast.expr) -> int | None:
     if isinstance(e, ast.Constant) and type(e.value) is int:
         return e.value
     if isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.USub) and isinstance(e.operand, ast.Constant) \
@@ -129,5 +128,5 @@ def component_indices(fl, parts: list[ast.expr], shape: tuple[int, ...], at: ast
     """The full index of each component of a `shape` element at the leading indices `parts`
     (non-trivial ones moved into temporaries first, so each is computed once)."""
     parts = [p if alg.is_simple(p) else fl.temp(p) for p in parts]
-    return [_index(parts + [alg.const(int(i), at) for i in np.unravel_index(k, shape)], at)
+    return [subscript_of(parts + [alg.const(int(i), at) for i in np.unravel_index(k, shape)], at)
             for k in range(int(np.prod(shape)))]

@@ -15,15 +15,14 @@ import dataclasses
 from collections import ChainMap
 from dataclasses import dataclass
 
-from ...args.kinds import is_vector_kind
 from ...errors import QgraphSyntaxError
 from ..front.globals_used import func_array_globals
 from ..front.interchange import InterchangedTask, fused_task
-from ..front.parse import KernelSource, Param, _analyse_names, collect_names
+from ..front.parse import KernelSource, Param, analyse_names, collect_names
 from ..front.regions import Dim, Region, RepeatLoop, Sequence, Task, with_bodies
 from ..front.temporal_tiling import TiledTask
 from ..lower.lowering import function_def
-from ..types.vector_types import VectorType
+from ..types.vector_types import VectorType, is_vector_kind
 from .draws import random_prologue
 from .flatten import GLOBALS, Flattener
 from .values import Val, by_value_type, is_struct, leaves
@@ -82,7 +81,7 @@ class FuncSpecs:
         return Val(ret, [ast.copy_location(ast.Name(n, ast.Load()), node) for n in names])
 
     def _build(self, fn, types: tuple) -> tuple[str, object]:
-        src = fn._source
+        src = fn.source
         arrays = func_array_globals(src)
         if arrays:
             raise src.error(f"{fn.__name__} reads the module-level array '{arrays[0]}': a @qgraph.func reads arrays "
@@ -201,10 +200,10 @@ def flat_source(src: KernelSource, kinds: list, default_float: str = "f64") -> F
             tasks[task.index] = fused_task(first, parts[task.index], flat_name(task.count))
     ordered = [tasks[t.index] for t in src.tasks]
     names = [p.name for p in params]
-    _analyse_names(ordered, set(names), src.filename)
+    analyse_names(ordered, set(names), src.filename)
     for task in ordered:  # a tiled task's parts are generated one by one (lang.cuda.tiling)
         if isinstance(task, TiledTask):
-            _analyse_names(list(task.parts), set(names), src.filename)
+            analyse_names(list(task.parts), set(names), src.filename)
     flat = dataclasses.replace(base, params=tuple(params), tasks=tuple(ordered), body=_rebuild(src.body, tasks),
                                graph_while=flat_name(src.graph_while) if src.graph_while else None)
     return FlatSource(flat, flat_kinds, slots, specs, reads)

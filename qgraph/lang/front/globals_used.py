@@ -24,7 +24,7 @@ import builtins
 
 import numpy as np
 
-from ...args.vectors import is_vector_value
+from ..types.vector_types import is_vector_value
 from . import builtins as lang
 from .parse import UNRESOLVED, KernelSource, Param, collect_names
 from .regions import DeviceLoop, Region, RepeatLoop, Sequence, Task, control_regions, leaf_tasks, with_bodies
@@ -91,7 +91,7 @@ def outside_values(src: KernelSource):
                 continue
             if getattr(value, "_qgraph_kind", None) == "func" and id(value) not in visited_funcs:
                 visited_funcs.add(id(value))
-                pending.append((value._source.fn_def.body, value._source))
+                pending.append((value.source.fn_def.body, value.source))
             yield owner, holder, name, value, line
 
 

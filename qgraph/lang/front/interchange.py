@@ -8,7 +8,7 @@ tasks that only ever touch their own element becomes one parallel task looping k
 Element e's operations run in the same order either way, so the results are the same bits (see
 docs/control-flow.md for where an FMA may differ on CUDA), while the state stays in registers and
 k launches (or WHILE passes) become one. `interchanged` rewrites a kernel-level KernelSource
-(a launcher's, with `interchange=True`; `Kernel._source` keeps the loop, so the tape's analysis and
+(a launcher's, with `interchange=True`; `Kernel.source` keeps the loop, so the tape's analysis and
 the adjoint builder see the kernel as written); the fused task (`InterchangedTask`) keeps its
 parts, which lang.flat.view flattens (and, in an adjoint kernel, reverses) one by one before
 `fused_task` joins them. The rule is conservative and type-independent (see `Elementwise`);

@@ -297,7 +297,7 @@ class _Splitter(RegionParser):
                                          "task's loop or block", sub)
 
 
-def _analyse_names(tasks: list[Task], params: set[str], filename: str) -> None:
+def analyse_names(tasks: list[Task], params: set[str], filename: str) -> None:
     """Fill each task's stored/loaded sets and reject values that would cross tasks."""
     for task in tasks:
         names = collect_names(task.body)
@@ -357,7 +357,7 @@ def parse_kernel(fn, graph_while: str | None, ndrange_obj: object) -> KernelSour
     for task in tasks:
         splitter.unwrap_serial(task.body)
     splitter.check_nested_ndrange(tasks)
-    _analyse_names(tasks, set(names), filename)
+    analyse_names(tasks, set(names), filename)
     if graph_while is not None:  # the decorator's shorthand: a do-while region around the whole body
         body = Sequence((DeviceLoop(graph_while, body, fn_def.lineno),))
     assert tuple(leaf_tasks(body)) == tuple(tasks)

@@ -67,7 +67,7 @@ class DeviceLoop(Region):
     """Repeat `body` while the int32 array parameter `flag` is non-zero, tested after each pass
     (do-while) or, with `test_first`, before each pass. `max_iterations` overrides the kernel's
     runaway guard for this loop (USE_KERNEL: the kernel's; None: no guard); `unroll` its copies of
-    the body per WHILE pass on CUDA (USE_KERNEL: the kernel's unroll=; None: chosen, graph_unroll)."""
+    the body per WHILE pass on CUDA (USE_KERNEL: the kernel's unroll=; None: chosen, graphs.unroll)."""
 
     flag: str
     body: Sequence

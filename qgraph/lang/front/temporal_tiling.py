@@ -16,7 +16,7 @@ The last task then runs as its own node (it rewrites all it writes, so nothing o
 
 `tiled` rewrites a launcher's KernelSource (CUDA only; the CPU keeps the loop): each qualifying
 repeat loop becomes a `TiledRepeat` naming its `TiledTask`, appended to the tasks but to no region;
-the graph builder (graph_unroll.unrolled) substitutes X and the last task for S consecutive copies
+the graph builder (graphs.unroll.unrolled) substitutes X and the last task for S consecutive copies
 of the body where the specialisation compiled X (lang.cuda.tiling; a type it cannot stage keeps the
 copies). Eager runs and the host walk run the loop as written. The rule (`_Stencil`) is conservative
 and type-independent; docs/control-flow.md, "Temporally tiled repeat loops", states it.

@@ -57,7 +57,7 @@ def uniform_f32(seed, stream, index, draw):
     return np.float32(r0 >> _S8) * _F32_UNIT
 
 
-def _mul(a, b):
+def mul_rounded(a, b):
     """a * b, rounded on its own: each backend binds its own (on CUDA an explicit mul.rn,
     which is never fused into an FMA), so the normals below are bit-identical everywhere."""
     return a * b
@@ -82,20 +82,20 @@ def _log64(s):
         m = m + m
         e -= 1
     f = (m - _ONE64) / (m + _ONE64)
-    z = _mul(f, f)
+    z = mul_rounded(f, f)
     p = np.float64(1.0 / 21.0)
-    p = np.float64(1.0 / 19.0) + _mul(z, p)
-    p = np.float64(1.0 / 17.0) + _mul(z, p)
-    p = np.float64(1.0 / 15.0) + _mul(z, p)
-    p = np.float64(1.0 / 13.0) + _mul(z, p)
-    p = np.float64(1.0 / 11.0) + _mul(z, p)
-    p = np.float64(1.0 / 9.0) + _mul(z, p)
-    p = np.float64(1.0 / 7.0) + _mul(z, p)
-    p = np.float64(1.0 / 5.0) + _mul(z, p)
-    p = np.float64(1.0 / 3.0) + _mul(z, p)
-    p = _ONE64 + _mul(z, p)
+    p = np.float64(1.0 / 19.0) + mul_rounded(z, p)
+    p = np.float64(1.0 / 17.0) + mul_rounded(z, p)
+    p = np.float64(1.0 / 15.0) + mul_rounded(z, p)
+    p = np.float64(1.0 / 13.0) + mul_rounded(z, p)
+    p = np.float64(1.0 / 11.0) + mul_rounded(z, p)
+    p = np.float64(1.0 / 9.0) + mul_rounded(z, p)
+    p = np.float64(1.0 / 7.0) + mul_rounded(z, p)
+    p = np.float64(1.0 / 5.0) + mul_rounded(z, p)
+    p = np.float64(1.0 / 3.0) + mul_rounded(z, p)
+    p = _ONE64 + mul_rounded(z, p)
     k = np.float64(e)
-    return _mul(k, _LN2_HI) + (_mul(k, _LN2_LO) + _mul(_mul(_TWO64, f), p))
+    return mul_rounded(k, _LN2_HI) + (mul_rounded(k, _LN2_LO) + mul_rounded(mul_rounded(_TWO64, f), p))
 
 
 def _log32(s):
@@ -106,13 +106,13 @@ def _log32(s):
         m = m + m
         e -= 1
     f = (m - _ONE32) / (m + _ONE32)
-    z = _mul(f, f)
+    z = mul_rounded(f, f)
     p = np.float32(1.0 / 9.0)
-    p = np.float32(1.0 / 7.0) + _mul(z, p)
-    p = np.float32(1.0 / 5.0) + _mul(z, p)
-    p = np.float32(1.0 / 3.0) + _mul(z, p)
-    p = _ONE32 + _mul(z, p)
-    return _mul(np.float32(e), _LN2_32) + _mul(_mul(_TWO32, f), p)
+    p = np.float32(1.0 / 7.0) + mul_rounded(z, p)
+    p = np.float32(1.0 / 5.0) + mul_rounded(z, p)
+    p = np.float32(1.0 / 3.0) + mul_rounded(z, p)
+    p = _ONE32 + mul_rounded(z, p)
+    return mul_rounded(np.float32(e), _LN2_32) + mul_rounded(mul_rounded(_TWO32, f), p)
 
 
 def normal_f64(seed, stream, index, draw):
@@ -122,9 +122,9 @@ def normal_f64(seed, stream, index, draw):
     while True:
         v1 = np.float64(((r0 << _S32) | r1) >> _S11) * _UNIT52 - _ONE64
         v2 = np.float64(((r2 << _S32) | r3) >> _S11) * _UNIT52 - _ONE64
-        s = _mul(v1, v1) + _mul(v2, v2)
+        s = mul_rounded(v1, v1) + mul_rounded(v2, v2)
         if s < _ONE64 and s > np.float64(0.0):
-            return _mul(v1, math.sqrt(_mul(_M2_64, _log64(s)) / s))
+            return mul_rounded(v1, math.sqrt(mul_rounded(_M2_64, _log64(s)) / s))
         r0, r1, r2, r3 = philox4x32_10(r0, r1, r2, r3, seed & _MASK32, seed >> _S32)
 
 
@@ -134,9 +134,9 @@ def normal_f32(seed, stream, index, draw):
     while True:
         v1 = np.float32(r0 >> _S8) * _UNIT23 - _ONE32
         v2 = np.float32(r1 >> _S8) * _UNIT23 - _ONE32
-        s = _mul(v1, v1) + _mul(v2, v2)
+        s = mul_rounded(v1, v1) + mul_rounded(v2, v2)
         if s < _ONE32 and s > np.float32(0.0):
-            return _mul(v1, math.sqrt(_mul(_M2_32, _log32(s)) / s))
+            return mul_rounded(v1, math.sqrt(mul_rounded(_M2_32, _log32(s)) / s))
         r0, r1, r2, r3 = philox4x32_10(r0, r1, r2, r3, seed & _MASK32, seed >> _S32)
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...args.vectors import is_vector_value
 from ...dtypes import as_dtype
 
 
@@ -207,3 +206,19 @@ def inverse(m):
 
 FUNCTIONS = {f.__name__: f for f in (dot, cross, norm, norm_sqr, normalized, outer, trace, transpose,
                                      determinant, inverse)}
+
+
+def is_vector_shape(shape: tuple[int, ...]) -> bool:
+    """A shape some qgraph vector or matrix type has: (n,) or (n, m), each extent 1 to 4."""
+    return len(shape) in (1, 2) and all(1 <= n <= 4 for n in shape)
+
+
+def is_vector_value(value: object) -> bool:
+    """What `qgraph.vec2(...)` returns (VectorValue) with a vector or matrix shape.
+    A plain NumPy array is an array argument, never a vector."""
+    return getattr(type(value), "_qgraph_vector", False) and is_vector_shape(value.shape)
+
+
+def is_vector_kind(kind: object) -> bool:
+    """An argument kind (args.kinds) of a vector passed by value."""
+    return getattr(kind, "is_vector", False)

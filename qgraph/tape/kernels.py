@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from .decorator import kernel
-from .lang.front.builtins import ndrange
-from .lang.types.vector_types import element_of
-from .runtime import state as runtime
-from .runtime.arrays import Ndarray
+from ..decorator import kernel
+from ..lang.front.builtins import ndrange
+from ..lang.types.vector_types import element_of
+from ..runtime import state as runtime
+from ..runtime.arrays import Ndarray
 
 
 @kernel

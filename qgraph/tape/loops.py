@@ -11,12 +11,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .backends.adjoint_calls import recording_kernel
-from .errors import QgraphError
-from .lang.adjoint.loops import COUNTERS, loop_title
-from .lang.front.regions import DeviceLoop
-from .runtime import state as runtime
-from .runtime.arrays import Ndarray
+from ..autodiff.adjoint_calls import recording_kernel
+from ..errors import QgraphError
+from ..lang.adjoint.loops import COUNTERS, loop_title
+from ..lang.front.regions import DeviceLoop
+from ..runtime import state as runtime
+from ..runtime.arrays import Ndarray
 
 FLAG_EVERY = 16  # a flag loop's default spacing (its pass count is unknown when the call starts)
 FLAG_SLOTS = 64  # and its default number of checkpoints (without checkpoint_bytes): 1024 passes
@@ -46,7 +46,7 @@ def plan(tape, kernel, args: tuple, states) -> LoopPlan:
     """The spacing of each loop's checkpoints: the tape's checkpoint_every, else sqrt(count) passes,
     else (over the tape's byte budget) the spacing that keeps least; raises when none fits. A flag
     loop gets FLAG_EVERY and as many checkpoints as its share of the budget holds (else FLAG_SLOTS)."""
-    src = kernel._source
+    src = kernel.source
     size = {n: args[src.param_names.index(n)].nbytes for n, _ in states.carried}
     fixed = sum(size.values()) + sum(size[n] for _, n, kind, j in states.buffers() if kind == "pass" and j is None)
     kept = [sum(size[n] for n in names) for _, names in states.kept]
@@ -104,7 +104,7 @@ def _over(src, loop, passes: str, every: int, nbytes: int, budget: int) -> Qgrap
 def run(tape, kernel, args: tuple, values: list, loop: LoopPlan) -> tuple:
     """Run the recording forward pass of the call (in place of the call) and put working arrays
     in `values` for the carried arrays: (the states, the adjoint's hidden arguments, the plan)."""
-    src, states = kernel._source, loop.states
+    src, states = kernel.source, loop.states
     by_name = {n: args[src.param_names.index(n)] for n, _ in states.carried}
     buffers = [_stacked(by_name[n], loop.segments[j] if kind == "checkpoint" else loop.rows(j))
                for _, n, kind, j in states.buffers()]
@@ -116,12 +116,10 @@ def run(tape, kernel, args: tuple, values: list, loop: LoopPlan) -> tuple:
             counters.append(loop.every[j] if name == "every" else _scalar(home, dtype))
     hidden = (*buffers, *counters)
     recording = recording_kernel(kernel, states)
-    if recording._generation != runtime.STATE.generation:
-        recording._attach()
-    recording._launch(*args, *hidden, None)  # counts the passes it runs
-    for target, launcher in kernel._launchers.items():  # the kernel's stats report the call as it ran
-        if target in recording._launchers:
-            launcher.adopt_last(recording._launchers[target])
+    recording.launch_values(*args, *hidden, None)  # counts the passes it runs
+    for target, launcher in kernel.launchers.items():  # the kernel's stats report the call as it ran
+        if target in recording.launchers:
+            launcher.adopt_last(recording.launchers[target])
     for n in by_name:
         values[src.param_names.index(n)] = _stacked(by_name[n], None)
     tape.stats.checkpoint_bytes += loop.nbytes
@@ -138,7 +136,7 @@ def check(kernel, loop: tuple) -> None:
         ran = int(hidden[len(hidden) - len(COUNTERS) * (len(plan.counts) - j) + COUNTERS.index("most")].to_numpy())
         if ran > plan.segments[j] * plan.every[j]:
             lp = states.kept[j][0]
-            raise QgraphError(f"kernel {kernel._source.name}: its {loop_title(lp)} (line {lp.lineno}) ran {ran} "
+            raise QgraphError(f"kernel {kernel.source.name}: its {loop_title(lp)} (line {lp.lineno}) ran {ran} "
                               f"passes, more than the tape's checkpoints held ({plan.segments[j]} checkpoints every "
                               f"{plan.every[j]} passes); record it again under qgraph.Tape(checkpoint_every="
                               f"{-(-ran // plan.segments[j])}) or a larger checkpoint_bytes=")
@@ -146,12 +144,12 @@ def check(kernel, loop: tuple) -> None:
 
 def _stacked(a: Ndarray, count: int | None) -> Ndarray:
     """A zero-filled array of `count` arrays like `a` (`a`'s own shape for None), on `a`'s device."""
-    from .tape_kernels import index_rank
+    from .kernels import index_rank
 
     shape = a.shape[:index_rank(a)]
     shape = shape if count is None else (count, *shape)
     with _on(a):
-        return Ndarray(a._element or a.dtype, shape)
+        return Ndarray(a.element or a.dtype, shape)
 
 
 def _scalar(home: Ndarray, dtype) -> Ndarray:
@@ -163,7 +161,7 @@ class _on:
     """The device of an array (nothing on the CPU)."""
 
     def __init__(self, a: Ndarray) -> None:
-        self._context = runtime.device(a._device.info.ordinal) if a._device is not None else None
+        self._context = runtime.device(a.cuda_device.info.ordinal) if a.cuda_device is not None else None
 
     def __enter__(self):
         if self._context is not None:

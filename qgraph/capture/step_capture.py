@@ -1,6 +1,6 @@
 """Whole-step capture on CUDA: every kernel call of a @qgraph.graph function as one CUDA graph.
 
-A call runs the Python function with this thread recording (step_body.run_body): each kernel
+A call runs the Python function with this thread recording (runtime.call_hooks.run_body): each kernel
 call inside resolves its arguments, compiles its signature if new, and is recorded instead of
 launched (the hook in the kernels' generated launch costs them one list read otherwise). The recorded calls key
 a built step graph: each call's nodes are added to one graph by the same builder a kernel
@@ -26,37 +26,22 @@ from ..driver.device import check, driver, kernel_failure
 from ..driver.loop_state import LoopMode
 from ..errors import QgraphError
 from ..graph_cache import TaskGraph
+from ..lang.front.writes import written_params
 from ..runtime.arrays import Ndarray
-from .checks import written_params
-from .step_body import body_calls, note_writes, tape_call
+from ..runtime.call_hooks import BoundCall, StepBody, note_writes
 from .step_host import host_node, queue_host_calls, unqueue_host_calls
 
 _WRITTEN: dict[int, frozenset] = {}  # id(kernel source) -> positions of the array parameters it writes
 
 
-class StepCall:
-    """One kernel call inside a step: its launcher, signature, specialisation (compiled),
-    arguments and parameter bytes."""
-
-    __slots__ = ("launcher", "key", "spec", "args", "packs")
-
-    def __init__(self, launcher, key: tuple, spec, args: tuple, packs: tuple) -> None:
-        self.launcher, self.key, self.spec, self.args, self.packs = launcher, key, spec, args, packs
-
-
-def intercept(launcher, key: tuple, args: tuple, packs: tuple, stream) -> bool:
-    """The kernels' launch hook: a tape records the call; it is recorded instead of launched if
-    this thread is running a step's body."""
-    if tape_call(launcher, args, key):
-        return True
-    calls = body_calls()
-    if calls is None:
-        return False
-    if stream is not None:
-        raise QgraphError(f"kernel {launcher.src.name} was given stream= inside a @qgraph.graph function: its "
+def recorded(body: StepBody, call: BoundCall) -> bool:
+    """A CUDA step body's `take` (runtime.call_hooks): the call is compiled and recorded for the
+    step's graph instead of launched."""
+    if call.stream is not None:
+        raise QgraphError(f"kernel {call.launcher.src.name} was given stream= inside a @qgraph.graph function: its "
                           "calls run in the step's graph, on the stream the step is called with; drop stream=")
-    spec = launcher.specialisation(key, args)  # compiled now: the step's graph is built from compiled tasks
-    calls.append(StepCall(launcher, key, spec, args, packs))
+    call.launcher.specialisation(call.key, call.args)  # compiled now: the step's graph is built from compiled tasks
+    body.calls.append(call)
     return True
 
 
@@ -70,7 +55,7 @@ def _written(src) -> frozenset:
     return written
 
 
-def _spans(call: StepCall) -> list[tuple[int, int, bool]]:
+def _spans(call: BoundCall) -> list[tuple[int, int, bool]]:
     """(start, end, written) of every array a call passes: the device bytes it may touch."""
     written = _written(call.launcher.src)
     spans = []
@@ -101,13 +86,13 @@ def _span(pack: bytes, written: bool):
     return (low, high, written)
 
 
-def _array_positions(call: StepCall) -> tuple[int, ...]:
+def _array_positions(call: BoundCall) -> tuple[int, ...]:
     """Where a call's arrays and structs are among its arguments: all that its dependencies read."""
     return tuple(k for k, (sig, pack) in enumerate(zip(call.key, call.packs))
                  if isinstance(pack, tuple) or getattr(arg_type(sig), "is_array", False))
 
 
-def dependencies(calls: list[StepCall]) -> tuple[tuple[int, ...], ...]:
+def dependencies(calls: list[BoundCall]) -> tuple[tuple[int, ...], ...]:
     """For each call, the earlier calls it waits for: those whose arrays overlap its own where
     either writes (conservative: any overlap of the bytes spanned), less those it already waits
     for through another."""
@@ -160,7 +145,7 @@ def _same_values(now: tuple, then: tuple) -> bool:
 class BuiltStep:
     """One step graph: each call's nodes, its executable instance and the blocks it holds."""
 
-    def __init__(self, target, calls: list[StepCall], deps: tuple, stream: int, name: str, stats,
+    def __init__(self, target, calls: list[BoundCall], deps: tuple, stream: int, name: str, stats,
                  loop: tuple | None = None) -> None:
         d = driver()
         self._target = target
@@ -191,9 +176,9 @@ class BuiltStep:
                     raise QgraphError(f"kernel {launcher.src.name} has device control flow that runs on the host "
                                       f"here ({launcher.while_reason}), so it cannot be part of a @qgraph.graph "
                                       "step; call it outside the step")
-                part = call.spec.build_graph(call.args, call.packs, stream, stats,
-                                             into=(into, [n for i in waits for n in ends[i]]),
-                                             kernel_deps=kernel_handles)
+                spec = launcher.specialisation(call.key, call.args)  # compiled when the call was recorded
+                part = spec.build_graph(call.args, call.packs, stream, stats,
+                                        into=(into, [n for i in waits for n in ends[i]]), kernel_deps=kernel_handles)
                 self.parts.append(part)
                 ends.append(part.ends)
                 kernel_handles = kernel_handles | part.kernel_handles()
@@ -222,7 +207,7 @@ class BuiltStep:
         self.flag_address = address
         self.version += 1
 
-    def update(self, calls: list[StepCall]) -> None:
+    def update(self, calls: list[BoundCall]) -> None:
         """Set the nodes of the calls whose arguments changed since this graph last ran."""
         held = self.held
         for k, call in enumerate(calls):
@@ -265,7 +250,7 @@ class StepRunner:
         self.own_stream = target.device.stream_handle
         self._fail = kernel_failure(name)
         self._current = None  # the graph the last body run replayed
-        self._current_calls: list[StepCall] = []
+        self._current_calls: list[BoundCall] = []
         self._current_version = 0
         self._same = None  # (args, kwargs values, stream, graph, struct epoch, kwargs names, result, version)
 
@@ -312,7 +297,7 @@ class StepRunner:
         self._same = (args, tuple(kwargs.values()), stream, built, STRUCT_EPOCH[0], tuple(kwargs), result,
                       self._current_version)
 
-    def run(self, calls: list[StepCall], stream: int, flag=None) -> None:
+    def run(self, calls: list[BoundCall], stream: int, flag=None) -> None:
         try:
             signature = tuple((id(c.launcher), c.key) for c in calls)
             address = self._flag_address(calls, flag) if self._loop is not None else None
@@ -349,7 +334,7 @@ class StepRunner:
         finally:
             calls = flag = None  # this frame may outlive the call, as GraphFunction.__call__'s may (qgraph/step.py)
 
-    def _flag_address(self, calls: list[StepCall], flag) -> bytes:
+    def _flag_address(self, calls: list[BoundCall], flag) -> bytes:
         """The flag's element pointer, from a kernel call the flag is passed to (one must set it)."""
         name = self._loop[0]
         for call in calls:
@@ -362,7 +347,7 @@ class StepRunner:
         raise QgraphError(f"graph_while={name!r}: no kernel call in step {self._name} takes the flag, so nothing "
                           "could set it to 0; pass the flag to the kernel that decides whether to go on")
 
-    def _build(self, signature: tuple, deps: tuple, calls: list[StepCall], stream: int,
+    def _build(self, signature: tuple, deps: tuple, calls: list[BoundCall], stream: int,
                address: bytes | None) -> BuiltStep:
         loop = None
         if self._loop is not None:

@@ -20,6 +20,7 @@ from ..driver.nodes import capture_graph, relaxed_capture_mode, set_capture_depe
 from ..errors import QgraphError
 from ..graph_cache import TaskGraph
 from ..lang.front.regions import control_regions
+from ..runtime.call_hooks import BoundCall
 
 
 def first_call_error(src, key: tuple) -> QgraphError:
@@ -43,10 +44,11 @@ class CaptureRecorder:
         self._launcher = launcher
         self._control_flow = any(True for _ in control_regions(launcher.src.body))
         self._recorded: list[TaskGraph] = []  # their loop state lives as long as the launcher
+        self._eager: dict[tuple, object] = {}  # signature -> eager launches into the capturing stream
 
-    def record(self, key: tuple, args: tuple, packs: tuple, stream: int) -> None:
-        """A call on `stream`, which another library is capturing: record its tasks into that graph."""
-        launcher = self._launcher
+    def record(self, call: BoundCall) -> None:
+        """A call on `call.stream`, which another library is capturing: record its tasks into that graph."""
+        launcher, key, args, packs, stream = self._launcher, call.key, call.args, call.packs, call.stream
         if self._control_flow and launcher.while_mode != "device":
             raise control_flow_error(launcher.src, launcher.while_reason)
         spec = launcher.compiled(key)
@@ -56,9 +58,10 @@ class CaptureRecorder:
         if self._control_flow:
             self._record_graph(spec, args, packs, stream)
             return
-        if spec.captured_run is None:
-            spec.captured_run = spec.eager().run
-        spec.captured_run(args, packs, stream)
+        run = self._eager.get(key)
+        if run is None:
+            run = self._eager[key] = spec.eager().run
+        run(args, packs, stream)
 
     def _record_graph(self, spec, args: tuple, packs: tuple, stream: int) -> None:
         """Device control flow: the specialisation's nodes, conditional ones included, added straight
@@ -76,4 +79,5 @@ class CaptureRecorder:
             for recorded in self._recorded:
                 recorded.close()
             self._recorded.clear()
+        self._eager.clear()
 

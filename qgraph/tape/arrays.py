@@ -6,9 +6,9 @@ pass through an array inside a struct, and seeds that do not name a followed flo
 
 from __future__ import annotations
 
-from .backends.gradient_args import check_seed, has_struct_accesses, identity, shown, struct_arrays
-from .errors import QgraphError
-from .runtime.arrays import Ndarray
+from ..autodiff.gradient_args import check_seed, has_struct_accesses, identity, shown, struct_arrays
+from ..errors import QgraphError
+from ..runtime.arrays import Ndarray
 
 _FIX = "; pass that array as an argument of its own, or keep it out of what the loss depends on"
 

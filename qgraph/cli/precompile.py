@@ -55,7 +55,7 @@ def precompile(target: str, types: list[str]) -> str:
     started = time.perf_counter()
     if isinstance(found, qgraph.Kernel):
         if not types:
-            params = ", ".join(p.name for p in found._source.params if p.source is None)
+            params = ", ".join(p.name for p in found.source.params if p.source is None)
             raise ValueError(f"{target} is a kernel: give the type of each argument ({params}) as signature texts, "
                              "e.g. float32[1d] float32[2d] float int32")
         loads = found.stats.cache_loads
@@ -105,8 +105,8 @@ def example_argument(text: str, arch: str):
     element = tuple(int(n) for n in found["element"].split("x")[1:])
     shape = (1,) * int(found["ndim"]) + element
     if element:  # an array of vectors or matrices
-        from .lang.types.vector_types import matrix, vector
-        from .runtime.arrays import ndarray
+        from ..lang.types.vector_types import matrix, vector
+        from ..runtime.arrays import ndarray
 
         if len(element) > 2 or found["strided"]:
             raise ValueError(f"{text!r}: call qgraph.compile with a real array in a warm-up function instead")
@@ -119,7 +119,7 @@ def example_argument(text: str, arch: str):
         return np.zeros(shape[:-1] + (4,), dtype)[..., ::2]  # two elements a stride apart: not contiguous
     if arch == "cpu":
         return np.zeros(shape, dtype)
-    from .runtime.arrays import ndarray
+    from ..runtime.arrays import ndarray
 
     return ndarray(dtype, shape)
 

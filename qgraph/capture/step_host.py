@@ -39,13 +39,14 @@ SETTLE_POLL_S = 1e-4  # DeviceState.sync's wait for callbacks still returning (r
 
 
 class HostCall:
-    """A recorded host_call, in a step's call list beside its StepCalls (no launcher, no arrays)."""
+    """A recorded host_call, in a step's call list beside its kernel calls (runtime.call_hooks.BoundCall)
+    and read like one: no launcher, no arrays."""
 
-    __slots__ = ("fn", "args", "launcher", "spec", "key", "packs")
+    __slots__ = ("fn", "args", "launcher", "key", "packs")
 
     def __init__(self, fn, args: tuple) -> None:
         self.fn, self.args = fn, args
-        self.launcher = self.spec = None
+        self.launcher = None
         self.key = ("host_call",)  # part of the step's signature
         self.packs = ()
 

@@ -20,14 +20,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import tape_loops
-from .backends import step_body
-from .backends.adjoint_calls import adjoint_reads, kernel_facts, launch_adjoint, loop_states
-from .backends.gradient_args import identity, is_array, is_float_array, scan_args, written_aliases
-from .errors import QgraphError
-from .runtime.arrays import Ndarray
-from .tape_arrays import FollowedArrays
-from .tape_kernels import ADD, COPY, fill, give_back, index_rank, like, scratch_like
+from ..autodiff.adjoint_calls import launch_adjoint, plan_for, writes_of
+from ..autodiff.gradient_args import identity, is_array, is_float_array, scan_args, written_aliases
+from ..errors import QgraphError
+from ..runtime import call_hooks
+from ..runtime.arrays import Ndarray
+from ..runtime.call_hooks import BoundCall, StepBody
+from . import loops as tape_loops
+from .arrays import FollowedArrays
+from .kernels import ADD, COPY, fill, give_back, index_rank, like, scratch_like
 
 
 @dataclass
@@ -47,22 +48,31 @@ class TapeStats:
         return self.snapshot_bytes + self.temporary_grad_bytes + self.checkpoint_bytes
 
 
-class _Call:
-    """One recorded call: the kernel, the values its adjoint reads (copies where a later call
-    overwrote them), and the arrays as the user passed them (whose gradients it accumulates)."""
+class TapeEntry:
+    """One recorded call (a BoundCall, whose arguments are the arrays as the user passed them, whose
+    gradients it accumulates) and what its adjoint needs: the values it reads (copies where a later
+    call overwrote them), the step it was made in, the loop states it kept."""
 
-    __slots__ = ("kernel", "values", "arrays", "step", "loop", "seen", "aliases", "scratch", "keys")
+    __slots__ = ("call", "values", "step", "loop", "seen", "aliases", "scratch", "keys")
 
-    def __init__(self, kernel, values: list, arrays: tuple, step, aliases: dict[int, int], keys: tuple) -> None:
-        self.kernel = kernel
+    def __init__(self, call: BoundCall, values: list, step: StepBody | None, aliases: dict[int, int] | None,
+                 keys: tuple) -> None:
+        self.call = call
         self.values = values
-        self.arrays = arrays
-        self.step = step  # (the calls list, the step function) of the @qgraph.graph call it was made in, or None
+        self.step = step  # the @qgraph.graph body the call was made in, or None
         self.loop = None  # (LoopStates, the adjoint's hidden arguments, LoopPlan) of a loop that keeps states
         self.seen: tuple[tuple[int, int], ...] = ()  # (position, version) of qgraph arrays its adjoint reads live
         self.aliases = aliases  # position -> an earlier position passing the same array (read-only), or None
         self.scratch: dict[int, Ndarray] | None = None  # position -> the gradient of an alias, added after
         self.keys = keys  # (position, parameter name, identity) of each array argument
+
+    @property
+    def kernel(self):
+        return self.call.kernel
+
+    @property
+    def arrays(self) -> tuple:
+        return self.call.args
 
 
 class Tape:
@@ -75,8 +85,8 @@ class Tape:
                 raise ValueError(f"qgraph.Tape({name}={value!r}): give a positive int, or None for the default")
         self.checkpoint_every = checkpoint_every  # passes between a repeat loop's checkpoints (None: sqrt of the count)
         self.checkpoint_bytes = checkpoint_bytes  # the most a recorded call's loop may keep (None: no limit)
-        self._calls: list[_Call] = []
-        self._readers: dict[tuple, list[tuple[_Call, int]]] = {}  # identity -> (call, position) reading it live
+        self._calls: list[TapeEntry] = []
+        self._readers: dict[tuple, list[tuple[TapeEntry, int]]] = {}  # identity -> (call, position) reading it live
         self._followed = FollowedArrays()  # every array the recorded calls passed (tape_arrays)
         self._memo: dict = {}  # kernel -> (its last recorded arguments, what record found of them, has structs)
         self._temporary: dict[tuple, Ndarray] = {}  # identity -> its accumulated gradient (no .grad of its own)
@@ -87,19 +97,19 @@ class Tape:
         self._previous = None
         self._entered = False
         self._home = None  # the step body the tape was entered in (its calls are not grouped)
-        self._unwatch = None  # set while kernel calls must count their writes for this tape (step_body.watch)
+        self._unwatch = None  # set while kernel calls must count their writes for this tape (call_hooks.watch)
         self.stats = TapeStats()
 
     def __enter__(self) -> Tape:
         if self._entered:
             raise QgraphError("qgraph.Tape: this tape is recording already; a tape is entered once at a time")
         self._entered = True
-        self._home = step_body.current_body()
-        self._previous = step_body.push_tape(self)
+        self._home = call_hooks.current_body()
+        self._previous = call_hooks.push_tape(self)
         return self
 
     def __exit__(self, *exc) -> None:
-        step_body.pop_tape(self._previous)
+        call_hooks.pop_tape(self._previous)
         self._entered = False
         self._previous = None
         self._busy = True
@@ -112,14 +122,15 @@ class Tape:
 
     # -- recording ---------------------------------------------------------------------------
 
-    def record(self, kernel, args: tuple, key: tuple) -> bool:
-        """Called by the launchers before `kernel` runs on `args` (see step_body.tape_call): True
-        when the tape ran the call itself (a repeat loop's forward pass that keeps checkpoints)."""
-        if self._busy or kernel._source.adjoint is not None:
+    def record(self, bound: BoundCall) -> bool:
+        """Called by the launchers before a call runs (runtime.call_hooks.on_call): True when the
+        tape ran the call itself (a repeat loop's forward pass that keeps checkpoints)."""
+        kernel, args, key = bound.kernel, bound.args, bound.key
+        if self._busy or kernel.source.adjoint is not None:
             return False
-        src = kernel._source
+        src = kernel.source
         who = f"kernel {src.name} (recorded on a qgraph.Tape)"
-        info = kernel_facts(kernel)
+        info = writes_of(kernel)
         memo = self._memo.get(kernel)  # a simulation passes the same arrays step after step
         if memo is not None and len(memo[0]) == len(args) and all(a is b for a, b in zip(memo[0], args)) \
                 and not memo[2]:
@@ -131,7 +142,8 @@ class Tape:
             structs = any(getattr(type(a), "_qgraph_struct", False) for a in args)  # their fields may change
             self._memo[kernel] = (args, (arrays, keys, aliases, names), structs)
         self._followed.check_structs(src, args, keys, who)
-        states = loop_states(kernel, key)
+        plan = plan_for(kernel, key)
+        states = plan.states
         self._busy = True
         try:
             values = list(args)
@@ -141,13 +153,13 @@ class Tape:
                     self._copy_for_readers(keys[k])
                     if type(arrays[k]) is Ndarray:
                         arrays[k].version += 1
-            step = step_body.current_body()
-            if step is not None and self._home is not None and step[0] is self._home[0]:
+            step = call_hooks.current_body()
+            if step is not None and step is self._home:
                 step = None  # the tape lives inside this step: its backward is captured with it
-            call = _Call(kernel, values, tuple(args), step, aliases or None, names)
+            call = TapeEntry(bound, values, step, aliases or None, names)
             if loop is not None:  # the arrays the loop carries: working arrays of the adjoint's own
                 call.loop = tape_loops.run(self, kernel, args, values, loop)
-            reads = adjoint_reads(kernel, key)
+            reads = plan.reads
             for k, a in arrays.items():
                 found = keys[k]
                 self._followed.add(src, k, a, found, k in info.written)
@@ -167,8 +179,8 @@ class Tape:
 
     def _watch(self) -> None:
         if self._unwatch is None:
-            step_body.watch(True)
-            self._unwatch = weakref.finalize(self, step_body.watch, False)
+            call_hooks.watch(True)
+            self._unwatch = weakref.finalize(self, call_hooks.watch, False)
 
     def _copy_for_readers(self, found: tuple) -> None:
         readers = self._readers.pop(found, None)
@@ -209,7 +221,7 @@ class Tape:
         self._busy = True
         try:
             self._pass_gradients(seeds)
-            if step_body.current_body() is not None:  # inside a step: the adjoints are captured with it
+            if call_hooks.current_body() is not None:  # inside a step: the adjoints are captured with it
                 self._give_back.detach()  # its graph keeps using this pass's gradients
                 for call in reversed(self._calls):
                     self._adjoint(call)
@@ -218,7 +230,7 @@ class Tape:
                     if group[0].step is None:
                         self._adjoint(group[0])
                     else:  # the calls of one @qgraph.graph call: their adjoints as one captured step
-                        _backward_step(group[0].step[1])(self, group)
+                        _backward_step(group[0].step.fn)(self, group)
             self._accumulate()
         finally:
             self._busy = False
@@ -229,7 +241,7 @@ class Tape:
             for k, version in call.seen:
                 a = call.arrays[k]
                 if call.values[k] is a and a.version != version:
-                    src = call.kernel._source
+                    src = call.kernel.source
                     raise QgraphError(f"Tape.backward: the gradient of recorded call {number + 1} (kernel {src.name}, "
                                       f"line {src.lineno}) needs '{src.params[k].name}' as that call left it, and "
                                       "it was changed since (by a kernel call this tape did not record, another "
@@ -274,7 +286,7 @@ class Tape:
             else:
                 ADD[index_rank(buffer)](self._temporary[found], buffer)
 
-    def _adjoint(self, call: _Call) -> None:
+    def _adjoint(self, call: TapeEntry) -> None:
         found, added = {}, []
         working, temporary = self._working, self._temporary
         for k, name, key in call.keys:  # this pass's gradient, else the array's .grad, else the tape's own
@@ -296,7 +308,7 @@ class Tape:
             found[name] = g
         if found:
             states, hidden = call.loop[:2] if call.loop else (None, ())
-            if call.loop and step_body.current_body() is None:
+            if call.loop and call_hooks.current_body() is None:
                 tape_loops.check(call.kernel, call.loop)
             launch_adjoint(call.kernel, tuple(call.values), found, states=states, hidden=hidden)
         for g, scratch in added:
@@ -329,9 +341,9 @@ class Tape:
 
 def _step_groups(calls):
     """Consecutive calls made in one @qgraph.graph call, together; other calls alone."""
-    group: list[_Call] = []
+    group: list[TapeEntry] = []
     for call in calls:
-        if group and (call.step is None or group[0].step is None or call.step[0] is not group[0].step[0]):
+        if group and (call.step is None or group[0].step is None or call.step is not group[0].step):
             yield group
             group = []
         group.append(call)
@@ -347,7 +359,7 @@ def _backward_step(fn):
     built once and replayed, with node updates where arrays or numbers changed."""
     found = _BACKWARD.get(fn)
     if found is None:
-        from .step import GraphFunction
+        from ..capture.step import GraphFunction
 
         def backward(tape: Tape, calls: list) -> None:
             for call in calls:

@@ -11,14 +11,14 @@ argument (before the call) or the returned copy (after it).
 
 from __future__ import annotations
 
-from .backends.adjoint_calls import adjoint_reads, launch_adjoint, loop_states
-from .errors import QgraphError
+from ..autodiff.adjoint_calls import launch_adjoint, plan_for
+from ..errors import QgraphError
 
 
 def functional_op(torch, kernel, op_name: str, params: list, annotations: str, tensors: list[str],
                   written: list[str]):
     """The functional custom operator `qgraph::<op_name>` of `kernel`, with its autograd formula."""
-    src = kernel._source
+    src = kernel.source
     if not written:
         raise TypeError(f"kernel {src.name} writes none of its tensors: a functional operator returns what it "
                         "writes, so it would return nothing")
@@ -99,13 +99,14 @@ def _adjoint_grads(torch, kernel, names: list[str], tensors: list[str], written:
                 adjoints[t] = seeds[written.index(t)].detach().clone()
             else:
                 adjoints[t] = torch.zeros_like(before[t])
-        key = kernel._compile(*_host([values[n] for n in names], torch))
-        states = loop_states(kernel, key)
+        key = kernel.compile_values(*_host([values[n] for n in names], torch))
+        plan = plan_for(kernel, key)
+        states = plan.states
         if states is not None:  # the passes' states exist only where a qgraph.Tape recorded the call
-            raise QgraphError(f"torch_op({kernel._source.name}): the gradient of its device loop (line "
+            raise QgraphError(f"torch_op({kernel.source.name}): the gradient of its device loop (line "
                               f"{states.loop.lineno}) needs the states of its passes, which only qgraph.Tape keeps; "
                               "differentiate the kernel with qgraph.Tape instead")
-        for name, when in adjoint_reads(kernel, key).items():
+        for name, when in plan.reads.items():
             if when == "after" and name in written:
                 values[name] = after[written.index(name)]
         _adjoint(torch, kernel, [values[n] for n in names], adjoints)
@@ -126,7 +127,7 @@ def _runner(torch, kernel, names: list[str]):
 
 def _adjoint(torch, kernel, values: list, adjoints: dict) -> None:
     if not adjoints:
-        raise QgraphError(f"kernel {kernel._source.name}: no float tensor to take a gradient for")
+        raise QgraphError(f"kernel {kernel.source.name}: no float tensor to take a gradient for")
     first = next(v for v in values if isinstance(v, torch.Tensor))
     if first.is_cuda:
         launch_adjoint(kernel, tuple(_host(values, torch)), {n: a.detach() for n, a in adjoints.items()},

@@ -2,8 +2,8 @@
 
 The function body runs on every call (so what it computes in Python is never stale), with
 its kernel calls recorded instead of launched; the recorded calls are replayed as one graph
-holding every task of every call (backends/step_capture.py). On the CPU the function simply
-runs, its kernel calls counted (backends/step_body.py).
+holding every task of every call (capture/step_capture.py). On the CPU the function simply
+runs, its kernel calls counted (runtime/call_hooks.py).
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from . import runtime
-from .errors import QgraphError
-from .runtime import DeviceState
-from .runtime.settings import USE_ENVIRONMENT
+from .. import runtime
+from ..errors import QgraphError
+from ..runtime import DeviceState
+from ..runtime.settings import USE_ENVIRONMENT
 
 
 @dataclass
@@ -56,30 +56,32 @@ class GraphFunction:
         runtime.STATE.kernels.add(self)
 
     def __call__(self, *args, stream=None, **kwargs):
-        from .backends import step_body
+        from ..runtime import call_hooks
 
         state = runtime.ensure_init()
         target = state.current()
-        if step_body.in_body():
+        if call_hooks.current_body() is not None:
             return self._fn(*args, **kwargs)  # a step called by a step: its calls join the outer one
         if not isinstance(target, DeviceState):
             return self._cpu_run(args, kwargs, state.settings)
-        if self.graph_while is not None and step_body.ACTIVE[0] and step_body.tape_recording():
+        if self.graph_while is not None and call_hooks.tape_recording():
             # under a tape every pass's calls are recorded: the loop runs here, its calls launched as made
             return self._passes(args, kwargs, state.settings, lambda: (None, self._fn(*args, **kwargs)))
         try:
             runner = self._last or self._runner(target, state)
             if stream is not None:
-                from .driver.device import stream_handle
+                from ..driver.device import stream_handle
 
                 stream = stream_handle(stream)
-            if not (step_body.ACTIVE[0] and step_body.tape_recording()):  # a tape must see the body's calls
+            if not (call_hooks.tape_recording()):  # a tape must see the body's calls
                 replayed, result = runner.replay_same(args, kwargs, runner.own_stream if stream is None else stream)
                 if replayed:
-                    if step_body.WATCHING[0]:  # a tape may need what the replay overwrote: counted
+                    if call_hooks.WATCHING[0]:  # a tape may need what the replay overwrote: counted
                         runner.note_writes()
                     return result
-            calls, result = step_body.run_body(self._fn, args, kwargs)
+            from .step_capture import recorded
+
+            calls, result = call_hooks.run_body(self._fn, args, kwargs, recorded)
             if not calls:  # nothing to launch
                 self.stats.kernel_calls = self.stats.graph_nodes = 0
             else:
@@ -102,7 +104,7 @@ class GraphFunction:
 
     def _runner(self, target: DeviceState, state):
         """The step runner of one device (its graphs and their cache), made on first use."""
-        from .backends import step_capture
+        from . import step_capture
 
         runner = self._runners.get(target.key)
         if runner is None:
@@ -123,13 +125,13 @@ class GraphFunction:
     def _cpu_run(self, args: tuple, kwargs: dict, settings):
         """The CPU: the body runs as written, its kernel calls counted (stats.kernel_calls, as on
         CUDA); with graph_while, until the flag reads 0 (do-while), with the guard."""
-        from .backends import step_body
+        from ..runtime import call_hooks
 
         if self.graph_while is None:
-            calls, result = step_body.run_body(self._fn, args, kwargs)
+            calls, result = call_hooks.run_body(self._fn, args, kwargs)
             self.stats.kernel_calls = len(calls)
             return result
-        return self._passes(args, kwargs, settings, lambda: step_body.run_body(self._fn, args, kwargs))
+        return self._passes(args, kwargs, settings, lambda: call_hooks.run_body(self._fn, args, kwargs))
 
     def _passes(self, args: tuple, kwargs: dict, settings, body: Callable):
         """graph_while run by Python: `body()` (its calls or None, its result) until the flag reads
@@ -151,7 +153,7 @@ class GraphFunction:
                                   f"'{self.graph_while}' still non-zero and was stopped by the runaway guard "
                                   "(max_iterations); raise it or make a kernel set the flag to 0")
 
-    def _drop(self) -> None:
+    def release(self) -> None:
         for runner in self._runners.values():
             runner.close()
         self._runners.clear()
@@ -193,13 +195,14 @@ def host_call(fn: Callable, *args) -> None:
     (on CUDA a host node of the step's graph, run on a driver thread: `fn` must not call CUDA,
     and the graph keeps `fn` and `args` alive until it has run; backends/step_host.py). On the
     CPU, or outside a step (after qgraph.sync()), it calls `fn(*args)` at once."""
-    from .backends import step_body
+    from ..runtime import call_hooks
 
     if not callable(fn):
         raise TypeError(f"qgraph.host_call takes a callable first, got {fn!r}")
-    calls = step_body.body_calls()
+    body = call_hooks.current_body()
+    calls = None if body is None else body.calls
     if calls is not None and isinstance(runtime.STATE.current(), DeviceState):
-        from .backends.step_host import HostCall
+        from .step_host import HostCall
 
         calls.append(HostCall(fn, args))
         return

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import ast
 
-from .args.resolve import scalar_annotation
-from .backends.checks import written_params
-from .lang.front.parse import UNRESOLVED
+from ..args.resolve import scalar_annotation
+from ..lang.front.parse import UNRESOLVED
+from ..lang.front.writes import written_params
 
 _SCALARS = {"bool": "bool", "int": "int", "i8": "int", "i16": "int", "i32": "int", "i64": "int", "u8": "int",
             "u16": "int", "u32": "int", "u64": "int"}
@@ -60,11 +60,11 @@ def torch_op(kernel, name: str | None = None, functional: bool = False):
         import torch
     except ImportError:
         raise ImportError("qgraph.torch_op needs PyTorch (pip install torch)") from None
-    from .decorator import Kernel
+    from ..decorator import Kernel
 
     if not isinstance(kernel, Kernel):
         raise TypeError(f"qgraph.torch_op takes a @qgraph.kernel, got {kernel!r}")
-    src = kernel._source
+    src = kernel.source
     params = [p for p in src.params if p.source is None]
     if any(p.keyword_only for p in params):
         raise TypeError(f"kernel {src.name}: a custom operator takes positional parameters only")

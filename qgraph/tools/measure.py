@@ -67,7 +67,7 @@ def benchmark(kernel: Kernel, *args, repeat: int = 20, modes: tuple[str, ...] = 
     if state.arch == "cpu":
         variants = {"cpu": kernel}
     else:
-        variants = {mode: kernel._variant(cuda_graph=(mode == "graph")) for mode in modes}
+        variants = {mode: kernel.variant(cuda_graph=(mode == "graph")) for mode in modes}
     calls = {name: (lambda k=k: k(*args, stream=stream, **kwargs)) for name, k in variants.items()}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FallbackWarning)

@@ -81,7 +81,7 @@ def _info(args: argparse.Namespace) -> int:
 
     reason = state.cuda_status()
     if reason is None:
-        info = state._open_device(0).info
+        info = state.open_device(0).info
         print(f"cuda: usable: {info.name} (compute capability {'.'.join(map(str, info.compute_capability))}, "
               f"driver for CUDA {info.driver_version // 1000}.{info.driver_version % 1000 // 10})")
     else:
@@ -98,7 +98,7 @@ def _info(args: argparse.Namespace) -> int:
 
 def _precompile(args: argparse.Namespace) -> int:
     import qgraph
-    from qgraph.precompile import precompile
+    from qgraph.cli.precompile import precompile
 
     qgraph.init(args.arch)
     print(precompile(args.target, args.types))
