@@ -1,12 +1,20 @@
 """Shared fixtures: run behaviour tests on every arch; CUDA skips without a GPU (fails under
 QGRAPH_REQUIRE_CUDA=1, so a GPU run that found no device cannot look green). Offline CUDA code
 generation skips only where a piece of numba-cuda's compiler is not installed, found before
-compiling: an error of qgraph's own code generation is never a skip."""
+compiling: an error of qgraph's own code generation is never a skip.
+
+The layout: tests/<package>/test_*.py mirrors qgraph/<package>/ (tests of the root modules, the
+decorator's and the launcher's front doors and the repository itself stay in tests/); what more
+than one test module uses lives in tests/helpers/, the only shared test library, which test
+modules import as `helpers.<module>` (pyproject's `pythonpath = ["tests"]`), never each other.
+The test directories have no __init__.py: pytest imports each test file by its basename (its
+directory put on sys.path, the default "prepend" import mode), so basenames are unique across
+tests/ (pytest refuses a second test_x.py) and a file's tests keep one module, the unit that
+pytest-xdist's `--dist loadfile` sends to one worker."""
 
 from __future__ import annotations
 
 import gc
-import importlib.util
 import os
 import tempfile
 
@@ -21,6 +29,7 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ["QGRAPH_CACHE_DIR"] = os.path.join(os.environ["QGRAPH_CACHE_DIR"], os.environ["PYTEST_XDIST_WORKER"])
 
 import numba  # noqa: E402
+from helpers.arch import REQUIRE_CUDA, missing_cuda_compiler, use_arch  # noqa: E402
 
 import qgraph  # noqa: E402
 
@@ -36,51 +45,6 @@ def _cores() -> int:
 NUMBA_THREADS_SHARE = max(1, min(numba.config.NUMBA_NUM_THREADS,
                                  _cores() // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))))
 numba.set_num_threads(NUMBA_THREADS_SHARE)
-
-REQUIRE_CUDA = os.environ.get("QGRAPH_REQUIRE_CUDA") == "1"
-_cuda_reason: list[str | None] = []
-
-
-def cuda_unavailable_reason() -> str | None:
-    if not _cuda_reason:
-        try:
-            qgraph.init("cuda")
-            _cuda_reason.append(None)
-        except qgraph.QgraphError as e:
-            _cuda_reason.append(str(e))
-    return _cuda_reason[0]
-
-
-def use_arch(name: str) -> None:
-    if name == "cuda":
-        reason = cuda_unavailable_reason()
-        if reason is not None:
-            if REQUIRE_CUDA:
-                pytest.fail(f"QGRAPH_REQUIRE_CUDA=1 but CUDA is unavailable: {reason}")
-            pytest.skip(f"CUDA unavailable: {reason}")
-    qgraph.init(name)
-
-
-def missing_cuda_compiler() -> str | None:
-    """The piece of numba-cuda's compiler (numba-cuda, NVVM, NVRTC, libdevice) that is not
-    installed, or None: asked the way numba-cuda finds them, without compiling anything."""
-    if importlib.util.find_spec("numba_cuda") is None:
-        return "numba-cuda is not installed"
-    from cuda import pathfinder
-
-    from qgraph.compiler import numba_prefetch
-
-    numba_prefetch.wait()  # init("cuda") may be importing numba-cuda on a thread
-    from numba.cuda.cuda_paths import get_cuda_paths
-
-    try:
-        paths = get_cuda_paths()
-    except pathfinder.DynamicLibNotFoundError as e:  # NVRTC or NVVM: the pip extra [cu13] or a CUDA toolkit
-        return str(e).splitlines()[0]
-    for piece in ("nvvm", "libdevice"):
-        if not (paths[piece].info and os.path.isfile(paths[piece].info)):
-            return f"{piece} is not installed (numba-cuda looked in: {paths[piece].by})"
-    return None
 
 
 @pytest.fixture
@@ -113,15 +77,20 @@ def cuda_compiler():
         pytest.skip(f"numba-cuda cannot compile here: {reason}")
 
 
-def generated_module(tmp_path_factory, name: str, source: str):
-    """The module `name` made of `source`, written to a file of its own (qgraph reads kernels' source)
-    and imported: the generated families' kernels."""
-    path = tmp_path_factory.mktemp(name) / f"{name}.py"
-    path.write_text(source)
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+@pytest.fixture(scope="module")
+def sm90(cuda_compiler):
+    """numba-cuda asks the current device for its compute capability when it compiles
+    device functions; without a GPU, answer 9.0 (for the module's tests: offline compiles only)."""
+    import numba.cuda.dispatcher as dispatcher
+
+    monkeypatch = pytest.MonkeyPatch()
+
+    class Hopper:
+        compute_capability = (9, 0)
+
+    monkeypatch.setattr(dispatcher, "get_current_device", lambda: Hopper())
+    yield
+    monkeypatch.undo()
 
 
 @pytest.fixture(params=["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])

@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from forked_programs import run_programs
+from helpers.forked_programs import run_programs
 
 import qgraph
 

@@ -7,14 +7,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers.kernels import axpy
 
 import qgraph
-
-
-@qgraph.kernel
-def axpy(x, y, a: float):
-    for i in range(x.shape[0]):
-        y[i] += a * x[i]
 
 
 @qgraph.kernel

@@ -218,7 +218,7 @@ def offline_ptx(kernel, args: tuple, cc: tuple[int, int] = (9, 0)) -> list[str]:
 
     Mirrors `compiler.cuda_program.build_program` up to the link: `task_codes`, numba-cuda
     to PTX (a module per task here, where the backend compiles all tasks in one module: the
-    entries' code is the same, tests/test_cuda_build.py checks it), griddepcontrol.wait at the
+    entries' code is the same, tests/compiler/test_cuda_build.py checks it), griddepcontrol.wait at the
     entry on sm_90+ (the kernel's `fast_math=` and
     `default_float=` options, else the environment's). Uses compiler internals: if they
     move, this raises with the name of what is missing."""

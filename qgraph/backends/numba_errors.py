@@ -4,7 +4,7 @@ numba reports what its type inference could not do (`>>> setitem(array(float64, 
 int64, Literal[str](a))`, `Cannot unify float64 and Tuple(...) for 'v.2'`); qgraph's
 QgraphSyntaxError leads with the sentence `explain` gives for that text and keeps numba's
 own words after it. docs/troubleshooting.md lists each case ("When numba rejects the code")
-and tests/test_numba_errors.py checks every one.
+and tests/backends/test_numba_errors.py checks every one.
 """
 
 from __future__ import annotations

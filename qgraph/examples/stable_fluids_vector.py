@@ -1,7 +1,7 @@
 """stable_fluids' step written as a Taichi user writes it: one struct holding the fields, vec2
 positions for the back-traced departure points and a sampling helper taking a vec2. The float
 operations are the scalar kernels' in the same order, so both variants give the same bits on
-the CPU (tests/test_simulation_examples.py)."""
+the CPU (tests/examples/test_simulation_examples.py)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,27 @@
+"""graph_while kernels (test_graph_while.py, test_cancel.py, test_progress.py; compiled to PTX by
+test_cuda_codegen.py and test_cuda_build.py)."""
+
+from __future__ import annotations
+
+import qgraph
+
+
+@qgraph.kernel(graph_while="flag")
+def countdown(counter, flag, visits):
+    for i in range(visits.shape[0]):
+        visits[i] += 1
+    counter[0] -= 1
+    flag[0] = 1 if counter[0] > 0 else 0
+
+
+@qgraph.kernel(graph_while="done")
+def grow_until(x, done, threshold: float):
+    for i in range(x.shape[0]):
+        x[i] = x[i] * 1.5 + 1.0
+    done[()] = 0 if x[0] >= threshold else 1
+
+
+@qgraph.kernel(graph_while="flag", max_iterations=None)  # a cancel that fails ends at stop_at: no error
+def crawl(count, flag, stop_at: int):
+    count[0] += 1
+    flag[0] = 1 if count[0] < stop_at else 0

@@ -1,0 +1,95 @@
+"""kernel(..., progress=...) and @qgraph.kernel(progress=...): a bar or a callback fed while a device
+loop runs, its last update the call's final passes and reported values; a callback returning False
+cancels (on the CPU too)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from helpers.loop_kernels import crawl
+
+import qgraph
+
+
+@qgraph.kernel(graph_while="flag")
+def halve(x, flag, tol: float):
+    x[0] = 0.5 * x[0]
+    qgraph.report("x", x[0])
+    flag[0] = 1 if x[0] > tol else 0
+
+
+def test_the_last_update_is_the_calls_passes_and_latest_values(loop_arch):
+    x, flag = qgraph.from_numpy(np.array([1.0])), qgraph.from_numpy(np.ones(1, np.int32))
+    seen = []
+    halve(x, flag, 1e-3, progress=lambda passes, values: seen.append((passes, values)))
+    assert seen[-1] == (10, {"x": 0.5**10})  # 2^-10 < 1e-3 after ten passes
+    assert all(passes <= 10 for passes, _ in seen)
+    x.fill(1.0)
+    halve(x, flag, 1e-3, progress=True)  # a tqdm bar (off here: stderr is no terminal)
+    assert halve.stats.iterations == (10,)
+
+
+SEEN_BY_THE_OPTION: list = []
+
+
+@qgraph.kernel(graph_while="flag", progress=lambda passes, values: SEEN_BY_THE_OPTION.append(passes))
+def halve_watched(x, flag, tol: float):
+    x[0] = 0.5 * x[0]
+    flag[0] = 1 if x[0] > tol else 0
+
+
+def test_progress_given_to_the_kernel_is_its_calls_default(loop_arch):
+    x, flag = qgraph.from_numpy(np.array([1.0])), qgraph.from_numpy(np.ones(1, np.int32))
+    SEEN_BY_THE_OPTION.clear()
+    halve_watched(x, flag, 1e-3)
+    assert SEEN_BY_THE_OPTION and SEEN_BY_THE_OPTION[-1] == 10
+    SEEN_BY_THE_OPTION.clear()
+    x.fill(1.0)
+    halve_watched(x, flag, 1e-3, progress=False)  # a call's own progress= wins
+    qgraph.sync()
+    assert SEEN_BY_THE_OPTION == [] and halve_watched.stats.iterations == (10,)
+
+
+def test_the_progress_option_is_checked_at_decoration():
+    with pytest.raises(TypeError, match="progress must be True"):
+        qgraph.kernel(graph_while="flag", progress="yes")
+    with pytest.raises(TypeError, match="progress= shows the progress of device loops"):
+
+        @qgraph.kernel(progress=True)
+        def scale(x):
+            for i in range(x.shape[0]):
+                x[i] *= 2.0
+
+
+def test_kernels_without_loops_take_no_progress_argument():
+    @qgraph.kernel
+    def scale(x):
+        for i in range(x.shape[0]):
+            x[i] *= 2.0
+
+    with pytest.raises(TypeError, match="progress"):
+        scale(np.ones(3), progress=True)
+
+
+def test_a_callback_returning_false_cancels_the_loop(loop_arch):
+    # seconds of passes, a failed cancel ends there: an unrolled device loop runs 2**21 passes in about
+    # 1.5 s, which a 6-process suite on one GPU once outran before the cancel landed
+    stop_at = 1 << 30 if loop_arch == "cpu" else 1 << 23
+    count, flag = qgraph.ndarray(qgraph.i64, (1,)), qgraph.from_numpy(np.ones(1, np.int32))
+    crawl(count, flag, 2)
+    qgraph.sync()
+    seen = []
+
+    def until_1000(passes, values):
+        seen.append(passes)
+        return passes < 1000
+
+    with pytest.raises(qgraph.LoopCancelled, match="kernel crawl"):
+        crawl(count, flag, stop_at, progress=until_1000)
+    # the passes so far reached the watcher while the loop ran (a failed call gets no final update), and
+    # only its answer to 1000 passes or more stopped the loop (how many polls that took depends on the
+    # pass rate: the host fallback's passes wait for the GPU, shared with other processes in a test run)
+    assert seen and seen == sorted(seen) and seen[-1] >= 1000 and count.to_numpy()[0] < stop_at
+    count.fill(0)
+    crawl(count, flag, 3, progress=True)
+    assert count.to_numpy()[0] == 3
