@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 from .. import runtime
 from ..errors import QgraphError
+from ..lang.options import USE_ENVIRONMENT, KernelOptions
 from ..runtime import DeviceState
-from ..runtime.settings import USE_ENVIRONMENT
 
 
 @dataclass
@@ -40,9 +40,12 @@ class GraphFunction:
     def __init__(self, fn: Callable, graph_cache_size: int | None, graph_while: str | None = None,
                  max_iterations=USE_ENVIRONMENT) -> None:
         self._fn = fn
-        self.graph_cache_size = graph_cache_size
         self.graph_while = graph_while
-        self.max_iterations = max_iterations
+        # the step's options as a kernel's (one resolution from the environment, lang.options): its graphs
+        # kept per device and its loop's runaway guard
+        self.options = KernelOptions(graph_cache_size=USE_ENVIRONMENT if graph_cache_size is None else graph_cache_size,
+                                     max_iterations=max_iterations)
+        self._resolved: tuple = (-1, None)  # (runtime generation, options resolved for it)
         self._flag_at = None
         if graph_while is not None:  # where the flag is among the arguments
             names = list(inspect.signature(fn).parameters)
@@ -55,6 +58,19 @@ class GraphFunction:
         functools.update_wrapper(self, fn)
         runtime.STATE.kernels.add(self)
 
+    # the decorator's settings (None / USE_ENVIRONMENT where the environment decides), as Kernel has them
+    graph_cache_size = property(lambda self: None if self.options.graph_cache_size is USE_ENVIRONMENT
+                                else self.options.graph_cache_size)
+    max_iterations = property(lambda self: self.options.max_iterations)
+
+    def options_now(self, state) -> KernelOptions:
+        """The options with the environment's defaults filled in: resolved once per runtime generation."""
+        generation, options = self._resolved
+        if generation != state.generation or options is None:
+            options = self.options.resolved(state.settings)
+            self._resolved = (state.generation, options)
+        return options
+
     def __call__(self, *args, stream=None, **kwargs):
         from ..runtime import call_hooks
 
@@ -63,10 +79,10 @@ class GraphFunction:
         if call_hooks.current_body() is not None:
             return self._fn(*args, **kwargs)  # a step called by a step: its calls join the outer one
         if not isinstance(target, DeviceState):
-            return self._cpu_run(args, kwargs, state.settings)
+            return self._cpu_run(args, kwargs, self.options_now(state))
         if self.graph_while is not None and call_hooks.tape_recording():
             # under a tape every pass's calls are recorded: the loop runs here, its calls launched as made
-            return self._passes(args, kwargs, state.settings, lambda: (None, self._fn(*args, **kwargs)))
+            return self._passes(args, kwargs, self.options_now(state), lambda: (None, self._fn(*args, **kwargs)))
         try:
             runner = self._last or self._runner(target, state)
             if stream is not None:
@@ -108,13 +124,12 @@ class GraphFunction:
 
         runner = self._runners.get(target.key)
         if runner is None:
-            capacity = self.graph_cache_size or state.settings.graph_cache_size
+            options = self.options_now(state)
             loop = None
             if self.graph_while is not None:
-                limit = state.settings.max_iterations if self.max_iterations is USE_ENVIRONMENT else self.max_iterations
-                loop = (self.graph_while, limit, self._fn.__code__.co_firstlineno)
-            runner = self._runners[target.key] = step_capture.StepRunner(target, self.__name__, self.stats, capacity,
-                                                                         loop)
+                loop = (self.graph_while, options.max_iterations, self._fn.__code__.co_firstlineno)
+            runner = self._runners[target.key] = step_capture.StepRunner(target, self.__name__, self.stats,
+                                                                         options.graph_cache_size, loop)
         return runner
 
     def _flag(self, args: tuple, kwargs: dict):
@@ -122,7 +137,7 @@ class GraphFunction:
             return None
         return args[self._flag_at] if self._flag_at < len(args) else kwargs.get(self.graph_while)
 
-    def _cpu_run(self, args: tuple, kwargs: dict, settings):
+    def _cpu_run(self, args: tuple, kwargs: dict, options: KernelOptions):
         """The CPU: the body runs as written, its kernel calls counted (stats.kernel_calls, as on
         CUDA); with graph_while, until the flag reads 0 (do-while), with the guard."""
         from ..runtime import call_hooks
@@ -131,15 +146,15 @@ class GraphFunction:
             calls, result = call_hooks.run_body(self._fn, args, kwargs)
             self.stats.kernel_calls = len(calls)
             return result
-        return self._passes(args, kwargs, settings, lambda: call_hooks.run_body(self._fn, args, kwargs))
+        return self._passes(args, kwargs, options, lambda: call_hooks.run_body(self._fn, args, kwargs))
 
-    def _passes(self, args: tuple, kwargs: dict, settings, body: Callable):
+    def _passes(self, args: tuple, kwargs: dict, options: KernelOptions, body: Callable):
         """graph_while run by Python: `body()` (its calls or None, its result) until the flag reads
         0 (do-while), with the guard."""
         import numpy as np
 
         flag = self._flag(args, kwargs)
-        limit = settings.max_iterations if self.max_iterations is USE_ENVIRONMENT else self.max_iterations
+        limit = options.max_iterations
         passes = 0
         while True:
             calls, result = body()
