@@ -11,6 +11,7 @@ from __future__ import annotations
 import weakref
 
 from ..args.kinds import arg_type
+from ..compiler.compile_depth import room_to_recurse
 from ..errors import QgraphError
 from ..lang.adjoint import LoopStates, adjoint_source, recording_source
 from ..lang.adjoint.loops import loop_title
@@ -29,7 +30,8 @@ def adjoint_kernel(kernel, grads: tuple[str, ...], states: LoopStates | None = N
     made = _ADJOINTS.setdefault(kernel, {})
     found = made.get(key)
     if found is None:  # a Kernel of the adjoint source, with the forward pass's options
-        found = made[key] = kernel.with_source(adjoint_source(kernel.source, grads, states))
+        with room_to_recurse():  # helpers inlined, one level deeper each (compiler.compile_depth)
+            found = made[key] = kernel.with_source(adjoint_source(kernel.source, grads, states))
     return found
 
 
@@ -43,7 +45,8 @@ def recording_kernel(kernel, states: LoopStates):
     made = _ADJOINTS.setdefault(kernel, {})
     found = made.get(("recording", states))
     if found is None:
-        found = made[("recording", states)] = kernel.with_source(recording_source(kernel.source, states))
+        with room_to_recurse():
+            found = made[("recording", states)] = kernel.with_source(recording_source(kernel.source, states))
     return found
 
 
@@ -125,5 +128,6 @@ def plan_for(kernel, key: tuple) -> GradientPlan:
     found = plans.get(key)
     if found is None:
         kinds = [arg_type(sig) for sig in key]
-        found = plans[key] = gradient_plan(kernel.source, kinds, kernel.options_now().default_float, writes)
+        with room_to_recurse():
+            found = plans[key] = gradient_plan(kernel.source, kinds, kernel.options_now().default_float, writes)
     return found

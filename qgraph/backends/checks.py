@@ -9,6 +9,7 @@ import numpy as np
 
 from ..args.kinds import FlagKind, arg_type
 from ..args.resolve import type_annotation
+from ..compiler.compile_depth import room_to_recurse
 from ..errors import QgraphSyntaxError
 from ..lang.flat.view import FlatSource, flat_source
 from ..lang.front.parse import UNRESOLVED, KernelSource, syntax_error
@@ -150,7 +151,8 @@ def check_signature(src: KernelSource, key: tuple[str, ...], args: tuple, bounds
     check_flags_written(src)
     check_bounds(src, key, bounds, args)
     check_outside_values(src, key)
-    flat = flat_source(src, [arg_type(sig) for sig in key], options.default_float)
+    with room_to_recurse():  # a chain of nested helpers flattens one level deeper each (compiler.compile_depth)
+        flat = flat_source(src, [arg_type(sig) for sig in key], options.default_float)
     check_flag_types(flat.src, flat.key)
     check_repeat_counts(src, key)  # an interchanged loop's count (a task's now, lang.front.interchange)
     check_repeat_counts(flat.src, flat.key)

@@ -20,6 +20,7 @@ from ..lang.lower.lowering import PREFIX
 from ..lang.lower.math_calls import MAX, MIN, ROUNDING_FUNCTIONS
 from ..lang.options import DEFAULT_OPTIONS, KernelOptions
 from . import numba_adapter as adapter
+from .compile_depth import room_to_recurse
 from .compile_gc import rare_collections
 from .cpu_interrupts import chunk_functions, interrupted, thread_functions
 from .cpu_math import cpu_math
@@ -112,7 +113,7 @@ class CpuProgram:
     def compile_for(self, values: tuple, serial: bool = False) -> None:
         """Compile the runner (or the serial form's) for the types of `values` (as a call with them
         would) without running it."""
-        with rare_collections():  # (compiler.compile_gc)
+        with rare_collections(), room_to_recurse():  # (compiler.compile_gc, compiler.compile_depth)
             (self.serial_runner if serial else self.runner).compile(adapter.numba_types(values))
 
     def unit_code(self, unit: int, values: tuple) -> tuple[str, str, str | None, str | None, str]:

@@ -38,6 +38,7 @@ from ..lang.options import DEFAULT_OPTIONS, KernelOptions
 from . import numba_adapter as adapter
 from . import ptx_text
 from .code_cache import CodeCache, entry_key
+from .compile_depth import room_to_recurse
 from .compile_gc import rare_collections
 from .random_code import random_functions
 from .toolchain import toolchain_versions
@@ -185,7 +186,7 @@ def build_program(src: KernelSource, key: tuple[str, ...], cc: tuple[int, int], 
     if cached is not None:
         manifest, cubin = cached
         return Program(generated_codes, manifest["entries"], manifest["param_sizes"], cubin, True, waits)
-    with rare_collections():  # numba's allocations would run the collector every few ms (compiler.compile_gc)
+    with rare_collections(), room_to_recurse():  # few collections, nested helpers' depth (compiler.compile_*)
         ptx_list, entries, sizes = compile_ptx(src, codes, orders, task_types, func_defs, cc, types,
                                                 options.fast_math, options.debug is not None)
     if waits:

@@ -42,6 +42,11 @@ class FuncSpecs:
         self.entries: dict[tuple, tuple[str, object]] = {}  # key -> (name, return type)
         self.defs: list[tuple[ast.FunctionDef, object, KernelSource]] = []  # (def, Func, source with GLOBALS)
         self._active: set[tuple] = set()
+        # key -> (the entries, the defs) its build added, itself last: kept when a flattener's learning pass
+        # is undone (restore), so its second pass takes them back instead of building again. Without it each
+        # level of nested helpers built the next twice: 2^depth builds.
+        self._made_for: dict[tuple, tuple[list, list]] = {}
+        self.built = 0  # specialisations built, undone passes included: their names, unique
 
     def snapshot(self) -> tuple[int, int]:
         return len(self.entries), len(self.defs)
@@ -55,15 +60,19 @@ class FuncSpecs:
         types = tuple(_arg_type(a) for a in args)
         key = (id(fn), types)
         entry = self.entries.get(key)
+        if entry is None and key in self._made_for:
+            entry = self._take_back(key)
         if entry is None:
             if key in self._active:
                 raise fl.error(f"{fn.__name__} calls itself: recursive @qgraph.func helpers are not supported", node)
             self._active.add(key)
+            mark = self.snapshot()
             try:
                 entry = self._build(fn, types)
             finally:
                 self._active.discard(key)
             self.entries[key] = entry
+            self._made_for[key] = (list(self.entries.items())[mark[0]:], self.defs[mark[1]:])
         name, ret = entry
         flat_args = []
         for a in args:
@@ -79,6 +88,16 @@ class FuncSpecs:
         target = ast.Tuple([ast.copy_location(ast.Name(n, ast.Store()), node) for n in names], ast.Store())
         fl.pre.append(ast.copy_location(ast.Assign([ast.copy_location(target, node)], call), node))
         return Val(ret, [ast.copy_location(ast.Name(n, ast.Load()), node) for n in names])
+
+    def _take_back(self, key: tuple) -> tuple[str, object]:
+        """A specialisation built before an undone pass: its entries and defs (the helpers it calls
+        first) added again where missing, under the names it was built with."""
+        entries, defs = self._made_for[key]
+        present = {id(d[0]) for d in self.defs}
+        self.defs += [d for d in defs if id(d[0]) not in present]
+        for k, entry in entries:
+            self.entries.setdefault(k, entry)
+        return self.entries[key]
 
     def _build(self, fn, types: tuple) -> tuple[str, object]:
         src = fn.source
@@ -100,7 +119,8 @@ class FuncSpecs:
             raise src.error(f"{fn.__name__} returns values of different shapes; a @qgraph.func returns one type",
                             src.fn_def)
         ret = next(iter(vectors)) if vectors else None
-        name = f"_qg_f{len(self.defs)}_{fn.__name__}"
+        name = f"_qg_f{self.built}_{fn.__name__}"
+        self.built += 1
         self.defs.append((function_def(name, params, body, src.lineno), fn, spec_src))
         return name, ret
 

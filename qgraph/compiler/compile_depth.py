@@ -1,0 +1,40 @@
+"""Room on Python's stack while a kernel with nested @qgraph.func helpers is flattened and compiled.
+
+A chain of nested helpers goes one level deeper per helper in the flattener (lang.flat: each
+helper specialised inside its caller's flattening), in the adjoint's inlining (lang.adjoint) and
+in numba, which types a call of another jitted function by compiling that function on the spot
+(about 40 frames a level): Python's default limit of 1000 frames ended a chain at about 35
+levels with RecursionError. While those run the limit is at least COMPILE_RECURSION_LIMIT (60
+levels compile with 3,000); a higher limit the process set itself is kept. Nested and
+concurrent uses share one raise, as compile_gc's."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import threading
+
+COMPILE_RECURSION_LIMIT = 10_000  # frames; 60 nested helpers compile with 3,000
+
+_lock = threading.Lock()
+_depth = 0
+_saved = 0
+
+
+@contextlib.contextmanager
+def room_to_recurse():
+    """Raise Python's recursion limit for the duration (the last compile to finish restores it)."""
+    global _depth, _saved
+    with _lock:
+        if _depth == 0:
+            _saved = sys.getrecursionlimit()
+            if _saved < COMPILE_RECURSION_LIMIT:
+                sys.setrecursionlimit(COMPILE_RECURSION_LIMIT)
+        _depth += 1
+    try:
+        yield
+    finally:
+        with _lock:
+            _depth -= 1
+            if _depth == 0 and sys.getrecursionlimit() == COMPILE_RECURSION_LIMIT != _saved:
+                sys.setrecursionlimit(_saved)
