@@ -12,6 +12,7 @@ stream, which under PyTorch's graph capture records the kernel into that graph
 from __future__ import annotations
 
 import ast
+import keyword
 
 from ..args.resolve import scalar_annotation
 from ..lang.front.parse import UNRESOLVED
@@ -71,6 +72,9 @@ def torch_op(kernel, name: str | None = None, functional: bool = False):
     arrays = _array_params(src)
     written = {src.param_names[k] for k in written_params(src)}
     op_name = name or src.name
+    if not isinstance(op_name, str) or not op_name.isidentifier() or keyword.iskeyword(op_name):
+        raise ValueError(f"torch_op name must be a Python identifier (the operator's name, qgraph::<name>), "
+                         f"got {op_name!r}")
     annotations = ", ".join(f"{p.name}: {'torch.Tensor' if p.name in arrays else _scalar_type(src, p)}"
                             for p in params)
     names = ", ".join(p.name for p in params)

@@ -157,8 +157,13 @@ def dump(label: str, text: str, suffix: str) -> str | None:
     path = os.path.join(_dump_dir, f"{name}-{digest}.{suffix}")
     try:
         os.makedirs(_dump_dir, exist_ok=True)
-        with open(path, "w") as f:
-            f.write(text)
+        # a new file only, never through a link: a link planted at this (predictable) name in a shared
+        # directory would otherwise make the run overwrite its target
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    except FileExistsError:  # the name holds the text's digest: a regular file there is this source
+        return path if os.path.isfile(path) and not os.path.islink(path) else None
     except OSError:
         return None
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
     return path

@@ -95,7 +95,7 @@ class Settings:
                    max_iterations=_max_iterations(environ.get("QGRAPH_MAX_ITERATIONS", "10000000")),
                    cache_dir=cache_directory(environ), graph_cache_size=size,
                    programmatic_edges=switch(environ, "QGRAPH_PDL"),
-                   dump_dir=os.path.abspath(os.path.expanduser(dump)) if dump else None,
+                   dump_dir=_dump_directory(dump),
                    arch=arch_name(environ.get("QGRAPH_ARCH"), "QGRAPH_ARCH"),
                    deterministic=switch(environ, "QGRAPH_DETERMINISTIC", default=False),
                    fast_math=switch(environ, "QGRAPH_FAST_MATH", default=False),
@@ -124,15 +124,34 @@ def _unroll(text: str) -> int | None:
     return int(text)
 
 
+INT64_MAX = (1 << 63) - 1  # the compiled code's counters and sizes are 64-bit
+
+
 def _non_negative(name: str, text: str, meaning: str) -> int:
-    """A variable holding a non-negative integer (`_` separators allowed); QgraphError naming it otherwise."""
+    """A variable holding a non-negative integer that fits the compiled code's 64-bit words (`_`
+    separators allowed); QgraphError naming it otherwise, at init rather than in every compile."""
     try:
         value = int(text.strip().replace("_", ""))
         if value < 0:
             raise ValueError
     except ValueError:
         raise QgraphError(f"{name}={text!r}: expected a non-negative integer ({meaning})") from None
+    if value > INT64_MAX:
+        raise QgraphError(f"{name}={text!r}: at most {INT64_MAX} (2**63 - 1), the compiled code's 64-bit "
+                          f"counters ({meaning})")
     return value
+
+
+def _dump_directory(text: str) -> str | None:
+    """QGRAPH_DUMP: an absolute directory path (made when something is first written there), or None;
+    a path that exists and is not a directory is refused at init, naming the variable."""
+    if not text:
+        return None
+    path = os.path.abspath(os.path.expanduser(text))
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise QgraphError(f"QGRAPH_DUMP={text!r}: {path} exists and is not a directory; name a directory "
+                          "(created when the first source is written)")
+    return path
 
 
 def _cpu_serial_below(text: str) -> int:

@@ -164,3 +164,12 @@ def test_a_functional_operator_of_a_kernel_that_writes_nothing_is_an_error():
 
     with pytest.raises(TypeError, match="writes none of its tensors"):
         qgraph.torch_op(reads_only, name="reads_only_f", functional=True)
+
+
+@pytest.mark.parametrize("name", ["x(): pass\nimport os\ndef y", "two words", "class", 3])
+def test_an_operator_name_must_be_an_identifier(name):
+    """The name goes into the operator's generated source: anything but an identifier is refused
+    before any code is made, and the next good registration works."""
+    with pytest.raises(ValueError, match="torch_op name must be a Python identifier"):
+        qgraph.torch_op(clip_count, name=name)
+    assert _op(clip_count, "clip_count_after_a_bad_name") is not None

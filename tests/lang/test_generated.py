@@ -90,6 +90,28 @@ def test_qgraph_dump_writes_every_generated_source(arch, tmp_path, monkeypatch):
         assert any(n.startswith("graph_replay_of_kernel") for n in names), names
 
 
+
+def test_a_dump_never_writes_through_a_link_planted_at_its_name(tmp_path):
+    """A shared QGRAPH_DUMP directory: a link at the (predictable) name of a dump file is not followed,
+    so the run cannot be made to overwrite the link's target; a regular file there is the same source."""
+    from qgraph.lang import generated
+
+    target = tmp_path / "target.txt"
+    target.write_text("precious")
+    dump_dir = tmp_path / "dump"
+    previous = generated.dump_dir()
+    generated.configure(str(dump_dir))
+    try:
+        path = generated.dump("probe of kernel k", "def probe(): pass\n", "py")
+        assert open(path).read() == "def probe(): pass\n"
+        assert generated.dump("probe of kernel k", "def probe(): pass\n", "py") == path  # already there
+        os.remove(path)
+        os.symlink(target, path)
+        assert generated.dump("probe of kernel k", "def probe(): pass\n", "py") is None
+        assert target.read_text() == "precious"
+    finally:
+        generated.configure(previous)
+
 def test_qgraph_dump_holds_the_binders_of_kernels_decorated_before_init(arch, tmp_path, monkeypatch):
     """A kernel's binders are generated when it is decorated (here: when this module was
     imported), before the init() that reads QGRAPH_DUMP: the dump still holds them."""

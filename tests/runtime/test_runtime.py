@@ -89,6 +89,20 @@ def test_settings_from_environment():
         Settings.from_environ({"QGRAPH_GRAPH_CACHE_SIZE": "0"})
 
 
+
+@pytest.mark.parametrize("name, text, said", [
+    ("QGRAPH_MAX_ITERATIONS", str(2**64 + 5), "at most 9223372036854775807"),
+    ("QGRAPH_CPU_SERIAL_BELOW", "1e26", "expected a non-negative integer"),
+    ("QGRAPH_CPU_SERIAL_BELOW", str(2**63), "at most 9223372036854775807"),
+    ("QGRAPH_DUMP", __file__, "exists and is not a directory"),
+])
+def test_an_environment_value_that_cannot_work_fails_at_init_naming_it(monkeypatch, name, text, said):
+    monkeypatch.setenv(name, text)
+    with pytest.raises(qgraph.QgraphError, match=f"{name}=.*{said}"):
+        qgraph.init("cpu")
+    monkeypatch.delenv(name)
+    qgraph.init("cpu")  # the next init with good values works
+
 # every boolean switch: (variable, Settings field, its value when unset)
 BOOLEAN_SWITCHES = [("QGRAPH_GRAPHS", "graphs", True), ("QGRAPH_PDL", "programmatic_edges", True),
                     ("QGRAPH_DETERMINISTIC", "deterministic", False), ("QGRAPH_FAST_MATH", "fast_math", False),
