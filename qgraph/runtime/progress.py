@@ -7,15 +7,18 @@ fallback after each pass; CPU: in the runner's record) and the latest value of e
 `qgraph.report` from the ring (runtime.history). `progress=True` draws a
 tqdm bar with the passes, their rate and those values (tqdm turns itself off when stderr is no
 terminal); `progress=fn` calls `fn(passes, values)` instead, and a return of False cancels the
-loop (`kernel.cancel()`). The calling thread waits for the device meanwhile, so Ctrl-C cancels
+loop (`kernel.cancel()`); an exception it raises cancels the loop too and the call raises it.
+The calling thread waits for the device meanwhile, so Ctrl-C cancels
 the loop there (DeviceState.sync). On the CPU the calling thread runs the loop, which lets the
 watcher run about every millisecond (compiler.cpu_interrupts).
 """
 
 from __future__ import annotations
 
+import sys
 import threading
 
+from ..errors import LoopCancelled
 from . import state as runtime
 
 POLL_SECONDS = 0.1
@@ -29,19 +32,26 @@ class Watcher(threading.Thread):
         self.kernel = kernel
         self.callback = progress if callable(progress) else None
         self.bar = None
-        if self.callback is None:
+        if self.callback is None and sys.stderr is not None:  # no stderr (pythonw, a daemon): no bar
             from tqdm.auto import tqdm
 
             self.bar = tqdm(desc=kernel.source.qualname, unit=" passes", disable=None, leave=True)
-        self.launchers = [found for found in kernel.launchers.values() if hasattr(found, "loop_passes")]
         self.done = threading.Event()
+        self.error: BaseException | None = None  # what the callback raised: the call raises it
 
     def run(self) -> None:
         while not self.done.wait(POLL_SECONDS):
-            self.update(self.passes())
+            try:
+                self.update(self.passes())
+            except BaseException as e:  # the callback's: the loop is cancelled and the call raises it
+                self.error = e
+                self.kernel.cancel()
+                return
 
     def passes(self) -> int:
-        found = [launcher.loop_passes() for launcher in self.launchers]
+        """The outermost loop's passes so far (the launchers read now: a first call makes its own)."""
+        found = [launcher.loop_passes() for launcher in self.kernel.launchers.values()
+                 if hasattr(launcher, "loop_passes")]
         return max(found) if found else 0
 
     def values(self) -> dict[str, float]:
@@ -84,5 +94,10 @@ def watch_call(kernel, progress, args: tuple, stream) -> None:
         kernel.launch_values(*args, stream)
         runtime.sync()
         passes = kernel.stats.iterations[0] if kernel.stats.iterations else 0
+    except LoopCancelled:
+        if watcher.error is None:
+            raise
     finally:
         watcher.finish(passes)
+    if watcher.error is not None:  # a progress callback raised: the loop was cancelled for it
+        raise watcher.error
