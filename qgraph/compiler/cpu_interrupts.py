@@ -13,6 +13,8 @@ so the code stays cacheable.
 
 from __future__ import annotations
 
+import sys
+
 from ..lang.cpu.loops import FIRST_CHUNK_WORK
 
 _INTERRUPTED = []
@@ -96,12 +98,16 @@ def chunk_functions() -> dict:
 
 # A device loop's runner holds the GIL, so no other Python thread runs (to call kernel.cancel(), or
 # a progress callback) until it returns. While other threads exist (the launcher checks at each
-# call), it releases the GIL for a moment about every YIELD_EVERY_NS: a thread that has waited for
-# it (Python asks for the GIL after its switch interval, 5 ms) runs then. The clock is read only at
-# a release, after a number of passes measured to take about that long (a clock read every pass
-# cost 70 ns on the development machine). Only the thread holding the GIL runs compiled code, so
-# no two runners' parallel loops ever overlap.
-YIELD_EVERY_NS = 1_000_000
+# call), it releases the GIL for a moment about every YIELD_EVERY_NS. A thread waiting for the GIL
+# asks for it once it has waited a whole switch interval (sys.getswitchinterval(), 5 ms) without a
+# handover, and the next release then waits until that thread has it (CPython's forced switching).
+# So the releases must come less often than the switch interval: each release wakes the waiter,
+# which finds the GIL taken again and starts its wait afresh, and at 1 ms a waiter never asked
+# (a watcher ran only after the loop ended; issue 46). At 1.25 switch intervals a waiter runs within
+# about two. The clock is read only at a release, after a number of passes measured to take about
+# that long (a clock read every pass cost 70 ns on the development machine). Only the thread
+# holding the GIL runs compiled code, so no two runners' parallel loops ever overlap.
+YIELD_EVERY_NS = max(1_000_000, int(1.25e9 * sys.getswitchinterval()))
 YIELD_GROWTH = 64  # at most this factor from one number of passes to the next
 
 _THREADS = []

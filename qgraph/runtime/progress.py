@@ -10,7 +10,7 @@ terminal); `progress=fn` calls `fn(passes, values)` instead, and a return of Fal
 loop (`kernel.cancel()`); an exception it raises cancels the loop too and the call raises it.
 The calling thread waits for the device meanwhile, so Ctrl-C cancels
 the loop there (DeviceState.sync). On the CPU the calling thread runs the loop, which lets the
-watcher run about every millisecond (compiler.cpu_interrupts).
+watcher run every 1.25 switch intervals (compiler.cpu_interrupts).
 """
 
 from __future__ import annotations
