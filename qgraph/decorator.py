@@ -22,7 +22,7 @@ from .lang.front import builtins as lang
 from .lang.front import globals_used, reports
 from .lang.front import parse as frontend
 from .lang.front.regions import control_regions
-from .lang.options import USE_ENVIRONMENT, KernelOptions
+from .lang.options import USE_ENVIRONMENT, KernelOptions, ResolvedOptions
 from .runtime.history import History, Reports
 from .runtime.random_state import rng_state
 from .runtime.settings import debug_mode
@@ -79,16 +79,19 @@ class Kernel:
         self._fn = fn
         self.source = source
         self.options = options  # as decorated: USE_ENVIRONMENT where the environment decides
-        self._resolved: tuple = (-1, None)  # (runtime generation, options resolved for it)
+        self._options_now = ResolvedOptions(options)
         self.stats = KernelStats(num_tasks=len(self.source.tasks))
         self._launchers: dict[str, object] = {}  # per target ("cpu", "cuda:0", ...)
         self._strict: dict = {}  # CudaDevice -> its launcher's strict launch (hop)
         names = [p.name for p in source.params]
         self._rng_at = names.index(globals_used.RNG_STATE) if globals_used.RNG_STATE in names else None
-        self._launch = None
-        self._generation = -1
         self._reports = Reports(source.qualname, source.reports) if source.reports is not None else None
         functools.update_wrapper(self, fn)
+        # (after the function's __dict__ is copied) what the binder (args.binder) reads on every call:
+        # the attached target's launch, and the runtime generation it was attached in (init()/reset()
+        # bump it: the next call attaches again)
+        self.launch = None
+        self.generation = -1
         runtime.STATE.kernels.add(self)
 
     @property
@@ -112,12 +115,7 @@ class Kernel:
 
     def options_now(self, state=None) -> KernelOptions:
         """The options with the environment's defaults filled in: resolved once per runtime generation."""
-        state = runtime.STATE if state is None else state
-        generation, options = self._resolved
-        if generation != state.generation or options is None:
-            options = self.options.resolved(state.settings)
-            self._resolved = (state.generation, options)
-        return options
+        return self._options_now(runtime.STATE if state is None else state)
 
     @property
     def history(self) -> History:
@@ -125,7 +123,8 @@ class Kernel:
         (pass, value) rows, read live while a device loop runs (docs/watching.md)."""
         return History(self.source.qualname, self._reports)
 
-    def _with_progress(self, progress, args: tuple, stream) -> None:
+    def launch_watched(self, progress, args: tuple, stream) -> None:
+        """A call with a progress bar or callback (the binder's `progress=`; runtime.progress)."""
         from .runtime.progress import watch_call
 
         watch_call(self, progress, args, stream)
@@ -143,17 +142,17 @@ class Kernel:
         """The offloaded tasks, in launch order."""
         return self.source.tasks
 
-    def _attach(self) -> None:
+    def attach(self) -> None:
         """Bind to the current runtime generation: the launcher of this thread's current target
         (once, whichever thread calls first; calls with arrays elsewhere are routed, see route)."""
         with _ATTACH_LOCK:
             state = runtime.ensure_init()
-            if self._generation == state.generation and self._launch is not None:
+            if self.generation == state.generation and self.launch is not None:
                 return
-            if self._generation != state.generation:
+            if self.generation != state.generation:
                 self._close_launchers()
-            self._launch = self._launcher_on(state.current()).launch
-            self._generation = state.generation
+            self.launch = self._launcher_on(state.current()).launch
+            self.generation = state.generation
 
     def _launcher_on(self, target):
         """The launcher of `target` (a runtime DeviceState or CpuState), made on first use."""
@@ -193,9 +192,9 @@ class Kernel:
     def launch_values(self, *values):
         """A call with every parameter given by position, implicit ones included, then the stream: the
         launch path without the binder (the adjoint's and the tape's own calls, watched calls)."""
-        if self._generation != runtime.STATE.generation:
-            self._attach()
-        return self._launch(*values)
+        if self.generation != runtime.STATE.generation:
+            self.attach()
+        return self.launch(*values)
 
     def hop(self, device):
         """The strict launch on CudaDevice `device`: where a call goes whose first array lives
@@ -239,7 +238,7 @@ class Kernel:
 
     def launcher_for(self, args: tuple) -> tuple:
         """(launcher, args) of a call with `args` made outside the call path (compile, inspect)."""
-        self._attach()
+        self.attach()
         if runtime.STATE.arch != "cuda":
             return self._launcher_on(runtime.STATE.target), args
         target, args = self._call_target(args)
@@ -258,8 +257,8 @@ class Kernel:
     def release(self) -> None:
         """Free compiled code, graphs and buffers (init/reset)."""
         self._close_launchers()
-        self._launch = None
-        self._generation = -1
+        self.launch = None
+        self.generation = -1
         self.stats = KernelStats(num_tasks=len(self.source.tasks))
 
     def __repr__(self) -> str:

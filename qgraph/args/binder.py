@@ -40,13 +40,13 @@ def bind_class(kernel_cls: type, src: KernelSource, fn: Callable, progress, runt
     params.append("stream=None")
     names = [p.name if p.source is None else p.source for p in src.params]
     body = generated.Lines()
-    with body.block("if _qg_self._generation != _qg_state.generation:"):
-        body.line("_qg_self._attach()")
+    with body.block("if _qg_self.generation != _qg_state.generation:"):
+        body.line("_qg_self.attach()")
     loops = any(True for _ in control_regions(src.body))  # kernel(..., progress=True): runtime.progress
     if loops:
         with body.block("if progress:"):
-            body.line(f"return _qg_self._with_progress(progress, ({', '.join(names)},), stream)")
-    body.line(f"return _qg_self._launch({', '.join([*names, 'stream'])})")
+            body.line(f"return _qg_self.launch_watched(progress, ({', '.join(names)},), stream)")
+    body.line(f"return _qg_self.launch({', '.join([*names, 'stream'])})")
     params_call = params + (["progress=_qg_progress"] if loops else [])
     # _qg_: no parameter can be named so
     call = generated.function(body.function(f"__call__(_qg_self, {', '.join(params_call)})"), "__call__",

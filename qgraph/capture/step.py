@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from .. import runtime
 from ..errors import QgraphError
-from ..lang.options import USE_ENVIRONMENT, KernelOptions
+from ..lang.options import USE_ENVIRONMENT, KernelOptions, ResolvedOptions
 from ..runtime import DeviceState
 
 
@@ -45,7 +45,7 @@ class GraphFunction:
         # kept per device and its loop's runaway guard
         self.options = KernelOptions(graph_cache_size=USE_ENVIRONMENT if graph_cache_size is None else graph_cache_size,
                                      max_iterations=max_iterations)
-        self._resolved: tuple = (-1, None)  # (runtime generation, options resolved for it)
+        self._options_now = ResolvedOptions(self.options)
         self._flag_at = None
         if graph_while is not None:  # where the flag is among the arguments
             names = list(inspect.signature(fn).parameters)
@@ -65,11 +65,7 @@ class GraphFunction:
 
     def options_now(self, state) -> KernelOptions:
         """The options with the environment's defaults filled in: resolved once per runtime generation."""
-        generation, options = self._resolved
-        if generation != state.generation or options is None:
-            options = self.options.resolved(state.settings)
-            self._resolved = (state.generation, options)
-        return options
+        return self._options_now(state)
 
     def __call__(self, *args, stream=None, **kwargs):
         from ..runtime import call_hooks

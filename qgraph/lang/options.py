@@ -94,6 +94,24 @@ class KernelOptions:
         return ",".join(f"{f.name}={getattr(self, f.name)}" for f in dataclasses.fields(self) if f.metadata.get("code"))
 
 
+class ResolvedOptions:
+    """Options resolved from the runtime's settings once per runtime generation (init()/reset() start
+    a new one): what a kernel's and a step's calls run with."""
+
+    __slots__ = ("options", "_memo")
+
+    def __init__(self, options: KernelOptions) -> None:
+        self.options = options
+        self._memo: tuple = (-1, None)  # (runtime generation, the options resolved for it): one value, for threads
+
+    def __call__(self, state) -> KernelOptions:
+        """The options for `state` (a runtime.State: its generation and settings)."""
+        generation, resolved = self._memo
+        if generation != state.generation or resolved is None:
+            resolved = self.options.resolved(state.settings)
+            self._memo = (state.generation, resolved)
+        return resolved
+
 def _positive(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
