@@ -19,7 +19,6 @@ class Runner:
     __slots__ = ("spec", "run", "again", "graph", "uses_graph", "nodes", "host_runner", "host_loop")
 
     def __init__(self, spec: Specialisation, run: Callable | None = None, host_runner=None) -> None:
-        """`run`: how calls run (default: eager launches), behind the overlap check where it needs one."""
         self.spec = spec
         self.again = spec.again
         self.graph = None  # the graph replayed (graph runners)
@@ -27,11 +26,7 @@ class Runner:
         self.nodes = 0  # kernel nodes of its graph
         self.host_runner = host_runner  # graphs.host_fallback.HostLoop or HostTree: the loop runs on the host
         self.host_loop = host_runner is not None  # stats.host_loop
-        self.run = self.checked(run or spec.eager().run)
-
-    def checked(self, run: Callable) -> Callable:
-        """`run` after the overlap check of interchanged loops' arrays, at each call (no graph here)."""
-        return _checked(run, self.spec.overlap)
+        self.run = _checked(run or spec.eager().run, spec.overlap)
 
     def iterations(self, synchronize: Callable) -> tuple[int, ...]:
         """Passes of each device loop in the last call (stats.iterations; waits for it on a graph)."""
@@ -67,12 +62,10 @@ class GraphRunner(Runner):
         """`cache`: the launcher's GraphCache; `host_loop_of(replay, graph)`: the host loop replaying
         the graph, where device loops run on the host (None: they run on the device)."""
         super().__init__(spec, self._build_and_run)
+        self.run = self._build_and_run  # its graphs check overlaps where their arguments change
         self.uses_graph = True
         self.host_loop = host_loop_of is not None
         self.stats, self.cache, self.host_loop_of = stats, cache, host_loop_of
-
-    def checked(self, run: Callable) -> Callable:
-        return run  # the graph checks overlaps where its arguments change (TaskGraph's misses)
 
     def _build_and_run(self, args: tuple, packs: tuple, stream: int) -> None:
         self.build(args, packs, stream)
