@@ -65,3 +65,65 @@ def test_the_gradient_through_sixty_nested_helpers(arch, chain):
     y.grad.fill(1.0)
     chain.grad(y, x)
     np.testing.assert_allclose(x.grad.to_numpy(), _expected(values)[1], rtol=1e-12)
+
+
+# A family: a three-deep chain whose innermost helper returns a vector (the case the flattener's
+# learning pass exists for: a local assigned a helper's vector), used in each context users meet.
+FAMILY_HELPERS = '''
+vec2d = qgraph.vector(2, qgraph.f64)
+
+
+@qgraph.func
+def inner(a):
+    return vec2d(a, 2.0 * a)
+
+
+@qgraph.func
+def middle(a):
+    v = inner(a)
+    return v.x + 0.5 * v.y
+
+
+@qgraph.func
+def outer(a):
+    return middle(a) * 0.25 + a
+'''
+
+# context -> (kernel body using outer(), d y / d x per element); outer(a) = 1.5 a; k = 3
+FAMILY = {
+    "task": ("    for i in range(x.shape[0]):\n        y[i] = outer(x[i])\n", 1.5),
+    "repeat_region": ("    for _ in qgraph.repeat(k):\n        for i in range(x.shape[0]):\n"
+                      "            y[i] += outer(x[i])\n", 4.5),
+    "after_inner_loop": ("    for i in range(x.shape[0]):\n        s = 0.0\n        for j in range(2):\n"
+                         "            s += x[i]\n        y[i] = outer(s)\n", 3.0),
+    "zero_d_target": ("    for i in range(x.shape[0]):\n        y[i] = outer(x[i])\n    t[()] = outer(x[0])\n", 1.5),
+}
+
+
+@pytest.fixture(scope="module")
+def family(tmp_path_factory):
+    source = "import qgraph\n\n" + FAMILY_HELPERS
+    for name, (body, _) in FAMILY.items():
+        source += f"\n\n@qgraph.kernel\ndef {name}(y, x, t, k: int):\n{body}"
+    return generated_module(tmp_path_factory, "qgraph_nested_helper_family", source)
+
+
+@pytest.mark.parametrize("context", sorted(FAMILY))
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_a_vector_helper_chain_in_each_context(arch, family, context, dtype):
+    kernel, slope = getattr(family, context), FAMILY[context][1]
+    rng = np.random.default_rng(len(context))
+    values = rng.random(8).astype(dtype)
+    y, x, t = (qgraph.from_numpy(np.zeros(8, dtype)), qgraph.from_numpy(values), qgraph.from_numpy(np.zeros((), dtype)))
+    kernel(y, x, t, 3)
+    tol = 1e-12 if dtype == np.float64 else 1e-5
+    np.testing.assert_allclose(y.to_numpy(), slope * values, rtol=tol)
+    if context == "zero_d_target":
+        np.testing.assert_allclose(t.to_numpy(), 1.5 * values[0], rtol=tol)
+    if dtype == np.float64:  # the gradient through the chain, against its closed form
+        x.requires_grad = y.requires_grad = True
+        y.fill(0.0)
+        kernel(y, x, t, 3)
+        y.grad.fill(1.0)
+        kernel.grad(y, x, t, 3)
+        np.testing.assert_allclose(x.grad.to_numpy(), np.full(8, slope), rtol=1e-12)
