@@ -201,9 +201,10 @@ def test_ast_passes_dispatch_through_node_visitor():
 
 # ------------------------------------------------------------------ one owner per concept
 
-# the modules that may reach numba's private names: the adapter, and the import gate that must run
-# before numba is imported (so it cannot import the adapter, which imports numba)
-NUMBA_ADAPTERS = ("qgraph.compiler.numba_adapter", "qgraph.compiler.numba_probes")
+# the modules that may reach numba's private names: the adapter (numba_cache.py is its half for numba's
+# on-disk CPU cache), and the import gate that must run before numba is imported (so it cannot import the
+# adapter, which imports numba)
+NUMBA_ADAPTERS = ("qgraph.compiler.numba_adapter", "qgraph.compiler.numba_cache", "qgraph.compiler.numba_probes")
 PUBLIC_UNDERSCORES = {"_fields", "_attributes", "_getframe", "_asdict", "_replace", "_make"}  # ast, sys, NamedTuple
 # qgraph's marks on objects it decorates (a user's struct class, a Kernel or Func the front end meets
 # as a callee without importing decorator.py), read where no import could reach the class

@@ -4,8 +4,9 @@ An entry is a binary (the linked cubin of a specialisation's tasks) and a JSON m
 describing it. Both are written to temporary names and moved into place with os.replace,
 binary first, manifest last: the manifest is the commit marker, so a reader never sees
 half an entry, and concurrent writers of the same key write identical content. The
-manifest records the binary's SHA-256; an entry that fails to parse or verify is treated
-as missing (and overwritten by the recompile), never as a crash.
+manifest records the binary's SHA-256 and an HMAC-SHA256 tag of itself made with the cache's
+secret key (compiler.cache_keys): an entry that fails to parse or verify is treated as missing
+(and overwritten by the recompile), never as a crash, and a planted or edited one is never loaded.
 """
 
 from __future__ import annotations
@@ -13,14 +14,15 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 import warnings
 
 from ..errors import QgraphError
+from .cache_keys import CacheKey, cache_key, make_private_dirs, private_writer, report_rejected
 
 # 2: generated CPU functions carry names unique to their kernel and code (older CPU entries
 # could define the same symbol for different kernels); every older entry is ignored.
-FORMAT = 2
+# 3: every entry is authenticated with the cache's key (compiler.cache_keys).
+FORMAT = 3
 
 
 _FIX = "point QGRAPH_CACHE_DIR at a writable directory (it is created if missing) or set QGRAPH_CACHE=0 to turn " \
@@ -66,6 +68,7 @@ class CodeCache:
     """A directory of compiled entries; `None` directory means caching is off."""
 
     def __init__(self, directory: str | None) -> None:
+        self.root = directory  # where the key is (compiler.cache_keys)
         self.directory = None if directory is None else os.path.join(directory, "cuda")
 
     @property
@@ -102,21 +105,43 @@ class CodeCache:
         except OSError as e:  # the disk refuses: say so once, then compile
             report_unusable(self.directory, e, "read")
             return None
-        if not isinstance(manifest, dict) or manifest.get("format") != FORMAT or manifest.get("key") != key:
+        if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+            return None  # another qgraph's entry (or no entry): never read further
+        secret = self._key()
+        if secret is None:  # no key (none can be made here): nothing here can be trusted
+            return None
+        tag = manifest.pop("hmac", None)
+        if not secret.matches(tag, b"cuda-entry", _canonical(manifest)) or manifest.get("key") != key:
+            report_rejected(manifest_path)
             return None
         if manifest.get("sha256") != hashlib.sha256(binary).hexdigest():
+            report_rejected(bin_path)
             return None
         return manifest, binary
+
+    def _key(self, doing: str = "read") -> CacheKey | None:
+        """The cache's key (made on first use); None, reported once when `doing` a write, when the
+        disk refuses. QgraphError when another user owns or can write the directory or key."""
+        try:
+            return cache_key(self.root)
+        except OSError as e:
+            if doing == "write":
+                report_unusable(self.directory, e, "write")
+            return None
 
     def store(self, key: str, manifest: dict, binary: bytes) -> bool:
         """Write an entry; returns False (and leaves no partial entry, with one warning per
         directory) when the disk refuses."""
         if self.directory is None:
             return False
+        secret = self._key("write")
+        if secret is None:
+            return False
         bin_path, manifest_path = self._paths(key)
         record = dict(manifest, format=FORMAT, key=key, sha256=hashlib.sha256(binary).hexdigest())
+        record["hmac"] = secret.tag(b"cuda-entry", _canonical(record)).hex()
         try:
-            os.makedirs(os.path.dirname(bin_path), exist_ok=True)
+            make_private_dirs(os.path.dirname(bin_path))
             _write_atomic(bin_path, binary)
             _write_atomic(manifest_path, json.dumps(record, sort_keys=True).encode())
         except OSError as e:
@@ -125,15 +150,11 @@ class CodeCache:
         return True
 
 
+def _canonical(manifest: dict) -> bytes:
+    """The manifest's bytes its tag covers (its key, format and the binary's SHA-256 among them)."""
+    return json.dumps(manifest, sort_keys=True).encode()
+
+
 def _write_atomic(path: str, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    with private_writer(path) as f:  # mode 0600, moved into place when written
+        f.write(data)

@@ -20,12 +20,25 @@ from ..lang.lower.lowering import PREFIX
 from ..lang.lower.math_calls import MAX, MIN, ROUNDING_FUNCTIONS
 from ..lang.options import DEFAULT_OPTIONS, KernelOptions
 from . import numba_adapter as adapter
+from .cache_keys import CacheKey, cache_key
+from .code_cache import report_unusable
 from .compile_depth import room_to_recurse
 from .compile_gc import rare_collections
 from .cpu_interrupts import chunk_functions, interrupted, thread_functions
 from .cpu_math import cpu_math
 from .random_code import random_functions
 from .toolchain import toolchain_versions_digest
+
+
+def _disk_cache(cache_dir: str, fingerprint: str) -> tuple[str, str, CacheKey] | None:
+    """(directory, fingerprint, key) of the kernel's numba cache files; None, said once per directory,
+    when the disk will not let the cache's key be read or made (nothing there could be trusted)."""
+    directory = os.path.join(cache_dir, "cpu", toolchain_versions_digest())
+    try:
+        return directory, fingerprint, cache_key(cache_dir)
+    except OSError as e:
+        report_unusable(directory, e, "write")
+        return None
 
 
 def _trip_count(start, stop, step):
@@ -64,7 +77,7 @@ class CpuProgram:
         cache = None
         # numba can reload cached code only for functions whose module it can import again
         if cache_dir is not None and _importable(src) and all(_importable(s) for _, _, s in module.func_codes):
-            cache = (os.path.join(cache_dir, "cpu", toolchain_versions_digest()), module.fingerprint)
+            cache = _disk_cache(cache_dir, module.fingerprint)
         from . import cpu_atomics
         from .numba_probes import import_cpu_array_math
 

@@ -1,9 +1,9 @@
-"""Every use of numba / numba-cuda internals, in one place.
+"""Every use of numba / numba-cuda internals, here and in numba_cache.py (numba's on-disk CPU cache).
 
 Private APIs used here (checked against numba 0.68 and numba-cuda 0.30):
-- `numba.core.caching.FunctionCache` / `CompileResultCacheImpl` / `_CacheLocator`, and the
-  dispatcher's `_cache` attribute: CPU code is cached under qgraph's cache directory,
-  keyed by qgraph's fingerprint of the generated code instead of a source file's mtime.
+- the dispatcher's `_cache` attribute: CPU code is cached on disk by numba_cache.py, this
+  adapter's other half (numba's on-disk cache classes, redirected to qgraph's cache directory
+  and sealed with the cache's key).
 - `numba.cuda.compiler._compile_pyfunc_with_fixup` (what `cuda.compile(..., abi="numba")`
   runs before NVVM), the code library's `_entry_name`, `_nvvm_options` and `llvm_strs`, and
   `numba.cuda.cudadrv.nvvm.compile_ir`: a specialisation's kernels go to NVVM in one run. The
@@ -15,127 +15,25 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 import re
-import warnings
 
 import numpy as np
 
 from ..args.kinds import ArgKind
-from .code_cache import report_unusable
+from .cache_keys import CacheKey
+from .numba_cache import function_cache
 
 # --------------------------------------------------------------------------- CPU
 
 
-@contextlib.contextmanager
-def _exclusive(path: str):
-    """An exclusive lock on `path` across processes (POSIX flock; elsewhere none)."""
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - Windows
-        yield
-        return
-    with open(path, "a+b") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-_LOCKED_INDEX: list = []
-
-
-def locked_index_file_class():
-    """numba's index of a function's cached overloads, updated under a file lock: processes that
-    compile different signatures at once would otherwise each read the same index, pick the same
-    data file name and keep only the last writer's entry."""
-    if not _LOCKED_INDEX:
-        from numba.core.caching import IndexDataCacheFile
-
-        class LockedIndexDataCacheFile(IndexDataCacheFile):
-            def save(self, key, data):
-                with _exclusive(self._index_path + ".lock"):
-                    super().save(key, data)
-
-        _LOCKED_INDEX.append(LockedIndexDataCacheFile)
-    return _LOCKED_INDEX[0]
-
-
-def _make_cache_class():
-    from numba.core.caching import CompileResultCacheImpl, FunctionCache, _CacheLocator
-
-    class QgraphLocator(_CacheLocator):
-        """Cache files live in qgraph's cache dir, stamped with qgraph's code fingerprint."""
-
-        def __init__(self, py_func, py_file) -> None:
-            self._path, self._fingerprint = py_func.__qgraph_cache__
-
-        def ensure_cache_path(self) -> None:
-            os.makedirs(self._path, exist_ok=True)
-
-        def get_cache_path(self) -> str:
-            return self._path
-
-        def get_source_stamp(self) -> str:
-            return self._fingerprint
-
-        def get_disambiguator(self) -> str:
-            return self._fingerprint[:20]
-
-        @classmethod
-        def from_function(cls, py_func, py_file):
-            return cls(py_func, py_file) if hasattr(py_func, "__qgraph_cache__") else None
-
-    class QgraphCacheImpl(CompileResultCacheImpl):
-        _locator_classes = [QgraphLocator]
-
-    class QgraphFunctionCache(FunctionCache):
-        """numba's function cache, made robust: a corrupt or unreadable entry is recompiled."""
-
-        _impl_class = QgraphCacheImpl
-
-        def __init__(self, py_func) -> None:
-            super().__init__(py_func)
-            self._cache_file = locked_index_file_class()(
-                cache_path=self._cache_path, filename_base=self._impl.filename_base,
-                source_stamp=self._impl.locator.get_source_stamp())
-
-        def load_overload(self, sig, target_context):
-            try:
-                return super().load_overload(sig, target_context)
-            except OSError as e:  # the directory cannot be read (a missing file is no error to numba)
-                report_unusable(self.cache_path, e, "read")
-                return None
-            except Exception as e:  # a corrupt index or data file
-                warnings.warn(f"qgraph: ignoring a corrupt CPU cache entry in {self.cache_path} ({e!r}); "
-                              "recompiling", RuntimeWarning, stacklevel=2)
-                try:
-                    os.unlink(self._cache_file._index_path)
-                except OSError:
-                    pass
-                return None
-
-        def save_overload(self, sig, data):
-            try:
-                super().save_overload(sig, data)
-            except OSError as e:  # a read-only or full disk must not fail the call
-                report_unusable(self.cache_path, e, "write")
-            except Exception as e:
-                warnings.warn(f"qgraph: could not write the CPU cache ({e!r})", RuntimeWarning, stacklevel=2)
-
-    return QgraphFunctionCache
-
-
-_cache_class = None
 CPU_FAST_MATH_FLAGS = frozenset({"contract", "arcp", "afn", "reassoc", "nsz"})
 
 
-def njit(py_func, *, parallel: bool, cache: tuple[str, str] | None, fastmath: bool = False,
+def njit(py_func, *, parallel: bool, cache: tuple[str, str, CacheKey] | None, fastmath: bool = False,
          called_from_python: bool = True):
-    """numba.njit(py_func); with `cache=(directory, fingerprint)` cached on disk there. `called_from_python=False`:
+    """numba.njit(py_func); with `cache=(directory, fingerprint, key)` cached on disk there, every file
+    sealed with the cache's key (compiler.cache_keys). `called_from_python=False`:
     only compiled code calls it, so numba builds no Python wrapper for it (a third of a small unit's compile)."""
-    global _cache_class
     import numba
 
     # fast math without LLVM's no-NaN / no-inf assumptions, so `math.isnan` checks survive
@@ -144,10 +42,7 @@ def njit(py_func, *, parallel: bool, cache: tuple[str, str] | None, fastmath: bo
     dispatcher = numba.njit(parallel=parallel, error_model="numpy", fastmath=flags, no_cfunc_wrapper=True,
                             **wrappers)(py_func)
     if cache is not None:
-        if _cache_class is None:
-            _cache_class = _make_cache_class()
-        py_func.__qgraph_cache__ = cache
-        dispatcher._cache = _cache_class(py_func)
+        dispatcher._cache = function_cache(py_func, cache)
     return dispatcher
 
 

@@ -166,9 +166,11 @@ def _max_iterations(text: str) -> int | None:
 
 
 def cache_directory(environ: Mapping[str, str] = os.environ) -> str | None:
-    """The compiled-code cache directory, or None when QGRAPH_CACHE=0 turns it off."""
+    """The compiled-code cache directory, or None when QGRAPH_CACHE=0 turns it off. QgraphError when
+    it cannot be a directory, or when it (or its key) exists and another user owns or can write it."""
     if not switch(environ, "QGRAPH_CACHE"):
         return None
+    from ..compiler.cache_keys import check_cache_directory
     from ..compiler.code_cache import check_directory
 
     explicit = environ.get("QGRAPH_CACHE_DIR")
@@ -178,6 +180,7 @@ def cache_directory(environ: Mapping[str, str] = os.environ) -> str | None:
         base = environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
         path, source = os.path.join(base, "qgraph"), "QGRAPH_CACHE_DIR is unset"
     check_directory(path, source)  # a file there: say so now, not as a damaged entry at each compile
+    check_cache_directory(path, source)  # another user's, or writable by others: refused (compiler.cache_keys)
     return path
 
 

@@ -185,7 +185,10 @@ def init(arch: str | None = None, *, device: int = 0) -> None:
         if not asked and cuda_device is not None:  # chosen by default: only once CUDA is known usable
             _prefetch_compiler(settings)
     _drop_compiled()
+    from ..compiler.cache_keys import forget
     from ..lang import generated
+
+    forget()  # the cache's key is read again on its first use (the directory may have been replaced)
 
     generated.configure(settings.dump_dir)
     STATE.arch = arch

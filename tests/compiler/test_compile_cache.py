@@ -27,7 +27,8 @@ def test_corrupt_entries_read_as_missing(tmp_path):
     bin_path, manifest_path = cache._paths(key)
     with open(bin_path, "wb") as f:
         f.write(b"evil")
-    assert cache.load(key) is None
+    with pytest.warns(RuntimeWarning, match=f"the compile cache file {bin_path} failed its authentication check"):
+        assert cache.load(key) is None
     with open(manifest_path, "w") as f:
         f.write("{not json")
     assert cache.load(key) is None
@@ -255,7 +256,7 @@ def _save_slowly(args):
 
     from numba.core.caching import IndexDataCacheFile
 
-    from qgraph.compiler.numba_adapter import locked_index_file_class
+    from qgraph.compiler.numba_cache import locked_index_file_class
 
     cache_dir, key, locked = args
     original = IndexDataCacheFile._load_index
