@@ -38,6 +38,7 @@ from .checks import (
 )
 from .cpu_forms import CpuSpecialization, FirstRunTimer
 from .debug_report import check_failure, task_exception
+from .extent_checks import extent_check
 
 
 class CpuLauncher:
@@ -73,6 +74,7 @@ class CpuLauncher:
         self.written = tuple(written_params(self.src))  # the arrays it writes, by position (Ndarray.version)
         pairs = checked_pairs(self.src)  # interchanged loops' arrays, checked apart at each call
         self._overlap = _Overlap(self.src, pairs) if pairs else None
+        self._extents = extent_check(kernel.source, self.src, options.debug)  # arrays shorter than their loops
         self.launch = cpu_call.launch_function(self)
         self._resolve = None  # resolve(a0, ..., an) -> (key, values), generated for compile()
 
@@ -81,7 +83,8 @@ class CpuLauncher:
         return {"specs": self._specs, "first_call": self._first_call, "record": self._record,
                 "task_error": self._task_error, "check_failed": self._check_failed, "debug_lock": self._debug_lock,
                 "flags": self._flags, "loops": bool(self._loops), "parallel_of": self._parallel_of,
-                "last": self._last, "stopped": self._stopped, "unfinished": self._unfinished, "overlap": self._overlap}
+                "last": self._last, "stopped": self._stopped, "unfinished": self._unfinished, "overlap": self._overlap,
+                "extents": self._extents}
 
     def resolve(self, args: tuple) -> tuple[tuple, tuple]:
         """(signature, the values the runner takes) of a call with every parameter given by `args`."""
@@ -93,6 +96,8 @@ class CpuLauncher:
         """Run a resolved call the plain way (launcher.dispatch): what the generated launch does after its
         hook, a step a line; tests/test_launcher.py holds the two equal."""
         key, values = call.key, call.packs
+        if self._extents is not None:
+            self._extents.check(key, call.args)
         if self._overlap is not None:
             self._overlap.check(*(values[k] for k in self._overlap.positions))
         runner = self._specs.get(key)

@@ -53,8 +53,10 @@ def launch_function(launcher):
     lines += frozen_number_lines(src, ns)
     lines += resolver_lines(display_names(src), fixed_scalar_types(src), "cpu", ns, Ndarray,
                             elements=element_annotations(src), written=written_params(src))
-    lines += [f"    key = ({', '.join(f's{k}' for k in range(n))}{comma})",
-              "    if _watching[0]:",  # a tape needs arrays as its calls left them: this call's writes counted
+    lines.append(f"    key = ({', '.join(f's{k}' for k in range(n))}{comma})")
+    if parts["extents"] is not None:  # the extents its loops make certain (backends.extent_checks)
+        lines += parts["extents"].lines(ns, "v", f"({args}{comma})").rendered(1)
+    lines += ["    if _watching[0]:",  # a tape needs arrays as its calls left them: this call's writes counted
               f"        _note(_written, ({args}{comma}))",
               # a call in a @qgraph.graph body (counted for its stats) or under a tape (which may run it)
               f"    if _hooked[0] and _on_call(_BoundCall(_launcher, key, ({args}{comma}), ({values}{comma}))):",

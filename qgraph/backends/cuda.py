@@ -40,6 +40,7 @@ from .checks import check_signature, compile_error, flag_params, flag_shape_erro
 from .cuda_runners import GraphRunner, HostLoopRunner, Runner
 from .cuda_spec import DeviceKernel, EagerRunner, Specialisation, overlap_check
 from .debug_report import DeviceRecord, check_failure
+from .extent_checks import extent_check
 
 _WARNED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # kernel -> generation its fallback was warned in
 
@@ -88,6 +89,7 @@ class CudaLauncher:
         self.stats.iteration_counts = self._iterations if loops else None
         self.written = tuple(written_params(src))  # the arrays it writes, by position (Ndarray.version)
         self.again = [cuda_call.forgotten(len(src.param_names))]  # the same-arguments fast path's memory
+        self._extents = extent_check(kernel.source, src, options.debug)  # arrays shorter than their loops
         self.launch = cuda_call.launch_function(self)
         self._strict = None  # strict_launch(), made when a call is first routed here
         self._resolve = None  # resolve(a0, ..., an) -> key, generated for compile()
@@ -103,6 +105,8 @@ class CudaLauncher:
         """Run a resolved call the plain way (launcher.dispatch): what the generated launch does after its
         fast paths and its hook, a step a line; tests/test_launcher.py holds the two equal."""
         key, args, packs = call.key, call.args, call.packs
+        if self._extents is not None:
+            self._extents.check(key, args)
         for k in self._flags:
             if packs[k][FlagKind.shape_field] not in FlagKind.SHAPE_OK:
                 raise self._flag_error(k, packs[k])
@@ -126,7 +130,7 @@ class CudaLauncher:
         """What the generated launch (backends.cuda_call) calls of this launcher, named in one place."""
         return {"specs": self._specs, "specialise": self._specialise, "switch": self._switch, "last": self._last,
                 "flag_error": self._flag_error, "flags": self._flags, "capture": self._capture.record,
-                "debug_record": self._record, "check_failed": self._check_failed}
+                "debug_record": self._record, "check_failed": self._check_failed, "extents": self._extents}
 
     def generated_functions(self) -> dict:
         """The host functions generated for this launcher so far (kernel.inspect's report)."""

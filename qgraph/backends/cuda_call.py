@@ -176,6 +176,9 @@ def launch_function(launcher, strict: bool = False):
     with out.block("if _ident() != _dev._thread:"):  # after resolution: a routed call sets only its own device
         out.line("_dev.make_current()")
     out.line(f"key = {_numbered('s', n)}", f"p = {_numbered('v', n)}", f"call_args = {_numbered('a', n)}")
+    if parts["extents"] is not None:  # arrays shorter than the loops over them (backends.extent_checks); a call
+        # whose loops reach nothing then is not remembered by the fast paths, which skip this check
+        out.add(parts["extents"].lines(ns, "a", "call_args", forgiven="pure = False"))
     shape = FlagKind.shape_field
     for k in parts["flags"]:
         with out.block(f"if p[{k}][{shape.start}:{shape.stop}] not in _FLAG_OK:"):

@@ -129,7 +129,9 @@ class _Rewriter:
         if t in FLOATS and (fn in FLOAT_MATH or fn in FLOAT_NUMPY or fn in SAME_AS_ARGS):
             node.args = [self.to(a, t) for a in node.args]
         elif fn in lang.ATOMICS.values() and len(node.args) == 3:
-            target = self.t.of(ast.Subscript(node.args[0], node.args[1], ast.Load()))
+            element = ast.Subscript(node.args[0], node.args[1], ast.Load())
+            target = self.t.of(element)
+            self.stored(element, self.t.of(node.args[2]), node)
             node.args = [self.expr(node.args[0]), self.expr(node.args[1]), self.value(node.args[2], target)]
         else:
             node.args = [self.expr(a) for a in node.args]
@@ -147,8 +149,32 @@ class _Rewriter:
         for node in body:
             self.stmt(node)
 
+    def stored(self, target: ast.expr, value, node: ast.AST) -> None:
+        """A float value stored into an element of an integer (or bool) array is an error, as NumPy's
+        `same_kind` casting has it: the fraction would go silently. Within a kind (float64 into float32,
+        int64 into int32) and integer into float are stores as written."""
+        if value not in (WEAK, F32, F64) or not isinstance(target, ast.Subscript) or self.t.of(target) != INT:
+            return
+        array = self.t.of(target.value)
+        dtype = array[1].name if isinstance(array, tuple) and array[0] == "a" else "integers"
+        name = ast.unparse(target.value).replace("__", ".")  # a struct's field as written (lang.flat)
+        src = self.t.src
+        what = f"kernel {src.name}" if src.body is not None else f"@qgraph.func {src.name}"
+        hint = "; `//=` divides integers" if isinstance(node, ast.AugAssign) and isinstance(node.op, ast.Div) else ""
+        shown = {WEAK: "float", F32: "float32", F64: "float64"}[value]
+        raise src.error(f"{what}: a {shown} value is stored into '{name}', an array of {dtype}, which would drop "
+                        f"its fraction silently (qgraph follows NumPy's same_kind casting: no float to integer "
+                        f"or bool). Convert it where that is meant: {_conversions(dtype)}{hint}; "
+                        f"or make '{name}' a float array", node)
+
     def stmt(self, node: ast.stmt) -> None:
         if isinstance(node, ast.Assign):
+            for target in node.targets:
+                if len(node.targets) == 1 and is_pair(target, node.value):
+                    for t, v in zip(target.elts, node.value.elts):
+                        self.stored(t, self.t.of(v), node)
+                else:
+                    self.stored(target, self.t.of(node.value), node)
             if len(node.targets) == 1 and is_pair(node.targets[0], node.value):
                 node.value.elts = [self.value(v, self.target_type(tg))
                                    for tg, v in zip(node.targets[0].elts, node.value.elts)]
@@ -159,9 +185,11 @@ class _Rewriter:
             for target in node.targets:
                 self.target(target)
         elif isinstance(node, ast.AugAssign):
+            self.stored(node.target, self.t.binop(self.t.of(node.target), node.op, self.t.of(node.value)), node)
             node.value = self.value(node.value, self.target_type(node.target))
             self.target(node.target)
         elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            self.stored(node.target, self.t.of(node.value), node)
             node.value = self.value(node.value, self.target_type(node.target))
         elif isinstance(node, (ast.For, ast.While, ast.If)):
             if isinstance(node, ast.For):
@@ -190,6 +218,14 @@ class _Rewriter:
     def target(self, target: ast.expr) -> None:
         if isinstance(target, ast.Subscript):  # the index expressions, on their own
             target.slice = self.expr(target.slice)
+
+
+def _conversions(dtype: str) -> str:
+    """The explicit conversions of a float to an element of `dtype` a kernel can write."""
+    if dtype == "bool":
+        return "bool(...) or a comparison (x > 0.5)"
+    short = dtype.replace("uint", "u").replace("int", "i") if dtype != "integers" else "i64"
+    return f"int(...) rounds toward zero, math.floor(...) and round(...) as named, qgraph.{short}(...) converts"
 
 
 def weak_typed(src: KernelSource, body: list[ast.stmt], params: dict, loop_vars: tuple[str, ...],
