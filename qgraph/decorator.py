@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import threading
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -83,6 +84,8 @@ class Kernel:
         self.stats = KernelStats(num_tasks=len(self.source.tasks))
         self._launchers: dict[str, object] = {}  # per target ("cpu", "cuda:0", ...)
         self._strict: dict = {}  # CudaDevice -> its launcher's strict launch (hop)
+        # kernels running this one's calls for it (a tape's recording copy, the adjoint): cancel() reaches them
+        self._derived: weakref.WeakSet = weakref.WeakSet()
         names = [p.name for p in source.params]
         self._rng_at = names.index(globals_used.RNG_STATE) if globals_used.RNG_STATE in names else None
         self._reports = Reports(source.qualname, source.reports) if source.reports is not None else None
@@ -136,6 +139,16 @@ class Kernel:
             stop = getattr(found, "cancel", None)
             if stop is not None:
                 stop()
+        for derived in list(self._derived):
+            derived.cancel()
+
+    def loop_passes(self) -> int:
+        """The passes so far of the running call's outermost device loop (progress bars), its own or
+        those of a kernel running the call for it (a tape's recording copy)."""
+        found = [launcher.loop_passes() for launcher in list(self._launchers.values())
+                 if hasattr(launcher, "loop_passes")]
+        found += [derived.loop_passes() for derived in list(self._derived)]
+        return max(found, default=0)
 
     @property
     def tasks(self) -> tuple[frontend.Task, ...]:
@@ -234,7 +247,9 @@ class Kernel:
 
     def with_source(self, source: frontend.KernelSource) -> Kernel:
         """A kernel of another source with this one's options (the adjoint, lang.adjoint)."""
-        return Kernel(self._fn, source, self.options)
+        derived = Kernel(self._fn, source, self.options)
+        self._derived.add(derived)
+        return derived
 
     def launcher_for(self, args: tuple) -> tuple:
         """(launcher, args) of a call with `args` made outside the call path (compile, inspect)."""

@@ -7,12 +7,12 @@ import threading
 import numpy as np
 
 from ..compiler.compile_signals import interruptible_compile
+from ..compiler.cpu_interrupts import SerialTaskInterrupted, signal_error, taken_signal_error
 from ..compiler.numba_adapter import is_compile_error, is_typing_stage
 from ..errors import runaway_error
-from ..lang.cpu.codegen import counted_loops
-from ..lang.cpu.loops import RunnerStatus
+from ..lang.cpu.loops import RunnerStatus, runner_loops, serial_loops
 from ..lang.front.interchange import checked_pairs, for_launch
-from ..lang.front.regions import loop_limit
+from ..lang.front.regions import Task, loop_limit
 from ..lang.front.writes import written_params
 from ..lang.lower.debug_checks import (
     CANCEL_WORD,
@@ -62,15 +62,19 @@ class CpuLauncher:
         self._flags = flag_params(self.src)
         # first calls from several threads compile a signature once (a first run may compile the parallel form)
         self._lock = threading.RLock()
-        self._loops = counted_loops(self.src.body)  # the runner's counts, in this order
+        self._loops = runner_loops(self.src.body)  # the runner's counts, in this order
+        # device loops and serial tasks' loops let other threads run now and then (compiler.cpu_interrupts)
+        self._yields = bool(self._loops) or any(serial_loops(t) for t in self.src.tasks)
         self._last = [None]  # the runner's (status, loop, passes per loop) of the last call
         stats = self.stats
         stats.used_graph = False
         stats.graph_nodes = 0
         stats.host_loop = False
         stats.cache_size = 0
-        stats.iteration_counts = (lambda: tuple(self._last[0][2:]) if self._last[0] is not None else ()) \
-            if self._loops else None
+        # device loops' passes; an interchanged repeat is a task, as on CUDA, though the runner counts its blocks
+        counted = tuple(k for k, loop in enumerate(self._loops) if not isinstance(loop, Task))
+        stats.iteration_counts = (lambda: tuple(self._last[0][2 + k] for k in counted)
+                                  if self._last[0] is not None else ()) if counted else None
         self.written = tuple(written_params(self.src))  # the arrays it writes, by position (Ndarray.version)
         pairs = checked_pairs(self.src)  # interchanged loops' arrays, checked apart at each call
         self._overlap = _Overlap(self.src, pairs) if pairs else None
@@ -82,7 +86,8 @@ class CpuLauncher:
         """What the generated launch (backends.cpu_call) calls of this launcher, named in one place."""
         return {"specs": self._specs, "first_call": self._first_call, "record": self._record,
                 "task_error": self._task_error, "check_failed": self._check_failed, "debug_lock": self._debug_lock,
-                "flags": self._flags, "loops": bool(self._loops), "parallel_of": self._parallel_of,
+                "flags": self._flags, "loops": bool(self._loops), "yields": self._yields,
+                "parallel_of": self._parallel_of,
                 "last": self._last, "stopped": self._stopped, "unfinished": self._unfinished, "overlap": self._overlap,
                 "extents": self._extents}
 
@@ -100,6 +105,8 @@ class CpuLauncher:
             self._extents.check(key, call.args)
         if self._overlap is not None:
             self._overlap.check(*(values[k] for k in self._overlap.positions))
+        if self._loops:  # kernel.cancel() stops this call from here on, also while it compiles
+            self._record[CANCEL_WORD] = 0
         runner = self._specs.get(key)
         if runner is None:  # compiled (once, whichever thread comes first) and run
             return self._first_call(key, values, call.args)
@@ -201,8 +208,7 @@ class CpuLauncher:
 
     def _run(self, key: tuple, runner, values: tuple):
         """The runner's status; an exception from a task names the task (see _task_error)."""
-        if self._loops:  # as the generated launch does
-            self._record[CANCEL_WORD] = 0
+        if self._yields:  # as the generated launch does (the cancel word is cleared as the call starts)
             self._record[YIELD_COUNT] = int(threading.active_count() > 1)
             self._record[YIELD_STEP] = 0
         with self._debug_lock:
@@ -237,6 +243,7 @@ class CpuLauncher:
         (a chunked unit has one task; units of the same code share a function, so the runner's
         unit word names it)."""
         self._record[INTERRUPT_WORD] = 0
+        self._raise_signal_error()
         program, unit = self._program_for(key), int(self._record[UNIT_WORD])
         task = program.unit_tasks[unit][0] if program is not None and 0 <= unit < len(program.unit_tasks) else None
         where = f"in the parallel loop at line {task.lineno}" if task is not None else "in a parallel loop"
@@ -245,6 +252,8 @@ class CpuLauncher:
 
     def _task_error(self, key: tuple, error: Exception) -> Exception:
         """`error`, raised in a task of the signature `key`, as the same type naming the task."""
+        if isinstance(error, SerialTaskInterrupted):  # Ctrl-C (or another signal's handler) in a serial task
+            return signal_error(error, self._record)
         program = self._program_for(key)
         if program is None or is_compile_error(error):
             return error
@@ -314,9 +323,17 @@ class CpuLauncher:
             raise runaway_error(self.src.name, loop, loop_limit(loop, self.options.max_iterations))
         if status[0] == RunnerStatus.CANCELLED:
             raise cancelled_error(self.src.name, loop, status[2 + status[1]])
+        self._raise_signal_error()
         what = f"flag '{loop.flag}'" if hasattr(loop, "flag") else f"qgraph.repeat({loop.count})"
         raise KeyboardInterrupt(f"kernel {self.src.name} was interrupted in its device loop (line {loop.lineno}, "
                                 f"{what}) after {status[2 + status[1]]} passes; the next call starts afresh")
+
+    def _raise_signal_error(self) -> None:
+        """Raise the exception of the signal handler that stopped the runner, unless a KeyboardInterrupt
+        (which the caller raises naming the kernel and loop): a user's SIGALRM Timeout comes through."""
+        error = taken_signal_error(self._record)
+        if error is not None and type(error) is not KeyboardInterrupt:
+            raise error
 
     def cancel(self) -> None:
         """kernel.cancel(): the runner's device loops end after their current pass (lang.cpu.loops)."""

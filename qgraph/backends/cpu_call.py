@@ -62,16 +62,17 @@ def launch_function(launcher):
               f"    if _hooked[0] and _on_call(_BoundCall(_launcher, key, ({args}{comma}), ({values}{comma}))):",
               "        return",
               *_overlap_lines(parts, ns),
+              # kernel.cancel() stops this call from here on, also while it compiles: a fresh word
+              *([f"    _rec[{CANCEL_WORD}] = 0"] if parts["loops"] else []),
               "    runner = _get(key)",
               "    if runner is None:",
               f"        return _first_call(key, ({values}{comma}), ({args}{comma}))"]
     for k in parts["flags"]:
         lines += [f"    if v{k}.shape not in ((), (1,)):",
                   f"        raise _flag_error(_src, {k}, v{k}.shape)"]
-    if parts["loops"]:  # kernel.cancel(): a fresh word, and other threads let run if there are any
+    if parts["yields"]:  # other threads let run if there are any
         ns["_threads"] = threading.active_count
-        lines += [f"    _rec[{CANCEL_WORD}] = 0", "    if _threads() > 1:",
-                  f"        _rec[{YIELD_COUNT}] = 1", f"        _rec[{YIELD_STEP}] = 0",
+        lines += ["    if _threads() > 1:", f"        _rec[{YIELD_COUNT}] = 1", f"        _rec[{YIELD_STEP}] = 0",
                   "    else:", f"        _rec[{YIELD_COUNT}] = 0"]
     call = f"({values}{', ' if n else ''}_rec)"
     run = ["    try:", f"        r = runner{call}"]

@@ -27,14 +27,14 @@ from ..graph_cache import GraphCache
 from ..graphs import host_fallback
 from ..lang.cpu.codegen import counted_loops
 from ..lang.flat.view import flat_name
-from ..lang.front.interchange import checked_pairs, for_launch
+from ..lang.front.interchange import InterchangedTask, checked_pairs, for_launch
 from ..lang.front.regions import RepeatLoop, control_regions, is_root_loop
 from ..lang.front.temporal_tiling import TiledTask, tiled, tiled_pairs
 from ..lang.front.writes import written_params
 from ..lang.options import KernelOptions
 from ..runtime import DeviceState
 from ..runtime.call_hooks import BoundCall
-from ..runtime.cancel import CancelWord
+from ..runtime.cancel import CancelWord, cancelled_error
 from . import cuda_call
 from .checks import check_signature, compile_error, flag_params, flag_shape_error, host_bounds
 from .cuda_runners import GraphRunner, HostLoopRunner, Runner
@@ -77,11 +77,17 @@ class CudaLauncher:
             self.while_mode, self.while_reason = conditional.while_strategy(
                 self.device.info.compute_capability, self.device.info.driver_version,
                 graphs=self.use_graphs, force_host=options.graph_while_host)
-        self._cancel = CancelWord(target) if regions else None  # kernel.cancel(), Ctrl-C (runtime.cancel)
+        interchanged = [t for t in src.tasks if isinstance(t, InterchangedTask)]  # each a kernel looping alone
+        # kernel.cancel(), Ctrl-C (runtime.cancel)
+        self._cancel = CancelWord(target, (src.name, interchanged[0]) if interchanged else None) \
+            if regions or interchanged else None
+        self._stoppable = loops[0] if loops else interchanged[0] if interchanged else None  # a cancel's error names it
+        self._compiling, self._compile_cancelled = 0, False  # calls compiling now; a cancel() came meanwhile
         # what every specialisation here shares, and builds its graphs with
         self._shared = DeviceKernel(target, src.body, src.name, self._bounds, options, self._record,
                                     self.while_mode == "device", state.settings.programmatic_edges,
-                                    self._cancel.device_pointer if regions else 0)
+                                    self._cancel.device_pointer if regions else 0,
+                                    self._cancel.abi if interchanged else b"")
         self.stats.used_graph = False
         self.stats.graph_nodes = 0
         self.stats.host_loop = False
@@ -255,6 +261,7 @@ class CudaLauncher:
     def _specialise(self, key: tuple, args: tuple) -> Runner:
         src = self.src
         flat = check_signature(src, key, args, self._bounds, self.options)  # the same checks as on the CPU
+        self._compiling += 1
         try:
             with interruptible_compile(src.name):
                 kernels, debug, from_cache = compile_tasks(src, key, self.device, self.code_cache, self.options, flat)
@@ -262,6 +269,8 @@ class CudaLauncher:
             if is_compile_error(e):
                 raise compile_error(src, key, e, getattr(e, "qgraph_task", None)) from e
             raise
+        finally:
+            self._compiling -= 1
         names = [r.count if isinstance(r, RepeatLoop) else r.flag for r in control_regions(src.body)]
         flags = {name: flat.slots[flat.src.param_names.index(flat_name(name))] for name in names}
         spec = Specialisation(key, kernels, flags, debug.sites if debug is not None else [], self._shared,
@@ -269,6 +278,10 @@ class CudaLauncher:
         runner = self._specs[key] = self._runner_for(spec)
         self.stats.specialisations += 1
         self.stats.cache_loads += from_cache
+        if self._compile_cancelled:  # kernel.cancel() while it compiled: the call stops before its first pass
+            self._compile_cancelled = False
+            self._cancel.clear()
+            raise cancelled_error(self.src.name, self._stoppable, 0)
         return runner
 
     def _runner_for(self, spec: Specialisation) -> Runner:
@@ -300,8 +313,11 @@ class CudaLauncher:
         self._shared = dataclasses.replace(self._shared, cancel_word=address)
 
     def cancel(self) -> None:
-        """kernel.cancel(): the running device loops end after their current pass (runtime.cancel)."""
+        """kernel.cancel(): the running device loops end after their current pass (runtime.cancel); a
+        call still compiling raises LoopCancelled once compiled, before it runs (its loops would clear
+        the word as they start)."""
         if self._cancel is not None:
+            self._compile_cancelled = self._compiling > 0
             self._cancel.set()
 
     def loop_passes(self) -> int:

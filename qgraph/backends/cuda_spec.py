@@ -20,6 +20,7 @@ from ..compiler.launch_code import block_expr, generate, grid_expr, signature_wi
 from ..driver.device import driver, kernel_failure
 from ..driver.params import ParamBuffer
 from ..graph_cache import TaskGraph
+from ..lang.front.interchange import InterchangedTask
 from ..lang.front.regions import Region
 from ..lang.options import KernelOptions
 from .debug_report import DeviceRecord
@@ -40,6 +41,7 @@ class DeviceKernel:
     device_loops: bool  # loop regions become WHILE nodes (else the host do-while repeats the graph)
     programmatic: bool  # programmatic edges between kernel nodes where the device has them
     cancel_word: int = 0  # device address of the launcher's runtime.cancel.CancelWord (0: no loops)
+    cancel_abi: bytes = b""  # that word as the kernel parameter of interchanged loops' tasks (b"": none)
 
 
 class GraphForm:
@@ -72,6 +74,9 @@ class Specialisation:
         if shared.options.debug:  # every task kernel takes the record after its scratch arrays
             for tk in kernels:
                 tk.record = shared.record.abi
+        for tk in kernels:  # an interchanged loop's task reads the cancel word (runtime.cancel), after the record
+            if isinstance(tk.task, InterchangedTask):
+                tk.record += shared.cancel_abi
         # the same-arguments fast path may replay it (cuda_call): not with struct or vector arguments,
         # which can change behind the same object
         self.again = not any(getattr(arg_type(s), "is_struct", False) or getattr(arg_type(s), "is_vector", False)

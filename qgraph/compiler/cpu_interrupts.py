@@ -4,15 +4,16 @@ device loop (`thread_functions()`), so one of them can call kernel.cancel().
 
 A numba function holds the GIL and never returns to the interpreter, so a SIGINT only sets
 Python's "signal pending" flag and a runaway device loop would ignore Ctrl-C for ever. The
-runner's loops call `interrupted()` once per pass: it runs the pending signal handlers
-(PyErr_CheckSignals, in the main thread) and, when one raised (KeyboardInterrupt), clears
-that exception and returns 1, so the runner returns a status the launcher turns back into
-KeyboardInterrupt with the kernel's name and loop. The C API functions are named symbols,
-so the code stays cacheable.
+runner's loops call `interrupted(record)` once per pass: it runs the pending signal handlers
+(PyErr_CheckSignals, in the main thread) and, when one raised, moves that exception into the
+record and returns 1, so the runner returns a status and the launcher raises the exception: a
+KeyboardInterrupt with the kernel's name and loop, any other (a SIGALRM handler's) unchanged.
+The C API functions are named symbols, so the code stays cacheable.
 """
 
 from __future__ import annotations
 
+import ctypes
 import sys
 
 from ..lang.cpu.loops import FIRST_CHUNK_WORK
@@ -21,29 +22,80 @@ _INTERRUPTED = []
 
 
 def interrupted():
-    """The njit-callable check (built on first use: it needs numba)."""
+    """The njit-callable check `_qg_interrupted(record)` (built on first use: it needs numba)."""
     if not _INTERRUPTED:
         from llvmlite import ir
         from numba.core import cgutils, types
         from numba.extending import intrinsic
 
+        from ..lang.lower.debug_checks import SIGNAL_ERROR
+
         @intrinsic
-        def _qg_interrupted(typingctx):
+        def _qg_interrupted(typingctx, record):
             def codegen(context, builder, signature, args):
-                i32 = ir.IntType(32)
-                check = cgutils.get_or_insert_function(builder.module, ir.FunctionType(i32, []),
-                                                       "PyErr_CheckSignals")
-                clear = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), []),
-                                                       "PyErr_Clear")
+                i32, i64, obj = ir.IntType(32), ir.IntType(64), ir.IntType(8).as_pointer()
+                module = builder.module
+
+                def c_function(name, ret, params):
+                    return cgutils.get_or_insert_function(module, ir.FunctionType(ret, params), name)
+
+                check = c_function("PyErr_CheckSignals", i32, [])
+                fetch = c_function("PyErr_Fetch", ir.VoidType(), [obj.as_pointer()] * 3)
+                normalize = c_function("PyErr_NormalizeException", ir.VoidType(), [obj.as_pointer()] * 3)
+                set_tb = c_function("PyException_SetTraceback", i32, [obj, obj])
+                decref = c_function("Py_DecRef", ir.VoidType(), [obj])
                 raised = builder.icmp_signed("!=", builder.call(check, []), i32(0))
                 with builder.if_then(raised, likely=False):
-                    builder.call(clear, [])
-                return builder.zext(raised, ir.IntType(64))
+                    # the handler's exception, taken off the thread's error state and kept in the
+                    # record for the launcher to raise (a KeyboardInterrupt is raised named)
+                    slots = [cgutils.alloca_once(builder, obj) for _ in range(3)]
+                    builder.call(fetch, slots)
+                    builder.call(normalize, slots)
+                    kind, value, trace = (builder.load(slot) for slot in slots)
+                    with builder.if_then(builder.icmp_unsigned("!=", trace, obj(None))):
+                        builder.call(set_tb, [value, trace])
+                    builder.call(decref, [kind])
+                    builder.call(decref, [trace])
+                    array = context.make_array(signature.args[0])(context, builder, args[0])
+                    word = builder.gep(array.data, [i64(SIGNAL_ERROR)])
+                    builder.call(decref, [builder.inttoptr(builder.load(word), obj)])  # an untaken one
+                    builder.store(builder.ptrtoint(value, i64), word)
+                return builder.zext(raised, i64)
 
-            return types.int64(), codegen
+            return types.int64(record), codegen
 
         _INTERRUPTED.append(_qg_interrupted)
     return _INTERRUPTED[0]
+
+
+def taken_signal_error(record) -> BaseException | None:
+    """The exception a signal handler raised in the runner's last check (see `interrupted`), taken
+    out of the record (which owned a reference to it), or None."""
+    from ..lang.lower.debug_checks import SIGNAL_ERROR
+
+    address = int(record[SIGNAL_ERROR])
+    if not address:
+        return None
+    record[SIGNAL_ERROR] = 0
+    error = ctypes.cast(address, ctypes.py_object).value  # a reference of our own
+    _DECREF(ctypes.py_object(error))  # the record's
+    return error
+
+
+class SerialTaskInterrupted(Exception):
+    """Raised by a serial task's loop that found a signal handler raised (lang.cpu.loops.with_ticks);
+    the launcher raises the handler's exception in its place (numba raises only Exceptions)."""
+
+
+def signal_error(error: SerialTaskInterrupted, record) -> BaseException:
+    """What a call a serial task's signal check stopped raises: the handler's own exception, or a
+    KeyboardInterrupt naming the kernel and task (`error`'s message)."""
+    taken = taken_signal_error(record)
+    return taken if taken is not None and type(taken) is not KeyboardInterrupt else KeyboardInterrupt(str(error))
+
+
+_DECREF = ctypes.pythonapi.Py_DecRef
+_DECREF.argtypes, _DECREF.restype = [ctypes.py_object], None
 
 
 # Plain parallel loops run their outer range in chunks, each a parallel loop of its own, and
@@ -54,6 +106,12 @@ CHUNK_TARGET_NS = 200_000_000
 CHUNK_GROWTH = 64  # at most this factor from one chunk to the next
 
 
+# An interchanged repeat loop runs its passes in blocks (lang.cpu.loops.passes_in_blocks), each
+# sized to take about BLOCK_TARGET_NS, so a cancel or Ctrl-C stops it within a block.
+BLOCK_TARGET_NS = 20_000_000
+BLOCK_GROWTH = 8  # at most this factor from one block to the next: a busy machine's passes vary
+
+
 def first_chunk(inner_work):
     return max(1, FIRST_CHUNK_WORK // max(inner_work, 1))
 
@@ -61,6 +119,11 @@ def first_chunk(inner_work):
 def next_chunk(size, elapsed_ns):
     wanted = size * CHUNK_TARGET_NS // max(elapsed_ns, 1)
     return max(1, min(wanted, size * CHUNK_GROWTH))
+
+
+def next_block(size, elapsed_ns):
+    wanted = size * BLOCK_TARGET_NS // max(elapsed_ns, 1)
+    return max(1, min(wanted, size * BLOCK_GROWTH))
 
 
 _CHUNKING = []
@@ -92,7 +155,8 @@ def chunk_functions() -> dict:
 
         _CHUNKING.append({"_qg_clock_ns": _qg_clock_ns, "_qg_u64": numba.uint64,
                           "_qg_first_chunk": numba.njit(first_chunk, cache=False),
-                          "_qg_next_chunk": numba.njit(next_chunk, cache=False)})
+                          "_qg_next_chunk": numba.njit(next_chunk, cache=False),
+                          "_qg_next_block": numba.njit(next_block, cache=False)})
     return _CHUNKING[0]
 
 
@@ -115,15 +179,16 @@ _THREADS = []
 
 def thread_functions() -> dict:
     """{generated name: njit function}: `_qg_let_threads_run(record)`, the runner's call when the
-    record's YIELD_COUNT of passes runs out (lang.lower.debug_checks: the YIELD_ words), and
-    PASS_END, what every pass of a device loop checks (lang.cpu.loops.counted_loop)."""
+    record's YIELD_COUNT of passes runs out (lang.lower.debug_checks: the YIELD_ words), PASS_END,
+    what every pass of a device loop checks (lang.cpu.loops.counted_loop), and SERIAL_TICK_CHECK, a
+    serial task loop's check every SERIAL_TICK iterations (lang.cpu.loops.with_ticks)."""
     if not _THREADS:
         import numba
         from llvmlite import ir
         from numba.core import cgutils, types
         from numba.extending import intrinsic
 
-        from ..lang.cpu.loops import PASS_END, RunnerStatus
+        from ..lang.cpu.loops import PASS_END, SERIAL_TICK_CHECK, RunnerStatus
         from ..lang.lower.debug_checks import CANCEL_WORD, YIELD_CLOCK, YIELD_COUNT, YIELD_STEP
 
         @intrinsic
@@ -158,7 +223,7 @@ def thread_functions() -> dict:
         interrupted_status, cancelled_status = int(RunnerStatus.INTERRUPTED), int(RunnerStatus.CANCELLED)
 
         def pass_end(record):
-            if check():
+            if check(record):
                 return interrupted_status
             if record[YIELD_COUNT] != 0:
                 record[YIELD_COUNT] -= 1
@@ -168,5 +233,15 @@ def thread_functions() -> dict:
                 return cancelled_status
             return 0
 
-        _THREADS.append({"_qg_let_threads_run": threads_run, PASS_END: numba.njit(pass_end, cache=False)})
+        def serial_tick(record):
+            if check(record):
+                return 1
+            if record[YIELD_COUNT] != 0:
+                record[YIELD_COUNT] -= 1
+                if record[YIELD_COUNT] == 0:
+                    threads_run(record)
+            return 0
+
+        _THREADS.append({"_qg_let_threads_run": threads_run, PASS_END: numba.njit(pass_end, cache=False),
+                         SERIAL_TICK_CHECK: numba.njit(serial_tick, cache=False)})
     return _THREADS[0]

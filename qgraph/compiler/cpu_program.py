@@ -24,7 +24,7 @@ from .cache_keys import CacheKey, cache_key
 from .code_cache import report_unusable
 from .compile_depth import room_to_recurse
 from .compile_gc import rare_collections
-from .cpu_interrupts import chunk_functions, interrupted, thread_functions
+from .cpu_interrupts import SerialTaskInterrupted, chunk_functions, interrupted, thread_functions
 from .cpu_math import cpu_math
 from .random_code import random_functions
 from .toolchain import toolchain_versions_digest
@@ -84,6 +84,7 @@ class CpuProgram:
         import_cpu_array_math()  # before numba loads its registries (compile or cache load): unprobed
         injected = {**adapter.cpu_names(),
                     "_qg_interrupted": interrupted(), **chunk_functions(), **thread_functions(),
+                    "_qg_SerialTaskInterrupted": SerialTaskInterrupted,
                     "_qg_trip_count": _trip_count_function()}
         for name in module.atomics:
             injected[PREFIX + name] = cpu_atomics.BY_NAME[name]
@@ -136,8 +137,9 @@ class CpuProgram:
         fdef = _function_def(self.module, name)
         types = dict(zip([a.arg for a in _function_def(self.module, self.module.runner).args.args],
                          adapter.numba_types(values)))
+        block = adapter.numba_types((0,))[0]  # an interchanged loop's block of passes (lang.cpu.loops.pass_block)
         llvm, asm, missing = adapter.cpu_machine_code(self.unit_dispatchers[unit],
-                                                      tuple(types[a.arg] for a in fdef.args.args))
+                                                      tuple(types.get(a.arg, block) for a in fdef.args.args))
         return name, ast.unparse(fdef) + "\n", llvm, asm, missing
 
     def serial_code(self) -> str | None:

@@ -70,7 +70,7 @@ class TaskKernel:
     tiled: bool = False  # a multi-dimensional loop on 2-D blocks: its grid is a shape (launch_code.tile_shape)
     temporal: tuple | None = None  # a temporally tiled task's (passes, tile, halo): its grid is launch_code.tiles_of
     arg_exprs: tuple[str, ...] = ()  # each argument slot's value from the call's `p` (a struct leaf: p[k][j])
-    record: bytes = b""  # debug mode: the record array's parameter bytes, after the scratch arrays
+    record: bytes = b""  # after the scratch arrays: debug mode's record, then an interchanged loop's cancel word
     arrays: int = 0  # array arguments (the scratch arrays and the record follow them)
     gated_function: object = None  # kernels with a flag loop: the variant returning at once once the loop ended
     gated_trigger_function: object = None  # its launch_dependents twin
@@ -365,9 +365,11 @@ def compile_ptx(src, codes, orders, task_types, func_defs, cc, types, fast_math:
             split = len(code.bound_params) + sum(1 for k in order if types[k].is_array)
             dtypes = {name: t.dtype for name, t in zip(src.param_names, types) if t.is_array}
             argtypes[split:split] = [array_kind(dtype, 1, True) for dtype, _ in _scratch_specs(code, dtypes, 1)]
+        split = len(code.bound_params) + sum(1 for k in order if types[k].is_array) + len(code.scratch)
         if debug:  # the record, after the array arguments and the scratch arrays
-            split = len(code.bound_params) + sum(1 for k in order if types[k].is_array) + len(code.scratch)
             argtypes.insert(split, array_kind(np.dtype(np.int64), 1, True))
+        if code.cancel:  # an interchanged loop's cancel word, after them (lang.cuda.loops.cancellable_passes)
+            argtypes.insert(split + bool(debug), array_kind(np.dtype(np.int64), 1, True))
         try:
             libraries.append(adapter.cuda_kernel_library(kernel_ns[code.function.name], argtypes, cc, fast_math))
         except Exception as e:

@@ -121,8 +121,13 @@ class HostTree:
             count = int.from_bytes(self._value(region.count, packs), "little", signed=True)
             self.passes[k] = 0
             for _ in range(max(count, 0)):
+                if self._cancel is not None and self._cancel.is_set:  # passes queued so far still run
+                    self._cancel.clear()
+                    raise cancelled_error(self._name, region, self.passes[k])
                 self._walk(region.body, args, packs, stream)
                 self.passes[k] += 1
+                if k == 0 and self._cancel is not None:  # the outermost loop's, for progress bars
+                    self._cancel.host_passes = self.passes[k]
         elif isinstance(region, DeviceLoop):
             k, limit = self._loops.index(region), self._limit(region)
             self.passes[k] = 0

@@ -30,17 +30,27 @@ def _free_words(device, pointer: int) -> None:
 
 
 class CancelWord:
-    """[cancel, passes] in device memory: `device_pointer` for the loops' state blocks; `set()`,
-    `is_set` and `passes()` from the host."""
+    """[cancel, passes, stopped] in device memory: `device_pointer` for the loops' state blocks, `abi`
+    for interchanged loops' kernels; `set()`, `is_set` and `passes()` from the host.
 
-    def __init__(self, target) -> None:
+    An interchanged repeat loop is one kernel whose threads run their passes on their own: every
+    1,024 passes each reads the cancel word and, set, ends its passes, writing the most passes any
+    of them ran into `stopped` (lang.cuda.loops.cancellable_passes). `interchanged` (kernel name,
+    loop) makes a set() also a guard of the next sync, which reads `stopped` and raises then."""
+
+    WORDS = 3
+
+    def __init__(self, target, interchanged: tuple | None = None) -> None:
+        from ..args.kinds import numba_abi
+
         d = driver()
         device = self._device = target.device
         device.ensure_current()
-        self.device_pointer = int(check(d.cuMemAlloc(16), "cuMemAlloc (cancel words)"))
+        self.device_pointer = int(check(d.cuMemAlloc(8 * self.WORDS), "cuMemAlloc (cancel words)"))
         self._release = owned(self, _free_words, device, self.device_pointer)
-        check(d.cuMemsetD32Async(self.device_pointer, 0, 4, device.side_stream()), "cuMemsetD32Async")
-        check(d.cuStreamSynchronize(device.side_stream()), "cuStreamSynchronize")
+        self._zero()
+        self.abi = numba_abi(self.device_pointer, (self.WORDS,), (8,), 8)  # an int64 array, for kernels
+        self._interchanged = interchanged
         host = check(d.cuMemHostAlloc(8, 0), "cuMemHostAlloc (passes read back)")
         self._release_host = owned(self, free_host, host)
         self._passes_read = ctypes.c_uint64.from_address(int(host))  # where passes() copies the device's
@@ -50,10 +60,17 @@ class CancelWord:
         self._target = target
         target.cancel_words.add(self)
 
+    def _zero(self) -> None:
+        d, side = driver(), self._device.side_stream()
+        check(d.cuMemsetD32Async(self.device_pointer, 0, 2 * self.WORDS, side), "cuMemsetD32Async")
+        check(d.cuStreamSynchronize(side), "cuStreamSynchronize")
+
     def set(self) -> None:
         """Ask the running loops to stop: the host's copy now, the device's through the side stream."""
         self._set = True
         self._target.cancelled.add(self)  # the next sync clears it
+        if self._interchanged is not None:  # and reads whether an interchanged loop stopped for it
+            self._target.guards.add(self)
         if self.device_pointer:
             self._device.ensure_current()
             check(
@@ -73,6 +90,29 @@ class CancelWord:
         if self.device_pointer:
             self._device.ensure_current()
             check(driver().cuStreamSynchronize(self._device.side_stream()), "cuStreamSynchronize")
+            if self._interchanged is not None:  # no loop clears the word as it starts: cleared now, idle
+                self._zero()
+
+    def tripped_error(self) -> LoopCancelled | None:
+        """After a sync (the guard of a set() word with interchanged loops): the error of the loop
+        the cancel stopped, or None when it had ended first."""
+        self._target.guards.discard(self)
+        if not self.device_pointer:
+            return None
+        d, side = driver(), self._device.side_stream()
+        self._device.ensure_current()
+        check(d.cuMemcpyDtoHAsync(ctypes.addressof(self._passes_read), self.device_pointer + 16, 8, side),
+              "cuMemcpyDtoHAsync (stopped)")
+        check(d.cuStreamSynchronize(side), "cuStreamSynchronize")
+        stopped = self._passes_read.value
+        if not stopped:
+            return None
+        name, loop = self._interchanged
+        return LoopCancelled(
+            f"kernel {name}: the interchanged repeat loop at line {loop.lineno} was cancelled after pass "
+            f"{stopped:,} in its element that ran most (its elements run their passes on their own and stop "
+            "apart, within 1,024 passes of the cancel; interchange=False keeps whole passes); the next call "
+            "runs normally")
 
     def passes(self) -> int:
         """The outermost loop's passes so far (a progress bar's): the device loop's, copied on the
@@ -92,6 +132,7 @@ class CancelWord:
         """Give the words back (its launcher's close(), after the device is idle)."""
         self._target.cancel_words.discard(self)
         self._target.cancelled.discard(self)
+        self._target.guards.discard(self)
         self.device_pointer = 0  # set(), clear() and passes() after close touch no freed memory
         self._passes_read = ctypes.c_uint64(0)
         self._release()
@@ -101,8 +142,9 @@ class CancelWord:
 def cancelled_error(kernel_name: str, loop, passes: int) -> LoopCancelled:
     """The error of a loop its cancel word stopped: the kernel, the loop's line and its passes."""
     line = f"at line {loop.lineno}" if loop is not None else "around the body"
+    what = "interchanged repeat loop" if getattr(loop, "parts", None) else "device loop"  # (an InterchangedTask)
     return LoopCancelled(
-        f"kernel {kernel_name}: the device loop {line} was cancelled after pass {passes:,} "
+        f"kernel {kernel_name}: the {what} {line} was cancelled after pass {passes:,} "
         "(kernel.cancel(), Ctrl-C or a progress callback returning False); its arrays hold "
         "that pass's results, and the next call runs normally"
     )

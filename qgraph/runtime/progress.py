@@ -50,9 +50,7 @@ class Watcher(threading.Thread):
 
     def passes(self) -> int:
         """The outermost loop's passes so far (the launchers read now: a first call makes its own)."""
-        found = [launcher.loop_passes() for launcher in self.kernel.launchers.values()
-                 if hasattr(launcher, "loop_passes")]
-        return max(found) if found else 0
+        return self.kernel.loop_passes()
 
     def values(self) -> dict[str, float]:
         history = self.kernel.history

@@ -51,16 +51,21 @@ class DeviceState:
     def sync(self) -> None:
         """Wait for this device's queued work, then release what it held and check the guards.
         Ctrl-C during the wait cancels the device loops (runtime.cancel), waits for them to end
-        their pass (a second Ctrl-C stops waiting) and raises KeyboardInterrupt naming the loop."""
+        their pass (a second Ctrl-C stops waiting) and raises KeyboardInterrupt naming the loop; an
+        exception of another signal's handler (a SIGALRM Timeout) cancels them too and comes through."""
         try:
             self.device.synchronize()
-        except KeyboardInterrupt:
+        except BaseException as error:  # Ctrl-C, or a signal handler's own exception (a SIGALRM Timeout)
             if not self.cancel_words:
                 raise
             for word in list(self.cancel_words):
                 word.set()
             self.device.synchronize()
-            self.check_guards(interrupted=True)
+            if isinstance(error, KeyboardInterrupt):
+                self.check_guards(interrupted=True)
+                raise
+            with contextlib.suppress(LoopCancelled):  # the handler's exception is what the caller gets
+                self.check_guards()
             raise
         with self.lock:
             self.release_all()

@@ -25,3 +25,12 @@ def grow_until(x, done, threshold: float):
 def crawl(count, flag, stop_at: int):
     count[0] += 1
     flag[0] = 1 if count[0] < stop_at else 0
+
+
+@qgraph.kernel(graph_while="flag", max_iterations=None)
+def creep(x, count, flag, stop_at):
+    """A differentiable flag loop (x's update) that runs stop_at[0] passes: only a cancel ends a long one."""
+    for i in range(x.shape[0]):
+        x[i] = x[i] * 0.5 + 1.0
+    count[0] += 1
+    flag[0] = 1 if count[0] < stop_at[0] else 0

@@ -164,7 +164,8 @@ def test_inspect_shows_the_serial_form_as_one_function(cpu):
     (label, source), = ((k, v) for k, v in code.host.items() if k.startswith("serial form"))
     assert "4096 elements" in label
     assert source.count("def ") == 1 and "_qg_prange" not in source and "_qg_unit" not in source
-    assert "return (6, -1, _qg_n0)" in source  # too large: the parallel form's status, before any task
+    # too large: the parallel form's status, before any task (passes of its repeat and interchanged repeat)
+    assert "return (6, -1, _qg_n0, _qg_n1)" in source
 
 
 def test_bad_thresholds_name_the_option():

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from helpers.loop_kernels import crawl
+from helpers.loop_kernels import crawl, creep
 
 import qgraph
 
@@ -126,3 +126,27 @@ def test_a_bar_without_stderr_runs_the_call(loop_arch, monkeypatch):
     x, flag = qgraph.from_numpy(np.array([1.0])), qgraph.from_numpy(np.ones(1, np.int32))
     halve(x, flag, 1e-3, progress=True)
     assert halve.stats.iterations == (10,)
+
+
+def test_progress_under_a_tape_sees_the_recorded_call_and_cancels_it(loop_arch):
+    """A tape runs a recording copy of the kernel: the callback sees its passes, and returning False
+    stops it (issue 46: progress under a tape showed 0 and a cancel was ignored)."""
+    x = qgraph.ndarray(qgraph.f64, (8,), requires_grad=True)
+    count, flag = qgraph.ndarray(qgraph.i64, (1,)), qgraph.from_numpy(np.ones(1, np.int32))
+    stop_at = qgraph.from_numpy(np.array([3]))
+    with qgraph.Tape():
+        creep(x, count, flag, stop_at)  # compiled
+    seen = []
+
+    def until_2000(passes, values):
+        seen.append(passes)
+        return passes < 2000
+
+    count.fill(0)
+    flag.fill(1)
+    stop_at.fill(1 << 40 if loop_arch == "cpu" else 1 << 24)
+    with pytest.raises(qgraph.LoopCancelled, match=r"kernel creep\w*: the device loop at line \d+ was cancelled"):
+        with qgraph.Tape():
+            creep(x, count, flag, stop_at, progress=until_2000)
+            qgraph.sync()
+    assert max(seen) >= 2000  # what the recording copy ran, not 0

@@ -13,6 +13,7 @@ import ast
 import copy
 from dataclasses import dataclass
 
+from ..front.interchange import InterchangedTask
 from ..front.parse import KernelSource
 from ..front.regions import DeviceLoop, Dim, IfRegion, Region, RepeatLoop, Task, control_regions
 from ..lower.debug_checks import INTERRUPT_WORD, RECORD, UNIT_WORD, DebugPlan
@@ -38,6 +39,7 @@ from ..options import DEFAULT_OPTIONS, KernelOptions
 from ..types.precision import weak_typed
 from ..types.weak_types import param_type
 from . import loops as cpu_loops
+from .fusion import MAX_UNIT_TASKS, fusable
 from .loops import IndexByCounter, RunnerStatus, counted_loop, flag_value, outer_loop, runner_status, trip_count
 from .serial_form import CHUNK_CHECK, SERIAL_RUNNER, serial_runner, size_check
 from .shared_units import shared_units
@@ -126,52 +128,6 @@ def _assigns(stmts: list[ast.stmt], name: str) -> bool:
                for stmt in stmts for n in ast.walk(stmt))
 
 
-_PURE_BUILTINS = {abs, min, max, int, float, bool, len, round, range}
-# The most parallel tasks one unit (one numba function) holds. numba's parfor passes grow faster
-# than linearly with the loops of one function: 200 fusable loops took 39.5 s to compile as one
-# unit, 15.6 s in units of 16 (8: 17.9 s, 32: 17.1 s; numba alone on the same loops: 17.1 s;
-# 13.95 s since loops drop their dead index copy),
-# while fusion rarely has more than a few adjacent loops sharing arrays to gain from.
-MAX_UNIT_TASKS = 16
-
-
-def _fusable(src: KernelSource, task: Task) -> bool:
-    """True when numba sees every write of this parallel task (setitem only, pure calls).
-
-    numba may reorder and fuse parallel loops in one function; its dependence analysis
-    counts only setitem as a write, so a loop that writes through a call (an atomic, a
-    helper, `x.fill()`) must stay in a function of its own.
-    """
-    if not task.parallel or task_updates(src, task) != ([], []):
-        return False  # reductions and atomic scatters write through partials and calls
-    local_names = task_locals(src, task)
-    for stmt in task.body:
-        for node in ast.walk(stmt):
-            if not isinstance(node, ast.Call):
-                continue
-            root = node.func
-            while isinstance(root, ast.Attribute):
-                root = root.value
-            if not isinstance(root, ast.Name) or root.id in local_names:
-                return False
-            if not _is_pure_call(src.resolve(node.func), node):
-                return False
-    return True
-
-
-def _is_pure_call(obj: object, node: ast.Call) -> bool:
-    """A call that writes no array: math functions, a few builtins, NumPy ufuncs without out=."""
-    import numpy as np
-
-    if node.keywords:
-        return False
-    if any(obj is b for b in _PURE_BUILTINS):
-        return True
-    if callable(obj) and getattr(obj, "__module__", None) == "math":
-        return True
-    return isinstance(obj, np.ufunc)
-
-
 def _partial_update(reduction: Reduction, value: ast.expr, at: ast.stmt) -> ast.stmt:
     """Accumulate into the partial in a form numba recognises as a parallel reduction."""
     var = name_node(reduction.var, at)
@@ -230,8 +186,11 @@ def cpu_module(src: KernelSource, options: KernelOptions = DEFAULT_OPTIONS, kind
     def unit_call(unit: list[Task]) -> list[ast.stmt]:
         body: list[ast.stmt] = []
         used: set[str] = set()
+        blocks: list[str] = []
+        ticks = [False]  # a serial task's loops check for signals: the unit takes the record
         # a lone parallel task without reductions runs in chunks, checking for Ctrl-C between them
-        # (fused loops would no longer fuse; timed chunks would make reductions' sums vary)
+        # (fused loops would no longer fuse; timed chunks would make reductions' sums vary, and numba
+        # ran a reduction's prange inside the chunk loop serially: 2x slower on 2 cores)
         chunked = cpu_loops.CHUNK_PARALLEL_LOOPS and len(unit) == 1 and unit[0].parallel \
             and task_updates(src, unit[0])[0] == []
         serial_body: list[ast.stmt] = []  # the same tasks without chunks, for the serial form
@@ -246,6 +205,9 @@ def cpu_module(src: KernelSource, options: KernelOptions = DEFAULT_OPTIONS, kind
                 stmts = weak_typed(src, stmts, precision[0], task.loop_vars, local_names, precision[1],
                                    funcs=symbols.typing_funcs(precision[1]))
             lowered = lower_statements(src, stmts, local_names, symbols, updates)
+            if isinstance(task, InterchangedTask):  # its passes in blocks, the runner's (passes_in_blocks)
+                lowered = cpu_loops.with_pass_block(lowered, cpu_loops.pass_block(task))
+                blocks.append(cpu_loops.pass_block(task))
 
             def placed(stmts: list[ast.stmt], chunks: bool, task=task, updates=updates) -> list[ast.stmt]:
                 """The task's statements in its parallel loop (in chunks or not), with its debug checks."""
@@ -253,6 +215,10 @@ def cpu_module(src: KernelSource, options: KernelOptions = DEFAULT_OPTIONS, kind
                     dims = [Dim(*lower_bounds(src, d, symbols)) for d in task.dims]
                     stmts = _cpu_parallel_loop(_with_dims(task, dims), stmts, zero_d, _reduction_frame(
                         src, task, list(updates.reductions.values()), symbols), chunked=chunks)
+                else:  # its loops check for signals (Ctrl-C) now and then
+                    stmts = cpu_loops.with_ticks(stmts, f"kernel {src.name} was interrupted in its serial task at "
+                                                 f"line {task.lineno}; the next call starts afresh", at)
+                    ticks[0] |= _assigns(stmts[:1], "_qg_tick")
                 return stmts if debug is None else debug.apply(stmts, symbols.atomic_paths.values())
 
             stmts = placed(copy.deepcopy(lowered) if chunked else lowered, chunked)
@@ -260,7 +226,12 @@ def cpu_module(src: KernelSource, options: KernelOptions = DEFAULT_OPTIONS, kind
             # (serial_runner copies what it inlines, so the unchunked units may share statements)
             serial_body += placed(lowered, False) if chunked else stmts
             used |= set(task.loaded) | set(task.bound_names)
-        params = [p for p in src.param_names if p in used] + ([RECORD] if debug is not None or chunked else [])
+        late = not chunked and any(t.parallel for t in unit)  # Ctrl-C seen as its loops end, and named then
+        if late:
+            body.append(_parse(f"if _qg_interrupted({RECORD}):\n    {RECORD}[{INTERRUPT_WORD}] = 1\n"
+                               f"    return {int(RunnerStatus.CHUNK_INTERRUPTED)}", at))
+        params = [p for p in src.param_names if p in used] + blocks + \
+            ([RECORD] if debug is not None or chunked or ticks[0] or late else [])
         name = f"_qg_unit_{len(units)}"
         defs.append(function_def(name, params, body, unit[0].lineno))
         serial_defs.append(function_def(name, params, serial_body, unit[0].lineno))
@@ -268,7 +239,7 @@ def cpu_module(src: KernelSource, options: KernelOptions = DEFAULT_OPTIONS, kind
         unit_tasks.append(tuple(unit))
         running = _parse(f"{RECORD}[{UNIT_WORD}] = {len(units) - 1}", at)
         stmts = [running, ast.copy_location(ast.Expr(call(name, [name_node(p, at) for p in params], at)), at)]
-        if chunked:  # Ctrl-C stopped the unit: the runner stops too (the launcher raises)
+        if chunked or late:  # Ctrl-C stopped the unit: the runner stops too (the launcher raises)
             check = _parse(f"if {RECORD}[{INTERRUPT_WORD}] != 0:\n    return{interrupted}", at)
             setattr(check, CHUNK_CHECK, True)  # (the serial form has no chunks, so none of these)
             stmts.append(check)
@@ -276,6 +247,9 @@ def cpu_module(src: KernelSource, options: KernelOptions = DEFAULT_OPTIONS, kind
         return stmts
 
     def walk(region: Region) -> list[ast.stmt]:
+        if isinstance(region, InterchangedTask):
+            return cpu_loops.passes_in_blocks(region, loops.index(region), len(loops), unit_call([region]),
+                                              debug is not None, at)
         if isinstance(region, Task):
             return unit_call([region])
         if isinstance(region, (DeviceLoop, RepeatLoop)):
@@ -288,20 +262,21 @@ def cpu_module(src: KernelSource, options: KernelOptions = DEFAULT_OPTIONS, kind
         stmts: list[ast.stmt] = []
         run: list[Task] = []
         for child in region.children:
-            if isinstance(child, Task) and run and len(run) < MAX_UNIT_TASKS and _fusable(src, child) \
-                    and all(_fusable(src, t) for t in run):
+            alone = not isinstance(child, Task) or isinstance(child, InterchangedTask)  # a loop of the runner's
+            if not alone and run and len(run) < MAX_UNIT_TASKS and fusable(src, child) \
+                    and all(fusable(src, t) for t in run):
                 run.append(child)
                 continue
             if run:
                 stmts += unit_call(run)
-            run = [child] if isinstance(child, Task) else []
-            if not isinstance(child, Task):
+            run = [] if alone else [child]
+            if alone:
                 stmts += walk(child)
         if run:
             stmts += unit_call(run)
         return stmts
 
-    loops = counted_loops(src.body)  # numbered as walk meets them: outermost first
+    loops = cpu_loops.runner_loops(src.body)  # numbered as walk meets them: outermost first
     stopped = RunnerStatus.CHUNK_INTERRUPTED  # without counted loops the runner returns it alone
     interrupted = f" {runner_status(stopped, -1, len(loops))}" if loops else f" {int(stopped)}"
     unit_call_stmts: list[list[ast.stmt]] = [[]]  # the last unit call's statements

@@ -10,9 +10,11 @@ stopped is a RunnerStatus, which the launcher (backends.cpu) reads back.
 from __future__ import annotations
 
 import ast
+import copy
 import enum
 
-from ..front.regions import Dim, RepeatLoop, Task, loop_limit
+from ..front.interchange import PASS, InterchangedTask
+from ..front.regions import DeviceLoop, Dim, RepeatLoop, Task, children_of, loop_limit
 from ..lower.debug_checks import INTERRUPT_WORD, LOOP_PASSES, RECORD
 from ..lower.lowering import binop, call, name_node
 
@@ -24,6 +26,9 @@ CHUNK_PARALLEL_LOOPS = True
 # The work (outer times inner iterations) of a chunked loop's first chunk (compiler.cpu_interrupts),
 # so a small kernel stays one chunk; calls this large run the parallel form (lang.cpu.serial_form)
 FIRST_CHUNK_WORK = 1 << 18
+# The work a chunked loop's first chunk counts for an iteration whose body loops (of unknown length):
+# its first chunk is FIRST_CHUNK_WORK // LOOP_WORK iterations, and the next ones are timed
+LOOP_WORK = 1 << 12
 
 # A device loop's check after each pass (compiler.cpu_interrupts.thread_functions): Ctrl-C
 # (INTERRUPTED), letting other threads run, kernel.cancel() (CANCELLED); 0 to go on
@@ -85,6 +90,8 @@ def outer_loop(task: Task, counter: str, count: ast.expr | None, iter_: ast.expr
         return [ast.copy_location(ast.For(name_node(counter, at, True), iter_, body, []), at)]
     t = task.index
     work = f"_qg_cw_{t}" if len(task.dims) > 1 else "1"
+    if any(isinstance(n, (ast.For, ast.While)) for stmt in task.body for n in ast.walk(stmt)):
+        work = f"{work} * {LOOP_WORK}"  # its iterations' own loops: a first chunk of a few iterations
     head = [f"_qg_cn_{t} = {ast.unparse(count)}", f"_qg_cb_{t} = 0", f"_qg_cs_{t} = _qg_first_chunk({work})"]
     value = f"_qg_co_{t} + _qg_cv_{t}"
     if start is not None:  # a signed index from `start`, as prange(start, stop) gave it
@@ -97,7 +104,7 @@ def outer_loop(task: Task, counter: str, count: ast.expr | None, iter_: ast.expr
                   f"    for _qg_cv_{t} in _qg_prange(_qg_cl_{t}):\n"
                   f"        {counter} = {value}\n"
                   f"    _qg_cb_{t} += _qg_cl_{t}\n"
-                  f"    if _qg_interrupted():\n"
+                  f"    if _qg_interrupted({RECORD}):\n"
                   f"        {RECORD}[{INTERRUPT_WORD}] = 1\n"
                   f"        return {int(RunnerStatus.CHUNK_INTERRUPTED)}\n"
                   f"    _qg_cs_{t} = _qg_next_chunk(_qg_cs_{t}, _qg_clock_ns() - _qg_ct_{t})", at)
@@ -129,23 +136,13 @@ def counted_loop(region, k: int, n_loops: int, body: list[ast.stmt], zero_d: fro
     """A loop that counts its passes (`_qg_n<k>`, of its last entry), stops at the runaway guard
     and checks for Ctrl-C, kernel.cancel() (and in debug mode for a failed check) after each pass:
     do-while or while on a flag, or `count` passes."""
-    def stop(status: RunnerStatus | str) -> str:
-        return f"    return {runner_status(status, k, n_loops)}"
-
-    # Ctrl-C, letting other threads run and kernel.cancel() in one call: each `if` of the loop's
-    # tail is blocks numba types and lowers again for every loop (a nested adjoint's serial form
-    # compiled in 3.7 s with it, 5.8 s with the checks written out)
-    checks = [f"_qg_st = {PASS_END}({RECORD})", f"if _qg_st != 0:\n{stop('_qg_st')}"]
-    checks += [f"if {RECORD}[0] != 0:\n{stop(RunnerStatus.CHECK_FAILED)}"] if debug else []
-    start = [_parse(f"_qg_n{k} = 0", at)]
-    if k == 0:  # the first loop (no loop encloses it): its passes for progress bars (backends.cpu)
-        checks.insert(0, f"{RECORD}[{LOOP_PASSES}] = _qg_n0")
-        start.append(_parse(f"{RECORD}[{LOOP_PASSES}] = 0", at))
+    checks, start = _pass_end(k, n_loops, debug, at)
     if isinstance(region, RepeatLoop):
         tail = [f"_qg_n{k} += 1"] + checks
         loop = ast.For(_parse("_qg_pass = 0", at).targets[0], _parse(f"range({region.count})", at).value,
                        body + [_parse(line, at) for line in tail], [])
         return start + [ast.fix_missing_locations(ast.copy_location(loop, at))]
+    stop = _stop(k, n_loops)
     flag = flag_value(region.flag, zero_d)
     limit = loop_limit(region, kernel_limit)
     tail = [f"_qg_n{k} += 1", f"if {flag} == 0:\n    break"]
@@ -155,3 +152,100 @@ def counted_loop(region, k: int, n_loops: int, body: list[ast.stmt], zero_d: fro
     test = _parse(f"{flag} != 0", at).value if region.test_first else ast.Constant(True)
     loop = ast.While(test, body + [_parse(line, at) for line in tail], [])
     return start + [ast.fix_missing_locations(ast.copy_location(loop, at))]
+
+
+def _stop(k: int, n_loops: int):
+    def stop(status: RunnerStatus | str) -> str:
+        return f"    return {runner_status(status, k, n_loops)}"
+
+    return stop
+
+
+def _pass_end(k: int, n_loops: int, debug: bool, at: ast.AST) -> tuple[list[str], list[ast.stmt]]:
+    """The checks after a pass of counted loop `k` (as code lines) and the loop's start statements."""
+    stop = _stop(k, n_loops)
+    # Ctrl-C, letting other threads run and kernel.cancel() in one call: each `if` of the loop's
+    # tail is blocks numba types and lowers again for every loop (a nested adjoint's serial form
+    # compiled in 3.7 s with it, 5.8 s with the checks written out)
+    checks = [f"_qg_st = {PASS_END}({RECORD})", f"if _qg_st != 0:\n{stop('_qg_st')}"]
+    checks += [f"if {RECORD}[0] != 0:\n{stop(RunnerStatus.CHECK_FAILED)}"] if debug else []
+    start = [_parse(f"_qg_n{k} = 0", at)]
+    if k == 0:  # the first loop (no loop encloses it): its passes for progress bars (backends.cpu)
+        checks.insert(0, f"{RECORD}[{LOOP_PASSES}] = _qg_n0")
+        start.append(_parse(f"{RECORD}[{LOOP_PASSES}] = 0", at))
+    return checks, start
+
+
+def runner_loops(region) -> list:
+    """The loops whose passes the CPU runner counts, in pre-order (outermost first): device loops,
+    repeats, and interchanged repeats, whose passes it runs in blocks (`passes_in_blocks`)."""
+    found = [region] if isinstance(region, (DeviceLoop, RepeatLoop, InterchangedTask)) else []
+    for child in children_of(region):
+        found += runner_loops(child)
+    return found
+
+
+def pass_block(task: InterchangedTask) -> str:
+    """The unit parameter an interchanged task's pass loop runs to: the length of its block."""
+    return f"_qg_ip_{task.index}"
+
+
+def with_pass_block(stmts: list[ast.stmt], block: str) -> list[ast.stmt]:
+    """An interchanged task's lowered statements with its pass loop run `block` times, not `count`."""
+    out = []
+    for stmt in stmts:
+        if isinstance(stmt, ast.For) and isinstance(stmt.target, ast.Name) and stmt.target.id == PASS:
+            stmt = ast.copy_location(ast.For(stmt.target, _parse(f"range({block})", stmt).value, stmt.body,
+                                             stmt.orelse), stmt)
+        out.append(stmt)
+    return out
+
+
+def passes_in_blocks(task: InterchangedTask, k: int, n_loops: int, unit: list[ast.stmt], debug: bool,
+                     at: ast.AST) -> list[ast.stmt]:
+    """An interchanged repeat loop (one parallel task running its passes per element) run in
+    blocks of passes, each a call of its unit: between blocks, on the calling thread, the checks
+    of a device loop's pass (Ctrl-C, kernel.cancel(), other threads let run) and its progress.
+    Each element still runs its passes in order, so the results are the same bits. A block is
+    sized to take about BLOCK_TARGET_NS (compiler.cpu_interrupts.next_block), from one pass."""
+    checks, start = _pass_end(k, n_loops, debug, at)
+    t, n, block = task.index, f"_qg_n{k}", pass_block(task)
+    loop = _parse(f"while {n} < {task.count}:\n    pass", at)
+    head = [f"_qg_it_{t} = _qg_clock_ns()", f"{block} = min(_qg_iz_{t}, {task.count} - {n})"]
+    tail = [f"{n} += {block}", *checks, f"_qg_iz_{t} = _qg_next_block(_qg_iz_{t}, _qg_clock_ns() - _qg_it_{t})"]
+    loop.body = [_parse(line, at) for line in head] + unit + [_parse(line, at) for line in tail]
+    return start + [_parse(f"_qg_iz_{t} = 1", at), ast.fix_missing_locations(loop)]
+
+
+# A serial task's loops check for signals, and let other threads run, every SERIAL_TICK iterations
+# (`with_ticks`; compiler.cpu_interrupts.thread_functions)
+SERIAL_TICK = 1 << 14
+SERIAL_TICK_CHECK = "_qg_serial_tick"
+
+
+def serial_loops(task: Task) -> bool:
+    """Whether a serial task has loops (which check for signals: `with_ticks`)."""
+    return not task.parallel and any(isinstance(n, (ast.For, ast.While)) for s in task.body for n in ast.walk(s))
+
+
+def with_ticks(stmts: list[ast.stmt], message: str, at: ast.AST) -> list[ast.stmt]:
+    """A serial task's statements with a signal check at the head of each of its loops, every
+    SERIAL_TICK iterations: a handler that raised (Ctrl-C, a user's SIGALRM) stops the task with
+    `message` (compiler.cpu_interrupts.SerialTaskInterrupted; the launcher raises the handler's
+    exception). The task runs on the calling thread, so it may run the handlers."""
+    tick = [_parse(line, at) for line in (
+        "_qg_tick -= 1",
+        f"if _qg_tick == 0:\n    _qg_tick = {SERIAL_TICK}\n    if {SERIAL_TICK_CHECK}({RECORD}):\n"
+        f"        raise _qg_SerialTaskInterrupted({message!r})")]
+
+    class Ticks(ast.NodeTransformer):
+        def visit_loop(self, node):
+            self.generic_visit(node)
+            node.body = [*tick, *node.body]
+            return node
+
+        visit_For = visit_While = visit_loop
+
+    if not any(isinstance(n, (ast.For, ast.While)) for stmt in stmts for n in ast.walk(stmt)):
+        return stmts
+    return [_parse(f"_qg_tick = {SERIAL_TICK}", at), *(Ticks().visit(copy.deepcopy(stmt)) for stmt in stmts)]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
+from ..front.interchange import InterchangedTask
 from ..front.parse import KernelSource, Task
 from ..front.temporal_tiling import TiledTask
 from ..lower.debug_checks import RECORD, DebugPlan
@@ -35,7 +36,16 @@ from ..types.weak_types import param_type
 from . import reductions, tiling
 from .addressing import Addressing32
 from .index_ranges import IndexRanges, loop_floors
-from .loops import ContinueToReturn, CountedLoops, as_list, flat_indices, thread_index, tiled_loops
+from .loops import (
+    CANCEL,
+    ContinueToReturn,
+    CountedLoops,
+    as_list,
+    cancellable_passes,
+    flat_indices,
+    thread_index,
+    tiled_loops,
+)
 
 
 @dataclass(frozen=True)
@@ -51,6 +61,7 @@ class CudaTaskCode:
     scratch: tuple[str, ...] = ()  # deterministic mode's scratch arrays (after the array parameters)
     tiled: bool = False  # runs on 2-D blocks (tiled_loops); its launch shape comes from launch_code.tile_shape
     temporal: tuple | None = None  # a TiledTask's (passes, tile, halo) (lang.cuda.tiling); None: not tiled
+    cancel: bool = False  # an interchanged loop's task: it takes the cancel word after the record (CANCEL)
 
 
 def cuda_bound_params(task: Task) -> tuple[str, ...]:
@@ -159,6 +170,9 @@ def cuda_task(src: KernelSource, task: Task, param_order: list[str], symbols: Sy
         updates = UpdateRewriter(task, set(src.param_names), src.resolve, src.error, symbols.atomic,
                                  reductions.partial_update)
     body = lower_statements(src, statements, local_names, symbols, updates)
+    cancel = isinstance(task, InterchangedTask)
+    if cancel:  # its threads' passes end once kernel.cancel() sets the word
+        body = cancellable_passes(body, at)
     ranges.add_locals(body, set(kind_of) | set(task.loop_vars))
     found = list(updates.reductions.values()) if updates is not None else []
     bounds = cuda_bound_params(task)
@@ -200,9 +214,10 @@ def cuda_task(src: KernelSource, task: Task, param_order: list[str], symbols: Sy
         rewriter = Addressing32(addressed, loop_floors(task) if task.parallel else {}, ranges)
         body = [rewriter.visit(s) for s in body]
     split = n_arrays
-    record = [RECORD] if debug is not None else []
+    record = ([RECORD] if debug is not None else []) + ([CANCEL] if cancel else [])
     params = list(bounds) + list(param_order[:split]) + list(scratch) + record + list(param_order[split:])
     fdef = function_def(task_name(task), params, body, task.lineno)
-    return CudaTaskCode(task, fdef, bounds, tuple(param_order), one_element, tuple(found), scratch, tiled)
+    return CudaTaskCode(task, fdef, bounds, tuple(param_order), one_element, tuple(found), scratch, tiled,
+                        cancel=cancel)
 
 

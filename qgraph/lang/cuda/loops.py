@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import copy
 
+from ..front.interchange import PASS
 from ..front.regions import Task
 from ..lower.lowering import assign, binop, call, name_node
 
@@ -245,3 +246,24 @@ def _parse_at(source: str, at: ast.AST) -> list[ast.stmt]:
 
 def _is_literal(expr: ast.expr | None, value: int) -> bool:
     return isinstance(expr, ast.Constant) and type(expr.value) is int and expr.value == value
+
+
+CANCEL = "_qg_cancel"  # an interchanged loop's task's parameter: runtime.cancel.CancelWord, an int64[3]
+CANCEL_EVERY = 1024  # passes between two reads of the cancel word (a power of 2)
+
+
+def cancellable_passes(body: list[ast.stmt], at: ast.AST) -> list[ast.stmt]:
+    """An interchanged loop's task body (lang.front.interchange) with its pass loop ending once the
+    cancel word is set: each thread reads it every CANCEL_EVERY passes (an atomic, so the read is
+    neither cached nor hoisted) and, set, records the most passes a thread ran and stops its passes."""
+    check = _parse_at(f"if ({PASS} & {CANCEL_EVERY - 1}) == {CANCEL_EVERY - 1}:\n"
+                      f"    if _qg_cuda.atomic.add({CANCEL}, 0, 0) != 0:\n"
+                      f"        _qg_cuda.atomic.max({CANCEL}, 2, {PASS} + 1)\n"
+                      "        break", at)
+    out = []
+    for stmt in body:
+        if isinstance(stmt, ast.For) and isinstance(stmt.target, ast.Name) and stmt.target.id == PASS:
+            stmt = copy.copy(stmt)
+            stmt.body = check + stmt.body
+        out.append(stmt)
+    return out

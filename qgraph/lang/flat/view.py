@@ -217,7 +217,11 @@ def flat_source(src: KernelSource, kinds: list, default_float: str = "f64") -> F
     for task in src.tasks:  # each interchanged loop's parts joined into one task (lang.front.interchange)
         if isinstance(task, InterchangedTask):
             first = dataclasses.replace(parts[task.index][0], index=task.index)
-            tasks[task.index] = fused_task(first, parts[task.index], flat_name(task.count))
+            fused = fused_task(first, parts[task.index], flat_name(task.count))
+            tasks[task.index] = dataclasses.replace(  # still an InterchangedTask: the CPU runs its passes in blocks
+                task, body=fused.body, loop_vars=fused.loop_vars, dims=fused.dims, stored=fused.stored,
+                loaded=fused.loaded, bound_names=fused.bound_names, count=flat_name(task.count),
+                parts=tuple(parts[task.index]))
     ordered = [tasks[t.index] for t in src.tasks]
     names = [p.name for p in params]
     analyse_names(ordered, set(names), src.filename)

@@ -17,7 +17,9 @@ divisor checks: nothing),
 [CANCEL_WORD] non-zero once kernel.cancel() asked the runner's device loops to stop (CPU),
 [YIELD_COUNT, YIELD_STEP, YIELD_CLOCK] while other threads exist, the passes until the runner next
 lets them run, that number's last value, and the clock (ns) then (CPU: compiler.cpu_interrupts),
-[LOOP_PASSES] the passes of the runner's first device loop so far (CPU: for progress bars).
+[LOOP_PASSES] the passes of the runner's first device loop so far (CPU: for progress bars),
+[SIGNAL_ERROR] the exception a signal handler raised while the runner checked for signals (CPU:
+compiler.cpu_interrupts; the launcher raises it, so a user's SIGALRM Timeout comes through).
 """
 
 from __future__ import annotations
@@ -40,7 +42,8 @@ YIELD_COUNT = RECORD_WORDS - 4  # CPU: 0 (no other thread), or passes until the 
 YIELD_STEP = RECORD_WORDS - 5  # CPU: the passes between two releases (0: not measured yet)
 YIELD_CLOCK = RECORD_WORDS - 6  # CPU: the clock (ns) at the last release
 LOOP_PASSES = RECORD_WORDS - 7  # CPU: the passes of the runner's first (outermost) device loop so far
-MAX_RECORDED_DIMS = LOOP_PASSES - 3
+SIGNAL_ERROR = RECORD_WORDS - 8  # CPU: the exception a signal handler raised in a check (a PyObject*, owned)
+MAX_RECORDED_DIMS = SIGNAL_ERROR - 3
 
 
 @dataclass(frozen=True)
