@@ -119,3 +119,34 @@ def test_atomics_return_the_old_value(arch, form, shape, dtype):
         assert np.isin(seen, np.append(x, INIT)).all()
         low, high = (INIT, final) if op == "max" else (final, INIT)
         assert ((low <= seen) & (seen <= high)).all()
+
+
+
+@qgraph.kernel
+def flag_any(x, found):
+    for i in range(x.shape[0]):
+        if x[i] > 0.5:
+            found[0] = 1  # a plain store many iterations make alike: allowed
+
+
+def test_a_read_modify_write_of_a_shared_element_names_the_reduction_to_write(arch):
+    """`a[0] = max(a[0], v)` in a parallel loop lost updates silently (a max over 300,000 values came
+    out smaller on some CPU calls): it is an error at decoration naming the reduction that does it."""
+    with pytest.raises(qgraph.QgraphSyntaxError, match=r"'biggest\[0\] = max\(biggest\[0\], x\[i\]\)' in a parallel "
+                       r"loop reads and writes an element other iterations write too.*qgraph\.atomic_max\(biggest, "
+                       r"0, x\[i\]\)"):
+        @qgraph.kernel
+        def running_max(x, biggest):
+            for i in range(x.shape[0]):
+                biggest[0] = max(biggest[0], x[i])
+
+    with pytest.raises(qgraph.QgraphSyntaxError, match=r"write `total\[0\] \+= x\[i\]`, a reduction"):
+        @qgraph.kernel
+        def running_sum(x, total):
+            for i in range(x.shape[0]):
+                total[0] = total[0] + x[i]
+
+    x = np.random.default_rng(1).random(300_000)
+    found = np.zeros(1, np.int64)
+    flag_any(x, found)
+    assert found[0] == 1

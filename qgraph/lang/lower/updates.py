@@ -137,6 +137,34 @@ class UpdateRewriter(ast.NodeTransformer):
                 "variables, or compute the value in a local and store it with '='", node)
         return self._shared_update(kind, target.value.id, target.slice, op, node.value, node)
 
+    def visit_Assign(self, node: ast.Assign) -> ast.AST:
+        """`a[k] = f(a[k], ...)` where every iteration writes a[k] (k uses no loop variable or local): a
+        read-modify-write race that drops updates silently (a max over a loop came out smaller), so an
+        error naming the fix."""
+        self.generic_visit(node)
+        target = node.targets[0] if len(node.targets) == 1 else None
+        # (an index of no loop variable and no local: every iteration's element; others are left alone)
+        if not isinstance(target, ast.Subscript) or self.classifier.kind(target.value, target.slice) != "reduction":
+            return node
+        element = ast.unparse(target)
+        if not any(isinstance(n, ast.Subscript) and ast.unparse(n) == element for n in ast.walk(node.value)):
+            return node  # a plain store of a value (a flag many iterations set alike)
+        array, index = ast.unparse(target.value), ast.unparse(target.slice)
+        fix = "write it as an update: `{e} += v`, `{e} -= v`, or `qgraph.atomic_max({a}, {i}, v)` / `atomic_min`"
+        value = node.value
+        if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id in ("max", "min") \
+                and len(value.args) == 2:
+            other = next((ast.unparse(v) for v in value.args if ast.unparse(v) != element), "v")
+            fix = f"write `qgraph.atomic_{value.func.id}({array}, {index}, {other})`, a {value.func.id} reduction"
+        elif isinstance(value, ast.BinOp) and isinstance(value.op, (ast.Add, ast.Sub)) \
+                and ast.unparse(value.left) == element:
+            fix = f"write `{element} {'+' if isinstance(value.op, ast.Add) else '-'}= {ast.unparse(value.right)}`, " \
+                  "a reduction"
+        raise self.error(
+            f"'{element} = {ast.unparse(value)}' in a parallel loop reads and writes an element other iterations "
+            f"write too: their updates would be lost (the result would vary from run to run); "
+            + fix.format(e=element, a=array, i=index), node)
+
     def visit_Expr(self, node: ast.Expr) -> ast.AST:
         call = node.value
         if isinstance(call, ast.Call) and len(call.args) == 3 and not call.keywords:
