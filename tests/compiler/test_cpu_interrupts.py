@@ -99,3 +99,30 @@ def test_chunked_loops_compute_what_one_loop_does(cpu):
         rows = np.arange(grid.shape[0])[:, None]
         np.testing.assert_array_equal(grid[1:], (np.sqrt(rows) + np.arange(1000))[1:])
         assert not grid[0].any()
+
+
+@qgraph.kernel
+def reduce_forms(x, totals, extremes, counts):
+    for i in range(x.shape[0]):
+        totals[0] += x[i]
+    for i in range(x.shape[0]):
+        qgraph.atomic_max(extremes, 0, x[i])
+    for i, j in qgraph.ndrange(x.shape[0], 3):
+        counts[0] += i * j + 1
+
+
+def test_chunked_reductions_sum_what_numpy_does_and_the_same_each_run(cpu):
+    """A reduction's parallel loop runs in chunks too (Ctrl-C between them), which double in size
+    instead of being timed: its partials fold per chunk, the same way each run."""
+    for n in (5, 300_000, 1_100_000):  # one chunk, and two to four (the first is 262,144 iterations)
+        x = np.random.default_rng(n).random(n) - 0.5
+        runs = []
+        for _ in range(3):
+            totals, extremes, counts = np.zeros(1), np.full(1, -np.inf), np.zeros(1, np.int64)
+            reduce_forms(x, totals, extremes, counts)
+            runs.append((totals[0], extremes[0], counts[0]))
+        assert runs[0] == runs[1] == runs[2]  # bit for bit
+        np.testing.assert_allclose(runs[0][0], x.sum(), rtol=1e-9, atol=1e-9)
+        assert runs[0][1] == x.max()
+        i = np.arange(n, dtype=np.int64)[:, None]
+        assert runs[0][2] == int((i * np.arange(3) + 1).sum())

@@ -2,7 +2,8 @@
 raises its own exception stop a running call of each form on each target promptly; Ctrl-C as a
 KeyboardInterrupt naming the kernel, the handler's exception unchanged; and the next call works.
 Forms: a device WHILE loop, a repeat over a serial task, an interchanged repeat (one task running
-its passes per element), a parallel loop whose iterations loop long, a serial task's long loop.
+its passes per element), a parallel loop whose iterations loop long (with and without a
+reduction), a serial task's long loop.
 Each case runs in a child process, so a signal that gets lost fails the test instead of hanging it."""
 
 from __future__ import annotations
@@ -53,19 +54,30 @@ def heavy(x, m: int):
 
 
 @qgraph.kernel
+def reduction(x, total, m: int):
+    for i in range(x.shape[0]):
+        s = 0.0
+        for j in range(m):
+            s = s * 0.5 + 1.0
+        total[0] += s
+
+
+@qgraph.kernel
 def serial(x, m: int):
     for j in qgraph.serial(range(m)):
         x[0] = x[0] * 0.5 + 1.0
 
 
-x = qgraph.ndarray(qgraph.f64, (1 << 20 if form == "heavy" else 64,))
+x = qgraph.ndarray(qgraph.f64, (1 << 20 if form in ("heavy", "reduction") else 64,))
 count, flag = qgraph.ndarray(qgraph.i64, (1,)), qgraph.from_numpy(np.ones(1, np.int32))
+total = qgraph.ndarray(qgraph.f64, (1,))
 stop_at, three = qgraph.from_numpy(np.array([BIG])), qgraph.from_numpy(np.array([3]))
 kernel, long_args, short_args = {  # (a heavy iteration loops 65,536 times: the whole call about a minute)
     "while": (creep, (x, count, flag, stop_at), (x, count, flag, three)),
     "repeat-serial": (tally, (x, BIG), (x, 3)),
     "interchanged": (relax, (x, BIG), (x, 3)),
     "heavy": (heavy, (x, 1 << 16), (x, 3)),
+    "reduction": (reduction, (x, total, 1 << 16), (x, total, 3)),
     "serial-task": (serial, (x, BIG), (x, 3)),
 }[form]
 qgraph.compile(kernel, *long_args)  # the signal comes while it runs, not while it compiles
@@ -102,7 +114,7 @@ qgraph.sync()
 print("next call works", flush=True)
 """
 
-FORMS = ["while", "repeat-serial", "interchanged", "heavy", "serial-task"]
+FORMS = ["while", "repeat-serial", "interchanged", "heavy", "reduction", "serial-task"]
 
 
 def _run(tmp_path, arch: str, form: str, how: str) -> tuple[str, float]:
@@ -135,7 +147,7 @@ def test_a_signal_stops_every_loop_form(tmp_path, arch, form, how):
     use_arch(arch)  # (skips without a GPU)
     if arch == "cuda" and form == "serial-task":
         pytest.skip("a CUDA serial task is one thread of one kernel: it stops when it ends (docs/watching.md)")
-    if arch == "cuda" and form == "heavy":
+    if arch == "cuda" and form in ("heavy", "reduction"):
         pytest.skip("a CUDA parallel kernel is not interrupted inside its iterations (docs/watching.md)")
     out, _ = _run(tmp_path, arch, form, how)
     assert "no stop" not in out, out

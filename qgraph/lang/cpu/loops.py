@@ -80,14 +80,19 @@ def trip_count(dim: Dim) -> ast.expr:
 
 
 def outer_loop(task: Task, counter: str, count: ast.expr | None, iter_: ast.expr, body: list[ast.stmt],
-                chunked: bool, at: ast.AST, start: ast.expr | None = None) -> list[ast.stmt]:
+                chunked: bool, at: ast.AST, start: ast.expr | None = None,
+                frame: tuple[list[ast.stmt], list[ast.stmt]] | None = None) -> list[ast.stmt]:
     """`for counter in iter_: body`, or with `chunked` the same iterations (`count` of them,
     from 0 as the prange's literal-0 form counts, or from `start` for `prange(start, stop)`)
     in chunks, each a parallel loop of its own, sized to take about 0.2 s
     (compiler.cpu_interrupts): between chunks, Ctrl-C ends the unit and marks the record's
-    INTERRUPT_WORD, so a plain kernel stops within a chunk instead of at its end."""
+    INTERRUPT_WORD, so a plain kernel stops within a chunk instead of at its end. A reduction's
+    `frame` (its partials' start and fold) runs around each chunk, and its chunks double in size
+    instead of being timed: its sums are the same each run, and Ctrl-C stops it within as long as
+    it had run."""
     if not chunked or count is None:
-        return [ast.copy_location(ast.For(name_node(counter, at, True), iter_, body, []), at)]
+        loop = ast.copy_location(ast.For(name_node(counter, at, True), iter_, body, []), at)
+        return [loop] if frame is None else [*frame[0], loop, *frame[1]]
     t = task.index
     work = f"_qg_cw_{t}" if len(task.dims) > 1 else "1"
     if any(isinstance(n, (ast.For, ast.While)) for stmt in task.body for n in ast.walk(stmt)):
@@ -109,6 +114,9 @@ def outer_loop(task: Task, counter: str, count: ast.expr | None, iter_: ast.expr
                   f"        return {int(RunnerStatus.CHUNK_INTERRUPTED)}\n"
                   f"    _qg_cs_{t} = _qg_next_chunk(_qg_cs_{t}, _qg_clock_ns() - _qg_ct_{t})", at)
     loop.body[3].body += body
+    if frame is not None:  # a reduction: its partials around each chunk, which doubles
+        loop.body[-1] = _parse(f"_qg_cs_{t} = max(_qg_cb_{t}, 1)", at)
+        loop.body[3:5] = [*frame[0], loop.body[3], loop.body[4], *frame[1]]
     return [_parse(line, at) for line in head] + [loop]
 
 
