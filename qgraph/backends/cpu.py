@@ -7,7 +7,7 @@ import threading
 import numpy as np
 
 from ..compiler.compile_signals import interruptible_compile
-from ..compiler.cpu_interrupts import SerialTaskInterrupted, signal_error, taken_signal_error
+from ..compiler.cpu_interrupts import SerialTaskInterrupted, handler_error
 from ..compiler.numba_adapter import is_compile_error, is_typing_stage
 from ..errors import runaway_error
 from ..lang.cpu.loops import RunnerStatus, runner_loops, serial_loops
@@ -253,7 +253,7 @@ class CpuLauncher:
     def _task_error(self, key: tuple, error: Exception) -> Exception:
         """`error`, raised in a task of the signature `key`, as the same type naming the task."""
         if isinstance(error, SerialTaskInterrupted):  # Ctrl-C (or another signal's handler) in a serial task
-            return signal_error(error, self._record)
+            return handler_error(self._record) or KeyboardInterrupt(str(error))
         program = self._program_for(key)
         if program is None or is_compile_error(error):
             return error
@@ -329,10 +329,9 @@ class CpuLauncher:
                                 f"{what}) after {status[2 + status[1]]} passes; the next call starts afresh")
 
     def _raise_signal_error(self) -> None:
-        """Raise the exception of the signal handler that stopped the runner, unless a KeyboardInterrupt
-        (which the caller raises naming the kernel and loop): a user's SIGALRM Timeout comes through."""
-        error = taken_signal_error(self._record)
-        if error is not None and type(error) is not KeyboardInterrupt:
+        """A signal handler's own exception that stopped the runner, raised as is (compiler.cpu_interrupts)."""
+        error = handler_error(self._record)
+        if error is not None:
             raise error
 
     def cancel(self) -> None:

@@ -317,7 +317,8 @@ class CudaLauncher:
         call still compiling raises LoopCancelled once compiled, before it runs (its loops would clear
         the word as they start)."""
         if self._cancel is not None:
-            self._compile_cancelled = self._compiling > 0
+            if self._compiling:
+                self._compile_cancelled = True
             self._cancel.set()
 
     def loop_passes(self) -> int:

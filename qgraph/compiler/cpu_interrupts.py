@@ -82,16 +82,17 @@ def taken_signal_error(record) -> BaseException | None:
     return error
 
 
+def handler_error(record) -> BaseException | None:
+    """The exception of the signal handler that stopped the runner, unless a KeyboardInterrupt (which
+    the launcher raises naming the kernel and loop): a user's SIGALRM Timeout comes through as is."""
+    error = taken_signal_error(record)
+    return None if error is None or type(error) is KeyboardInterrupt else error
+
+
 class SerialTaskInterrupted(Exception):
     """Raised by a serial task's loop that found a signal handler raised (lang.cpu.loops.with_ticks);
-    the launcher raises the handler's exception in its place (numba raises only Exceptions)."""
-
-
-def signal_error(error: SerialTaskInterrupted, record) -> BaseException:
-    """What a call a serial task's signal check stopped raises: the handler's own exception, or a
-    KeyboardInterrupt naming the kernel and task (`error`'s message)."""
-    taken = taken_signal_error(record)
-    return taken if taken is not None and type(taken) is not KeyboardInterrupt else KeyboardInterrupt(str(error))
+    the launcher raises the handler's exception, or a KeyboardInterrupt of this message, in its place
+    (numba raises only Exceptions)."""
 
 
 _DECREF = ctypes.pythonapi.Py_DecRef
@@ -222,18 +223,7 @@ def thread_functions() -> dict:
         check = interrupted()
         interrupted_status, cancelled_status = int(RunnerStatus.INTERRUPTED), int(RunnerStatus.CANCELLED)
 
-        def pass_end(record):
-            if check(record):
-                return interrupted_status
-            if record[YIELD_COUNT] != 0:
-                record[YIELD_COUNT] -= 1
-                if record[YIELD_COUNT] == 0:
-                    threads_run(record)
-            if record[CANCEL_WORD] != 0:
-                return cancelled_status
-            return 0
-
-        def serial_tick(record):
+        def serial_tick(record):  # Ctrl-C (1), else other threads let run when their turn comes (0)
             if check(record):
                 return 1
             if record[YIELD_COUNT] != 0:
@@ -242,6 +232,15 @@ def thread_functions() -> dict:
                     threads_run(record)
             return 0
 
+        tick = numba.njit(serial_tick, cache=False)
+
+        def pass_end(record):  # a serial tick, then kernel.cancel()
+            if tick(record):
+                return interrupted_status
+            if record[CANCEL_WORD] != 0:
+                return cancelled_status
+            return 0
+
         _THREADS.append({"_qg_let_threads_run": threads_run, PASS_END: numba.njit(pass_end, cache=False),
-                         SERIAL_TICK_CHECK: numba.njit(serial_tick, cache=False)})
+                         SERIAL_TICK_CHECK: tick})
     return _THREADS[0]

@@ -19,6 +19,7 @@ import ctypes
 
 from ..driver.device import check, driver, free_host, owned
 from ..errors import LoopCancelled
+from ..lang.front.interchange import InterchangedTask
 
 
 def _free_words(device, pointer: int) -> None:
@@ -105,14 +106,7 @@ class CancelWord:
               "cuMemcpyDtoHAsync (stopped)")
         check(d.cuStreamSynchronize(side), "cuStreamSynchronize")
         stopped = self._passes_read.value
-        if not stopped:
-            return None
-        name, loop = self._interchanged
-        return LoopCancelled(
-            f"kernel {name}: the interchanged repeat loop at line {loop.lineno} was cancelled after pass "
-            f"{stopped:,} in its element that ran most (its elements run their passes on their own and stop "
-            "apart, within 1,024 passes of the cancel; interchange=False keeps whole passes); the next call "
-            "runs normally")
+        return cancelled_error(*self._interchanged, stopped, apart=True) if stopped else None
 
     def passes(self) -> int:
         """The outermost loop's passes so far (a progress bar's): the device loop's, copied on the
@@ -139,10 +133,16 @@ class CancelWord:
         self._release_host()
 
 
-def cancelled_error(kernel_name: str, loop, passes: int) -> LoopCancelled:
-    """The error of a loop its cancel word stopped: the kernel, the loop's line and its passes."""
+def cancelled_error(kernel_name: str, loop, passes: int, apart: bool = False) -> LoopCancelled:
+    """The error of a loop its cancel word stopped: the kernel, the loop's line and its passes; `apart`:
+    a CUDA interchanged loop, whose elements stop on their own (`passes`, the most one ran)."""
     line = f"at line {loop.lineno}" if loop is not None else "around the body"
-    what = "interchanged repeat loop" if getattr(loop, "parts", None) else "device loop"  # (an InterchangedTask)
+    what = "interchanged repeat loop" if isinstance(loop, InterchangedTask) else "device loop"
+    if apart:
+        return LoopCancelled(
+            f"kernel {kernel_name}: the {what} {line} was cancelled after pass {passes:,} in its element that ran "
+            "most (its elements run their passes on their own and stop apart, within 1,024 passes of the cancel; "
+            "interchange=False keeps whole passes); the next call runs normally")
     return LoopCancelled(
         f"kernel {kernel_name}: the {what} {line} was cancelled after pass {passes:,} "
         "(kernel.cancel(), Ctrl-C or a progress callback returning False); its arrays hold "

@@ -6,14 +6,9 @@ loop computes what the one loop did, for every loop form."""
 from __future__ import annotations
 
 import math
-import os
-import signal
-import subprocess
-import sys
-import time
 
 import numpy as np
-from helpers.paths import ROOT
+from helpers.signalled_child import run_signalled
 
 import qgraph
 
@@ -51,24 +46,7 @@ print("next call:", bool(np.allclose(y[:4], x[:4] * 0.999 + 0.001 * np.sin(x[:4]
 
 
 def test_ctrl_c_stops_a_plain_cpu_kernel_within_a_chunk_and_names_it(tmp_path):
-    script = tmp_path / "child.py"
-    script.write_text(_CHILD)
-    root = str(ROOT)  # this checkout's qgraph
-    env = dict(os.environ, QGRAPH_CACHE_DIR=str(tmp_path / "cache"),
-               PYTHONPATH=os.pathsep.join([root] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
-    child = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             text=True, env=env)
-    try:
-        assert child.stdout.readline().strip() == "ready", child.stderr.read()
-        time.sleep(1.0)  # the kernel is running
-        sent = time.perf_counter()
-        child.send_signal(signal.SIGINT)
-        out, err = child.communicate(timeout=60)
-        after = time.perf_counter() - sent
-    finally:
-        child.kill()
-        child.wait()
-    assert child.returncode == 0, err
+    out, after = run_signalled(_CHILD, tmp_path, sigint_after=1.0)
     line = next(k for k, text in enumerate(_CHILD.splitlines(), 1) if text.startswith("    for i in range(n):"))
     assert f"kernel slow was interrupted in the parallel loop at line {line}" in out, out
     assert "next call: True" in out, out

@@ -8,16 +8,11 @@ Each case runs in a child process, so a signal that gets lost fails the test ins
 
 from __future__ import annotations
 
-import os
 import re
-import signal
-import subprocess
-import sys
-import time
 
 import pytest
 from helpers.arch import use_arch
-from helpers.paths import ROOT
+from helpers.signalled_child import run_signalled
 
 _CHILD = """
 import signal, sys, time
@@ -117,29 +112,6 @@ print("next call works", flush=True)
 FORMS = ["while", "repeat-serial", "interchanged", "heavy", "reduction", "serial-task"]
 
 
-def _run(tmp_path, arch: str, form: str, how: str) -> tuple[str, float]:
-    script = tmp_path / "child.py"
-    script.write_text(_CHILD)
-    paths = [str(ROOT), str(ROOT / "tests")] + [p for p in [os.environ.get("PYTHONPATH")] if p]  # (helpers/)
-    env = dict(os.environ, QGRAPH_CACHE_DIR=str(tmp_path / "cache"), PYTHONPATH=os.pathsep.join(paths))
-    child = subprocess.Popen([sys.executable, str(script), arch, form, how], stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True, env=env)
-    try:
-        assert child.stdout.readline().strip() == "ready", child.stderr.read()
-        sent = time.perf_counter()
-        if how == "sigint":
-            time.sleep(0.5)  # the kernel is running
-            sent = time.perf_counter()
-            child.send_signal(signal.SIGINT)
-        out, err = child.communicate(timeout=60)
-        after = time.perf_counter() - sent
-    finally:
-        child.kill()
-        child.wait()
-    assert child.returncode == 0, err
-    return out, after
-
-
 @pytest.mark.parametrize("how", ["sigint", "alarm"])
 @pytest.mark.parametrize("form", FORMS)
 @pytest.mark.parametrize("arch", ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])
@@ -149,7 +121,7 @@ def test_a_signal_stops_every_loop_form(tmp_path, arch, form, how):
         pytest.skip("a CUDA serial task is one thread of one kernel: it stops when it ends (docs/watching.md)")
     if arch == "cuda" and form in ("heavy", "reduction"):
         pytest.skip("a CUDA parallel kernel is not interrupted inside its iterations (docs/watching.md)")
-    out, _ = _run(tmp_path, arch, form, how)
+    out, _ = run_signalled(_CHILD, tmp_path, (arch, form, how), sigint_after=0.5 if how == "sigint" else None)
     assert "no stop" not in out, out
     if how == "sigint":
         assert re.search(r"stopped: KeyboardInterrupt: kernel \w+ was interrupted|stopped: KeyboardInterrupt: "

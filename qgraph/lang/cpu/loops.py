@@ -17,6 +17,7 @@ from ..front.interchange import PASS, InterchangedTask
 from ..front.regions import DeviceLoop, Dim, RepeatLoop, Task, children_of, loop_limit
 from ..lower.debug_checks import INTERRUPT_WORD, LOOP_PASSES, RECORD
 from ..lower.lowering import binop, call, name_node
+from ..lower.updates import has_inner_loops
 
 # Lone parallel loops run in chunks with a Ctrl-C check between them (`outer_loop`); False
 # generates the loop of earlier releases (benchmarks/cpu_interrupt_cost.py compares both)
@@ -95,7 +96,7 @@ def outer_loop(task: Task, counter: str, count: ast.expr | None, iter_: ast.expr
         return [loop] if frame is None else [*frame[0], loop, *frame[1]]
     t = task.index
     work = f"_qg_cw_{t}" if len(task.dims) > 1 else "1"
-    if any(isinstance(n, (ast.For, ast.While)) for stmt in task.body for n in ast.walk(stmt)):
+    if has_inner_loops(task):
         work = f"{work} * {LOOP_WORK}"  # its iterations' own loops: a first chunk of a few iterations
     head = [f"_qg_cn_{t} = {ast.unparse(count)}", f"_qg_cb_{t} = 0", f"_qg_cs_{t} = _qg_first_chunk({work})"]
     value = f"_qg_co_{t} + _qg_cv_{t}"
@@ -233,7 +234,7 @@ SERIAL_TICK_CHECK = "_qg_serial_tick"
 
 def serial_loops(task: Task) -> bool:
     """Whether a serial task has loops (which check for signals: `with_ticks`)."""
-    return not task.parallel and any(isinstance(n, (ast.For, ast.While)) for s in task.body for n in ast.walk(s))
+    return not task.parallel and has_inner_loops(task)
 
 
 def with_ticks(stmts: list[ast.stmt], message: str, at: ast.AST) -> list[ast.stmt]:
