@@ -15,6 +15,9 @@ compiles); deterministic mode runs for float targets of two shapes only (see `_d
 
 from __future__ import annotations
 
+import ast
+import re
+
 import numpy as np
 import pytest
 from helpers.updates import CONTEXTS, FORMS, IDENTS, SHAPES, Fields, Shape, update_kernel, update_statement
@@ -150,3 +153,48 @@ def test_a_read_modify_write_of_a_shared_element_names_the_reduction_to_write(ar
     found = np.zeros(1, np.int64)
     flag_any(x, found)
     assert found[0] == 1
+
+
+# where users meet the shared read-modify-write: (target expression, its array), and the store's context
+RMW_TARGETS = {"1-element": ("best[0]", "best"), "0-d": ("best[()]", "best"), "2-d element": ("best[0, 1]", "best"),
+               "float32": ("best[0]", "best")}
+RMW_CONTEXTS = {
+    "plain": "    for i in range(x.shape[0]):\n        {t} = max({t}, x[i] * {c})\n",
+    "in a repeat": "    for _ in qgraph.repeat(k):\n        for i in range(x.shape[0]):\n"
+                   "            {t} = max({t}, x[i] * {c})\n",
+    "after an inner loop": "    for i in range(x.shape[0]):\n        s = x[i]\n        for k in range(3):\n"
+                           "            s = s * {c}\n        {t} = max({t}, s)\n",
+    "ndrange": "    for i, j in qgraph.ndrange(x.shape[0], 2):\n        {t} = max({t}, x[i] * {c})\n",
+}
+
+
+@pytest.mark.parametrize("target", list(RMW_TARGETS))
+@pytest.mark.parametrize("context", list(RMW_CONTEXTS))
+def test_a_shared_read_modify_write_is_refused_in_every_context(tmp_path_factory, target, context):
+    """The race error of `a[k] = max(a[k], v)` over targets (1-element, 0-d, a 2-D element, float32
+    with a float32 literal) and where the store sits (a repeat region, after an inner loop, ndrange);
+    the same store with the loop's own index is allowed and matches NumPy."""
+    from helpers.generated import generated_module
+
+    t, name = RMW_TARGETS[target]
+    literal = "np.float32(0.5)" if target == "float32" else "0.5"
+    body = RMW_CONTEXTS[context].format(t=t, c=literal)
+    source = f"import numpy as np\nimport qgraph\n\n\ndef racy(x, {name}, k: int):\n{body}"
+    module = generated_module(tmp_path_factory, "rmw_" + "".join(ch for ch in target + context if ch.isalnum()),
+                              source)
+    index = ast.unparse(ast.parse(t).body[0].value.slice)  # as the message writes it: 0, (), (0, 1)
+    with pytest.raises(qgraph.QgraphSyntaxError, match=rf"qgraph\.atomic_max\({name}, {re.escape(index)}, "):
+        qgraph.kernel(module.racy)
+
+
+def test_the_refused_read_modify_write_is_right_written_as_the_reduction(arch):
+    x = np.random.default_rng(4).random(50_000).astype(np.float32)
+    best = np.zeros(1, np.float32)
+    atomic_best(x, best)
+    assert best[0] == np.float32(x.max() * np.float32(0.5))
+
+
+@qgraph.kernel
+def atomic_best(x, best):
+    for i in range(x.shape[0]):
+        qgraph.atomic_max(best, 0, x[i] * np.float32(0.5))
