@@ -136,6 +136,8 @@ class HostTree:
             while True:
                 self._walk(region.body, args, packs, stream)
                 self.passes[k] += 1
+                if k == 0 and self._cancel is not None:  # the outermost loop's, for progress bars
+                    self._cancel.host_passes = self.passes[k]
                 if not self._flag(region.flag, packs, stream):
                     return
                 if self._cancel is not None and self._cancel.is_set:

@@ -149,10 +149,10 @@ def test_a_read_modify_write_of_a_shared_element_names_the_reduction_to_write(ar
             for i in range(x.shape[0]):
                 total[0] = total[0] + x[i]
 
-    x = np.random.default_rng(1).random(300_000)
-    found = np.zeros(1, np.int64)
+    x = qgraph.from_numpy(np.random.default_rng(1).random(300_000))
+    found = qgraph.from_numpy(np.zeros(1, np.int64))
     flag_any(x, found)
-    assert found[0] == 1
+    assert found.to_numpy()[0] == 1
 
 
 # where users meet the shared read-modify-write: (target expression, its array), and the store's context
@@ -189,9 +189,9 @@ def test_a_shared_read_modify_write_is_refused_in_every_context(tmp_path_factory
 
 def test_the_refused_read_modify_write_is_right_written_as_the_reduction(arch):
     x = np.random.default_rng(4).random(50_000).astype(np.float32)
-    best = np.zeros(1, np.float32)
-    atomic_best(x, best)
-    assert best[0] == np.float32(x.max() * np.float32(0.5))
+    best = qgraph.from_numpy(np.zeros(1, np.float32))
+    atomic_best(qgraph.from_numpy(x), best)
+    assert best.to_numpy()[0] == np.float32(x.max() * np.float32(0.5))
 
 
 @qgraph.kernel
