@@ -7,7 +7,7 @@ import threading
 import numpy as np
 
 from ..compiler.compile_signals import interruptible_compile
-from ..compiler.cpu_interrupts import SerialTaskInterrupted, handler_error
+from ..compiler.cpu_interrupts import HANDOVER, SerialTaskInterrupted, handler_error
 from ..compiler.numba_adapter import is_compile_error, is_typing_stage
 from ..errors import runaway_error
 from ..lang.cpu.loops import RunnerStatus, runner_loops, serial_loops
@@ -208,14 +208,20 @@ class CpuLauncher:
 
     def _run(self, key: tuple, runner, values: tuple):
         """The runner's status; an exception from a task names the task (see _task_error)."""
+        shared = self._yields and threading.active_count() > 1
         if self._yields:  # as the generated launch does (the cancel word is cleared as the call starts)
-            self._record[YIELD_COUNT] = int(threading.active_count() > 1)
+            self._record[YIELD_COUNT] = int(shared)
             self._record[YIELD_STEP] = 0
+        if shared:
+            HANDOVER.enter()
         with self._debug_lock:
             try:
                 status = runner(*values, self._record)
             except Exception as e:
                 raise self._task_error(key, e) from None
+            finally:
+                if shared:
+                    HANDOVER.leave()
             if self._record[0]:
                 self._check_failed(key)
         return status

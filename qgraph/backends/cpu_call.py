@@ -9,6 +9,7 @@ from __future__ import annotations
 import threading
 
 from ..args.resolve import resolver_lines
+from ..compiler.cpu_interrupts import HANDOVER
 from ..driver.device import stream_handle
 from ..lang import generated
 from ..lang.cpu.loops import RunnerStatus
@@ -71,8 +72,9 @@ def launch_function(launcher):
         lines += [f"    if v{k}.shape not in ((), (1,)):",
                   f"        raise _flag_error(_src, {k}, v{k}.shape)"]
     if parts["yields"]:  # other threads let run if there are any
-        ns["_threads"] = threading.active_count
-        lines += ["    if _threads() > 1:", f"        _rec[{YIELD_COUNT}] = 1", f"        _rec[{YIELD_STEP}] = 0",
+        ns.update({"_threads": threading.active_count, "_handover": HANDOVER})
+        lines += ["    shared = _threads() > 1", "    if shared:", f"        _rec[{YIELD_COUNT}] = 1",
+                  f"        _rec[{YIELD_STEP}] = 0", "        _handover.enter()",
                   "    else:", f"        _rec[{YIELD_COUNT}] = 0"]
     call = f"({values}{', ' if n else ''}_rec)"
     run = ["    try:", f"        r = runner{call}"]
@@ -81,6 +83,8 @@ def launch_function(launcher):
         run += [f"        if r is not None and r == {int(RunnerStatus.NEEDS_PARALLEL)}:",
                 f"            r = _parallel_of(key, ({values}{comma})){call}"]
     run += ["    except Exception as e:", "        raise _task_error(key, e) from None"]
+    if parts["yields"]:
+        run += ["    finally:", "        if shared:", "            _handover.leave()"]
     if launcher.options.debug:  # a failed check: its record, read now (one call at a time, so records do not mix)
         run = ["    with _debug_lock:"] + ["    " + line for line in run] + \
               ["        if _rec[0]:", "            _check_failed(key)"]

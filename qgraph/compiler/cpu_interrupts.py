@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ctypes
 import sys
+import threading
 
 from ..lang.cpu.loops import FIRST_CHUNK_WORK
 
@@ -108,7 +109,8 @@ CHUNK_GROWTH = 64  # at most this factor from one chunk to the next
 
 
 # An interchanged repeat loop runs its passes in blocks (lang.cpu.loops.passes_in_blocks), each
-# sized to take about BLOCK_TARGET_NS, so a cancel or Ctrl-C stops it within a block.
+# sized to take about BLOCK_TARGET_NS, so a cancel or Ctrl-C stops it within a block (YIELD_EVERY_NS
+# while other threads exist: a block its serial form runs holds the GIL).
 BLOCK_TARGET_NS = 20_000_000
 BLOCK_GROWTH = 8  # at most this factor from one block to the next: a busy machine's passes vary
 
@@ -122,8 +124,8 @@ def next_chunk(size, elapsed_ns):
     return max(1, min(wanted, size * CHUNK_GROWTH))
 
 
-def next_block(size, elapsed_ns):
-    wanted = size * BLOCK_TARGET_NS // max(elapsed_ns, 1)
+def next_block(size, elapsed_ns, shared):
+    wanted = size * (YIELD_EVERY_NS if shared else BLOCK_TARGET_NS) // max(elapsed_ns, 1)
     return max(1, min(wanted, size * BLOCK_GROWTH))
 
 
@@ -164,15 +166,18 @@ def chunk_functions() -> dict:
 # A device loop's runner holds the GIL, so no other Python thread runs (to call kernel.cancel(), or
 # a progress callback) until it returns. While other threads exist (the launcher checks at each
 # call), it releases the GIL for a moment about every YIELD_EVERY_NS. A thread waiting for the GIL
-# asks for it once it has waited a whole switch interval (sys.getswitchinterval(), 5 ms) without a
-# handover, and the next release then waits until that thread has it (CPython's forced switching).
-# So the releases must come less often than the switch interval: each release wakes the waiter,
-# which finds the GIL taken again and starts its wait afresh, and at 1 ms a waiter never asked
-# (a watcher ran only after the loop ended; issue 46). At 1.25 switch intervals a waiter runs within
-# about two. The clock is read only at a release, after a number of passes measured to take about
-# that long (a clock read every pass cost 70 ns on the development machine). Only the thread
-# holding the GIL runs compiled code, so no two runners' parallel loops ever overlap.
-YIELD_EVERY_NS = max(1_000_000, int(1.25e9 * sys.getswitchinterval()))
+# asks for it once it has waited a whole switch interval without a handover, and the next release
+# then waits until that thread has it (CPython's forced switching). A release without that request
+# only wakes the waiter, which finds the GIL taken again and starts its wait afresh (at 1 ms releases
+# and the default 5 ms interval a waiter never asked; issue 46), so the releases come 1.25 switch
+# intervals apart, and while such a runner runs the interval is HANDOVER_SECONDS at most (`Handover`;
+# the default 5 ms gave a watcher a turn only every 6 ms, at worst 14): a waiting thread runs within
+# about 2.5 ms. The clock is read only at a release, after a number of passes measured to take about
+# that long (a clock read every pass cost 70 ns on the development machine). Only the thread holding
+# the GIL runs compiled code, so no two runners' parallel loops ever overlap (a parallel region
+# releases the GIL while it runs, numba's gufunc, but its caller waits for it).
+HANDOVER_SECONDS = 0.001
+YIELD_EVERY_NS = int(1.25e9 * HANDOVER_SECONDS)
 YIELD_GROWTH = 64  # at most this factor from one number of passes to the next
 
 _THREADS = []
@@ -234,9 +239,15 @@ def thread_functions() -> dict:
 
         tick = numba.njit(serial_tick, cache=False)
 
-        def pass_end(record):  # a serial tick, then kernel.cancel()
-            if tick(record):
+        # a serial tick's steps written out again, then kernel.cancel(): called from pass_end, the tick
+        # (an njit call of its own) made a one-element repeat 4.5x slower (24 against 5 ns a pass)
+        def pass_end(record):
+            if check(record):
                 return interrupted_status
+            if record[YIELD_COUNT] != 0:
+                record[YIELD_COUNT] -= 1
+                if record[YIELD_COUNT] == 0:
+                    threads_run(record)
             if record[CANCEL_WORD] != 0:
                 return cancelled_status
             return 0
@@ -244,3 +255,30 @@ def thread_functions() -> dict:
         _THREADS.append({"_qg_let_threads_run": threads_run, PASS_END: numba.njit(pass_end, cache=False),
                          SERIAL_TICK_CHECK: tick})
     return _THREADS[0]
+
+
+class Handover:
+    """The switch interval while runners that let other threads run are running: HANDOVER_SECONDS
+    at most (unless smaller already), the user's own back when the last of them returns."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._running = 0
+        self._saved = 0.0
+
+    def enter(self) -> None:
+        with self._lock:
+            if self._running == 0:
+                self._saved = sys.getswitchinterval()
+                if self._saved > HANDOVER_SECONDS:
+                    sys.setswitchinterval(HANDOVER_SECONDS)
+            self._running += 1
+
+    def leave(self) -> None:
+        with self._lock:
+            self._running -= 1
+            if self._running == 0 and self._saved > HANDOVER_SECONDS:
+                sys.setswitchinterval(self._saved)
+
+
+HANDOVER = Handover()

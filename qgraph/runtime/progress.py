@@ -9,8 +9,8 @@ tqdm bar with the passes, their rate and those values (tqdm turns itself off whe
 terminal); `progress=fn` calls `fn(passes, values)` instead, and a return of False cancels the
 loop (`kernel.cancel()`); an exception it raises cancels the loop too and the call raises it.
 The calling thread waits for the device meanwhile, so Ctrl-C cancels
-the loop there (DeviceState.sync). On the CPU the calling thread runs the loop, which lets the
-watcher run every 1.25 switch intervals (compiler.cpu_interrupts).
+the loop there (DeviceState.sync). On the CPU the calling thread runs the loop, which hands the
+watcher the GIL within about 2.5 ms (compiler.cpu_interrupts).
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ import enum
 
 from ..front.interchange import PASS, InterchangedTask
 from ..front.regions import DeviceLoop, Dim, RepeatLoop, Task, children_of, loop_limit
-from ..lower.debug_checks import INTERRUPT_WORD, LOOP_PASSES, RECORD
+from ..lower.debug_checks import INTERRUPT_WORD, LOOP_PASSES, RECORD, YIELD_COUNT
 from ..lower.lowering import binop, call, name_node
 from ..lower.updates import has_inner_loops
 
@@ -216,12 +216,16 @@ def passes_in_blocks(task: InterchangedTask, k: int, n_loops: int, unit: list[as
     blocks of passes, each a call of its unit: between blocks, on the calling thread, the checks
     of a device loop's pass (Ctrl-C, kernel.cancel(), other threads let run) and its progress.
     Each element still runs its passes in order, so the results are the same bits. A block is
-    sized to take about BLOCK_TARGET_NS (compiler.cpu_interrupts.next_block), from one pass."""
+    sized to take about BLOCK_TARGET_NS (compiler.cpu_interrupts.next_block), from one pass; about
+    YIELD_EVERY_NS while other threads exist (the record's YIELD_COUNT), so a block that runs serially,
+    holding the GIL, keeps them waiting no longer than the pass checks' release would."""
     checks, start = _pass_end(k, n_loops, debug, at)
     t, n, block = task.index, f"_qg_n{k}", pass_block(task)
     loop = _parse(f"while {n} < {task.count}:\n    pass", at)
     head = [f"_qg_it_{t} = _qg_clock_ns()", f"{block} = min(_qg_iz_{t}, {task.count} - {n})"]
-    tail = [f"{n} += {block}", *checks, f"_qg_iz_{t} = _qg_next_block(_qg_iz_{t}, _qg_clock_ns() - _qg_it_{t})"]
+    shared = f"{RECORD}[{YIELD_COUNT}] != 0"  # other threads exist
+    tail = [f"{n} += {block}", *checks,
+            f"_qg_iz_{t} = _qg_next_block(_qg_iz_{t}, _qg_clock_ns() - _qg_it_{t}, {shared})"]
     loop.body = [_parse(line, at) for line in head] + unit + [_parse(line, at) for line in tail]
     return start + [_parse(f"_qg_iz_{t} = 1", at), ast.fix_missing_locations(loop)]
 
