@@ -32,6 +32,7 @@ from .lang.front.builtins import (
     repeat,
     report,
     serial,
+    stop_gradient,
 )
 from .lang.types.vector_types import (
     cross,
@@ -71,6 +72,7 @@ __all__ = [
     "device", "device_count", "device_info",
     "f32", "f64",
     "from_numpy", "func", "i8", "i16", "i32", "i64", "init", "kernel", "ndarray", "ndrange", "reset", "serial",
+    "stop_gradient",
     "sync", "u8", "u16", "u32", "u64",
     "cross", "determinant", "dot", "inverse", "mat22", "mat33", "mat44", "matrix", "norm", "norm_sqr", "normalized",
     "outer", "randint", "randn", "random", "seed", "struct", "trace", "transpose", "vec2", "vec3", "vec4", "vector",

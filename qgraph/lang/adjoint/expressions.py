@@ -149,6 +149,8 @@ class Expressions:
         fn = self.resolve(node.func)
         if fn in lang.ATOMICS.values():
             return self.atomic(fn.__name__.removeprefix("atomic_"), node, line)
+        if fn is lang.stop_gradient:  # its value, recomputable, but never varied: no gradient flows through
+            return self.let(self.atom(node.args[0]), line, "stopped")
         if fn in lang.RANDOM.values():
             raise self.error("random draws (qgraph.random, randn, randint) in a differentiated task", node)
         args = [self.atom(a) for a in node.args]

@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 class Let:
     """`target = value`. kind: "op" (one operation over atoms), "copy", "load" (`array[index]`),
     "unknown" (a load the adjoint cannot recompute: `why` says what it is), "returned" (what an
-    atomic returned: no gradient, and not recomputable either)."""
+    atomic returned: no gradient, and not recomputable either), "stopped" (qgraph.stop_gradient's
+    value: a copy, recomputed as one, that carries no gradient)."""
 
     target: str
     value: ast.expr

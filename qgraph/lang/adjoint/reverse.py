@@ -191,8 +191,9 @@ class Reverse:
             return []
         if s.name in ("add", "sub"):
             return [_add(_name(_d(s.value.id), True), _element(s.array, s.index), s.name == "sub")]
-        raise self.error(f"a gradient through qgraph.atomic_{s.name} (only atomic_add and atomic_sub have one)",
-                         s.line)
+        raise self.error(f"a gradient through qgraph.atomic_{s.name} (only atomic_add and atomic_sub have one); "
+                         "a value that only steers the loop (a convergence measure) carries none: pass "
+                         f"qgraph.stop_gradient(value) to atomic_{s.name}", s.line)
 
     def counted_loop(self, loop: CountedLoop) -> list[ast.stmt]:
         body = self.sweep(loop.body)

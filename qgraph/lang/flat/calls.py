@@ -66,6 +66,10 @@ def lower_call(fl, node: ast.Call) -> Val:
         return draw(fl, obj, node)
     if obj is lang.clamp or obj is np.clip:
         return clamp(fl, node)
+    if obj is lang.stop_gradient:  # kept per component for the adjoint; lowering drops the call
+        if len(node.args) != 1 or node.keywords:
+            raise fl.error("qgraph.stop_gradient takes one value: qgraph.stop_gradient(x)", node)
+        return elementwise(fl, node)
     if obj in ELEMENTWISE_MATH or obj in _ELEMENTWISE_BUILTINS:
         return elementwise(fl, node)
     if obj is float and len(node.args) == 1 and not node.keywords and _is_boolean(fl, node.args[0]):

@@ -73,6 +73,12 @@ def clamp(x, lo, hi):
     return min(max(x, lo), hi)
 
 
+def stop_gradient(x):
+    """`x`, carrying no gradient: the adjoint treats it as a constant. For values that only steer
+    (a convergence measure fed to atomic_max, a flag, a counter); per component for vectors."""
+    return x
+
+
 _HOST_RNG = None
 
 

@@ -104,7 +104,10 @@ class CallRewriter(ast.NodeTransformer):
         while isinstance(root, ast.Attribute):
             root = root.value
         if isinstance(root, ast.Name) and root.id not in self.local_names:
-            path = self.symbols.replacement(self.src.resolve(node.func), self.src, node)
+            obj = self.src.resolve(node.func)
+            if obj is lang.stop_gradient:  # the value itself: only the adjoint reads the mark
+                return node.args[0]
+            path = self.symbols.replacement(obj, self.src, node)
             if path is not None:
                 node.func = dotted(path, node.func)
         return node
