@@ -40,8 +40,11 @@ from .lang.types.vector_types import (
     dot,
     inverse,
     mat22,
+    mat22d,
     mat33,
+    mat33d,
     mat44,
+    mat44d,
     matrix,
     norm,
     norm_sqr,
@@ -50,8 +53,11 @@ from .lang.types.vector_types import (
     trace,
     transpose,
     vec2,
+    vec2d,
     vec3,
+    vec3d,
     vec4,
+    vec4d,
     vector,
 )
 from .runtime import current_arch, device, device_count, device_info, init, reset, sync
@@ -76,6 +82,7 @@ __all__ = [
     "sync", "u8", "u16", "u32", "u64",
     "cross", "determinant", "dot", "inverse", "mat22", "mat33", "mat44", "matrix", "norm", "norm_sqr", "normalized",
     "outer", "randint", "randn", "random", "seed", "struct", "trace", "transpose", "vec2", "vec3", "vec4", "vector",
+    "vec2d", "vec3d", "vec4d", "mat22d", "mat33d", "mat44d",
     "cond", "loop", "repeat", "while_loop", "torch_op", "TaskCode", "Tape", "TapeStats",
     "report", "HistoryWarning", "LoopCancelled", "host_call",
 ]

@@ -303,3 +303,28 @@ def test_errors_name_the_line_and_the_fix(arch, kernel, args, message):
     out = qgraph.ndarray(qgraph.vec3, (2,))
     loop_carried(qgraph.from_numpy(np.ones((2, 3), np.float32)), out, 1)
     np.testing.assert_array_equal(out.to_numpy(), [[-1, 0, 0], [-1, 0, 0]])
+
+
+@qgraph.kernel
+def spring_energy(p: qgraph.vec3d[:], anchor: qgraph.vec3d, k: qgraph.mat33d, e):
+    for i in range(p.shape[0]):
+        d = p[i] - anchor
+        e[i] = 0.5 * qgraph.dot(d, k @ d)
+
+
+def test_float64_vector_types_compute_in_float64_and_differentiate(arch):
+    """qgraph.vec3d / mat33d (Warp's vec3d): the same objects as vector(3, f64), float64 arrays and
+    arithmetic, and the gradient of a quadratic form against its closed form at float64 tolerance."""
+    assert qgraph.vec3d is qgraph.vector(3, qgraph.f64) and qgraph.mat22d is qgraph.matrix(2, 2, qgraph.f64)
+    rng = np.random.default_rng(9)
+    points, anchor = rng.standard_normal((16, 3)), rng.standard_normal(3)
+    stiffness = np.diag([1.0, 2.0, 3.0]) + 0.1
+    p = qgraph.from_numpy(points, requires_grad=True)
+    e = qgraph.from_numpy(np.zeros(16), requires_grad=True)
+    with qgraph.Tape() as tape:
+        spring_energy(p, qgraph.vec3d(*anchor), qgraph.mat33d(*stiffness.ravel()), e)
+    d = points - anchor
+    np.testing.assert_allclose(e.to_numpy(), 0.5 * np.einsum("ij,jk,ik->i", d, stiffness, d), rtol=1e-13)
+    tape.backward(e)
+    np.testing.assert_allclose(p.grad.to_numpy(), 0.5 * d @ (stiffness + stiffness.T), rtol=1e-12)
+    assert qgraph.ndarray(qgraph.vec2d, (5,)).to_numpy().dtype == np.float64

@@ -128,6 +128,9 @@ def matrix(n: int, m: int, dtype=np.float32) -> VectorType:
 
 vec2, vec3, vec4 = vector(2), vector(3), vector(4)
 mat22, mat33, mat44 = matrix(2, 2), matrix(3, 3), matrix(4, 4)
+# float64 twins (Warp's vec3d): finite-difference checks and long accumulations want them
+vec2d, vec3d, vec4d = vector(2, np.float64), vector(3, np.float64), vector(4, np.float64)
+mat22d, mat33d, mat44d = matrix(2, 2, np.float64), matrix(3, 3, np.float64), matrix(4, 4, np.float64)
 
 
 def element_of(obj: object) -> VectorType | None:
