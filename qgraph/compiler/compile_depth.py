@@ -10,31 +10,16 @@ concurrent uses share one raise, as compile_gc's."""
 
 from __future__ import annotations
 
-import contextlib
 import sys
-import threading
+
+from .process_settings import SharedOverride
 
 COMPILE_RECURSION_LIMIT = 10_000  # frames; 60 nested helpers compile with 3,000
 
-_lock = threading.Lock()
-_depth = 0
-_saved = 0
+_LIMIT = SharedOverride(sys.getrecursionlimit, sys.setrecursionlimit,
+                        lambda saved: COMPILE_RECURSION_LIMIT if saved < COMPILE_RECURSION_LIMIT else None)
 
 
-@contextlib.contextmanager
 def room_to_recurse():
     """Raise Python's recursion limit for the duration (the last compile to finish restores it)."""
-    global _depth, _saved
-    with _lock:
-        if _depth == 0:
-            _saved = sys.getrecursionlimit()
-            if _saved < COMPILE_RECURSION_LIMIT:
-                sys.setrecursionlimit(COMPILE_RECURSION_LIMIT)
-        _depth += 1
-    try:
-        yield
-    finally:
-        with _lock:
-            _depth -= 1
-            if _depth == 0 and sys.getrecursionlimit() == COMPILE_RECURSION_LIMIT != _saved:
-                sys.setrecursionlimit(_saved)
+    return _LIMIT.held()

@@ -16,32 +16,19 @@ update test files in one process (two such processes side by side), the collecto
 
 from __future__ import annotations
 
-import contextlib
 import gc
-import threading
+
+from .process_settings import SharedOverride
 
 COMPILE_THRESHOLD = 100_000  # young-generation threshold while a compile runs (Python's default: 700)
 
-_lock = threading.Lock()
-_depth = 0
-_saved: tuple[int, ...] = ()
+# 0: collection turned off by the user, left so
+_THRESHOLDS = SharedOverride(gc.get_threshold, lambda thresholds: gc.set_threshold(*thresholds),
+                             lambda saved: (COMPILE_THRESHOLD, *saved[1:]) if 0 < saved[0] < COMPILE_THRESHOLD
+                             else None)
 
 
-@contextlib.contextmanager
 def rare_collections():
     """Raise the collector's young threshold for the duration (nested and concurrent compiles
     share one raise; the last to finish restores the thresholds the process had)."""
-    global _depth, _saved
-    with _lock:
-        if _depth == 0:
-            _saved = gc.get_threshold()
-            if _saved[0] and _saved[0] < COMPILE_THRESHOLD:  # 0: collection turned off by the user
-                gc.set_threshold(COMPILE_THRESHOLD, *_saved[1:])
-        _depth += 1
-    try:
-        yield
-    finally:
-        with _lock:
-            _depth -= 1
-            if _depth == 0 and gc.get_threshold()[0] == COMPILE_THRESHOLD != _saved[0]:
-                gc.set_threshold(*_saved)
+    return _THRESHOLDS.held()

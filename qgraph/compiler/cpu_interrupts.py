@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import ctypes
 import sys
-import threading
 
 from ..lang.cpu.loops import FIRST_CHUNK_WORK
+from .process_settings import SharedOverride
 
 _INTERRUPTED = []
 
@@ -170,7 +170,7 @@ def chunk_functions() -> dict:
 # then waits until that thread has it (CPython's forced switching). A release without that request
 # only wakes the waiter, which finds the GIL taken again and starts its wait afresh (at 1 ms releases
 # and the default 5 ms interval a waiter never asked; issue 46), so the releases come 1.25 switch
-# intervals apart, and while such a runner runs the interval is HANDOVER_SECONDS at most (`Handover`;
+# intervals apart, and while such a runner runs the interval is HANDOVER_SECONDS at most (`HANDOVER`;
 # the default 5 ms gave a watcher a turn only every 6 ms, at worst 14): a waiting thread runs within
 # about 2.5 ms. The clock is read only at a release, after a number of passes measured to take about
 # that long (a clock read every pass cost 70 ns on the development machine). Only the thread holding
@@ -257,28 +257,7 @@ def thread_functions() -> dict:
     return _THREADS[0]
 
 
-class Handover:
-    """The switch interval while runners that let other threads run are running: HANDOVER_SECONDS
-    at most (unless smaller already), the user's own back when the last of them returns."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._running = 0
-        self._saved = 0.0
-
-    def enter(self) -> None:
-        with self._lock:
-            if self._running == 0:
-                self._saved = sys.getswitchinterval()
-                if self._saved > HANDOVER_SECONDS:
-                    sys.setswitchinterval(HANDOVER_SECONDS)
-            self._running += 1
-
-    def leave(self) -> None:
-        with self._lock:
-            self._running -= 1
-            if self._running == 0 and self._saved > HANDOVER_SECONDS:
-                sys.setswitchinterval(self._saved)
-
-
-HANDOVER = Handover()
+# the switch interval while runners that let other threads run are running: HANDOVER_SECONDS at
+# most (unless smaller already); the user's own back when the last of them returns
+HANDOVER = SharedOverride(sys.getswitchinterval, sys.setswitchinterval,
+                          lambda saved: HANDOVER_SECONDS if saved > HANDOVER_SECONDS else None)

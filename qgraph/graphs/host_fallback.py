@@ -108,6 +108,12 @@ class HostTree:
     def _flag(self, name: str, packs: tuple, stream: int) -> bool:
         return self._read(int.from_bytes(self._value(name, packs)[FlagKind.address], "little"), stream)
 
+    def _passed(self, k: int) -> None:
+        """Count a pass of loop k; the outermost loop's count is published for progress bars."""
+        self.passes[k] += 1
+        if k == 0 and self._cancel is not None:
+            self._cancel.host_passes = self.passes[k]
+
     def _walk(self, region, args: tuple, packs: tuple, stream: int) -> None:
         DeviceLoop, IfRegion, RepeatLoop, Sequence = self._types
         if isinstance(region, Sequence):
@@ -125,9 +131,7 @@ class HostTree:
                     self._cancel.clear()
                     raise cancelled_error(self._name, region, self.passes[k])
                 self._walk(region.body, args, packs, stream)
-                self.passes[k] += 1
-                if k == 0 and self._cancel is not None:  # the outermost loop's, for progress bars
-                    self._cancel.host_passes = self.passes[k]
+                self._passed(k)
         elif isinstance(region, DeviceLoop):
             k, limit = self._loops.index(region), self._limit(region)
             self.passes[k] = 0
@@ -135,9 +139,7 @@ class HostTree:
                 return
             while True:
                 self._walk(region.body, args, packs, stream)
-                self.passes[k] += 1
-                if k == 0 and self._cancel is not None:  # the outermost loop's, for progress bars
-                    self._cancel.host_passes = self.passes[k]
+                self._passed(k)
                 if not self._flag(region.flag, packs, stream):
                     return
                 if self._cancel is not None and self._cancel.is_set:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers.generated import generated_module
 
 import qgraph
 
@@ -106,3 +107,61 @@ def test_the_atomic_max_error_names_stop_gradient():
     with pytest.raises(qgraph.QgraphSyntaxError, match=r"qgraph\.stop_gradient\(value\) to atomic_max"):
         with qgraph.Tape():
             largest(x, best)
+
+
+# The family: where users put stop_gradient (the body of a parallel loop, a repeat region, after an inner
+# loop, inside a helper, a vector value, a 0-d reduction target) x float64 and float32 (with a float32
+# literal). Each kernel computes y from x with part of it stopped; (source of the loop body, the
+# gradient of sum(y) with respect to x as a function of x and the literal c).
+STOP_CONTEXTS = {
+    "plain": ("    for i in range(x.shape[0]):\n        y[i] = x[i] * qgraph.stop_gradient(x[i] * C) + x[i]\n",
+              lambda x, c: x * c + 1),
+    "in a repeat": ("    for _ in qgraph.repeat(k):\n        for i in range(x.shape[0]):\n"
+                    "            y[i] = x[i] * qgraph.stop_gradient(x[i] * C) + x[i]\n",
+                    lambda x, c: x * c + 1),
+    "after an inner loop": ("    for i in range(x.shape[0]):\n        s = x[i] * C\n        for m in range(3):\n"
+                            "            s = s + x[i]\n        y[i] = x[i] * qgraph.stop_gradient(s) + s\n",
+                            lambda x, c: x * c + 3 * x + c + 3),
+    "in a helper": ("    for i in range(x.shape[0]):\n        y[i] = damped(x[i]) + x[i]\n",
+                    lambda x, c: x * c + 1),
+    "vector": ("    for i in range(x.shape[0]):\n        p = V(x[i], 2 * x[i])\n"
+               "        y[i] = qgraph.dot(p, qgraph.stop_gradient(p * C)) + x[i]\n",
+               lambda x, c: 5 * x * c + 1),
+    "0-d target": ("    for i in range(x.shape[0]):\n        y[()] += x[i] * qgraph.stop_gradient(x[i] * C)\n",
+                   lambda x, c: x * c),
+}
+STOP_SOURCE = """import numpy as np
+import qgraph
+
+C = {c}
+V = {v}
+
+
+@qgraph.func
+def damped(v):
+    return v * qgraph.stop_gradient(v * C)
+
+
+@qgraph.kernel
+def stopped(x, y, k: int):
+{body}"""
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["f8", "f4"])
+@pytest.mark.parametrize("context", list(STOP_CONTEXTS))
+def test_stop_gradient_in_every_context(arch, tmp_path_factory, context, dtype):
+    body, gradient = STOP_CONTEXTS[context]
+    f4 = dtype == np.float32
+    source = STOP_SOURCE.format(c="np.float32(0.75)" if f4 else "0.75", v="qgraph.vec2" if f4 else "qgraph.vec2d",
+                                body=body)
+    name = "stopgrad_" + "".join(ch for ch in context if ch.isalnum()) + ("_f4" if f4 else "_f8")
+    kernel = generated_module(tmp_path_factory, name, source).stopped
+    values = np.random.default_rng(len(context)).standard_normal(32).astype(dtype)
+    x = qgraph.from_numpy(values, requires_grad=True)
+    y = qgraph.from_numpy(np.zeros(() if context == "0-d target" else 32, dtype), requires_grad=True)
+    with qgraph.Tape() as tape:
+        kernel(x, y, 2)
+    tape.backward(y)
+    assert x.grad.to_numpy().dtype == dtype
+    np.testing.assert_allclose(x.grad.to_numpy(), gradient(values.astype(np.float64), 0.75),
+                               rtol=1e-5 if f4 else 1e-12, atol=1e-5 if f4 else 1e-12)

@@ -34,3 +34,12 @@ def creep(x, count, flag, stop_at):
         x[i] = x[i] * 0.5 + 1.0
     count[0] += 1
     flag[0] = 1 if count[0] < stop_at[0] else 0
+
+
+@qgraph.kernel(temporal_tiling=3)  # CUDA: each launch runs 3 passes of the stencil over tiles
+def smooth(a, b, k: int):  # test_temporal_tiling.py, test_cancel_family.py
+    for _ in qgraph.repeat(k):
+        for i in range(1, a.shape[0] - 1):
+            b[i] = (a[i - 1] + a[i] + a[i + 1]) * 0.25
+        for i in range(1, a.shape[0] - 1):
+            a[i] = b[i - 1] * 0.25 + b[i] * 0.5 + b[i + 1] * 0.25

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers.loop_kernels import smooth
 
 import qgraph
 from qgraph.lang.front.interchange import for_launch
@@ -34,15 +35,6 @@ def jacobi(p, p_new, div, pairs: int):
             pb = p_new[i, max(j - 1, 0)]
             pt = p_new[i, min(j + 1, p.shape[1] - 1)]
             p[i, j] = 0.25 * (pl + pr + pb + pt - div[i, j])
-
-
-@qgraph.kernel(temporal_tiling=S)
-def smooth(a, b, k: int):
-    for _ in qgraph.repeat(k):
-        for i in range(1, a.shape[0] - 1):
-            b[i] = (a[i - 1] + a[i] + a[i + 1]) * 0.25
-        for i in range(1, a.shape[0] - 1):
-            a[i] = b[i - 1] * 0.25 + b[i] * 0.5 + b[i + 1] * 0.25
 
 
 def _jacobi_reference(p, p_new, div, pairs):
