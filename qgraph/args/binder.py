@@ -10,6 +10,7 @@ from collections.abc import Callable
 from ..lang import generated
 from ..lang.front.parse import KernelSource
 from ..lang.front.regions import control_regions
+from ..tracebacks import user_error
 
 
 def bind_class(kernel_cls: type, src: KernelSource, fn: Callable, progress, runtime_names: dict) -> type:
@@ -39,14 +40,16 @@ def bind_class(kernel_cls: type, src: KernelSource, fn: Callable, progress, runt
         params.append("*")
     params.append("stream=None")
     names = [p.name if p.source is None else p.source for p in src.params]
-    body = generated.Lines()
-    with body.block("if _qg_self.generation != _qg_state.generation:"):
-        body.line("_qg_self.attach()")
+    ns["_qg_user_error"] = user_error
+    call = generated.Lines()
+    with call.block("if _qg_self.generation != _qg_state.generation:"):
+        call.line("_qg_self.attach()")
     loops = any(True for _ in control_regions(src.body))  # kernel(..., progress=True): runtime.progress
     if loops:
-        with body.block("if progress:"):
-            body.line(f"return _qg_self.launch_watched(progress, ({', '.join(names)},), stream)")
-    body.line(f"return _qg_self.launch({', '.join([*names, 'stream'])})")
+        with call.block("if progress:"):
+            call.line(f"return _qg_self.launch_watched(progress, ({', '.join(names)},), stream)")
+    call.line(f"return _qg_self.launch({', '.join([*names, 'stream'])})")
+    body = _at_boundary(call)
     params_call = params + (["progress=_qg_progress"] if loops else [])
     # _qg_: no parameter can be named so
     call = generated.function(body.function(f"__call__(_qg_self, {', '.join(params_call)})"), "__call__",
@@ -71,12 +74,23 @@ def bind_class(kernel_cls: type, src: KernelSource, fn: Callable, progress, runt
 
 def _binder(method: str, target: str, src, params: list, names: list, ns: dict, doc: str):
     """kernel.<method>(...): binds its arguments like a call, then runs `Kernel.<target>` on them."""
-    body = generated.Lines().line(f"return _qg_self.{target}({', '.join(names)})")
+    body = _at_boundary(generated.Lines().line(f"return _qg_self.{target}({', '.join(names)})"))
     fn = generated.function(body.function(f"{method}(_qg_self, {', '.join(params)})"), method,
                             f"{method} binder of kernel {src.qualname}", ns)
     fn.__qualname__ = f"kernel {src.qualname}.{method}"
     fn.__doc__ = doc
     return fn
+
+
+def _at_boundary(statements: generated.Lines) -> generated.Lines:
+    """`statements` in a `try` whose handler shortens the traceback of an error qgraph raised for the
+    user's mistake (tracebacks.py) and re-raises it: free in Python 3.11 until something raises."""
+    body = generated.Lines()
+    with body.block("try:"):
+        body.add(statements)
+    with body.block("except Exception as _qg_e:"):
+        body.line("_qg_user_error(_qg_e)", "raise")
+    return body
 
 
 _NO_DEFAULT = object()

@@ -16,6 +16,7 @@ import linecache
 
 from ..lang.front.parse import KernelSource
 from ..lang.lower.debug_checks import DIVISOR_AXIS, FINITE_AXIS, RECORD_WORDS, Site
+from ..tracebacks import at_source
 
 
 def _where(src: KernelSource, lineno: int) -> str:
@@ -39,16 +40,19 @@ def check_failure(src: KernelSource, sites: list[Site], words) -> Exception:
     values = tuple(int(v) for v in words[3:3 + n])
     lead = _where(src, site.lineno)
     if site.axis == DIVISOR_AXIS:
-        return ZeroDivisionError(f"{lead}: integer division or modulo by zero ({site.array}) (debug mode; without "
-                                 f"it the result is 0, as NumPy gives){_source_line(src, site.lineno)}")
+        return at_source(ZeroDivisionError(f"{lead}: integer division or modulo by zero ({site.array}) (debug mode; "
+                                           f"without it the result is 0, as NumPy gives)"
+                                           f"{_source_line(src, site.lineno)}"), src.filename, site.lineno)
     if site.axis == FINITE_AXIS:
         what = ("NaN", "+inf", "-inf")[int(words[1])]
         at = f" at index {values[0] if n == 1 else values}" if n else ""
-        return FloatingPointError(f"{lead}: {what} was stored into '{_display(site.array)}'{at} "
-                                  f"(debug mode: QGRAPH_DEBUG=nan){_source_line(src, site.lineno)}")
+        return at_source(FloatingPointError(f"{lead}: {what} was stored into '{_display(site.array)}'{at} "
+                                            f"(debug mode: QGRAPH_DEBUG=nan){_source_line(src, site.lineno)}"),
+                         src.filename, site.lineno)
     shape = values[0:1] if n == 1 else values
-    return IndexError(f"{lead}: index {int(words[1])} is out of bounds for axis {site.axis} of "
-                      f"'{_display(site.array)}' with shape {shape} (debug mode){_source_line(src, site.lineno)}")
+    return at_source(IndexError(f"{lead}: index {int(words[1])} is out of bounds for axis {site.axis} of "
+                                f"'{_display(site.array)}' with shape {shape} (debug mode)"
+                                f"{_source_line(src, site.lineno)}"), src.filename, site.lineno)
 
 
 def task_exception(src: KernelSource, tasks, error: BaseException) -> Exception:
@@ -67,7 +71,7 @@ def task_exception(src: KernelSource, tasks, error: BaseException) -> Exception:
         found = original
         if hasattr(found, "add_note"):
             found.add_note(lead)
-    return found
+    return at_source(found, src.filename, lines[0]) if len(lines) == 1 else found
 
 
 class DeviceRecord:

@@ -18,6 +18,7 @@ from ..args.kinds import arg_type
 from ..lang.front.loop_extents import CertainExtent, certain_extents
 from ..lang.front.parse import KernelSource
 from ..lang.generated import Lines
+from ..tracebacks import at_source
 
 
 def extent_check(source: KernelSource, launched: KernelSource, debug: bool) -> ExtentCheck | None:
@@ -146,11 +147,11 @@ class ExtentCheck:
         stop = extent + loop.offset
         line = linecache.getline(src.filename, rule.lineno).strip()
         fix = "pass arrays of matching length" if len(shape) == 1 else "pass arrays of matching shapes"
-        return IndexError(
+        return at_source(IndexError(
             f"kernel {src.name}, line {rule.lineno} ({src.filename}:{rule.lineno}): {rule.text} {rule.access} "
             f"index up to {extent + rule.offset - 1:,} on axis {rule.axis} but {rule.array} has shape {shape}; the "
             f"loop at line {loop.lineno} runs over {loop.bound} = {stop:,} — {fix}" + (f"\n    {line}" if line else "")
-        )
+        ), src.filename, rule.lineno)
 
 
 def _extent(prefix: str, k: int, axis: int) -> str:

@@ -17,6 +17,7 @@ from .. import runtime
 from ..errors import QgraphError
 from ..lang.options import USE_ENVIRONMENT, KernelOptions, ResolvedOptions
 from ..runtime import DeviceState
+from ..tracebacks import user_error
 
 
 @dataclass
@@ -70,16 +71,17 @@ class GraphFunction:
     def __call__(self, *args, stream=None, **kwargs):
         from ..runtime import call_hooks
 
-        state = runtime.ensure_init()
-        target = state.current()
-        if call_hooks.current_body() is not None:
-            return self._fn(*args, **kwargs)  # a step called by a step: its calls join the outer one
-        if not isinstance(target, DeviceState):
-            return self._cpu_run(args, kwargs, self.options_now(state))
-        if self.graph_while is not None and call_hooks.tape_recording():
-            # under a tape every pass's calls are recorded: the loop runs here, its calls launched as made
-            return self._passes(args, kwargs, self.options_now(state), lambda: (None, self._fn(*args, **kwargs)))
-        try:
+        try:  # an error qgraph raises for the user's mistake leaves with qgraph's frames removed (tracebacks.py)
+            state = runtime.ensure_init()
+            target = state.current()
+            if call_hooks.current_body() is not None:
+                return self._fn(*args, **kwargs)  # a step called by a step: its calls join the outer one
+            if not isinstance(target, DeviceState):
+                return self._cpu_run(args, kwargs, self.options_now(state))
+            if self.graph_while is not None and call_hooks.tape_recording():
+                # under a tape every pass's calls are recorded: the loop runs here, its calls launched as made
+                return self._passes(args, kwargs, self.options_now(state),
+                                    lambda: (None, self._fn(*args, **kwargs)))
             runner = self._last or self._runner(target, state)
             if stream is not None:
                 from ..driver.device import stream_handle
@@ -109,6 +111,9 @@ class GraphFunction:
                 runner.remember(args, kwargs, handle, result)
                 self._last = runner
             return result
+        except Exception as e:
+            user_error(e)
+            raise
         finally:
             # a tool may keep this frame after it returns (compute-sanitizer keeps the caller frames
             # of each CUDA launch, with their locals): it then keeps none of the call's arguments

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from ..errors import QgraphError
 from ..lang.options import DEFAULT_OPTIONS, USE_ENVIRONMENT
+from ..tracebacks import check_mode as check_traceback_mode
 
 __all__ = ["USE_ENVIRONMENT", "Settings", "debug_mode"]  # USE_ENVIRONMENT: kernel options left to the environment
 
@@ -77,6 +78,7 @@ class Settings:
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] = os.environ) -> Settings:
+        check_traceback_mode(environ)  # QGRAPH_TRACEBACK: read when an error leaves qgraph, checked here
         mode = env_text(environ, "QGRAPH_GRAPH_WHILE", "auto")
         if mode not in ("auto", "host", "device", ""):
             raise QgraphError(f"QGRAPH_GRAPH_WHILE={mode!r}: expected 'host' (force the host loop) or 'auto'")

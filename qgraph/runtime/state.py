@@ -19,6 +19,7 @@ import time
 import weakref
 
 from ..errors import LoopCancelled, QgraphError
+from ..tracebacks import entry_point, user_error
 from .settings import ARCHES, Settings, arch_name
 
 # how long a sync waits for host_call callbacks whose launches the device has finished (backends/step_host.py)
@@ -164,6 +165,7 @@ def cuda_status(device: int = 0) -> str | None:
     return None
 
 
+@entry_point
 def init(arch: str | None = None, *, device: int = 0) -> None:
     """Choose the backend. None: QGRAPH_ARCH, else cuda when usable, else cpu.
 
@@ -245,8 +247,12 @@ def current_arch() -> str:
 
 def sync() -> None:
     """Wait for all work qgraph has queued (on every stream of every device)."""
-    for target in list(STATE.targets.values()):
-        target.sync()
+    try:  # a device loop's error (the runaway guard) ends at the user's sync (tracebacks.py)
+        for target in list(STATE.targets.values()):
+            target.sync()
+    except Exception as e:
+        user_error(e)
+        raise
 
 
 def sync_device(device) -> None:

@@ -57,8 +57,14 @@ class FollowedArrays:
         """A seed names a float array the tape can take a gradient of, and fits its shape."""
         check_seed(a, seed)
         if not isinstance(a, Ndarray) and identity(a) not in self.arrays:
-            raise TypeError(f"Tape.backward: a seed is given for {shown(a)}, which no recorded call passed; seed "
-                            "a float array the recorded kernels wrote")
+            # what a PyTorch user writes (y.backward(gradient)), or a copy (loss.to_numpy()): name the array wanted
+            wrote = sorted(self.names[k] for k in self.written if k in self.names)
+            raise TypeError(f"Tape.backward: a seed is given for {shown(a)}, which no recorded call passed (a copy, "
+                            "such as loss.to_numpy(), or a gradient?); give backward the array the recorded kernels "
+                            "wrote the loss into, itself: tape.backward(loss) sets its gradient to ones, and "
+                            "tape.backward(grads={loss: seed}) to another seed"
+                            + (f" (the recorded calls wrote {', '.join(wrote[:4])}"
+                               f"{', ...' if len(wrote) > 4 else ''})" if wrote else ""))
         if identity(a) in self.in_structs:
             raise QgraphError(f"Tape.backward: a seed is given for `{self.in_structs[identity(a)]}`, an array the "
                               "recorded calls wrote inside a struct; no gradient flows through arrays inside structs: "

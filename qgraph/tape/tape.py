@@ -26,6 +26,7 @@ from ..errors import QgraphError
 from ..runtime import call_hooks
 from ..runtime.arrays import Ndarray
 from ..runtime.call_hooks import BoundCall, StepBody
+from ..tracebacks import entry_point
 from . import loops as tape_loops
 from .arrays import FollowedArrays
 from .kernels import ADD, COPY, fill, give_back, index_rank, like, scratch_like
@@ -203,6 +204,7 @@ class Tape:
         own = getattr(a, "grad", None) if isinstance(a, Ndarray) else None
         return own if own is not None else self._temporary.get(identity(a)) if is_array(a) else None
 
+    @entry_point  # an error for a misused tape ends at the user's backward call
     def backward(self, loss=None, grads: dict | None = None) -> None:
         """Run the recorded calls' adjoints in reverse. `loss`: its gradient is set to ones first;
         `grads={array: seed}`: each array's gradient is set to its seed (an array or a number).

@@ -24,7 +24,9 @@ def scaled(x, a: float):
         x[i] = x[i] * a
 
 
-def test_a_traceback_through_launch_code_shows_the_generated_line(arch):
+def test_a_traceback_through_launch_code_shows_the_generated_line(arch, monkeypatch):
+    # the full traceback: by default a user's error leaves qgraph's frames out (tests/test_tracebacks.py)
+    monkeypatch.setenv("QGRAPH_TRACEBACK", "full")
     x = qgraph.from_numpy(np.ones(4))
     with pytest.raises(TypeError, match="argument 'a'") as info:
         scaled(x, "two")
