@@ -27,6 +27,7 @@ from .lang.options import USE_ENVIRONMENT, KernelOptions, ResolvedOptions
 from .runtime.history import History, Reports
 from .runtime.random_state import rng_state
 from .runtime.settings import debug_mode
+from .tracebacks import entry_point
 
 
 @dataclass
@@ -63,9 +64,20 @@ class Func:
         self.fn = fn  # the Python function: called from Python, its defaults read by the flattener
         self.source = frontend.parse_func(fn)
         functools.update_wrapper(self, fn)
+        self.custom_adjoint: Func | None = None  # set by `.adjoint`; the adjoint generator calls it
 
     def __call__(self, *args, **kwargs):
         return self.fn(*args, **kwargs)
+
+    @entry_point  # a misfit adjoint's error ends at the user's decoration
+    def adjoint(self, fn: Callable) -> Func:
+        """Decorator giving this helper its adjoint, used instead of differentiating the body (a closed
+        form, a stabilised or straight-through gradient): `fn(*inputs, adj_ret)` returns one adjoint per
+        input (docs/differentiable.md#custom-adjoints). Returns the adjoint as a Func."""
+        from .lang.adjoint.custom import custom_adjoint
+
+        self.custom_adjoint = custom_adjoint(self, fn, Func)
+        return self.custom_adjoint
 
     def __repr__(self) -> str:
         return f"<qgraph.func {self.__qualname__}>"
@@ -245,6 +257,14 @@ class Kernel:
 
         run_adjoint(self, args)
 
+    @entry_point
+    def adjoint(self, fn: Callable | None = None):
+        """Custom adjoints are for helpers: raises, saying so (a kernel's adjoint is generated)."""
+        raise QgraphError(f"kernel {self.__name__}: .adjoint gives a @qgraph.func helper its custom adjoint; a "
+                          "kernel's adjoint is generated (kernel.grad, qgraph.Tape). Move the code whose gradient you "
+                          "give into a @qgraph.func, decorate its adjoint with @<helper>.adjoint and call the helper "
+                          "from the kernel")
+
     def with_source(self, source: frontend.KernelSource) -> Kernel:
         """A kernel of another source with this one's options (the adjoint, lang.adjoint)."""
         derived = Kernel(self._fn, source, self.options)
@@ -287,6 +307,7 @@ def _given(value: object) -> object:
 _ATTACH_LOCK = threading.RLock()  # kernels attach to the runtime once, whichever thread calls first
 
 
+@entry_point
 def kernel(fn: Callable | None = None, *, cuda_graph: bool = False, graph_while: str | None = None,
            graph_cache_size: int | None = None, deterministic: bool | None = None, fast_math: bool | None = None,
            default_float=None, max_iterations=USE_ENVIRONMENT, debug: bool | str | None = None,
@@ -325,6 +346,7 @@ def kernel(fn: Callable | None = None, *, cuda_graph: bool = False, graph_while:
                             debug=debug_setting, max_iterations=max_iterations, cuda_graph=cuda_graph,
                             graph_while_host=USE_ENVIRONMENT, unroll=unroll, progress=progress)
 
+    @entry_point
     def wrap(f: Callable) -> Kernel:
         if isinstance(f, (Kernel, Func)):
             raise TypeError(f"{f!r} is already decorated")
@@ -342,6 +364,7 @@ def kernel(fn: Callable | None = None, *, cuda_graph: bool = False, graph_while:
     return wrap if fn is None else wrap(fn)
 
 
+@entry_point
 def compile(kernel: Kernel, *example_args, **example_kwargs) -> tuple[str, ...]:
     """Compile and cache `kernel` for the types of the example arguments (bound as in a call)
     without running it, so that a later process's first call loads it from the compile
@@ -351,6 +374,7 @@ def compile(kernel: Kernel, *example_args, **example_kwargs) -> tuple[str, ...]:
     return kernel.compile(*example_args, **example_kwargs)
 
 
+@entry_point
 def func(fn: Callable) -> Func:
     """Mark a helper function callable from kernels (compiled inline for each backend)."""
     if not callable(fn) or not hasattr(fn, "__code__"):

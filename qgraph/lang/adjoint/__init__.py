@@ -19,6 +19,7 @@ from ..front.parse import KernelSource, Param
 from ..front.regions import Task, leaf_tasks
 from ..types.weak_types import INT, Typer, infer_locals, param_type
 from .checkpoints import checkpointed_regions, recording_source
+from .custom import CustomAdjoints
 from .ir import Let, render, walk
 from .loops import LoopStates, hidden_adjoint_params, reversed_regions
 from .reverse import adjoint_name, adjoint_statements
@@ -56,15 +57,15 @@ def adjoint_source(src: KernelSource, grads: tuple[str, ...], states: LoopStates
                                adjoint=AdjointOf(tuple(grads), len(src.tasks), tuple(order), writes))
 
 
-def adjoint_task(src: KernelSource, task: Task, kinds: dict, funcs: list) -> tuple[Task, frozenset[str]]:
-    """`task` (flattened, of the adjoint source `src`) with its body replaced by its adjoint:
-    (the task, the array parameters whose values the adjoint reads -> whether this task may have
-    overwritten the elements read)."""
+def adjoint_task(src: KernelSource, task: Task, kinds: dict, specs) -> tuple[Task, frozenset[str]]:
+    """`task` (flattened, of the adjoint source `src`; `specs` its helpers, lang.flat.view.FuncSpecs)
+    with its body replaced by its adjoint: (the task, the array parameters whose values the adjoint
+    reads -> whether this task may have overwritten the elements read)."""
     grads = {name for name in src.adjoint.grads if name in kinds and kinds[name].dtype.kind == "f"}
     arrays = {name for name, kind in kinds.items() if kind.is_array}
-    defs = {d.name: d for d, _, _ in funcs}
+    defs = {d.name: d for d, _, _ in specs.defs}
     prefix = f"t{task.index}_"
-    body = three_address(src, task.body, arrays, defs, prefix)
+    body = three_address(src, task.body, arrays, defs, prefix, CustomAdjoints(specs))
     types = _types(src, body, kinds, task.loop_vars)
     stmts, reads = adjoint_statements(src, body, types, grads, src.resolve, prefix,
                                           task.loop_vars if task.parallel else ())
@@ -79,7 +80,7 @@ def _types(src: KernelSource, body, kinds: dict, loop_vars: tuple[str, ...]) -> 
         env[v] = INT
     typer = Typer(src, env)
     stmts = render(body.stmts)
-    lets = {s.target for s in walk(body.stmts) if isinstance(s, Let)}
+    lets = {t for s in walk(body.stmts) if isinstance(s, Let) for t in s.targets}
     infer_locals(typer, stmts, lets)
     return typer.env
 

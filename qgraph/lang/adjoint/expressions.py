@@ -23,6 +23,7 @@ class Expressions:
         self.src = src
         self.arrays = arrays  # the array parameters (flat names)
         self.funcs = funcs  # @qgraph.func instances by generated name
+        self.custom = None  # lang.adjoint.custom.CustomAdjoints: the helpers whose adjoints users give
         self.prefix = prefix
         self.count = 0
         self.env: dict[str, ast.expr] = {}  # a source local -> the atom holding its value now
@@ -46,7 +47,8 @@ class Expressions:
     def emit(self, s) -> None:
         s.blocks = self.blocks
         if isinstance(s, Let):
-            self.body.lets.setdefault(s.target, []).append(s)
+            for target in s.targets:
+                self.body.lets.setdefault(target, []).append(s)
         self.out.append(s)
 
     def let(self, value: ast.expr, line: int, kind: str = "op", **extra) -> ast.Name:
@@ -140,7 +142,7 @@ class Expressions:
 
     def call(self, node: ast.Call, line: int) -> ast.expr:
         if isinstance(node.func, ast.Name) and node.func.id in self.funcs:
-            result = self.inline(self.funcs[node.func.id], [self.atom(a) for a in node.args], node)
+            result = self.helper(node)
             if isinstance(result, tuple):
                 raise self.error("a helper's tuple result used as one value", node)
             return result

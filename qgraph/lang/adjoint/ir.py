@@ -19,7 +19,9 @@ class Let:
     """`target = value`. kind: "op" (one operation over atoms), "copy", "load" (`array[index]`),
     "unknown" (a load the adjoint cannot recompute: `why` says what it is), "returned" (what an
     atomic returned: no gradient, and not recomputable either), "stopped" (qgraph.stop_gradient's
-    value: a copy, recomputed as one, that carries no gradient)."""
+    value: a copy, recomputed as one, that carries no gradient), "custom" (a call of a helper with a
+    custom adjoint, kept a call: `adjoint` says how its reverse calls the user's adjoint; a helper
+    of several results assigns them all, `parts`, the first of which is `target`)."""
 
     target: str
     value: ast.expr
@@ -29,6 +31,13 @@ class Let:
     index: tuple[ast.expr, ...] = ()
     why: str = ""
     blocks: tuple = ()  # the enclosing Branch/CountedLoop/WhileLoop statements, outermost first
+    parts: tuple[str, ...] = ()  # "custom" of several results: the names assigned, in order
+    adjoint: object = None  # "custom": its lang.adjoint.custom.Custom
+
+    @property
+    def targets(self) -> tuple[str, ...]:
+        """The names this Let assigns."""
+        return self.parts or (self.target,)
 
 
 @dataclass(eq=False)
@@ -140,7 +149,9 @@ def render(stmts: list, body_of=None) -> list[ast.stmt]:
         if isinstance(s, Let):
             value = body_of(s) if body_of is not None else s.value
             if value is not None:
-                out.append(_at(ast.Assign([ast.Name(s.target, ast.Store())], value), s.line))
+                target = ast.Tuple([ast.Name(p, ast.Store()) for p in s.parts], ast.Store()) if s.parts \
+                    else ast.Name(s.target, ast.Store())
+                out.append(_at(ast.Assign([target], value), s.line))
         elif isinstance(s, Branch):
             then, orelse = render(s.then, body_of), render(s.orelse, body_of)
             if then or orelse:

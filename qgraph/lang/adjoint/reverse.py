@@ -21,6 +21,7 @@ import ast
 
 from ..types.weak_types import FLOATS, INT
 from . import ir
+from .custom import reverse_call
 from .ir import Atomic, Body, Branch, CountedLoop, Jump, Let, Store, WhileLoop, names_in, range_call, render, walk
 from .rules import MINUS_ONE, ONE, callee_name, partials
 
@@ -86,17 +87,17 @@ class Reverse:
         lets = [s for s in walk(self.body.stmts) if isinstance(s, Let)]
         # integers and bools carry no gradient; a value the weak types could not place (a call
         # they do not model, such as math.exp2) may be a float: it gets one, or its rule's error
-        is_float = {let.target for let in lets if self.types.get(let.target) != INT}
+        is_float = {t for let in lets for t in let.targets if self.types.get(t) != INT}
         varied: set[str] = set()
         changed = True
         while changed:
             changed = False
             for let in lets:
-                if let.target in varied or let.target not in is_float:
+                if let.target in varied or not is_float & set(let.targets):
                     continue
                 if (let.kind in ("load", "unknown") and let.array in self.grads) or \
-                        (let.kind in ("op", "copy") and names_in(let.value) & varied):
-                    varied.add(let.target)
+                        (let.kind in ("op", "copy", "custom") and names_in(let.value) & varied):
+                    varied |= is_float & set(let.targets)
                     changed = True
         useful = {n for s in walk(self.body.stmts) if isinstance(s, (Store, Atomic)) and s.array in self.grads
                   for n in names_in(s.value)}
@@ -104,7 +105,7 @@ class Reverse:
         while changed:
             changed = False
             for let in lets:
-                if let.target in useful and let.kind in ("op", "copy"):
+                if useful & set(let.targets) and let.kind in ("op", "copy", "custom"):
                     new = (names_in(let.value) & varied) - useful
                     if new:
                         useful |= new
@@ -140,6 +141,8 @@ class Reverse:
         return []
 
     def let(self, let: Let) -> list[ast.stmt]:
+        if let.kind == "custom":  # the user's adjoint of a helper (lang.adjoint.custom)
+            return reverse_call(let, self.active, _d, self.fresh)
         if let.target not in self.active:
             return []
         d = _name(_d(let.target))
@@ -291,7 +294,7 @@ class Reverse:
         with the break statements of the loop `stmts` belongs to (those of loops inside always)."""
         out = []
         for s in stmts:
-            if isinstance(s, Let) and s.target in need:
+            if isinstance(s, Let) and need & set(s.targets):
                 out.append(s)
             elif isinstance(s, Branch) and id(s) in blocks:
                 out.append(Branch(s.test, self._select(s.then, need, blocks, keep_jumps),

@@ -2,11 +2,12 @@
 
 Every operation gets a name of its own, so the reverse sweep can refer to any value the
 forward computation made. @qgraph.func helpers are inlined (their returns turned into one
-exit), `and`/`or` and `x if c else y` become branches (so a guarded load stays guarded),
-and a load of an element this task stored before is the stored value (`forwarded`): the
-adjoint runs after the task, when the array holds what the task left there, so it cannot
-read such values back. A load that may read what the task wrote at another index is an
-"unknown" value: fine unless the gradient needs it (lang.adjoint.reverse says so then).
+exit; one with a custom adjoint stays a call, lang.adjoint.custom), `and`/`or` and
+`x if c else y` become branches (so a guarded load stays guarded), and a load of an element
+this task stored before is the stored value (`forwarded`): the adjoint runs after the task,
+when the array holds what the task left there, so it cannot read such values back. A load
+that may read what the task wrote at another index is an "unknown" value: fine unless the
+gradient needs it (lang.adjoint.reverse says so then).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import copy
 
 from ..front import builtins as lang
 from ..front.parse import KernelSource
+from .custom import custom_call
 from .expressions import Expressions
 from .ir import Body, Branch, CountedLoop, Jump, Let, Store, WhileLoop, names_in
 from .source_facts import arrays_stored, constant, dump, jumps, one_exit, result_arity, structured_jumps
@@ -59,7 +61,7 @@ class ThreeAddress(Expressions):
         if isinstance(value, ast.Tuple):
             return tuple(self.atom(v) for v in value.elts)
         if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id in self.funcs:
-            result = self.inline(self.funcs[value.func.id], [self.atom(a) for a in value.args], value)
+            result = self.helper(value)
             if isinstance(result, tuple):
                 return result
         raise self.error(f"unpacking `{ast.unparse(value)}`", value)
@@ -222,6 +224,14 @@ class ThreeAddress(Expressions):
 
     # -- helpers inlined ---------------------------------------------------------------------
 
+    def helper(self, node: ast.Call):
+        """A @qgraph.func call: inlined, or kept a call where the user gave the helper's adjoint."""
+        args = [self.atom(a) for a in node.args]
+        custom = self.custom.of(node.func.id, self.error, node) if self.custom is not None else None
+        if custom is not None:
+            return custom_call(self, custom, node.func.id, args, node.lineno)
+        return self.inline(self.funcs[node.func.id], args, node)
+
     def inline(self, fdef: ast.FunctionDef, args: list[ast.expr], at: ast.AST):
         """A @qgraph.func call, inlined: its result as an atom, or a tuple of atoms."""
         arity = result_arity(fdef)
@@ -240,8 +250,11 @@ class ThreeAddress(Expressions):
         return values if arity else values[0]
 
 
-def three_address(src: KernelSource, body: list[ast.stmt], arrays: set[str], funcs: dict, prefix: str) -> Body:
+def three_address(src: KernelSource, body: list[ast.stmt], arrays: set[str], funcs: dict, prefix: str,
+                  custom=None) -> Body:
+    """`body` in three-address form; `custom`: the helpers with custom adjoints (lang.adjoint.custom)."""
     builder = ThreeAddress(src, arrays, funcs, prefix)
+    builder.custom = custom
     builder.out = builder.body.stmts
     builder.block(structured_jumps(body))  # a parallel task's `continue` ends its iteration
     return builder.body

@@ -9,6 +9,7 @@ from ..types import vector_types as vt
 from ..types.vector_types import VectorType
 from . import vector_algebra as alg
 from .calls import lower_call
+from .tuples import is_tuple, item, lower_tuple, misuse
 from .values import (
     ROW,
     SWIZZLE,
@@ -42,8 +43,13 @@ class Expressions(ast.NodeVisitor):
             raise self.error("a struct cannot be used here; use its fields (s.x)", node)
         return value.expr
 
-    def value(self, node: ast.expr) -> Val:
-        return self.visit(node)
+    def value(self, node: ast.expr, tuples: bool = False) -> Val:
+        """`node` lowered; a tuple holding vectors only where `tuples` says one may stand (a
+        return, an unpacking, a statement, an item taken), else an error naming what to write."""
+        out = self.visit(node)
+        if not tuples and is_tuple(out):
+            raise self.error(misuse(out, node), node)
+        return out
 
     def generic_visit(self, node: ast.AST) -> Val:
         """An expression no visit_ method lowers: its sub-expressions must be scalars."""
@@ -115,7 +121,9 @@ class Expressions(ast.NodeVisitor):
                          f"{', '.join(sorted(VECTOR_METHODS))})", node)
 
     def visit_Subscript(self, node: ast.Subscript) -> Val:
-        base = self.value(node.value)
+        base = self.value(node.value, tuples=True)
+        if is_tuple(base):
+            return item(self, base, node)
         if isinstance(node.slice, ast.Slice) or any(isinstance(p, ast.Slice) for p in subscript_parts(node.slice)):
             if base.vec or element_type(base.type):
                 raise self.error("slices of vectors and vector arrays are not supported; use components", node)
@@ -262,3 +270,6 @@ class Expressions(ast.NodeVisitor):
 
     def visit_Call(self, node: ast.Call) -> Val:
         return lower_call(self, node)
+
+    def visit_Tuple(self, node: ast.Tuple) -> Val:
+        return lower_tuple(self, node)

@@ -21,6 +21,7 @@ from ..types import vector_types as vt
 from ..types.vector_types import VectorType
 from . import vector_algebra as alg
 from .exprs import Expressions
+from .tuples import is_tuple, misuse, unpack
 from .values import (
     ROW,
     Val,
@@ -137,7 +138,7 @@ class Flattener(Expressions):
         return super().generic_visit(node)
 
     def visit_Assign(self, node: ast.Assign) -> list[ast.stmt]:
-        value = self.value(node.value)
+        value = self.value(node.value, tuples=True)
         if len(node.targets) > 1 and (value.vec or len(value.comps) > 1):
             value = self.share(value)
         out: list[ast.stmt] = []
@@ -174,8 +175,8 @@ class Flattener(Expressions):
         return out
 
     def visit_Expr(self, node: ast.Expr) -> list[ast.stmt]:
-        value = self.value(node.value)
-        if value.vec:  # e.g. a vector atomic: each component is a statement
+        value = self.value(node.value, tuples=True)
+        if value.vec or is_tuple(value):  # e.g. a vector atomic: each component is a statement
             return [alg.loc(ast.Expr(c), node) for c in value.comps if not alg.is_simple(c)]
         return [alg.loc(ast.Expr(value.expr), node)]
 
@@ -207,11 +208,11 @@ class Flattener(Expressions):
         if node.value is None:
             self.returns.append(None)
             return [node]
-        value = self.value(node.value)
-        self.returns.append(value.vec)
+        value = self.value(node.value, tuples=True)
+        self.returns.append(value.type if value.vec or is_tuple(value) else None)
         if is_struct(value.type):
             raise self.error("a @qgraph.func cannot return a struct; return its fields", node)
-        if value.vec:
+        if value.vec or is_tuple(value):
             return [alg.loc(ast.Return(alg.loc(ast.Tuple(value.comps, ast.Load()), node)), node)]
         return [alg.loc(ast.Return(value.expr), node)]
 
@@ -231,6 +232,10 @@ class Flattener(Expressions):
     # ------------------------------------------------------------------ stores
 
     def store(self, target: ast.expr, value: Val, at: ast.stmt) -> list[ast.stmt]:
+        if is_tuple(value):
+            if isinstance(target, (ast.Tuple, ast.List)):
+                return unpack(self, target, value, at)
+            raise self.error(misuse(value, at.value), at)
         if isinstance(target, ast.Name):
             if value.vec:
                 names = self.local_vector(target.id, value.vec, at)
@@ -306,13 +311,6 @@ class Flattener(Expressions):
         if value.vec and len(target.elts) == value.vec.shape[0] and len(value.vec.shape) == 1:
             comps = alg.share(value.comps, self.temp)
             return [s for t, c in zip(target.elts, comps) for s in self.store(t, Val(None, [c]), at)]
-        if isinstance(at.value if hasattr(at, "value") else None, ast.Tuple):
-            elts = [self.value(e) for e in at.value.elts]
-            if any(e.vec for e in elts):
-                if len(elts) != len(target.elts):
-                    raise self.error("cannot unpack: the number of values and targets differ", at)
-                elts = [self.share(e) for e in elts]
-                return [s for t, e in zip(target.elts, elts) for s in self.store(t, e, at)]
         if value.vec:
             raise self.error(f"cannot unpack a {value.vec.name} into {len(target.elts)} names", at)
         for t in target.elts:

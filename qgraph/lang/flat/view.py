@@ -25,6 +25,7 @@ from ..lower.lowering import function_def
 from ..types.vector_types import VectorType, is_vector_kind
 from .draws import random_prologue
 from .flatten import GLOBALS, Flattener
+from .tuples import TupleType, helper_result
 from .values import Val, by_value_type, is_struct, leaves
 
 
@@ -81,13 +82,21 @@ class FuncSpecs:
             else:
                 flat_args += a.comps
         call = ast.copy_location(ast.Call(ast.copy_location(ast.Name(name, ast.Load()), node), flat_args, []), node)
-        if not isinstance(ret, VectorType):
+        if not isinstance(ret, (VectorType, TupleType)):  # a tuple result: every item's components in a row
             return Val(None, [call])
         names = [f"_qg_v{fl.counter.next + k}" for k in range(ret.size)]
         fl.counter.next += ret.size
         target = ast.Tuple([ast.copy_location(ast.Name(n, ast.Store()), node) for n in names], ast.Store())
         fl.pre.append(ast.copy_location(ast.Assign([ast.copy_location(target, node)], call), node))
         return Val(ret, [ast.copy_location(ast.Name(n, ast.Load()), node) for n in names])
+
+    def specialise(self, fn, types: tuple) -> tuple[str, object]:
+        """(name, result type) of `fn`'s specialisation for argument `types`, built once (lang.adjoint.custom:
+        a helper's custom adjoint, for the types of the helper's call and its result)."""
+        key = (id(fn), types)
+        if key not in self.entries:
+            self.entries[key] = self._build(fn, types)
+        return self.entries[key]
 
     def _take_back(self, key: tuple) -> tuple[str, object]:
         """A specialisation built before an undone pass: its entries and defs (the helpers it calls
@@ -114,11 +123,10 @@ class FuncSpecs:
         fdef = copy.deepcopy(src.fn_def)
         fl = Flattener(spec_src, env, self, taken=_all_names(fdef), counter=_Counter())
         body = fl.run(fdef.body)
-        vectors = {r for r in fl.returns if isinstance(r, VectorType)}
-        if len({r.shape for r in vectors}) > 1 or (vectors and len(vectors) != len(set(fl.returns))):
+        ret, agree = helper_result(fl.returns)
+        if not agree:
             raise src.error(f"{fn.__name__} returns values of different shapes; a @qgraph.func returns one type",
                             src.fn_def)
-        ret = next(iter(vectors)) if vectors else None
         name = f"_qg_f{self.built}_{fn.__name__}"
         self.built += 1
         self.defs.append((function_def(name, params, body, src.lineno), fn, spec_src))
@@ -207,10 +215,10 @@ def flat_source(src: KernelSource, kinds: list, default_float: str = "f64") -> F
         kinds_by_name = {p.name: kind for p, kind in zip(params, flat_kinds)}
         for index, task in tasks.items():
             if src.adjoint.primal_of[index] is not None:  # else a task the adjoint runs forward
-                tasks[index], reads[index] = adjoint_task(base, task, kinds_by_name, specs.defs)
+                tasks[index], reads[index] = adjoint_task(base, task, kinds_by_name, specs)
         for task in src.tasks:
             if isinstance(task, InterchangedTask):
-                done = [adjoint_task(base, p, kinds_by_name, specs.defs) if primal is not None else (p, None)
+                done = [adjoint_task(base, p, kinds_by_name, specs) if primal is not None else (p, None)
                         for p, primal in zip(parts[task.index], task.part_primals)]
                 parts[task.index] = [p for p, _ in done]
                 reads[task.index] = _merged([r for _, r in done if r is not None])
