@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 import traceback
@@ -61,6 +62,16 @@ def _demo(args: argparse.Namespace) -> int:
 def _bench(args: argparse.Namespace) -> int:
     from qgraph.bench import suite
     from qgraph.bench.progress import bars_wanted
+
+    if args.plot:  # the plot is of GPU rows: say so before the suite's minutes, not after them
+        import qgraph
+
+        qgraph.init(args.arch)  # the backend the suite will run on (nothing is compiled yet: its own init is cheap)
+        if qgraph.current_arch() != "cuda":
+            why = ("--arch cpu" if args.arch == "cpu" else "QGRAPH_ARCH=cpu" if qgraph.runtime.STATE.settings.arch
+                   == "cpu" else "no usable CUDA GPU; `python -m qgraph info` says why")
+            raise qgraph.QgraphError(f"--plot draws per-call time vs task count on a GPU, and this run would be on "
+                                     f"the cpu ({why}): drop --plot, or run on a CUDA GPU")
 
     return suite.main(quick=args.quick, json_path=args.json, plot_path=args.plot, arch=args.arch,
                       show_progress=bars_wanted(args.quiet))
@@ -147,45 +158,80 @@ def _plot_file(text: str) -> str:
     return _output_file(text)
 
 
+# An option's type raises ArgumentTypeError, never ValueError: argparse prints the former's words after
+# the option's name, but for the latter only "invalid <function name> value".
+
+def _whole_number(text: str, what: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+
+
 def _grid_size(text: str) -> int:
     """demo --n: the heat example needs an interior."""
-    n = int(text)
+    n = _whole_number(text, "a whole number of cells per side, 3 or more")
     if n < 3:
         raise argparse.ArgumentTypeError(f"the grid needs an interior: give 3 or more, not {n}")
     return n
 
 
 def _step_count(text: str) -> int:
-    n = int(text)
+    n = _whole_number(text, "a whole number of steps, 1 or more")
     if n < 1:
         raise argparse.ArgumentTypeError(f"give 1 or more, not {n}")
     return n
 
 
+def _tolerance(text: str) -> float:
+    """demo --tol: the max change to stop below."""
+    try:
+        tol = float(text)
+    except ValueError:
+        tol = math.nan
+    if not tol > 0:  # NaN included
+        raise argparse.ArgumentTypeError(f"expected a positive number (a max change such as 1e-4), got {text!r}")
+    return tol
+
+
+class _DefaultsShown(argparse.ArgumentDefaultsHelpFormatter):
+    """--help shows every option's default, but for the flags and the options that are off unless given."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default in (None, False, []) or action.default is argparse.SUPPRESS:
+            return action.help
+        return super()._get_help_string(action)
+
+
 def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
     """The main parser and each command's."""
-    parser = argparse.ArgumentParser(prog="python -m qgraph", description=__doc__, parents=[_global_options(True)])
+    parser = argparse.ArgumentParser(prog="python -m qgraph", description=__doc__, parents=[_global_options(True)],
+                                     formatter_class=_DefaultsShown)
     common = [_global_options(False)]
     sub = parser.add_subparsers(dest="command", metavar="{demo,bench,info,precompile}",
                                 help="what to run (`python -m qgraph <command> --help` describes its options)")
-    demo = sub.add_parser("demo", parents=common, help="heat diffusion to convergence and a launch-overhead report")
-    demo.add_argument("--n", type=_grid_size, default=128, help="grid size, 3 or more (default 128)")
-    demo.add_argument("--tol", type=float, default=1e-4, help="stop when the max change is below this")
+    demo = sub.add_parser("demo", parents=common, formatter_class=_DefaultsShown,
+                          help="heat diffusion to convergence and a launch-overhead report")
+    demo.add_argument("--n", type=_grid_size, default=128, help="grid size (cells per side), 3 or more")
+    demo.add_argument("--tol", type=_tolerance, default=1e-4,
+                      help="stop when the max change is below this")
     demo.add_argument("--max-steps", type=_step_count, default=50_000,
-                      help="stop after this many steps, converged or not (default 50000)")
-    demo.add_argument("--plot", metavar="PATH", help="save the solve's max change per step as a plot (matplotlib)")
+                      help="stop after this many steps, converged or not")
+    demo.add_argument("--plot", metavar="PATH", type=_plot_file,
+                      help="save the solve's max change per step as a plot (matplotlib)")
     demo.set_defaults(run=_demo)
-    bench = sub.add_parser("bench", parents=common, help="the benchmark suite (launch overhead, compile time, ...)")
+    bench = sub.add_parser("bench", parents=common, formatter_class=_DefaultsShown,
+                           help="the benchmark suite (launch overhead, compile time, ...)")
     bench.add_argument("--quick", action="store_true", help="a reduced suite (under a minute)")
     bench.add_argument("--json", metavar="PATH", type=_output_file,
                        help="write every figure, with device and versions, to PATH")
     bench.add_argument("--plot", metavar="PATH", type=_plot_file,
-                       help="write a PNG plot (per-call time vs task count; GPU rows only)")
+                       help="write a PNG plot (per-call time vs task count; GPU rows only: refused on the cpu)")
     bench.set_defaults(run=_bench)
-    info = sub.add_parser("info", parents=common,
+    info = sub.add_parser("info", parents=common, formatter_class=_DefaultsShown,
                           help="whether CUDA is usable (and why not), device, versions and cache directory")
     info.set_defaults(run=_info)
-    pre = sub.add_parser("precompile", parents=common,
+    pre = sub.add_parser("precompile", parents=common, formatter_class=_DefaultsShown,
                          help="compile and cache a kernel (or run a warm-up function) for deployment",
                          description="Compile a kernel for the signature its type texts spell, or run a warm-up "
                                      "function, filling the compile cache for later processes.")

@@ -153,8 +153,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int_at_least(1), default=50, help="simulation steps per forward pass")
     parser.add_argument("--iterations", type=int_at_least(1), default=25, help="gradient-descent iterations")
     parser.add_argument("--lr", type=float, default=0.25, help="learning rate (per particle)")
-    parser.add_argument("--plot", default="ballistic_control_loss.png", help="where to write the loss plot "
-                        "('' for none)")
+    parser.add_argument("--plot", metavar="PATH", help="write the loss curve to PATH, a PNG (needs matplotlib); "
+                        "no plot without it")
     args = parser.parse_args(argv)
 
     r = run(n=args.n, steps=args.steps, iterations=args.iterations, lr=args.lr)

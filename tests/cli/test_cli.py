@@ -53,7 +53,7 @@ def test_bench_on_cpu_writes_json_and_says_gpu_rows_need_a_gpu(cpu, tmp_path, ca
         quick=True, arch="cpu", cpu_sizes=(20_000,), show_progress=show_progress))
     monkeypatch.setattr(compile_time, "QUICK_MANY_LOOPS", 3)  # the many-loop kernel, small: the rows are tested
     path = tmp_path / "bench.json"
-    assert cli.main(["--arch", "cpu", "bench", "--quick", "--json", str(path), "--plot", str(tmp_path / "p.png")]) == 0
+    assert cli.main(["--arch", "cpu", "bench", "--quick", "--json", str(path)]) == 0
     out = capsys.readouterr()
     assert "GPU rows need a CUDA GPU" in out.out
     assert "\r" not in out.out + out.err  # not a terminal: no progress bar, no redraws
@@ -213,6 +213,48 @@ def test_a_bad_option_or_a_missing_command_is_named(capsys):
                                                               "more, not 2")
 
 
+@pytest.mark.parametrize("argv, error", [
+    (["demo", "--n", "abc"], "argument --n: expected a whole number of cells per side, 3 or more, got 'abc'"),
+    (["demo", "--n", "12.5"], "argument --n: expected a whole number of cells per side, 3 or more, got '12.5'"),
+    (["demo", "--max-steps", "many"], "argument --max-steps: expected a whole number of steps, 1 or more, got 'many'"),
+    (["demo", "--max-steps", "0"], "argument --max-steps: give 1 or more, not 0"),
+    (["demo", "--tol", "tight"], "argument --tol: expected a positive number (a max change such as 1e-4), got 'tight'"),
+    (["demo", "--tol=-1e-4"], "argument --tol: expected a positive number (a max change such as 1e-4), got '-1e-4'"),
+    (["demo", "--tol", "nan"], "argument --tol: expected a positive number (a max change such as 1e-4), got 'nan'"),
+])
+def test_a_bad_value_names_the_option_and_what_it_expects(argv, error, capsys):
+    """Not argparse's `invalid _grid_size value: 'abc'`, which names a function of ours."""
+    line = _usage_error(argv, capsys)
+    assert line.endswith(error) and "invalid" not in line
+
+
+def test_help_shows_every_default():
+    parser, commands = cli._parser()
+    for name, command in [("", parser), *commands.items()]:
+        text = " ".join(command.format_help().split())
+        for action in command._actions:
+            if action.default not in (None, False, [], argparse.SUPPRESS) and action.dest != "help":
+                assert f"(default: {action.default})" in text, f"{name} {action.option_strings}: {text}"
+    assert "--tol TOL stop when the max change is below this (default: 0.0001)" in " ".join(
+        commands["demo"].format_help().split())
+
+
+def test_bench_plot_on_the_cpu_is_refused_before_the_suite_runs(monkeypatch, tmp_path, capsys):
+    from qgraph.bench import suite
+
+    ran = []
+    monkeypatch.setattr(suite, "main", lambda **kw: ran.append(kw) or 0)
+    assert cli.main(["--arch", "cpu", "bench", "--quick", "--plot", str(tmp_path / "p.png")]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "qgraph: error: --plot draws per-call time vs task count on a GPU, and this run would be on the cpu "
+        "(--arch cpu): drop --plot, or run on a CUDA GPU (--verbose shows the traceback)")
+    monkeypatch.setenv("QGRAPH_ARCH", "cpu")
+    assert cli.main(["bench", "--plot", str(tmp_path / "p.png")]) == 2
+    assert "on the cpu (QGRAPH_ARCH=cpu): drop --plot" in capsys.readouterr().err
+    assert not ran and not (tmp_path / "p.png").exists()
+    assert cli.main(["bench", "--quick"]) == 0 and len(ran) == 1  # without --plot, the suite runs
+
+
 def test_bench_checks_its_output_paths_before_running(monkeypatch, tmp_path, capsys):
     from qgraph.bench import suite
 
@@ -231,8 +273,9 @@ def test_bench_checks_its_output_paths_before_running(monkeypatch, tmp_path, cap
     find_spec = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *rest: None if name == "matplotlib" else
                         find_spec(name, *rest))
-    assert _usage_error(["bench", "--plot", str(tmp_path / "p.png")], capsys).endswith(
-        "argument --plot: drawing the plot needs matplotlib: pip install matplotlib")
+    for command in ("bench", "demo"):  # refused before a run, not after it
+        assert _usage_error([command, "--plot", str(tmp_path / "p.png")], capsys).endswith(
+            "argument --plot: drawing the plot needs matplotlib: pip install matplotlib")
     assert len(ran) == 1
 
 

@@ -145,7 +145,7 @@ def test_heat_source_is_recovered_through_a_device_loop(cpu):
     assert r.checkpoint_bytes > 0  # the cooling term's gradient keeps checkpoints
 
 
-def test_ballistic_control_main_prints_the_loss_and_plots(cpu, capsys, tmp_path):
+def test_ballistic_control_main_prints_the_loss_and_plots(cpu, capsys, tmp_path, monkeypatch):
     path = tmp_path / "loss.png"
     assert ballistic_control.main(["--n", "16", "--steps", "20", "--iterations", "15", "--plot", str(path)]) == 0
     out = capsys.readouterr().out
@@ -154,9 +154,13 @@ def test_ballistic_control_main_prints_the_loss_and_plots(cpu, capsys, tmp_path)
         assert "no plot: matplotlib is not installed" in out and not path.exists()
     else:
         assert f"loss plot written to {path}" in out and path.stat().st_size > 0
-    assert ballistic_control.main(["--n", "16", "--steps", "20", "--iterations", "1", "--plot", ""]) == 1
+    workdir = tmp_path / "workdir"
+    workdir.mkdir()
+    monkeypatch.chdir(workdir)
+    assert ballistic_control.main(["--n", "16", "--steps", "20", "--iterations", "1"]) == 1
     out = capsys.readouterr().out
     assert "NOT converged" in out and "plot" not in out
+    assert not any(workdir.iterdir())  # no --plot: nothing written where it ran
 
 
 HELPERS = {"mpm88_kernels": "mpm88", "stable_fluids_kernels": "stable_fluids", "stable_fluids_vector": "stable_fluids",

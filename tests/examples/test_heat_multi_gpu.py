@@ -20,6 +20,7 @@ from qgraph.examples import heat_multi_gpu as heat
 # (torch itself is imported by the first test: not by every pytest-xdist worker's collection, 3.5 s)
 if importlib.util.find_spec("torch") is None:
     pytest.skip("PyTorch is not installed", allow_module_level=True)
+pytestmark = pytest.mark.torch  # pip install ".[torch]"; the README's third command runs these
 EXAMPLE = EXAMPLES / "heat_multi_gpu.py"
 
 
