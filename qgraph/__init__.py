@@ -16,6 +16,7 @@ from .compiler.numba_probes import install_gate as install_numba_probe_gate
 from .decorator import Func, Kernel, KernelStats, compile, func, kernel
 from .dtypes import f32, f64, i8, i16, i32, i64, u8, u16, u32, u64
 from .errors import FallbackWarning, HistoryWarning, LoopCancelled, QgraphError, QgraphSyntaxError
+from .interop.jax_op import jax_op
 from .interop.torch_op import torch_op
 from .lang.front.builtins import (
     atomic_add,
@@ -83,6 +84,6 @@ __all__ = [
     "cross", "determinant", "dot", "inverse", "mat22", "mat33", "mat44", "matrix", "norm", "norm_sqr", "normalized",
     "outer", "randint", "randn", "random", "seed", "struct", "trace", "transpose", "vec2", "vec3", "vec4", "vector",
     "vec2d", "vec3d", "vec4d", "mat22d", "mat33d", "mat44d",
-    "cond", "loop", "repeat", "while_loop", "torch_op", "TaskCode", "Tape", "TapeStats",
+    "cond", "loop", "repeat", "while_loop", "torch_op", "jax_op", "TaskCode", "Tape", "TapeStats",
     "report", "HistoryWarning", "LoopCancelled", "host_call",
 ]

@@ -11,47 +11,19 @@ stream, which under PyTorch's graph capture records the kernel into that graph
 
 from __future__ import annotations
 
-import ast
 import keyword
+import os
 
-from ..args.resolve import scalar_annotation
-from ..lang.front.parse import UNRESOLVED
+from ..errors import QgraphError
 from ..lang.front.writes import written_params
-
-_SCALARS = {"bool": "bool", "int": "int", "i8": "int", "i16": "int", "i32": "int", "i64": "int", "u8": "int",
-            "u16": "int", "u32": "int", "u64": "int"}
-
-
-def _array_params(src) -> set[str]:
-    """Parameters the kernel indexes or asks the shape of: tensors for the operator."""
-    names = set(src.param_names)
-    found = set()
-    for node in ast.walk(src.fn_def):
-        if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id in names:
-            found.add(node.value.id)
-        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in names \
-                and node.attr in ("shape", "size", "ndim"):
-            found.add(node.value.id)
-        elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Name) \
-                and node.args[0].id in names and getattr(node.func, "attr", getattr(node.func, "id", "")) in (
-                    "atomic_add", "atomic_sub", "atomic_min", "atomic_max", "len"):
-            found.add(node.args[0].id)
-    return found
-
-
-def _scalar_type(src, param) -> str:
-    if param.annotation is None:
-        return "float"
-    obj = src.resolve(param.annotation)
-    text = scalar_annotation(obj) if obj is not UNRESOLVED else None
-    if text is None:
-        return "float"
-    return _SCALARS.get(text, "int" if "int" in text else "float")
+from ..tracebacks import user_error
+from .operator_params import array_params, scalar_type
 
 
 def torch_op(kernel, name: str | None = None, functional: bool = False):
     """Register `kernel` as the PyTorch custom operator `qgraph::<name>` (default: the kernel's
-    name) and return it (`torch.ops.qgraph.<name>`). Its tensor parameters are those the kernel
+    name) and return a call of it (`.op`: torch.ops.qgraph.<name>; a call under autograd with a tensor
+    that requires grad raises, naming functional=True). Its tensor parameters are those the kernel
     indexes. By default those it writes are declared mutated. With `functional=True` the
     operator writes copies instead and returns them (one tensor, or a tuple in parameter
     order), and it takes part in torch.autograd: its backward pass runs the kernel's adjoint
@@ -69,13 +41,13 @@ def torch_op(kernel, name: str | None = None, functional: bool = False):
     params = [p for p in src.params if p.source is None]
     if any(p.keyword_only for p in params):
         raise TypeError(f"kernel {src.name}: a custom operator takes positional parameters only")
-    arrays = _array_params(src)
+    arrays = array_params(src)
     written = {src.param_names[k] for k in written_params(src)}
     op_name = name or src.name
     if not isinstance(op_name, str) or not op_name.isidentifier() or keyword.iskeyword(op_name):
         raise ValueError(f"torch_op name must be a Python identifier (the operator's name, qgraph::<name>), "
                          f"got {op_name!r}")
-    annotations = ", ".join(f"{p.name}: {'torch.Tensor' if p.name in arrays else _scalar_type(src, p)}"
+    annotations = ", ".join(f"{p.name}: {'torch.Tensor' if p.name in arrays else scalar_type(src, p)}"
                             for p in params)
     names = ", ".join(p.name for p in params)
     tensors = [p.name for p in params if p.name in arrays]
@@ -101,7 +73,51 @@ def torch_op(kernel, name: str | None = None, functional: bool = False):
     def _fake(*args, **kwargs) -> None:  # a kernel changes no shape and returns nothing
         return None
 
-    return op
+    return MutatingOperator(torch, op, op_name, src.name, [p.name for p in params])
+
+
+class MutatingOperator:
+    """What `torch_op(kernel)` returns: a call of the operator (`.op`, torch.ops.qgraph.<name>, whose
+    other attributes read through) that refuses to run under autograd with a tensor that requires
+    grad. The operator writes in place and has no backward pass (PyTorch takes none for a custom
+    operator that mutates), so what it writes would carry no gradient: torch says nothing then, and
+    only a later `backward()` fails ("element 0 of tensors does not require grad"), or gives a
+    gradient without this call's part. The error names the operator that has one: functional=True."""
+
+    def __init__(self, torch, op, op_name: str, kernel_name: str, names: list[str]) -> None:
+        self.op = op
+        self._torch = torch
+        self._op_name = op_name
+        self._torch_frames = (os.path.dirname(torch.__file__) + os.sep,)
+        self._kernel_name = kernel_name
+        self._names = names
+
+    def __call__(self, *args, **kwargs):
+        try:  # an error for the user's mistake ends at the user's call (tracebacks.py)
+            if self._torch.is_grad_enabled():
+                wanting = [repr(name) for name, a in (*zip(self._names, args), *kwargs.items())
+                           if isinstance(a, self._torch.Tensor) and a.requires_grad]
+                if wanting:
+                    raise QgraphError(
+                        f"qgraph::{self._op_name}: qgraph.torch_op({self._kernel_name}) writes its tensors in place "
+                        f"and has no backward pass, so what it writes would carry no gradient, but "
+                        f"{', '.join(wanting)} require{'s' if len(wanting) == 1 else ''} grad: "
+                        f"qgraph.torch_op({self._kernel_name}, "
+                        "functional=True) gives an operator that returns what the kernel writes and takes part "
+                        "in autograd (its backward runs the kernel's adjoint); if no gradient is wanted here, "
+                        "call it under torch.no_grad() or pass .detach()ed tensors")
+            return self.op(*args, **kwargs)
+        except Exception as e:
+            user_error(e, self._torch_frames)  # and the dispatcher's frames the call ran through
+            raise
+
+    def __getattr__(self, name: str):
+        if name == "op":  # not set yet (a copy being made): no recursion
+            raise AttributeError(name)
+        return getattr(self.op, name)
+
+    def __repr__(self) -> str:
+        return f"<qgraph.torch_op of kernel {self._kernel_name}: {self.op}>"
 
 
 def _numpy_views(values: tuple) -> tuple:

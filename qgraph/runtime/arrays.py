@@ -14,9 +14,10 @@ import numpy as np
 
 from ..args import resolve
 from ..args.kinds import array_sig, numba_abi
-from ..driver.device import check, driver, free_host, owned
+from ..driver.device import check, device_count, driver, free_host, owned, pointer_device
 from ..dtypes import as_dtype
 from ..lang.types.vector_types import element_of
+from ..tracebacks import entry_point
 from . import state as runtime
 
 
@@ -255,6 +256,31 @@ def host_mapped(dtype, size: int) -> tuple[Ndarray, np.ndarray]:
     return array, view
 
 
+def borrowed(dtype, shape: tuple, address: int) -> Ndarray:
+    """A C-contiguous array over device memory another library owns (XLA's buffers for qgraph.jax_op),
+    on the device owning it: qgraph never frees it, and the owner keeps it alive while kernels use it.
+    An array argument, unlike a foreign one, takes the launch's fast path (its signature made here)."""
+    state = runtime.ensure_init()
+    ordinal = pointer_device(address) if device_count() > 1 else None
+    dtype = as_dtype(dtype)
+    array = Ndarray.__new__(Ndarray)
+    array._free = None
+    array.grad, array._element, array._dtype, array._shape = None, None, dtype, tuple(shape)
+    array.version = 0
+    array._size = int(np.prod(array._shape, dtype=np.int64)) if array._shape else 1
+    array._sig = array_sig(dtype, len(array._shape), True, array._size, (), max(array._shape, default=0))
+    array._host = None
+    array._device = (state.current() if ordinal is None else state.target_for(ordinal)).device
+    array._ptr = array.address = address
+    strides, acc = [], dtype.itemsize
+    for n in reversed(array._shape):
+        strides.append(acc)
+        acc *= n
+    array._abi = numba_abi(address, array._shape, tuple(reversed(strides)), dtype.itemsize)
+    return array
+
+
+@entry_point
 def ndarray(dtype, shape, requires_grad: bool = False) -> Ndarray:
     """A zero-filled array: device memory on cuda, host memory on cpu. `shape` may be ().
 
@@ -263,6 +289,7 @@ def ndarray(dtype, shape, requires_grad: bool = False) -> Ndarray:
     return Ndarray(dtype, shape, requires_grad)
 
 
+@entry_point
 def from_numpy(a, requires_grad: bool = False) -> Ndarray:
     """A new Ndarray holding a copy of `a` (`requires_grad=True`: with a zero-filled `.grad`)."""
     a = np.asarray(a)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import traceback
 
 import numpy as np
 import pytest
@@ -14,6 +15,7 @@ import qgraph
 
 if importlib.util.find_spec("torch") is None:
     pytest.skip("PyTorch is not installed", allow_module_level=True)
+pytestmark = pytest.mark.torch  # pip install ".[torch]"; the README's third command runs these
 torch = None  # imported when this module's first test runs: not by every pytest-xdist worker's collection (3.5 s)
 
 
@@ -173,3 +175,28 @@ def test_an_operator_name_must_be_an_identifier(name):
     with pytest.raises(ValueError, match="torch_op name must be a Python identifier"):
         qgraph.torch_op(clip_count, name=name)
     assert _op(clip_count, "clip_count_after_a_bad_name") is not None
+
+
+def test_the_mutating_operator_under_autograd_names_functional_true(arch):
+    """The default operator writes in place and has no backward pass: a call whose tensors require
+    grad (under grad mode) would give results without a gradient, and torch would say so only later,
+    in words without the fix; the call raises, naming functional=True, and the traceback ends at it.
+    Under torch.no_grad() or with detached tensors it runs as before."""
+    axpy = _op(axpy_into, "axpy_into_t")
+    dev = _device(arch)
+    x = torch.arange(4, dtype=torch.float64, device=dev, requires_grad=True)
+    y = torch.ones(4, dtype=torch.float64, device=dev)
+    with pytest.raises(qgraph.QgraphError, match=r"qgraph::axpy_into_t: .*no backward pass.* 'x' requires grad: "
+                                                 r"qgraph\.torch_op\(axpy_into, functional=True\) gives an operator "
+                                                 r"that .* takes part in autograd") as info:
+        axpy(x, y, 2.0)
+    frames = traceback.extract_tb(info.value.__traceback__)
+    assert [f.line for f in frames] == ["axpy(x, y, 2.0)"], frames
+    np.testing.assert_array_equal(y.cpu().numpy(), np.ones(4))  # refused before it ran
+    with torch.no_grad():
+        axpy(x, y, 2.0)
+    axpy(x.detach(), y, 1.0)
+    if arch == "cuda":
+        torch.cuda.synchronize()
+    np.testing.assert_array_equal(y.cpu().numpy(), 1.0 + 3.0 * np.arange(4))
+    assert "qgraph::axpy_into_t" in repr(axpy)  # the operator, reached as `.op`
