@@ -176,11 +176,22 @@ def test_the_cuda_code_returns_every_component_in_one_tuple():
     assert len(returned) == 1 and isinstance(returned[0], ast.Tuple) and len(returned[0].elts) == 7
 
 
+@qgraph.kernel
+def step_with_energy_f32(pos: qgraph.vec3[:], vel: qgraph.vec3[:], force: qgraph.vec3[:], energy, dt: float):
+    """step_with_energy with its vector arrays annotated: what the offline compile reads plain arrays as."""
+    for i in range(pos.shape[0]):
+        p, v, e = integrate_with_energy(pos[i], vel[i], force[i], dt)
+        pos[i] = p
+        vel[i] = v
+        energy[i] = e
+
+
 def test_the_cuda_ptx_of_a_tuple_helper_keeps_registers(cuda_compiler):
     from qgraph.backends import inspection
 
     pos = np.zeros((N, 3), np.float32)
-    (ptx,) = inspection.offline_ptx(step_with_energy, (pos, pos.copy(), pos.copy(), np.zeros(N, np.float32), 0.1))
+    args = (pos, pos.copy(), pos.copy(), np.zeros(N, np.float32), 0.1)
+    (ptx,) = inspection.offline_ptx(step_with_energy_f32, args)
     assert ".local" not in ptx
 
 
