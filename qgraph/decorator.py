@@ -74,9 +74,11 @@ class Func:
         """Decorator giving this helper its adjoint, used instead of differentiating the body (a closed
         form, a stabilised or straight-through gradient): `fn(*inputs, adj_ret)` returns one adjoint per
         input (docs/differentiable.md#custom-adjoints). Returns the adjoint as a Func."""
+        from .autodiff.adjoint_calls import forget_adjoints
         from .lang.adjoint.custom import custom_adjoint
 
         self.custom_adjoint = custom_adjoint(self, fn, Func)
+        forget_adjoints()  # gradients made before it differentiated the body: remade on next use
         return self.custom_adjoint
 
     def __repr__(self) -> str:

@@ -121,6 +121,13 @@ def writes_of(kernel) -> KernelWrites:
     return found[0]
 
 
+def forget_adjoints() -> None:
+    """Drop every adjoint (and recording) kernel and gradient plan made so far: a helper was given its
+    custom adjoint (`@f.adjoint`), which those made before would not call; the next gradient remakes them."""
+    _ADJOINTS.clear()
+    _PLANS.clear()
+
+
 def plan_for(kernel, key: tuple) -> GradientPlan:
     """The GradientPlan of a call of `kernel` with signature `key` (lang.adjoint.plan), made once."""
     writes = writes_of(kernel)

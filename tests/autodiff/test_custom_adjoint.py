@@ -581,3 +581,33 @@ def test_every_error_has_a_troubleshooting_row(cpu):
     ]
     missing = [message for message in map(_raised, actions) if not _documented(message)]
     assert not missing, f"docs/troubleshooting.md has no row for: {missing}"
+
+
+def test_an_adjoint_given_after_a_gradient_is_used_by_the_next_one(arch):
+    """A notebook defines the helper, differentiates a kernel, then gives the helper its adjoint:
+    the next gradient calls it (the adjoint kernels made from the body are dropped)."""
+
+    @qgraph.func
+    def cube(x):
+        return x * x * x
+
+    @qgraph.kernel
+    def cubes(x, y):
+        for i in range(x.shape[0]):
+            y[i] = cube(x[i])
+
+    x = qgraph.from_numpy(np.array([1.0, 2.0, 3.0]), requires_grad=True)
+    y = qgraph.from_numpy(np.zeros(3), requires_grad=True)
+    cubes(x, y)
+    y.grad.fill(1.0)
+    cubes.grad(x, y)
+    np.testing.assert_allclose(x.grad.to_numpy(), [3.0, 12.0, 27.0])  # the body's: 3x^2
+
+    @cube.adjoint
+    def _(x, adj_ret):
+        return adj_ret * 7.0
+
+    x.grad.fill(0.0)
+    y.grad.fill(1.0)
+    cubes.grad(x, y)
+    np.testing.assert_allclose(x.grad.to_numpy(), [7.0, 7.0, 7.0])  # the adjoint's

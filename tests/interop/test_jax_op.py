@@ -215,3 +215,26 @@ def test_a_program_of_many_calls_replays_with_each_call_s_buffers(arch):
         for _ in range(8):
             want = 0.5 * x0 * x0 + want
         np.testing.assert_allclose(np.asarray(jitted(*_put(arch, x0, y0))), want, rtol=1e-12)
+
+
+@qgraph.func
+def rounded(x):
+    return math.floor(x + 0.5)
+
+
+@rounded.adjoint
+def _(x, adj_ret):
+    return adj_ret  # straight through the rounding
+
+
+@qgraph.kernel
+def quantise(x, y):
+    for i in range(x.shape[0]):
+        y[i] = rounded(4.0 * x[i]) * x[i]
+
+
+def test_jax_grad_calls_a_helper_s_custom_adjoint(arch):
+    x0 = np.random.default_rng(5).uniform(-2, 2, 40)
+    x, y = _put(arch, x0, np.zeros(40))
+    grad = jax.jit(jax.grad(lambda x: jnp.sum(_op(quantise)(x, y))))(x)
+    np.testing.assert_allclose(np.asarray(grad), 4.0 * x0 + np.floor(4.0 * x0 + 0.5), rtol=1e-12)
