@@ -36,7 +36,7 @@ from .checks import (
     host_bounds,
     numpy_overlap_check,
 )
-from .cpu_forms import CpuSpecialization, FirstRunTimer
+from .cpu_forms import CpuSpecialization, FirstRunTimer, ThreadGovernor
 from .debug_report import check_failure, task_exception
 from .extent_checks import extent_check
 
@@ -173,8 +173,19 @@ class CpuLauncher:
     def _form(self, key: tuple, serial: bool):
         """The runner of one form of `key`, taking each struct argument's leaves in place."""
         program, flat = self._signatures[key].program, self._signatures[key].flat
-        runner = program.serial_runner if serial else program.runner
+        runner = program.serial_runner if serial else ThreadGovernor(program.runner, bool(self._loops),
+                                                                     lambda args: self._serial_for(key, args))
         return cpu_call.leaf_caller(runner, flat, len(key)) if flat.has_structs else runner
+
+    def _serial_for(self, key: tuple, args: tuple):
+        """The serial form of `key` compiled for the runner's `args` (leaves and record), for a parallel form
+        running on one thread (backends.cpu_forms.ThreadGovernor); None where the program has none."""
+        program = self._signatures[key].program
+        if program.serial_runner is None:
+            return None
+        with self._lock, interruptible_compile(self.src.name):
+            program.compile_for(args, True)
+        return program.serial_runner
 
     def _parallel_form(self, key: tuple, values: tuple):
         """The parallel form of `key` (compiled the first time it is needed; call under self._lock)."""

@@ -10,9 +10,10 @@ until a call is too large for it (the launcher then moves the signature to its p
 
 from __future__ import annotations
 
+import os
 import time
 
-from ..compiler.numba_adapter import thread_count
+from ..compiler.numba_adapter import thread_controls, thread_count
 from ..lang.cpu.loops import RunnerStatus
 
 
@@ -64,3 +65,140 @@ class FirstRunTimer:
         if self.decided is None:
             self.decided = runner
             self.keep(self, runner)
+
+
+# how soon the other thread count is tried again: after a switch, then doubling while the current one wins
+PROBE_MIN_S, PROBE_MAX_S = 0.01, 0.5
+PROBE_CALLS = 4  # a trial of the other count: its first call wakes the threads (not counted), the rest timed
+LOSING = 4.0  # a timed trial call this many times the current count's pass ends the trial at once
+SWITCH_BELOW = 0.85  # the other count takes over when its trial's pass costs less than this share of the current's
+WEIGHT = 0.25  # of a new timing in the current count's running mean
+LONG_CALL_S = 1e-3  # a call after one this long first looks at the load (a device loop's call may run for minutes)
+_THREADS: list = []  # (get, set) of the calling thread's numba threads, once numba's pool runs
+
+
+class ThreadGovernor:
+    """Runs a signature's parallel form on the calling thread's numba threads, or on one thread, whichever
+    runs a pass faster now. Where other processes keep the cores busy, a parallel loop waits at its join
+    for a thread the OS descheduled (a time slice, milliseconds): a 256x256 Jacobi sweep ran 125 passes/s
+    on 2 threads beside 2 busy processes, 55,000 on one. The other count gets a trial of PROBE_CALLS calls
+    every PROBE_MIN_S to PROBE_MAX_S (longer while the current one keeps winning), so a change of load is
+    followed within half a second, a noisy timing costs a trial, and a losing trial ends after two calls.
+    A call's passes all run on its count, so a call that may be long (a device loop's, or one after a long
+    call) runs on one thread if the cores are busy as it starts. The count is the calling thread's (numba's
+    set_num_threads is per thread), set for a call and restored."""
+
+    __slots__ = ("runner", "loops", "serial_of", "serial", "cost", "one", "probe_at", "gap", "trial", "total",
+                 "timed", "long")
+
+    def __init__(self, runner, loops: bool, serial_of=None) -> None:
+        """`serial_of(args)`: the signature's serial form, compiled for the runner's `args` (None without
+        one), which one thread runs where it takes the call (faster than the parallel form on one thread)."""
+        self.runner, self.loops, self.serial_of = runner, loops, serial_of
+        self.serial = None  # the serial form, once the one-thread count first runs; False: it cannot serve
+        self.cost = [0.0, 0.0]  # seconds per pass: [all threads, one thread]; the current's a running mean
+        self.one = False  # the current choice: one thread
+        self.probe_at = 0.0  # perf_counter time after which the other count gets a trial
+        self.gap = PROBE_MIN_S
+        self.trial = 0  # calls left in the other count's trial (0: none running)
+        self.total, self.timed = 0.0, 0  # the trial's timed seconds per pass, and how many
+        self.long = True  # the last call took LONG_CALL_S or more (the first is taken as long)
+        if not _THREADS:
+            _THREADS.extend(thread_controls())
+
+    def __call__(self, *args):
+        get, set_threads = _THREADS
+        threads = get()
+        if threads <= 1:  # the user's one thread: nothing to choose
+            return self.runner(*args)
+        start = time.perf_counter()
+        if not self.trial and start >= self.probe_at and self.cost[self.one]:  # the current count timed first
+            if self.one and not cores_free_for(threads):  # busy cores: a trial would only wait on them
+                self.gap = min(2 * self.gap, PROBE_MAX_S)
+                self.probe_at = start + self.gap
+            else:
+                self.trial, self.total, self.timed = PROBE_CALLS, 0.0, 0
+        one = self.one != (self.trial > 0)
+        if not one and (self.long or self.loops) and not self.trial and not cores_free_for(threads):
+            # a call that may be long, on a busy machine (its passes cannot change the count): one thread,
+            # from now on, with the trials of all threads waiting for free cores
+            one = self.one = True
+            self.gap, self.probe_at = PROBE_MIN_S, start + PROBE_MIN_S
+        if one:
+            set_threads(1)
+            try:
+                status = self._one_thread(args)
+            finally:
+                set_threads(threads)
+        else:
+            status = self.runner(*args)
+        per_pass = time.perf_counter() - start
+        self.long = per_pass >= LONG_CALL_S
+        if self.loops:
+            per_pass /= max(1, status[2])
+        if self.trial:
+            self._tried(one, per_pass)
+        else:
+            old = self.cost[one]
+            self.cost[one] = old + WEIGHT * (per_pass - old) if old else per_pass
+        return status
+
+    def _one_thread(self, args: tuple):
+        """A call on one thread: the serial form where it takes it, else the parallel form."""
+        serial = self.serial
+        if serial is None:
+            serial = self.serial = (self.serial_of(args) if self.serial_of else None) or False
+        if serial:
+            status = serial(*args)
+            code = status[0] if self.loops else status
+            if code != RunnerStatus.NEEDS_PARALLEL:
+                return status
+            self.serial = False  # too large for it (nothing ran): the parallel form from now on
+        return self.runner(*args)
+
+    def _tried(self, one: bool, per_pass: float) -> None:
+        """A trial call of the other count; at the trial's end, keep the current count or switch."""
+        self.trial -= 1
+        current = self.cost[self.one]
+        if self.trial < PROBE_CALLS - 1:  # not the first, which woke the threads
+            self.total += per_pass
+            self.timed += 1
+            if per_pass > LOSING * current:
+                self.trial = 0
+        if self.trial:
+            return
+        self.cost[one] = self.total / self.timed if self.timed else float("inf")
+        if self.cost[one] < SWITCH_BELOW * current:
+            self.one, self.gap = one, PROBE_MIN_S
+        else:
+            self.gap = min(2 * self.gap, PROBE_MAX_S)
+        self.probe_at = time.perf_counter() + self.gap
+
+
+_CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+_LOAD = [-1.0, 0]  # when /proc/loadavg was last read (perf_counter), and its runnable threads then
+LOAD_FRESH_S = 1e-3  # a reading this recent is reused: at most a thousand reads a second
+
+
+def cores_free_for(threads: int) -> bool:
+    """Whether the cores this process may use have room for `threads` threads beside what else runs now
+    (Linux: /proc/loadavg's count of runnable threads, this one among them); True where it cannot be read."""
+    now = time.perf_counter()
+    if now - _LOAD[0] > LOAD_FRESH_S:
+        try:
+            with open("/proc/loadavg", "rb") as f:
+                _LOAD[1] = int(f.read().split()[3].split(b"/")[0])
+        except (OSError, ValueError, IndexError):
+            _LOAD[1] = 1
+        _LOAD[0] = now
+    return _LOAD[1] - 1 <= _CORES - min(threads, _CORES)
+
+
+def cpu_load() -> tuple[int, int | None]:
+    """(cores this process may use, runnable threads besides the caller now, None where unknown), for
+    `qgraph info` and the demo to say when other processes hold the cores."""
+    _LOAD[0] = -1.0  # a fresh reading
+    cores_free_for(1)
+    return _CORES, (_LOAD[1] - 1 if os.path.exists("/proc/loadavg") else None)

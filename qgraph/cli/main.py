@@ -44,6 +44,9 @@ def _demo(args: argparse.Namespace) -> int:
     print(f"  last max change {result.max_change:.2e} (tol {args.tol:g}): "
           f"{'converged' if result.converged else 'NOT converged'}")
     print(f"  vs NumPy running the same {result.steps} steps: max abs difference {result.reference_error:.2e}")
+    if qgraph.current_arch() == "cpu" and "busy:" in _cpu_line():
+        print("  the CPU is busy with other processes: this figure is lower than on a free machine\n  " +
+              _cpu_line().split("\n")[0])
     ok = result.converged and result.reference_error is not None and result.reference_error < 1e-9
     if args.plot:
         heat_diffusion.diffuse_watched.history.plot(args.plot)
@@ -104,7 +107,24 @@ def _info(args: argparse.Namespace) -> int:
     for key, value in environment().items():
         print(f"{key}: {value}")
     print(f"cache: {qgraph.runtime.STATE.settings.cache_dir or 'off'}")
+    print(_cpu_line())
     return 0
+
+
+def _cpu_line() -> str:
+    """The CPU's cores, numba's threads and what else runs now (docs/environment.md, CPU threads)."""
+    from qgraph.backends.cpu_forms import cpu_load
+    from qgraph.compiler.numba_adapter import thread_count
+
+    cores, others = cpu_load()
+    line = f"cpu threads: {thread_count()} numba threads on {cores} cores"
+    if others is None:
+        return line
+    line += f"; {others} other runnable thread{'s' if others != 1 else ''} now"
+    if others >= cores:
+        line += ("\n  busy: other processes hold every core now; parallel loops run on one thread while they do "
+                 "(NUMBA_NUM_THREADS sets the most; see the environment page of the docs)")
+    return line
 
 
 def _precompile(args: argparse.Namespace) -> int:

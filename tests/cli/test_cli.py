@@ -83,6 +83,23 @@ def test_info(cpu, capsys):
     assert "arch: cpu" in out and "cache:" in out
 
 
+def test_info_says_when_other_processes_hold_every_core(cpu, capsys, monkeypatch):
+    """`qgraph info` gives numba's threads, the cores and the other runnable threads, and says when they
+    hold every core (then parallel loops run on one thread: backends.cpu_forms.ThreadGovernor)."""
+    from qgraph.backends import cpu_forms
+
+    assert cli.main(["--arch", "cpu", "info"]) == 0
+    line = next(s for s in capsys.readouterr().out.splitlines() if s.startswith("cpu threads: "))
+    assert f"on {cpu_forms.cpu_load()[0]} cores" in line
+    monkeypatch.setattr(cpu_forms, "cpu_load", lambda: (2, 2))
+    assert cli.main(["--arch", "cpu", "info"]) == 0
+    out = capsys.readouterr().out
+    assert "2 other runnable threads now" in out and "busy: other processes hold every core now" in out
+    monkeypatch.setattr(cpu_forms, "cpu_load", lambda: (4, 1))
+    assert cli.main(["--arch", "cpu", "info"]) == 0
+    assert "busy:" not in capsys.readouterr().out
+
+
 def test_errors_are_one_line_with_exit_code_2(capsys):
     """Without a usable GPU, `--arch cuda` is one line on stderr (exit 2); --verbose re-raises."""
     from helpers.arch import cuda_unavailable_reason
