@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import itertools
 import keyword
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,6 +32,7 @@ from . import xla_ffi
 from .operator_params import array_params, scalar_type
 
 _SERIAL = itertools.count()
+MANY_NUMBERS = 64  # distinct number values traced before a warning: a changing number belongs in an array
 _NUMBER_TYPES = {"bool": bool, "int": int, "float": float}
 
 
@@ -89,6 +91,11 @@ class JaxOperator:
         function = self._functions.get(numbers)
         if function is None:
             function = self._functions[numbers] = self._differentiable(numbers)
+            if len(self._functions) == MANY_NUMBERS:
+                warnings.warn(f"qgraph.jax_op({self.name}): {MANY_NUMBERS} different values of its numbers "
+                              f"({', '.join(self.param_names[k] for k in self._number_at)}) so far, each traced "
+                              "and kept on its own; pass a number that changes every call as a one-element array "
+                              "the kernel indexes", RuntimeWarning, stacklevel=3)  # past entry_point
         return function(*(args[k] for k in self._array_at))
 
     def _number(self, value, k: int, tp: type):

@@ -238,3 +238,16 @@ def test_jax_grad_calls_a_helper_s_custom_adjoint(arch):
     x, y = _put(arch, x0, np.zeros(40))
     grad = jax.jit(jax.grad(lambda x: jnp.sum(_op(quantise)(x, y))))(x)
     np.testing.assert_allclose(np.asarray(grad), 4.0 * x0 + np.floor(4.0 * x0 + 0.5), rtol=1e-12)
+
+
+def test_a_number_that_changes_every_call_is_told_to_become_an_array(arch, monkeypatch):
+    from qgraph.interop import jax_op as jax_op_module
+
+    monkeypatch.setattr(jax_op_module, "MANY_NUMBERS", 3)
+    op = qgraph.jax_op(quad_into)
+    x, y = _put(arch, np.ones(4), np.zeros(4))
+    op(x, y, 1.0)
+    op(x, y, 2.0)
+    with pytest.warns(RuntimeWarning, match=r"jax_op\(quad_into\): 3 different values of its numbers \(a\)"):
+        op(x, y, 3.0)
+    np.testing.assert_allclose(np.asarray(op(x, y, 3.0)), 3.0)
