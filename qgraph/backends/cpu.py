@@ -183,7 +183,9 @@ class CpuLauncher:
         program = self._signatures[key].program
         if program.serial_runner is None:
             return None
-        with self._lock, interruptible_compile(self.src.name):
+        # not under self._lock: the runner's call holds _debug_lock, which a first call takes after _lock
+        # (numba's own lock keeps concurrent compiles of the dispatcher apart)
+        with interruptible_compile(self.src.name):
             program.compile_for(args, True)
         return program.serial_runner
 
