@@ -138,9 +138,9 @@ class ThreadGovernor:
             per_pass /= max(1, status[2])
         if self.trial:
             self._tried(one, per_pass)
-        else:
+        else:  # one timing moves the mean by at most WEIGHT * LOSING of it: a preempted call is not a trend
             old = self.cost[one]
-            self.cost[one] = old + WEIGHT * (per_pass - old) if old else per_pass
+            self.cost[one] = old + WEIGHT * (min(per_pass, LOSING * old) - old) if old else per_pass
         return status
 
     def _one_thread(self, args: tuple):

