@@ -122,10 +122,7 @@ def _without_internal(tb: TracebackType | None, through: tuple[str, ...] = ()) -
         if _LINE_MARK in tb.tb_frame.f_globals or not (is_internal(code) or code.co_filename.startswith(through)):
             kept.append(tb)
         tb = tb.tb_next
-    result = None
-    for entry in reversed(kept):
-        result = TracebackType(result, entry.tb_frame, entry.tb_lasti, entry.tb_lineno)
-    return result
+    return _chained(kept, None)
 
 
 def _append(tb: TracebackType | None, last: TracebackType | None) -> TracebackType | None:
@@ -135,10 +132,14 @@ def _append(tb: TracebackType | None, last: TracebackType | None) -> TracebackTy
     while tb is not None:
         entries.append(tb)
         tb = tb.tb_next
-    result = last
+    return _chained(entries, last)
+
+
+def _chained(entries: list[TracebackType], tail: TracebackType | None) -> TracebackType | None:
+    """A new traceback of `entries`' frames in order, then `tail`."""
     for entry in reversed(entries):
-        result = TracebackType(result, entry.tb_frame, entry.tb_lasti, entry.tb_lineno)
-    return result
+        tail = TracebackType(tail, entry.tb_frame, entry.tb_lasti, entry.tb_lineno)
+    return tail
 
 
 def _line_entry(error: BaseException, filename: str, lineno: int) -> TracebackType | None:

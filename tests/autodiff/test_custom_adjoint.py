@@ -230,8 +230,9 @@ def test_helpers_and_adjoints_still_run_from_python():
 
 # The family: a helper whose body the generator refuses (a while loop calling another helper), with
 # its adjoint (which calls the helper itself), where users call it: a plain task, inside a plain
-# helper, in a nonlinear qgraph.repeat region, a graph_while kernel and a qgraph.loop region (states
-# kept by the tape) x float64 and float32. Each kernel maps x, y (n, flag: int32 counters) and k.
+# helper, after an inner loop, in a nonlinear qgraph.repeat region (alone and nested in another), a
+# graph_while kernel and a qgraph.loop region (states kept by the tape) x float64 and float32. Each
+# kernel maps x, y (n, flag: int32 counters) and k.
 FAMILY_CONTEXTS = {  # (decorator arguments, body, d(loss)/dx from x and the passes k)
     "plain": (
         "",
@@ -242,6 +243,18 @@ FAMILY_CONTEXTS = {  # (decorator arguments, body, d(loss)/dx from x and the pas
         "",
         "    for i in range(x.shape[0]):\n        y[i] = outer(x[i])\n",
         lambda x, k: 4 / 3 * np.cbrt(x) + 1,
+    ),
+    "after an inner loop": (
+        "",
+        "    for i in range(x.shape[0]):\n        s = 0.0 * x[i]\n        for j in range(3):\n"
+        "            s += x[i]\n        y[i] = cbrt(s / 3.0) * x[i]\n",
+        lambda x, k: 4 / 3 * np.cbrt(x),
+    ),
+    "nested repeat": (
+        "",
+        "    for _ in qgraph.repeat(k):\n        for _ in qgraph.repeat(k):\n"
+        "            for i in range(x.shape[0]):\n                x[i] = cbrt(x[i]) + C\n",
+        lambda x, k: _iterated(x, k * k),
     ),
     "repeat": (
         "",
@@ -321,7 +334,7 @@ def test_custom_adjoint_in_every_context(arch, tmp_path_factory, context, dtype)
     n, flag = qgraph.from_numpy(np.zeros(1, np.int32)), qgraph.from_numpy(np.ones(1, np.int32))
     with qgraph.Tape() as tape:
         kernel(x, y, n, flag, 3)
-    tape.backward(x if context in ("repeat", "graph_while", "loop") else y)
+    tape.backward(x if context in ("repeat", "nested repeat", "graph_while", "loop") else y)
     assert x.grad.to_numpy().dtype == dtype
     if context in ("graph_while", "loop"):
         assert kernel.stats.iterations == (3,)
