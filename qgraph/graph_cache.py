@@ -76,12 +76,41 @@ class GraphCache:
             graph.close()
 
 
+@dataclass(frozen=True)
+class NumberPlace:
+    """Where a number lies in a graph instance's node: the node's parameter buffer (`data`, which holds
+    the instance's block: one instance per step graph) and offset, what cuGraphExecKernelNodeSetParams
+    takes, and the instance's record of its blocks (`blocks[index]`: set to None when the bytes are
+    spliced, so a later full update compares against nothing and sets the node again)."""
+
+    data: bytearray
+    offset: int
+    exec: object
+    handle: object
+    params: object
+    blocks: list
+    index: int
+
+
 @dataclass(slots=True)
 class _Instance:
     """One executable instance and the parameter blocks its nodes hold."""
 
     exec: object
     blocks: list
+
+
+def _spliced_at(one: bytes, other: bytes, mine: bytes, theirs: bytes) -> int | None:
+    """Where `one` holds `mine` and `other` holds `theirs`, all else equal; None if nowhere."""
+    if len(one) != len(other):
+        return None
+    first = next(i for i, (a, b) in enumerate(zip(one, other)) if a != b)
+    size = len(mine)
+    for offset in range(max(0, first - size + 1), first + 1):
+        if one[offset:offset + size] == mine and other[offset:offset + size] == theirs and \
+                one[:offset] == other[:offset] and one[offset + size:] == other[offset + size:]:
+            return offset
+    return None
 
 
 class GraphState(enum.Enum):
@@ -176,6 +205,30 @@ class TaskGraph:
         """Set `instance`'s nodes for a call with other arguments (a @qgraph.graph step's part)."""
         self._overlap(packs)
         self._update(instance, *self._blocks(args, packs))
+
+    def number_places(self, instance: _Instance, position: int, one: tuple, other: tuple):
+        """Where the number at argument `position` lies in `instance`'s nodes, found by building the
+        blocks for two values of it (`one`, `other`: (args, packs)): a NumberPlace per node it is in,
+        or None where it changes more than those bytes (a loop bound, a grid)."""
+        try:
+            blocks, grids = self._blocks(*one)
+            blocks2, grids2 = self._blocks(*other)
+        except Exception:  # the other value is no valid call: set the call in full instead
+            return None
+        mine, theirs = one[1][position], other[1][position]
+        if grids != grids2 or mine == theirs:  # (two values of one packing: where it lands cannot be told)
+            return None
+        places = []
+        for k, (b1, b2) in enumerate(zip(blocks, blocks2)):
+            if b1 == b2:
+                continue
+            offset = _spliced_at(b1, b2, mine, theirs)
+            if offset is None:
+                return None
+            node = self._nodes[k]
+            places.append(NumberPlace(node.buffer.data, offset, instance.exec, node.handle, node.params,
+                                      instance.blocks, k))
+        return places
 
     def kernel_handles(self) -> set[int]:
         """The int handles of this graph's kernel nodes (later nodes may follow them programmatically)."""

@@ -117,7 +117,14 @@ def _is_array_like(value: object) -> bool:
 
 # --------------------------------------------------------------------------- slow paths
 
+def _traced_number(value: object) -> bool:
+    """A number of a traced @qgraph.graph run (capture.tracing.Traced): resolved as its value."""
+    return getattr(type(value), "_qgraph_traced", False)
+
+
 def cpu_slow(value: object, name: str, fixed: str | None) -> tuple[str, object]:
+    if _traced_number(value):
+        value = value.value
     if is_struct_class(type(value)):
         return struct_resolver(type(value), "cpu")(value)
     if fixed is not None or is_vector_value(value):
@@ -144,6 +151,8 @@ def _typed_value(value: object, name: str, fixed: str | None, arch: str) -> tupl
 
 def cuda_slow(value: object, name: str, fixed: str | None) -> tuple[str, bytes, object]:
     """(key text, parameter bytes, owner to keep alive) for anything but the fast paths."""
+    if _traced_number(value):
+        value = value.value
     if is_struct_class(type(value)):
         sig, leaves = struct_resolver(type(value), "cuda")(value)
         return sig, leaves, value

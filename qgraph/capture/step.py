@@ -1,9 +1,13 @@
 """@qgraph.graph: a Python function that calls kernels, run as one CUDA graph per step.
 
-The function body runs on every call (so what it computes in Python is never stale), with
-its kernel calls recorded instead of launched; the recorded calls are replayed as one graph
-holding every task of every call (capture/step_capture.py). On the CPU the function simply
-runs, its kernel calls counted (runtime/call_hooks.py).
+The first call of a structure runs the body with its number arguments traced
+(capture/tracing.py, capture/traced_step.py): its kernel calls are recorded instead of launched,
+with the expressions of their traced numbers, and replayed as one graph holding every task of
+every call (capture/step_capture.py). A later call with new numbers evaluates those expressions
+and replays without running the body. A body that decides something in Python from a number
+(or a tape recording) runs on every call instead. On the CPU the traced calls are made again
+directly with the new numbers; a body that is not traced runs, its kernel calls counted
+(runtime/call_hooks.py).
 """
 
 from __future__ import annotations
@@ -31,6 +35,9 @@ class StepStats:
     graph_nodes: int = 0  # kernel nodes in the last call's graph
     kernel_calls: int = 0  # kernel calls in the last call
     waits: tuple = ()  # of the last graph built: for each kernel call, the earlier calls it waits for
+    traced: bool = False  # the last call replayed (or recorded) a trace: its body does not run for new numbers
+    fallback_reason: str | None = None  # why the last call ran its body (None when traced)
+    traces: int = 0  # traced runs of the body, total
 
 
 class GraphFunction:
@@ -39,9 +46,18 @@ class GraphFunction:
     _drops_first = True  # runtime reset: its graphs hold nodes of the kernels' modules
 
     def __init__(self, fn: Callable, graph_cache_size: int | None, graph_while: str | None = None,
-                 max_iterations=USE_ENVIRONMENT) -> None:
+                 max_iterations=USE_ENVIRONMENT, static: tuple = (), trace: bool = True) -> None:
         self._fn = fn
         self.graph_while = graph_while
+        names = list(inspect.signature(fn).parameters)
+        unknown = [name for name in static if name not in names]
+        if unknown:
+            raise TypeError(f"static={tuple(static)!r}: {', '.join(map(repr, unknown))} names no parameter of "
+                            f"{fn.__name__}({', '.join(names)})")
+        self.static = tuple(static)
+        self.trace = trace
+        self._tracer = None  # a StepTracer per runtime generation (made at the first call)
+        self._names = names
         # the step's options as a kernel's (one resolution from the environment, lang.options): its graphs
         # kept per device and its loop's runaway guard
         self.options = KernelOptions(graph_cache_size=USE_ENVIRONMENT if graph_cache_size is None else graph_cache_size,
@@ -49,7 +65,6 @@ class GraphFunction:
         self._options_now = ResolvedOptions(self.options)
         self._flag_at = None
         if graph_while is not None:  # where the flag is among the arguments
-            names = list(inspect.signature(fn).parameters)
             if graph_while not in names:
                 raise TypeError(f"graph_while={graph_while!r} names no parameter of {fn.__name__}({', '.join(names)})")
             self._flag_at = names.index(graph_while)
@@ -76,40 +91,36 @@ class GraphFunction:
             target = state.current()
             if call_hooks.current_body() is not None:
                 return self._fn(*args, **kwargs)  # a step called by a step: its calls join the outer one
-            if not isinstance(target, DeviceState):
-                return self._cpu_run(args, kwargs, self.options_now(state))
-            if self.graph_while is not None and call_hooks.tape_recording():
+            cuda = isinstance(target, DeviceState)
+            taped = call_hooks.tape_recording()  # a tape must see the body's calls: no replay, no trace
+            if cuda and self.graph_while is not None and taped:
                 # under a tape every pass's calls are recorded: the loop runs here, its calls launched as made
                 return self._passes(args, kwargs, self.options_now(state),
                                     lambda: (None, self._fn(*args, **kwargs)))
-            runner = self._last or self._runner(target, state)
-            if stream is not None:
-                from ..driver.device import stream_handle
+            handle = None
+            if cuda:
+                runner = self._last or self._runner(target, state)
+                if stream is not None:
+                    from ..driver.device import stream_handle
 
-                stream = stream_handle(stream)
-            if not (call_hooks.tape_recording()):  # a tape must see the body's calls
-                replayed, result = runner.replay_same(args, kwargs, runner.own_stream if stream is None else stream)
-                if replayed:
-                    if call_hooks.WATCHING[0]:  # a tape may need what the replay overwrote: counted
-                        runner.note_writes()
+                    stream = stream_handle(stream)
+                handle = runner.own_stream if stream is None else stream
+                if not taped:
+                    replayed, result = runner.replay_same(args, kwargs, handle)
+                    if replayed:
+                        if call_hooks.WATCHING[0]:  # a tape may need what the replay overwrote: counted
+                            runner.note_writes()
+                        return result
+            if not taped and self.trace:
+                done, result = self._traced(args, kwargs, stream, state, target)
+                if done:
                     return result
+            if not cuda:
+                return self._cpu_run(args, kwargs, self.options_now(state))
             from .step_capture import recorded
 
             calls, result = call_hooks.run_body(self._fn, args, kwargs, recorded)
-            if not calls:  # nothing to launch
-                self.stats.kernel_calls = self.stats.graph_nodes = 0
-            else:
-                # the graph lives on the device its kernels ran on (their arrays' device)
-                targets = {call.launcher.target for call in calls if call.launcher is not None} or {target}
-                if len(targets) > 1:
-                    where = ", ".join(sorted(t.key for t in targets))
-                    raise QgraphError(f"step {self.__name__}: its kernel calls ran on different devices ({where}); a "
-                                      "step's graph lives on one device: give all its calls arrays of one device")
-                runner = self._runner(targets.pop(), state)
-                handle = runner.own_stream if stream is None else stream
-                runner.run(calls, handle, self._flag(args, kwargs))
-                runner.remember(args, kwargs, handle, result)
-                self._last = runner
+            self._launch(calls, args, kwargs, result, stream, state, target)
             return result
         except Exception as e:
             user_error(e)
@@ -118,6 +129,113 @@ class GraphFunction:
             # a tool may keep this frame after it returns (compute-sanitizer keeps the caller frames
             # of each CUDA launch, with their locals): it then keeps none of the call's arguments
             args = kwargs = calls = None
+
+    def _launch(self, calls: list, args: tuple, kwargs: dict, result, stream, state, target):
+        """Launch a body run's recorded calls as the step's graph on their device; its runner, or None."""
+        if not calls:  # nothing to launch
+            self.stats.kernel_calls = self.stats.graph_nodes = 0
+            return None
+        # the graph lives on the device its kernels ran on (their arrays' device)
+        targets = {call.launcher.target for call in calls if call.launcher is not None} or {target}
+        if len(targets) > 1:
+            where = ", ".join(sorted(t.key for t in targets))
+            raise QgraphError(f"step {self.__name__}: its kernel calls ran on different devices ({where}); a "
+                              "step's graph lives on one device: give all its calls arrays of one device")
+        runner = self._runner(targets.pop(), state)
+        handle = runner.own_stream if stream is None else stream
+        runner.run(calls, handle, self._flag(args, kwargs))
+        runner.remember(args, kwargs, handle, result)
+        self._last = runner
+        return runner
+
+    def _traced(self, args: tuple, kwargs: dict, stream, state, target) -> tuple[bool, object]:
+        """A call through the step's traces (capture.traced_step): (True, result) when it replayed a trace
+        or made one, (False, None) when the body must run as written (the reason in stats)."""
+        from .traced_step import StepTracer
+
+        tracer = self._tracer
+        if tracer is None:
+            tracer = self._tracer = StepTracer(self._fn, self._names, frozenset(self.static),
+                                               self.options_now(state).graph_cache_size)
+        stats = self.stats
+        if tracer.disabled is not None:
+            stats.traced, stats.fallback_reason = False, tracer.disabled
+            return False, None
+        key, why = tracer.key(args, kwargs)
+        if key is None:
+            stats.traced, stats.fallback_reason = False, why
+            return False, None
+        step = tracer.find(key)
+        if step is not None:
+            try:
+                values = step.values(args, kwargs)
+                if tuple(map(type, values)) == step.types:
+                    if self._replay(step, args, kwargs, values, stream, state, target):
+                        stats.traced, stats.fallback_reason = True, None
+                        return True, step.result(values)
+            except Exception:  # a value the kernels cannot take (too large, a division by zero):
+                pass  # the body runs, and raises what it raises for it
+            stats.traced, stats.fallback_reason = False, "this call's numbers do not fit what the trace recorded"
+            return False, None
+        why = tracer.untraceable(key)
+        if why is not None:
+            stats.traced, stats.fallback_reason = False, why
+            return False, None
+        return True, self._trace(tracer, key, args, kwargs, stream, state, target)
+
+    def _replay(self, step, args, kwargs, values: tuple, stream, state, target) -> bool:
+        """Run a traced step for new numbers: its graph on CUDA, its kernel calls on the CPU."""
+        if not isinstance(target, DeviceState):
+            if self.graph_while is None:
+                step.run_cpu(values)
+                self.stats.kernel_calls = sum(c.launcher is not None for c in step.calls)
+            else:
+                self._passes(args, kwargs, self.options_now(state), lambda: (step.calls, step.run_cpu(values)))
+            return True
+        runner = step.runner
+        if runner is None:  # the body made no kernel call
+            self.stats.kernel_calls = self.stats.graph_nodes = 0
+            return True
+        done = runner.replay_traced(step, values, runner.own_stream if stream is None else stream)
+        if done:
+            self._last = runner
+        return done
+
+    def _trace(self, tracer, key, args: tuple, kwargs: dict, stream, state, target):
+        """The first call of a structure: the body run with its numbers traced, its calls launched."""
+        from ..runtime import call_hooks
+        from .traced_step import run_now, tracing_take
+        from .tracing import plain
+
+        cuda = isinstance(target, DeviceState)
+        if cuda:
+            from .step_capture import recorded
+        trace, traced_args, traced_kwargs = tracer.start(args, kwargs)
+        try:
+            calls, result = call_hooks.run_body(self._fn, traced_args, traced_kwargs,
+                                                tracing_take(trace, recorded if cuda else run_now), trace)
+        finally:
+            trace.open = False
+        step = tracer.finish(key, trace, calls, result, args, kwargs, self.__name__)
+        self.stats.traces += 1
+        self.stats.traced = step is not None
+        self.stats.fallback_reason = None if step is not None else (tracer.untraceable(key) or tracer.last_note)
+        result = plain(result)
+        if cuda:
+            runner = self._launch(calls, args, kwargs, result, stream, state, target)
+            if step is not None:
+                if runner is None:  # no kernel call: nothing to replay but the result
+                    step.runner = None
+                else:
+                    step.runner = runner
+                    step.attach(runner.current())
+        else:
+            self.stats.kernel_calls = sum(c.launcher is not None for c in calls)
+            if self.graph_while is not None:  # the CPU's loop: the traced run was its first pass
+                again = (lambda: (step.calls, step.run_cpu(step.held))) if step is not None else \
+                    (lambda: call_hooks.run_body(self._fn, args, kwargs))
+                result = self._passes(args, kwargs, self.options_now(state), again, first=(calls, result))
+        return result
 
     def _runner(self, target: DeviceState, state):
         """The step runner of one device (its graphs and their cache), made on first use."""
@@ -149,16 +267,17 @@ class GraphFunction:
             return result
         return self._passes(args, kwargs, options, lambda: call_hooks.run_body(self._fn, args, kwargs))
 
-    def _passes(self, args: tuple, kwargs: dict, options: KernelOptions, body: Callable):
+    def _passes(self, args: tuple, kwargs: dict, options: KernelOptions, body: Callable, first=None):
         """graph_while run by Python: `body()` (its calls or None, its result) until the flag reads
-        0 (do-while), with the guard."""
+        0 (do-while), with the guard; `first`: the first pass's (calls, result), already run."""
         import numpy as np
 
         flag = self._flag(args, kwargs)
         limit = options.max_iterations
         passes = 0
         while True:
-            calls, result = body()
+            calls, result = body() if first is None else first
+            first = None
             if calls is not None:
                 self.stats.kernel_calls = len(calls)  # of one pass, as the body of a CUDA step's loop
             passes += 1
@@ -174,6 +293,7 @@ class GraphFunction:
             runner.close()
         self._runners.clear()
         self._last = None
+        self._tracer = None  # its traces hold the old runtime's arrays and graphs
         self.stats = StepStats()
 
     def __repr__(self) -> str:
@@ -181,12 +301,17 @@ class GraphFunction:
 
 
 def graph(fn: Callable | None = None, *, graph_cache_size: int | None = None, graph_while: str | None = None,
-          max_iterations=USE_ENVIRONMENT):
+          max_iterations=USE_ENVIRONMENT, static: tuple[str, ...] | str = (), trace: bool = True):
     """Run a Python function that calls kernels as one CUDA graph per call.
 
     The first call with a given sequence of kernel signatures builds a graph holding every task
     of every kernel call; later calls replay it, updating in place the nodes of calls whose
-    arrays, shapes or numbers changed. Calls whose arrays do not overlap (or only read the
+    arrays, shapes or numbers changed. The first call with given arrays runs the body with its
+    number arguments traced: later calls with new numbers replay without running the body
+    (`stats.traced`); a body that decides something in Python from a number runs on every call
+    (`stats.fallback_reason` says where). `static` names arguments that select the structure
+    (they key the cache by value, and are not traced); `trace=False` runs the body every call.
+    Calls whose arrays do not overlap (or only read the
     same arrays) run concurrently. `graph_cache_size` bounds the graphs kept (default
     QGRAPH_GRAPH_CACHE_SIZE). `graph_while="flag"` repeats the whole step on the device while
     the int32 flag argument is non-zero (do-while, as a kernel's graph_while; a kernel called in
@@ -195,13 +320,16 @@ def graph(fn: Callable | None = None, *, graph_cache_size: int | None = None, gr
     """
     if graph_cache_size is not None and (not isinstance(graph_cache_size, int) or graph_cache_size < 1):
         raise ValueError(f"graph_cache_size must be a positive int, got {graph_cache_size!r}")
+    static = (static,) if isinstance(static, str) else tuple(static)
+    if not all(isinstance(name, str) for name in static):
+        raise TypeError(f"static= takes parameter names (strings), got {static!r}")
 
     def wrap(f: Callable) -> GraphFunction:
         if getattr(f, "_qgraph_kind", None) == "kernel":
             raise TypeError(f"{f!r} is a kernel: @qgraph.graph decorates a plain function that calls kernels")
         if not callable(f) or not hasattr(f, "__code__"):
             raise TypeError(f"@qgraph.graph decorates a Python function, got {f!r}")
-        return GraphFunction(f, graph_cache_size, graph_while, max_iterations)
+        return GraphFunction(f, graph_cache_size, graph_while, max_iterations, static, bool(trace))
 
     return wrap if fn is None else wrap(fn)
 
@@ -217,11 +345,20 @@ def host_call(fn: Callable, *args) -> None:
         raise TypeError(f"qgraph.host_call takes a callable first, got {fn!r}")
     body = call_hooks.current_body()
     calls = None if body is None else body.calls
-    if calls is not None and isinstance(runtime.STATE.current(), DeviceState):
+    trace = None if body is None else body.trace
+    if trace is not None:
+        from .tracing import Traced, plain
+
+        if any(type(a) is Traced for a in args):
+            trace.leave("qgraph.host_call is given a traced number: the host function would get the first "
+                        "call's value at every replay, so the step runs its body on every call")
+            args = tuple(plain(a) for a in args)
+    if calls is not None and (trace is not None or isinstance(runtime.STATE.current(), DeviceState)):
         from .step_host import HostCall
 
-        calls.append(HostCall(fn, args))
-        return
+        calls.append(HostCall(fn, args))  # on the CPU a traced run keeps it too: a replay calls it in order
+        if isinstance(runtime.STATE.current(), DeviceState):
+            return
     if calls is None:
         runtime.sync()
     fn(*args)

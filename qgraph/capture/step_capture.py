@@ -14,7 +14,6 @@ the function runs on every call, so values it computes are never stale.
 
 from __future__ import annotations
 
-import struct
 from collections import OrderedDict
 
 import numpy as np
@@ -26,12 +25,10 @@ from ..driver.device import check, driver, kernel_failure
 from ..driver.loop_state import LoopMode
 from ..errors import QgraphError
 from ..graph_cache import TaskGraph
-from ..lang.front.writes import written_params
 from ..runtime.arrays import Ndarray
 from ..runtime.call_hooks import BoundCall, StepBody, note_writes
+from .step_dependencies import array_positions, dependencies, written
 from .step_host import host_node, queue_host_calls, unqueue_host_calls
-
-_WRITTEN: dict[int, frozenset] = {}  # id(kernel source) -> positions of the array parameters it writes
 
 
 def recorded(body: StepBody, call: BoundCall) -> bool:
@@ -43,71 +40,6 @@ def recorded(body: StepBody, call: BoundCall) -> bool:
     call.launcher.specialisation(call.key, call.args)  # compiled now: the step's graph is built from compiled tasks
     body.calls.append(call)
     return True
-
-
-# ---------------------------------------------------------------------- dependencies between calls
-
-def _written(src) -> frozenset:
-    """The positions of the array parameters `src` writes (found once per source)."""
-    written = _WRITTEN.get(id(src))
-    if written is None:
-        written = _WRITTEN[id(src)] = frozenset(written_params(src))
-    return written
-
-
-def _spans(call: BoundCall) -> list[tuple[int, int, bool]]:
-    """(start, end, written) of every array a call passes: the device bytes it may touch."""
-    written = _written(call.launcher.src)
-    spans = []
-    for k, (sig, pack) in enumerate(zip(call.key, call.packs)):
-        if isinstance(pack, tuple):  # a struct: its leaves, all counted as written
-            spans += [s for leaf in pack if isinstance(leaf, bytes) and len(leaf) >= 40
-                      for s in [_span(leaf, True)] if s is not None]
-            continue
-        if getattr(arg_type(sig), "is_array", False):
-            found = _span(pack, k in written)
-            if found is not None:
-                spans.append(found)
-    return spans
-
-
-def _span(pack: bytes, written: bool):
-    """numba's array parameters: meminfo, parent, nitems, itemsize, data, shape..., strides..."""
-    if len(pack) < 40 or (len(pack) - 40) % 16:
-        return None
-    nitems, itemsize, data = struct.unpack_from("<3q", pack, 16)
-    ndim = (len(pack) - 40) // 16
-    shape = struct.unpack_from(f"<{ndim}q", pack, 40)
-    strides = struct.unpack_from(f"<{ndim}q", pack, 40 + 8 * ndim)
-    if nitems == 0:
-        return None
-    low = data + sum((n - 1) * s for n, s in zip(shape, strides) if s < 0)
-    high = data + sum((n - 1) * s for n, s in zip(shape, strides) if s > 0) + itemsize
-    return (low, high, written)
-
-
-def _array_positions(call: BoundCall) -> tuple[int, ...]:
-    """Where a call's arrays and structs are among its arguments: all that its dependencies read."""
-    return tuple(k for k, (sig, pack) in enumerate(zip(call.key, call.packs))
-                 if isinstance(pack, tuple) or getattr(arg_type(sig), "is_array", False))
-
-
-def dependencies(calls: list[BoundCall]) -> tuple[tuple[int, ...], ...]:
-    """For each call, the earlier calls it waits for: those whose arrays overlap its own where
-    either writes (conservative: any overlap of the bytes spanned), less those it already waits
-    for through another."""
-    host = [c.launcher is None for c in calls]  # a qgraph.host_call (step_host) waits and is waited for
-    spans = [[] if h else _spans(c) for c, h in zip(calls, host)]
-    found: list[tuple[int, ...]] = []
-    before: list[set] = []  # every call each call waits for, directly or through others
-    for j, mine in enumerate(spans):
-        waits = [i for i in range(j) if host[i] or host[j] or any(a0 < b1 and b0 < a1 and (wa or wb)
-                                                                   for a0, a1, wa in spans[i] for b0, b1, wb in mine)]
-        # an edge from a call another waited-for call already waits for adds nothing: leave it out
-        # (one edge from the call before is also what lets it be a programmatic edge)
-        found.append(tuple(i for i in waits if not any(i in before[k] for k in waits if k != i)))
-        before.append(set(waits).union(*(before[i] for i in waits)))
-    return tuple(found)
 
 
 class _LoopPlace:
@@ -149,6 +81,7 @@ class BuiltStep:
                  loop: tuple | None = None) -> None:
         d = driver()
         self._target = target
+        self.stats = stats
         self.graph = check(d.cuGraphCreate(0), "cuGraphCreate")
         self.parts: list[TaskGraph] = []
         self.loop = None
@@ -218,6 +151,24 @@ class BuiltStep:
             held[k] = call.packs
             self.version += 1
 
+    def update_call(self, k: int, call: BoundCall) -> None:
+        """Set call k's nodes for its new arguments (a traced step's number that shapes more than bytes)."""
+        self.parts[k].update_for(self._instances[k], call.args, call.packs)
+        self.held[k] = call.packs
+
+    def number_places(self, k: int, call: BoundCall, position: int, other):
+        """Where the number at argument `position` of call k (as `call`, which this graph holds now) lies in
+        the nodes (graph_cache.NumberPlace), or None where it shapes more than bytes (a loop bound)."""
+        pack = arg_type(call.key[position]).pack
+        args, packs = call.args, call.packs
+        other_args = args[:position] + (other,) + args[position + 1:]
+        other_packs = packs[:position] + (pack(other),) + packs[position + 1:]
+        return self.parts[k].number_places(self._instances[k], position, (args, packs), (other_args, other_packs))
+
+    def spliced(self, k: int) -> None:
+        """Call k's numbers were set in its nodes' bytes: its packs are no longer those held."""
+        self.held[k] = None
+
     def close(self) -> None:
         d = driver()
         if self.exec is not None:
@@ -282,7 +233,7 @@ class StepRunner:
         """A replay's writes counted in the versions of the arrays it writes (a tape checks them)."""
         for call in self._current_calls:
             if call.launcher is not None:
-                note_writes(_written(call.launcher.src), call.args)
+                note_writes(written(call.launcher.src), call.args)
 
     def remember(self, args: tuple, kwargs: dict, stream: int, result) -> None:
         """After a run of the body: what replay_same compares the next call with."""
@@ -297,13 +248,40 @@ class StepRunner:
         self._same = (args, tuple(kwargs.values()), stream, built, STRUCT_EPOCH[0], tuple(kwargs), result,
                       self._current_version)
 
+    def replay_traced(self, step, values: tuple, stream: int) -> bool:
+        """Launch a traced step's graph with its numbers set to `values` (capture.traced_step); False
+        when that graph was evicted (the step is traced again)."""
+        built = step.built
+        with self._target.lock:
+            if built is None or built.exec is None:
+                return False
+            step.set_numbers(values)
+            calls = step.calls
+            if stream != self.own_stream:  # qgraph arrays are freed in order on its own stream
+                self._target.lifetimes.hold(stream, step.arrays)
+            queue_host_calls(built.parts, calls)
+            err = self._launch(built.exec, stream)[0]
+            if err:
+                unqueue_host_calls(built.parts, calls)
+                raise self._fail(err, "cuGraphLaunch")
+            self._current, self._current_calls, self._current_version = built, calls, built.version
+            stats = self._stats
+            stats.replays += 1
+            stats.graph_nodes = built.kernel_nodes
+            stats.kernel_calls = sum(c.launcher is not None for c in calls)
+        return True
+
+    def current(self):
+        """The graph the last body run (or traced replay) launched."""
+        return self._current
+
     def run(self, calls: list[BoundCall], stream: int, flag=None) -> None:
         try:
             signature = tuple((id(c.launcher), c.key) for c in calls)
             address = self._flag_address(calls, flag) if self._loop is not None else None
             slots = self._array_slots.get(signature)
             if slots is None:
-                slots = self._array_slots[signature] = tuple(_array_positions(c) for c in calls)
+                slots = self._array_slots[signature] = tuple(array_positions(c) for c in calls)
             # the dependencies follow the arrays alone: a changed number is a node update, never a new analysis
             arrays = tuple(tuple(c.packs[k] for k in where) for c, where in zip(calls, slots))
             with self._target.lock:

@@ -40,12 +40,13 @@ class StepBody:
     """A @qgraph.graph step's body running on this thread: the calls it made so far, the step
     function, and what it does with a kernel call (`take`: True when the call is not to run now)."""
 
-    __slots__ = ("calls", "fn", "take")
+    __slots__ = ("calls", "fn", "take", "trace")
 
-    def __init__(self, fn: Callable, take: Callable[[StepBody, BoundCall], bool]) -> None:
+    def __init__(self, fn: Callable, take: Callable[[StepBody, BoundCall], bool], trace=None) -> None:
         self.calls: list = []
         self.fn = fn
         self.take = take
+        self.trace = trace  # a traced run's capture.tracing.Trace, or None
 
 
 def counted(body: StepBody, call: BoundCall) -> bool:
@@ -113,11 +114,11 @@ def note_writes(written: tuple[int, ...], args: tuple) -> None:
             a.version += 1
 
 
-def run_body(fn: Callable, args: tuple, kwargs: dict, take=counted) -> tuple[list, object]:
+def run_body(fn: Callable, args: tuple, kwargs: dict, take=counted, trace=None) -> tuple[list, object]:
     """Run `fn` with this thread's kernel calls given to `take` (see StepBody): (the calls, in
     order, what `fn` returned)."""
     ident = threading.get_ident()
-    body = StepBody(fn, take)
+    body = StepBody(fn, take, trace)
     with _LOCK:
         _BODIES[ident] = body
         HOOKED[0] += 1

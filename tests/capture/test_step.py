@@ -176,13 +176,16 @@ def test_the_same_arguments_replay_without_running_the_body(arch):
     for _ in range(3):
         counted(x, 2.0)
     np.testing.assert_array_equal(x.to_numpy(), 8.0)
-    if arch == "cuda":  # the body ran once; the graph was replayed with the same arrays and numbers
-        assert len(runs) == 1 and counted.stats.replays == 3
-        counted(x, 3.0)  # a new number: the body runs again
-        counted(qgraph.from_numpy(np.ones(4)), 3.0)  # a new array too
-        assert len(runs) == 3
-    else:
-        assert len(runs) == 3
+    # on both backends the body ran once (traced); on CUDA the graph was replayed
+    assert len(runs) == 1 and counted.stats.traced
+    assert counted.stats.replays == (3 if arch == "cuda" else 0)
+    counted(x, 3.0)  # a new number: the trace replays with it, the body does not run
+    np.testing.assert_array_equal(x.to_numpy(), 24.0)
+    assert len(runs) == 1
+    y = qgraph.from_numpy(np.ones(4))
+    counted(y, 3.0)  # a new array: another structure, traced by running the body
+    np.testing.assert_array_equal(y.to_numpy(), 3.0)
+    assert len(runs) == 2
 
 
 @qgraph.kernel

@@ -1,0 +1,304 @@
+"""Traced steps: a @qgraph.graph body runs once per structure with its numbers traced; later calls with new
+numbers replay without it (stats.traced), bit-identical to the calls made one by one, on both backends.
+A body that decides in Python from a number, converts it, or reaches arrays a replay cannot check runs
+on every call instead, and stats.fallback_reason names the line."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import qgraph
+
+
+@qgraph.kernel
+def advance(u, v, dt: qgraph.f32):
+    for i in range(u.shape[0]):
+        v[i] = v[i] - dt * u[i]
+    for i in range(u.shape[0]):
+        u[i] = u[i] + dt * v[i]
+
+
+@qgraph.kernel
+def drive(u, t: qgraph.f32):
+    u[0] = math.sin(t)
+
+
+@qgraph.kernel
+def scale(x, a: float):
+    for i in range(x.shape[0]):
+        x[i] *= a
+
+
+@qgraph.kernel
+def fill_first(x, n: int, value: float):
+    for i in range(n):
+        x[i] = value
+
+
+def _substeps(u, v, t, dt, count):
+    for k in range(count):
+        advance(u, v, dt)
+        drive(u, t + k * dt)
+    return t + count * dt
+
+
+def _fresh(seed: int = 0, n: int = 64):
+    rng = np.random.default_rng(seed)
+    u0, v0 = rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32)
+    return u0, v0
+
+
+def test_new_numbers_replay_without_the_body_and_match_eager_calls(arch):
+    runs = []
+
+    @qgraph.graph
+    def step(u, v, t, dt, count: int):
+        runs.append(1)
+        return _substeps(u, v, t, dt, count)
+
+    u0, v0 = _fresh()
+    u, v = qgraph.from_numpy(u0), qgraph.from_numpy(v0)
+    eu, ev = qgraph.from_numpy(u0), qgraph.from_numpy(v0)
+    rng = np.random.default_rng(1)
+    t = 0.0
+    for _ in range(6):
+        dt = float(rng.uniform(1e-4, 1e-2))
+        got = step(u, v, t, dt, 3)
+        want = _substeps(eu, ev, t, dt, 3)  # the same kernel calls, one by one
+        assert got == want  # the returned number is evaluated from the trace
+        t = got
+    np.testing.assert_array_equal(u.to_numpy(), eu.to_numpy())
+    np.testing.assert_array_equal(v.to_numpy(), ev.to_numpy())
+    # the first call found `count` deciding structure (range): the second traced with it static
+    assert len(runs) == 2 and step.stats.traced and step.stats.fallback_reason is None
+    assert step.stats.traces == 2 and step.stats.kernel_calls == 6
+    if arch == "cuda":
+        assert step.stats.builds == 1  # one graph: new numbers are node updates
+
+
+def test_a_python_decision_on_a_number_runs_the_body_every_call(arch):
+    runs = []
+
+    @qgraph.graph
+    def step(x, t):
+        runs.append(1)
+        if t > 1.0:
+            scale(x, 2.0)
+        scale(x, t)
+
+    x = qgraph.from_numpy(np.ones(8))
+    for t in (0.5, 2.0, 0.75, 3.0):
+        step(x, t)
+    np.testing.assert_array_equal(x.to_numpy(), 0.5 * 4.0 * 0.75 * 6.0)
+    assert len(runs) == 4 and not step.stats.traced
+    reason = step.stats.fallback_reason
+    assert "if t > 1.0:" in reason and "'t'" in reason and "static=('t',)" in reason
+
+
+def test_a_number_given_to_numpy_runs_the_body_every_call(arch):
+    @qgraph.graph
+    def step(x, t):
+        scale(x, float(np.cos(float(t))))
+
+    x = qgraph.from_numpy(np.ones(4))
+    for t in (0.1, 0.2):
+        step(x, t)
+    np.testing.assert_array_equal(x.to_numpy(), np.cos(0.1) * np.cos(0.2))
+    assert not step.stats.traced and "float()" in step.stats.fallback_reason
+
+
+def test_numpy_ufuncs_on_numbers_are_traced(arch):
+    @qgraph.graph
+    def step(x, t):
+        scale(x, np.cos(t) * np.float64(2.0) + 1)
+
+    x = qgraph.from_numpy(np.ones(4))
+    want = 1.0
+    for t in (0.1, 0.2, 0.3):
+        step(x, t)
+        want *= np.cos(t) * 2.0 + 1
+    np.testing.assert_array_equal(x.to_numpy(), want)
+    assert step.stats.traced and step.stats.traces == 1
+
+
+def test_static_arguments_key_the_traces_by_value(arch):
+    runs = []
+
+    @qgraph.graph(static=("doubled",))
+    def step(x, a, doubled):
+        runs.append(doubled)
+        scale(x, a)
+        if doubled:
+            scale(x, 2.0)
+
+    x = qgraph.from_numpy(np.ones(4))
+    for a, doubled in ((1.5, True), (3.0, False), (0.5, True), (2.0, False)):
+        step(x, a, doubled)
+    np.testing.assert_array_equal(x.to_numpy(), 1.5 * 2 * 3.0 * 0.5 * 2 * 2.0)
+    assert runs == [True, False] and step.stats.traced
+
+
+def test_static_names_that_are_no_parameter_are_an_error():
+    with pytest.raises(TypeError, match=r"static=\('dx',\): 'dx' names no parameter of step\(x, dt\)"):
+        @qgraph.graph(static=("dx",))
+        def step(x, dt):
+            scale(x, dt)
+
+
+def test_a_global_array_swapped_by_the_body_is_not_replayed_stale(arch):
+    state = {"a": qgraph.from_numpy(np.ones(4)), "b": qgraph.from_numpy(np.full(4, 10.0))}
+
+    @qgraph.graph
+    def step(factor):
+        scale(state["a"], factor)  # an array reached through a dict: a replay cannot tell it is the same
+        state["a"], state["b"] = state["b"], state["a"]
+
+    for f in (2.0, 3.0, 4.0):
+        step(f)
+    a, b = state["a"].to_numpy(), state["b"].to_numpy()
+    np.testing.assert_array_equal(np.sort([a[0], b[0]]), [8.0, 30.0])
+    assert not step.stats.traced and "not an argument of the step" in step.stats.fallback_reason
+
+
+def test_a_module_global_reassigned_between_calls_is_seen(arch):
+    ns: dict = {"scale": scale, "np": np}
+    exec("def body(x, a):\n    scale(x, a * k)\n", ns)
+    ns["k"] = 2.0
+    step = qgraph.graph(ns["body"])
+    x = qgraph.from_numpy(np.ones(4))
+    step(x, 1.0)
+    step(x, 1.5)  # traced replay
+    assert step.stats.traced
+    ns["k"] = 10.0  # the body reads k: the trace is stale, so the body runs (and traces again)
+    step(x, 1.0)
+    np.testing.assert_array_equal(x.to_numpy(), 2.0 * 3.0 * 10.0)
+
+
+def test_a_number_that_is_a_loop_bound_updates_the_call_in_full(arch):
+    @qgraph.graph
+    def step(x, n, value):
+        fill_first(x, n, value)
+
+    x = qgraph.from_numpy(np.zeros(8))
+    want = np.zeros(8)
+    for n, value in ((2, 1.0), (5, 2.0), (3, 3.0), (8, -0.0), (1, 0.0)):
+        step(x, n, value)
+        want[:n] = value
+        np.testing.assert_array_equal(x.to_numpy(), want)
+        assert np.array_equal(np.signbit(x.to_numpy()), np.signbit(want))
+    assert step.stats.traced and step.stats.traces == 1
+
+
+def test_a_graph_while_step_is_traced(arch):
+    @qgraph.kernel
+    def halve(x, flag, tol: float):
+        for i in range(x.shape[0]):
+            x[i] *= 0.5
+        flag[0] = 1 if x[0] > tol else 0
+
+    @qgraph.graph(graph_while="flag")
+    def until(x, flag, tol):
+        halve(x, flag, tol)
+
+    flag = qgraph.from_numpy(np.ones(1, np.int32))
+    for tol in (1.0, 0.1, 0.01):
+        x = np.full(4, 64.0)
+        xs = qgraph.from_numpy(x)
+        flag.from_numpy(np.ones(1, np.int32))
+        until(xs, flag, tol)
+        while True:
+            x = x * 0.5
+            if not x[0] > tol:
+                break
+        np.testing.assert_array_equal(xs.to_numpy(), x)
+
+
+def test_host_calls_run_at_every_replay(arch):
+    seen = []
+
+    @qgraph.graph
+    def step(x, a):
+        scale(x, a)
+        qgraph.host_call(seen.append, 1)
+
+    x = qgraph.from_numpy(np.ones(4))
+    for a in (2.0, 3.0, 4.0):
+        step(x, a)
+    qgraph.sync()
+    assert seen == [1, 1, 1] and step.stats.traced
+    np.testing.assert_array_equal(x.to_numpy(), 24.0)
+
+
+def test_a_traced_number_given_to_host_call_runs_the_body(arch):
+    seen = []
+
+    @qgraph.graph
+    def step(x, a):
+        scale(x, a)
+        qgraph.host_call(seen.append, a)
+
+    x = qgraph.from_numpy(np.ones(4))
+    for a in (2.0, 3.0):
+        step(x, a)
+    qgraph.sync()
+    assert seen == [2.0, 3.0] and not step.stats.traced
+    assert "host_call" in step.stats.fallback_reason
+
+
+def test_trace_false_runs_the_body_every_call(arch):
+    runs = []
+
+    @qgraph.graph(trace=False)
+    def step(x, a):
+        runs.append(1)
+        scale(x, a)
+
+    x = qgraph.from_numpy(np.ones(4))
+    step(x, 2.0)
+    step(x, 3.0)
+    assert len(runs) == 2 and not step.stats.traced
+
+
+def test_a_value_the_kernels_cannot_take_gets_the_body_s_error(arch):
+    @qgraph.kernel
+    def small(x, a: qgraph.f32):
+        for i in range(x.shape[0]):
+            x[i] = a
+
+    @qgraph.graph
+    def step(x, a):
+        small(x, a * 2)
+
+    x = qgraph.from_numpy(np.ones(4, np.float32))
+    step(x, 1.0)
+    step(x, 2.0)
+    with pytest.raises(TypeError, match="does not fit in float32"):
+        step(x, 1e300)
+    step(x, 3.0)  # the next good call works
+    np.testing.assert_array_equal(x.to_numpy(), 6.0)
+
+
+def test_a_tape_sees_every_call_of_a_traced_step(arch):
+    @qgraph.kernel
+    def square(x, y, a: float):
+        for i in range(x.shape[0]):
+            y[i] = a * x[i] * x[i]
+
+    @qgraph.graph
+    def step(x, y, a):
+        square(x, y, a)
+
+    x = qgraph.from_numpy(np.arange(1.0, 5.0), requires_grad=True)
+    y = qgraph.ndarray(np.float64, 4, requires_grad=True)
+    step(x, y, 2.0)
+    step(x, y, 3.0)  # traced replays before the tape
+    for a in (1.5, 2.5):
+        x.grad.from_numpy(np.zeros(4))
+        with qgraph.Tape() as tape:
+            step(x, y, a)
+        tape.backward(grads={y: np.ones(4)})
+        np.testing.assert_allclose(x.grad.to_numpy(), 2 * a * np.arange(1.0, 5.0))
+        np.testing.assert_allclose(y.to_numpy(), a * np.arange(1.0, 5.0) ** 2)
