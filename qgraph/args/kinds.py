@@ -91,6 +91,48 @@ class ScalarKind(ArgKind):
         return f"ScalarKind({self.sig})"
 
 
+ScalarKind.in_memory = False  # read from device memory (MemoryScalarKind), not passed by value
+
+
+class MemoryScalarKind(ScalarKind):
+    """A number a kernel reads from device memory instead of taking it by value (a traced step's
+    parameter block, capture/number_block.py): typed in the kernel as the number it stands for
+    (weak as that is), passed as numba's 1-D array struct pointing at its 8-byte slot."""
+
+    in_memory = True
+
+    def __init__(self, scalar: ScalarKind) -> None:
+        super().__init__(scalar.dtype, scalar.weak)
+        self.scalar = scalar
+        self.sig = f"{scalar.sig}@memory"
+
+    @property
+    def param_sizes(self) -> list[int]:
+        return [8] * (ArrayLayout(1).size // 8)
+
+    def numba_type(self):
+        from numba import types
+
+        return types.Array(self.scalar.numba_type(), 1, "C")
+
+    def slot(self, address: int) -> bytes:
+        """The parameter bytes of this number read from `address`."""
+        size = self.dtype.itemsize
+        return numba_abi(address, (1,), (size,), size)
+
+    def __repr__(self) -> str:
+        return f"MemoryScalarKind({self.scalar.sig})"
+
+
+def memory_kind(scalar: ScalarKind) -> MemoryScalarKind:
+    """The kind of `scalar` read from device memory (registered, so arg_type finds its key text)."""
+    sig = f"{scalar.sig}@memory"
+    kind = KINDS.get(sig)
+    if kind is None:
+        kind = KINDS[sig] = MemoryScalarKind(scalar)
+    return kind
+
+
 def scalar_kind(dtype: np.dtype) -> ScalarKind:
     sig = "bool" if dtype.kind == "b" else dtype.name
     kind = KINDS.get(sig)

@@ -130,8 +130,10 @@ class GraphFunction:
             # of each CUDA launch, with their locals): it then keeps none of the call's arguments
             args = kwargs = calls = None
 
-    def _launch(self, calls: list, args: tuple, kwargs: dict, result, stream, state, target):
-        """Launch a body run's recorded calls as the step's graph on their device; its runner, or None."""
+    def _launch(self, calls: list, args: tuple, kwargs: dict, result, stream, state, target, remember: bool = True):
+        """Launch a body run's recorded calls as the step's graph on their device; its runner, or None.
+        `remember`: the same arguments next time replay it at once (not for a traced step: its replays
+        check what the body read first)."""
         if not calls:  # nothing to launch
             self.stats.kernel_calls = self.stats.graph_nodes = 0
             return None
@@ -144,7 +146,10 @@ class GraphFunction:
         runner = self._runner(targets.pop(), state)
         handle = runner.own_stream if stream is None else stream
         runner.run(calls, handle, self._flag(args, kwargs))
-        runner.remember(args, kwargs, handle, result)
+        if remember:
+            runner.remember(args, kwargs, handle, result)
+        else:
+            runner.forget()
         self._last = runner
         return runner
 
@@ -196,7 +201,10 @@ class GraphFunction:
         if runner is None:  # the body made no kernel call
             self.stats.kernel_calls = self.stats.graph_nodes = 0
             return True
-        done = runner.replay_traced(step, values, runner.own_stream if stream is None else stream)
+        handle = runner.own_stream if stream is None else stream
+        if not step.in_memory and values != step.held_values():  # the first replay with new numbers: those
+            step.prepare(runner, handle, self._flag(args, kwargs), values)  # numbers move into a parameter block
+        done = runner.replay_traced(step, values, handle)
         if done:
             self._last = runner
         return done
@@ -222,7 +230,7 @@ class GraphFunction:
         self.stats.fallback_reason = None if step is not None else (tracer.untraceable(key) or tracer.last_note)
         result = plain(result)
         if cuda:
-            runner = self._launch(calls, args, kwargs, result, stream, state, target)
+            runner = self._launch(calls, args, kwargs, result, stream, state, target, remember=step is None)
             if step is not None:
                 if runner is None:  # no kernel call: nothing to replay but the result
                     step.runner = None

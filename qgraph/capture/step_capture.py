@@ -27,7 +27,7 @@ from ..errors import QgraphError
 from ..graph_cache import TaskGraph
 from ..runtime.arrays import Ndarray
 from ..runtime.call_hooks import BoundCall, StepBody, note_writes
-from .step_dependencies import array_positions, dependencies, written
+from .step_dependencies import array_positions, dependencies, first_readers, written
 from .step_host import host_node, queue_host_calls, unqueue_host_calls
 
 
@@ -78,7 +78,7 @@ class BuiltStep:
     """One step graph: each call's nodes, its executable instance and the blocks it holds."""
 
     def __init__(self, target, calls: list[BoundCall], deps: tuple, stream: int, name: str, stats,
-                 loop: tuple | None = None) -> None:
+                 loop: tuple | None = None, block=None) -> None:
         d = driver()
         self._target = target
         self.stats = stats
@@ -87,7 +87,10 @@ class BuiltStep:
         self.loop = None
         self.exec = None
         kernel_handles: frozenset = frozenset()  # kernel nodes so far: a call after one waits on a programmatic edge
+        self.block = block  # a traced step's parameter block (capture/number_block.py): its loaders lead
         try:
+            head = block.add(self.graph) if block is not None else []
+            kernel_handles = frozenset(int(n) for n in head)
             into = self.graph
             if loop is not None:  # (the flag's element pointer, guard): the whole step inside a WHILE node
                 flag_address, guard, programmatic = loop
@@ -95,10 +98,13 @@ class BuiltStep:
                 constants = self.loop.constants()
                 self._slot_block = (constants["_slot0"], constants["_limit0"])
                 self.flag_address = flag_address
-                into, _, self._slot_node = self.loop.add_loop(self.graph, [], self._slot_block[0] + flag_address +
-                                                              self._slot_block[1])
+                into, _, self._slot_node = self.loop.add_loop(self.graph, list(head), self._slot_block[0] +
+                                                              flag_address + self._slot_block[1])
+                head = []  # the loop follows the loaders
             ends: list[list] = []
-            for call, waits in zip(calls, deps):
+            # the calls reading the block wait for its loaders, unless an earlier such call already does
+            lead = first_readers(deps, block.readers) if block is not None else set()
+            for index, (call, waits) in enumerate(zip(calls, deps)):
                 launcher = call.launcher
                 if launcher is None:  # qgraph.host_call
                     part = host_node(into, [n for i in waits for n in ends[i]], self.loop is not None, name, target)
@@ -110,8 +116,9 @@ class BuiltStep:
                                       f"here ({launcher.while_reason}), so it cannot be part of a @qgraph.graph "
                                       "step; call it outside the step")
                 spec = launcher.specialisation(call.key, call.args)  # compiled when the call was recorded
-                part = spec.build_graph(call.args, call.packs, stream, stats,
-                                        into=(into, [n for i in waits for n in ends[i]]), kernel_deps=kernel_handles)
+                after = [n for i in waits for n in ends[i]] + (list(head) if index in lead else [])
+                part = spec.build_graph(call.args, call.packs, stream, stats, into=(into, after),
+                                        kernel_deps=kernel_handles)
                 self.parts.append(part)
                 ends.append(part.ends)
                 kernel_handles = kernel_handles | part.kernel_handles()
@@ -235,6 +242,10 @@ class StepRunner:
             if call.launcher is not None:
                 note_writes(written(call.launcher.src), call.args)
 
+    def forget(self) -> None:
+        """The next call runs through the step's traces (or its body), not replay_same."""
+        self._same = None
+
     def remember(self, args: tuple, kwargs: dict, stream: int, result) -> None:
         """After a run of the body: what replay_same compares the next call with."""
         built = self._current
@@ -259,17 +270,25 @@ class StepRunner:
             calls = step.calls
             if stream != self.own_stream:  # qgraph arrays are freed in order on its own stream
                 self._target.lifetimes.hold(stream, step.arrays)
-            queue_host_calls(built.parts, calls)
+            hosts = step.host_calls
+            if hosts:
+                queue_host_calls(built.parts, calls)
             err = self._launch(built.exec, stream)[0]
             if err:
-                unqueue_host_calls(built.parts, calls)
+                if hosts:
+                    unqueue_host_calls(built.parts, calls)
                 raise self._fail(err, "cuGraphLaunch")
             self._current, self._current_calls, self._current_version = built, calls, built.version
             stats = self._stats
             stats.replays += 1
             stats.graph_nodes = built.kernel_nodes
-            stats.kernel_calls = sum(c.launcher is not None for c in calls)
+            stats.kernel_calls = step.kernel_calls
         return True
+
+    @property
+    def target(self):
+        """The DeviceState its graphs live on."""
+        return self._target
 
     def current(self):
         """The graph the last body run (or traced replay) launched."""
@@ -325,15 +344,31 @@ class StepRunner:
         raise QgraphError(f"graph_while={name!r}: no kernel call in step {self._name} takes the flag, so nothing "
                           "could set it to 0; pass the flag to the kernel that decides whether to go on")
 
+    def build_with_block(self, calls: list[BoundCall], block, stream: int, flag, owner) -> BuiltStep:
+        """A traced step's own graph of `calls`, led by the loaders of its parameter block (capture/number_block.py);
+        cached under the step (`owner`), as the other graphs are."""
+        signature = tuple((id(c.launcher), c.key) for c in calls)
+        address = self._flag_address(calls, flag) if self._loop is not None else None
+        for call in calls:  # compiled first: a compile takes the device's lock
+            if call.launcher is not None:
+                call.launcher.specialisation(call.key, call.args)
+        with self._target.lock:
+            deps = dependencies(calls)
+            key = (signature, deps, id(owner))
+            built = self._built.get(key)
+            if built is None:
+                built = self._build(signature, deps, calls, stream, address, block, key)
+            return built
+
     def _build(self, signature: tuple, deps: tuple, calls: list[BoundCall], stream: int,
-               address: bytes | None) -> BuiltStep:
+               address: bytes | None, block=None, key=None) -> BuiltStep:
         loop = None
         if self._loop is not None:
             flag, limit, lineno = self._loop
             guard = (limit, self._name, _LoopPlace(flag, lineno))
             loop = (address, guard, calls[0].launcher.settings.programmatic_edges)
-        built = BuiltStep(self._target, calls, deps, stream, self._name, self._stats, loop)
-        self._built[(signature, deps)] = built
+        built = BuiltStep(self._target, calls, deps, stream, self._name, self._stats, loop, block)
+        self._built[key or (signature, deps)] = built
         if len(self._built) > self._capacity:
             _, old = self._built.popitem(last=False)
             self._target.device.synchronize()

@@ -76,3 +76,14 @@ def dependencies(calls: list[BoundCall]) -> tuple[tuple[int, ...], ...]:
         found.append(tuple(i for i in waits if not any(i in before[k] for k in waits if k != i)))
         before.append(set(waits).union(*(before[i] for i in waits)))
     return tuple(found)
+
+
+def first_readers(deps: tuple, readers: set[int]) -> set[int]:
+    """The calls among `readers` no earlier reader comes before (through `deps`, each call's direct waits)."""
+    before: list[set] = []
+    first = set()
+    for j, waits in enumerate(deps):
+        before.append(set(waits).union(*(before[i] for i in waits)))
+        if j in readers and not before[j] & readers:
+            first.add(j)
+    return first

@@ -28,6 +28,7 @@ from ..args.kinds import arg_type
 from ..args.structs import RESOLVED_ATTR, STRUCT_EPOCH
 from ..runtime.arrays import Ndarray
 from ..runtime.call_hooks import BoundCall, StepBody
+from .splices import splicer
 from .tracing import NUMBER_TYPES, Trace, Traced, plain
 
 _KEYED = (bool, np.bool_, str, type(None), bytes)  # arguments keyed by value (they select structure)
@@ -67,6 +68,11 @@ class TracedStep:
         self.held = [trace.value_of[name] for name in names]  # the values the graph (or the calls) hold now
         self.types = tuple(type(v) for v in self.held)  # a replay's values must have these types
         self.runner = None  # CUDA: the StepRunner that launches it
+        self.kernel_calls = sum(c.launcher is not None for c in calls)
+        self.host_calls = len(calls) - self.kernel_calls  # qgraph.host_call nodes a launch queues calls on
+        self.in_memory = False  # CUDA: its numbers read from a parameter block (capture/number_block.py)
+        self._memory: dict = {}  # (value index, key text) -> (pack, loader, offset) of the block's slots
+        self.memory_error: str | None = None  # why the block could not be used (the numbers stay by value)
         self.built = None  # CUDA: the BuiltStep, its setters per value, and the version it was last left at
         self.version = -1
         self._full: list[set[int]] = []  # per value, the calls it sets in full
@@ -94,6 +100,33 @@ class TracedStep:
         return call._replace(args=tuple(args), packs=None if packs is None else tuple(packs))
 
     # ---------------------------------------------------------------- CUDA
+    def held_values(self) -> tuple:
+        return tuple(self.held)
+
+    def prepare(self, runner, stream: int, flag, values: tuple) -> None:
+        """Before the first replay: the numbers that changed since the trace and that the kernels read only
+        inside their tasks move into a parameter block (one loader node sets them all), in a graph of this
+        step's own, where at least MIN_READERS calls read them; compiles the kernels' variants reading them.
+        On any failure the numbers stay by value."""
+        from . import number_block
+
+        self.in_memory = True
+        eligible = [n for n, (j, k, i) in enumerate(self.sites)
+                    if not _same_number(values[i], self.held[i])
+                    and number_block.read_in_tasks(self.calls[j].launcher.src, k)]
+        if len({self.sites[n][0] for n in eligible}) < number_block.MIN_READERS:
+            return
+        try:
+            calls, block, memory = number_block.memory_form(runner.target, self.calls,
+                                                            [self.sites[n] for n in eligible], self.held)
+            built = runner.build_with_block(calls, block, stream, flag, self)
+        except Exception as e:  # a variant that does not compile: by value, as before (said in memory_error)
+            self.memory_error = f"{type(e).__name__}: {e}"
+            return
+        self.calls, self._memory = calls, memory
+        self.sites = [site for n, site in enumerate(self.sites) if n not in eligible]
+        self.attach(built)
+
     def attach(self, built) -> None:
         """After the first launch: the graph it ran, and the generated function setting each traced
         value where it lies in the graph's nodes (`_splice`)."""
@@ -112,7 +145,7 @@ class TracedStep:
                 self._full[i].add(j)
             else:
                 groups.setdefault((i, self.calls[j].key[k]), []).append((j, places))
-        self._splice = _splicer(groups, built, self.label)
+        self._splice = splicer(groups, built, self.label, self._memory)
 
     def set_numbers(self, values: tuple) -> None:
         """Under the device lock: the graph's nodes set for `values` (only those that changed)."""
@@ -148,40 +181,6 @@ class TracedStep:
                 continue
             call = self.call_with(j, values) if any(jj == j for jj, _, _ in self.sites) else call
             call.launcher.launch(*call.args, None)
-
-
-def _splicer(groups: dict, built, label: str) -> Callable:
-    """splice(values, reset) -> nodes updated: one generated straight-line function writing each group's
-    packed value into its nodes' parameter bytes and updating those nodes, where the packed value differs
-    from what they hold (`reset`: only note what they hold now, after a full update)."""
-    from ..driver.device import driver, fail
-    from ..lang import generated
-
-    ns: dict = {"_set": driver().cuGraphExecKernelNodeSetParams, "_fail": fail, "_bh": built.held, "_stats":
-                built.stats}
-    out = generated.Lines()
-    out.line("n = 0")
-    for g, ((i, sig), calls) in enumerate(groups.items()):
-        ns[f"_pack{g}"], ns[f"_h{g}"] = arg_type(sig).pack, [None]
-        out.line(f"p = _pack{g}(values[{i}])")
-        with out.block(f"if p != _h{g}[0]:"):
-            out.line(f"_h{g}[0] = p")
-            with out.block("if not reset:"):
-                for j, places in calls:
-                    out.line(f"_bh[{j}] = None")  # the call's packs are no longer those the graph holds
-                    for x, place in enumerate(places):
-                        name = f"_{g}_{j}_{x}"
-                        ns.update({f"_d{name}": place.data, f"_b{name}": place.blocks, f"_e{name}": place.exec,
-                                   f"_n{name}": place.handle, f"_p{name}": place.params})
-                        out.line(f"_d{name}[{place.offset}:{place.offset} + len(p)] = p",
-                                 f"_b{name}[{place.index}] = None",
-                                 f"r = _set(_e{name}, _n{name}, _p{name})[0]")
-                        with out.block("if r:"):
-                            out.line(f"raise _fail(r, 'updating a traced number of step {label}')")
-                    out.line(f"n += {len(places)}")
-    out.line("_stats.node_updates += n", "return n")
-    source = out.function(f"splice(values, reset, {', '.join(f'{c}={c}' for c in ns)})")
-    return generated.function(source, "splice", f"number splices of {label}", dict(ns))
 
 
 def _traced_names(result) -> list[str]:

@@ -339,7 +339,10 @@ def test_changing_numbers_are_node_updates_without_a_new_dependency_analysis(cud
             y_np = y_np + (t + k) * x_np
     np.testing.assert_allclose(x.to_numpy(), x_np, rtol=1e-12)
     np.testing.assert_allclose(y.to_numpy(), y_np, rtol=1e-12)
-    assert analysed == [2 * substeps] and timed.stats.builds == 1
+    # one analysis per graph: the first call's, and (with enough calls reading the time) the traced
+    # step's own graph reading it from a parameter block (capture/number_block.py)
+    forms = 1 if substeps < 4 else 2
+    assert analysed == [2 * substeps] * forms and timed.stats.builds == forms
     z = qgraph.from_numpy(y_np)  # another array: analysed again (its overlaps may differ)
     timed(x, z, 9.0)
-    assert analysed == [2 * substeps] * 2
+    assert analysed == [2 * substeps] * (forms + 1)

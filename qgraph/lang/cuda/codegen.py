@@ -23,6 +23,7 @@ from ..lower.lowering import (
     assign,
     atomic_array,
     dotted,
+    fix_lines,
     function_def,
     lower_statements,
     name_node,
@@ -62,6 +63,24 @@ class CudaTaskCode:
     tiled: bool = False  # runs on 2-D blocks (tiled_loops); its launch shape comes from launch_code.tile_shape
     temporal: tuple | None = None  # a TiledTask's (passes, tile, halo) (lang.cuda.tiling); None: not tiled
     cancel: bool = False  # an interchanged loop's task: it takes the cancel word after the record (CANCEL)
+
+
+def read_from_memory(fdef: ast.FunctionDef, names: set[str]) -> ast.FunctionDef:
+    """Numbers the kernel reads from device memory (args.kinds.MemoryScalarKind): each such parameter
+    becomes a one-element array `_qg_mem_<name>`, read into the number's own name as the kernel
+    starts, so the body (typed for the number, weak or not) is unchanged."""
+    if not names:
+        return fdef
+    at = fdef.body[0]
+    loads = []
+    for arg in fdef.args.args:
+        if arg.arg in names:
+            name = arg.arg
+            arg.arg = f"_qg_mem_{name}"
+            loads.append(assign(name, ast.copy_location(
+                ast.Subscript(name_node(arg.arg, at), ast.Constant(0), ast.Load()), at), at))
+    fdef.body = loads + fdef.body
+    return fix_lines(fdef)
 
 
 def cuda_bound_params(task: Task) -> tuple[str, ...]:
@@ -148,6 +167,8 @@ def cuda_task(src: KernelSource, task: Task, param_order: list[str], symbols: Sy
         record = [RECORD] if debug is not None else []
         params = list(bounds) + list(param_order[:split]) + record + list(param_order[split:])
         fdef, plan = tiling.tiled_function(src, task, params, symbols, kinds, options)
+        fdef = read_from_memory(fdef, {n for n, t in zip(src.param_names, kinds)
+                                       if getattr(t, "in_memory", False) and n in params})
         return CudaTaskCode(task, fdef, bounds, tuple(param_order), tiled=True, temporal=plan)
     kind_of = dict(zip(src.param_names, kinds))
     zero_d = frozenset(name for name, t in kind_of.items() if t.ndim == 0)
@@ -217,6 +238,7 @@ def cuda_task(src: KernelSource, task: Task, param_order: list[str], symbols: Sy
     record = ([RECORD] if debug is not None else []) + ([CANCEL] if cancel else [])
     params = list(bounds) + list(param_order[:split]) + list(scratch) + record + list(param_order[split:])
     fdef = function_def(task_name(task), params, body, task.lineno)
+    fdef = read_from_memory(fdef, {n for n in param_order if getattr(kind_of[n], "in_memory", False)})
     return CudaTaskCode(task, fdef, bounds, tuple(param_order), one_element, tuple(found), scratch, tiled,
                         cancel=cancel)
 
