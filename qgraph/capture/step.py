@@ -172,16 +172,20 @@ class GraphFunction:
             return False, None
         step = tracer.find(key)
         if step is not None:
+            replayed = None
             try:
                 values = step.values(args, kwargs)
                 if tuple(map(type, values)) == step.types:
-                    if self._replay(step, args, kwargs, values, stream, state, target):
-                        stats.traced, stats.fallback_reason = True, None
-                        return True, step.result(values)
+                    replayed = self._replay(step, args, kwargs, values, stream, state, target)
             except Exception:  # a value the kernels cannot take (too large, a division by zero):
-                pass  # the body runs, and raises what it raises for it
-            stats.traced, stats.fallback_reason = False, "this call's numbers do not fit what the trace recorded"
-            return False, None
+                replayed = None  # the body runs, and raises what it raises for it
+            if replayed:
+                stats.traced, stats.fallback_reason = True, None
+                return True, step.result(values)
+            if replayed is None:
+                stats.traced, stats.fallback_reason = False, "this call's numbers do not fit what the trace recorded"
+                return False, None
+            tracer.drop(key)  # its graph was evicted from the step's cache: traced again below
         why = tracer.untraceable(key)
         if why is not None:
             stats.traced, stats.fallback_reason = False, why

@@ -257,6 +257,9 @@ class StepTracer:
 
     last_note = None  # why the last finished trace was not kept, where it was no fallback
 
+    def drop(self, key) -> None:
+        self._steps.pop(key, None)
+
     def untraceable(self, key) -> str | None:
         return self._untraceable.get(key)
 

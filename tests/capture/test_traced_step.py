@@ -329,3 +329,65 @@ def test_numbers_read_inside_tasks_come_from_one_parameter_block(cuda):
     np.testing.assert_array_equal(u.to_numpy(), eu.to_numpy())
     np.testing.assert_array_equal(v.to_numpy(), ev.to_numpy())
     assert step.stats.traced
+
+
+@qgraph.kernel
+def add_to(x, a: float):
+    for i in range(x.shape[0]):
+        x[i] += a
+
+
+def test_a_graph_while_step_reading_its_numbers_from_a_block(arch):
+    @qgraph.kernel
+    def shrink(x, flag, tol: float, a: float):
+        for i in range(x.shape[0]):
+            x[i] *= a
+        flag[0] = 1 if x[0] > tol else 0
+
+    @qgraph.graph(graph_while="flag")
+    def until(x, y0, y1, y2, flag, tol, a):
+        add_to(y0, a)
+        add_to(y1, 2 * a)
+        add_to(y2, 3 * a)
+        shrink(x, flag, tol, a)
+
+    ys = [qgraph.from_numpy(np.zeros(4)) for _ in range(3)]
+    want = np.zeros(3)
+    flag = qgraph.from_numpy(np.ones(1, np.int32))
+    for a in (0.5, 0.25, 0.75, 0.5):
+        x = np.full(4, 8.0)
+        xs = qgraph.from_numpy(x)
+        flag.from_numpy(np.ones(1, np.int32))
+        passes = 0
+        while True:
+            passes += 1
+            x = x * a
+            if not x[0] > 0.1:
+                break
+        until(xs, *ys, flag, 0.1, a)
+        want += passes * a * np.array([1.0, 2.0, 3.0])
+        np.testing.assert_array_equal(xs.to_numpy(), x)
+        np.testing.assert_allclose([y.to_numpy()[0] for y in ys], want, rtol=1e-14)
+
+
+def test_a_traced_step_whose_graph_was_evicted_is_traced_again(arch):
+    runs = []
+
+    @qgraph.graph(graph_cache_size=1)
+    def step(x, a):
+        runs.append(1)
+        for _ in range(4):
+            add_to(x, a)
+
+    x, y = qgraph.from_numpy(np.zeros(4)), qgraph.from_numpy(np.zeros(4))
+    want_x = want_y = 0.0
+    for k, a in enumerate((1.0, 2.0, 3.0, 4.0, 5.0, 6.0)):
+        target = x if k % 3 else y  # a second array: another trace, whose graph evicts the first's
+        step(target, a)
+        if target is x:
+            want_x += 4 * a
+        else:
+            want_y += 4 * a
+    np.testing.assert_array_equal(x.to_numpy(), want_x)
+    np.testing.assert_array_equal(y.to_numpy(), want_y)
+    assert step.stats.traced
