@@ -268,7 +268,8 @@ class StepTracer:
         the globals and closure cells the body reads watched."""
         trace = Trace()
         fn = self._fn
-        known = {id(a) for a in list(args) + list(kwargs.values()) if type(a) is Ndarray}
+        known = {id(a) for a in list(args) + list(kwargs.values())
+                 if type(a) is Ndarray or hasattr(type(a), RESOLVED_ATTR["cuda"])}
         g = fn.__globals__
         for name in _code_names(fn.__code__):
             if name in g:
@@ -355,10 +356,10 @@ def tracing_take(trace: Trace, inner: Callable[[StepBody, BoundCall], bool]) -> 
                 else:
                     trace.watch(lambda src=launcher.src, n=p.name: _resolve_name(src, n), a)
                     trace.known.add(id(a))
-            elif type(a) is Ndarray and id(a) not in trace.known:
-                trace.leave(f"kernel {name} is given an array that is not an argument of the step (made in the body, "
-                            "or read through an attribute or a helper's global): a replay would reuse this one; "
-                            "pass the array as an argument of the step")
+            elif (type(a) is Ndarray or hasattr(type(a), RESOLVED_ATTR["cuda"])) and id(a) not in trace.known:
+                trace.leave(f"kernel {name} is given an array (or struct) that is not an argument of the step (made in "
+                            "the body, or read through an attribute or a helper's global): a replay would reuse this "
+                            "one; pass it as an argument of the step")
             elif not (type(a) is Traced or type(a) is Ndarray or isinstance(a, _KEYED + NUMBER_TYPES + (tuple,))
                       or hasattr(type(a), RESOLVED_ATTR["cuda"])):
                 trace.leave(f"kernel {name} is given a {type(a).__name__} (another library's array): its memory may "
