@@ -32,7 +32,7 @@ from .splices import splicer
 from .tracing import NUMBER_TYPES, Trace, Traced, plain
 
 _KEYED = (bool, np.bool_, str, type(None), bytes)  # arguments keyed by value (they select structure)
-NEW_TRACES_IN_A_ROW = 8  # traces made without a replay between them: the step's arrays change every call
+NEW_TRACES_IN_A_ROW = 8  # traces evicting others without a replay between them: the arrays change every call
 
 
 def _same_number(a, b) -> bool:
@@ -86,6 +86,8 @@ class TracedStep:
             return values[self._index[r.name]]
         if type(r) in (tuple, list) and any(type(v) is Traced for v in r):
             return type(r)(values[self._index[v.name]] if type(v) is Traced else v for v in r)
+        if type(r) is dict and any(type(v) is Traced for v in r.values()):
+            return {k: values[self._index[v.name]] if type(v) is Traced else v for k, v in r.items()}
         return r
 
     def call_with(self, j: int, values: tuple) -> BoundCall:
@@ -188,6 +190,8 @@ def _traced_names(result) -> list[str]:
         return [result.name]
     if type(result) in (tuple, list):
         return [v.name for v in result if type(v) is Traced]
+    if type(result) is dict:
+        return [v.name for v in result.values() if type(v) is Traced]
     return []
 
 
@@ -311,7 +315,7 @@ class StepTracer:
             self.last_note = (f"{trace.escaped.split(': the number')[0]}: the integer argument {names} selects the "
                               "step's structure, so it keys the step's traces by value from the next call on")
             return None
-        if trace.escaped is None and type(result) not in (tuple, list, type(None)) and type(result) is not Traced \
+        if trace.escaped is None and type(result) not in (tuple, list, dict, type(None), Traced) \
                 and any(type(v) is Traced for v in getattr(result, "__dict__", {}).values()):
             trace.escaped = "the step returns an object holding a traced number: return the number itself"
         if trace.escaped is not None:
@@ -323,9 +327,10 @@ class StepTracer:
         structs = any(hasattr(type(a), RESOLVED_ATTR["cuda"]) for a in list(args) + list(kwargs.values()))
         step = TracedStep(trace, calls, trace.sites, result, arrays, STRUCT_EPOCH[0] if structs else None, label)
         self._steps[key] = step
+        evicted = len(self._steps) > self._capacity
         while len(self._steps) > self._capacity:
             self._steps.popitem(last=False)
-        self._new_in_a_row += 1
+        self._new_in_a_row = self._new_in_a_row + 1 if evicted else 0  # new structures filling the cache are fine
         if self._new_in_a_row >= NEW_TRACES_IN_A_ROW:
             self.disabled = (f"{NEW_TRACES_IN_A_ROW} calls in a row each needed a new trace: the step's arrays (or "
                              "static arguments) change on every call, so it runs its body instead; pass the same "

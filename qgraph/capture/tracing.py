@@ -149,11 +149,13 @@ def _plain(x):
 
 
 def plain(value):
-    """`value` with Traced numbers (also inside a tuple or list) replaced by their numbers."""
+    """`value` with Traced numbers (also inside a tuple, list or dict) replaced by their numbers."""
     if type(value) is Traced:
         return value.value
     if type(value) in (tuple, list) and any(type(v) is Traced for v in value):
         return type(value)(plain(v) for v in value)
+    if type(value) is dict and any(type(v) is Traced for v in value.values()):
+        return {k: plain(v) for k, v in value.items()}
     return value
 
 

@@ -391,3 +391,30 @@ def test_a_traced_step_whose_graph_was_evicted_is_traced_again(arch):
     np.testing.assert_array_equal(x.to_numpy(), want_x)
     np.testing.assert_array_equal(y.to_numpy(), want_y)
     assert step.stats.traced
+
+
+def test_returned_numbers_in_a_dict_are_evaluated(arch):
+    @qgraph.graph
+    def step(x, t, dt):
+        scale(x, 1.0 + dt)
+        return {"t": t + dt, "label": "advanced"}
+
+    x = qgraph.from_numpy(np.ones(4))
+    t = 0.0
+    for dt in (0.5, 0.25, 0.125):
+        out = step(x, t, dt)
+        assert out == {"t": t + dt, "label": "advanced"} and type(out["t"]) is float
+        t = out["t"]
+    assert step.stats.traced
+
+
+def test_a_step_whose_arrays_change_every_call_stops_tracing_and_says_why(arch):
+    @qgraph.graph(graph_cache_size=2)
+    def step(x, a):
+        scale(x, a)
+
+    for _ in range(12):
+        x = qgraph.from_numpy(np.ones(4))
+        step(x, 3.0)
+        np.testing.assert_array_equal(x.to_numpy(), 3.0)
+    assert not step.stats.traced and "change on every call" in step.stats.fallback_reason
