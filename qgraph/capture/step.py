@@ -216,8 +216,7 @@ class GraphFunction:
     def _trace(self, tracer, key, args: tuple, kwargs: dict, stream, state, target):
         """The first call of a structure: the body run with its numbers traced, its calls launched."""
         from ..runtime import call_hooks
-        from .traced_step import run_now, tracing_take
-        from .tracing import plain
+        from .tracing import plain, run_now, tracing_take
 
         cuda = isinstance(target, DeviceState)
         if cuda:

@@ -27,9 +27,9 @@ import numpy as np
 from ..args.kinds import arg_type
 from ..args.structs import RESOLVED_ATTR, STRUCT_EPOCH
 from ..runtime.arrays import Ndarray
-from ..runtime.call_hooks import BoundCall, StepBody
+from ..runtime.call_hooks import BoundCall
 from .splices import splicer
-from .tracing import NUMBER_TYPES, Trace, Traced, plain
+from .tracing import NUMBER_TYPES, Trace, Traced
 
 _KEYED = (bool, np.bool_, str, type(None), bytes)  # arguments keyed by value (they select structure)
 NEW_TRACES_IN_A_ROW = 8  # traces evicting others without a replay between them: the arrays change every call
@@ -38,6 +38,36 @@ NEW_TRACES_IN_A_ROW = 8  # traces evicting others without a replay between them:
 def _same_number(a, b) -> bool:
     """Equal numbers of one type, zeros of one sign (a kernel sees -0.0 and 0.0 apart)."""
     return a is b or (type(a) is type(b) and a == b and (a != 0 or math.copysign(1, a) == math.copysign(1, b)))
+
+
+HELPER_DEPTH = 3  # levels of plain Python helpers whose globals a trace watches (the step function is the first)
+
+
+def _watch_reads(trace: Trace, fn, known: set, seen: set, depth: int) -> None:
+    """Watch the globals and closure cells `fn` names (and, `depth` levels down, those of the plain Python
+    functions among them: the helpers the body calls); the arrays among them may be given to kernels."""
+    if depth <= 0 or id(fn) in seen:
+        return
+    seen.add(id(fn))
+    found = []
+    g = fn.__globals__
+    for name in _code_names(fn.__code__):
+        if name in g:
+            value = g[name]
+            trace.watch(lambda g=g, name=name: g.get(name), value)
+            found.append(value)
+    for cell in fn.__closure__ or ():
+        try:
+            value = cell.cell_contents
+        except ValueError:  # a cell not yet filled
+            continue
+        trace.watch(lambda cell=cell: cell.cell_contents, value)
+        found.append(value)
+    for value in found:
+        if type(value) is Ndarray:
+            known.add(id(value))
+        elif type(value) is types.FunctionType:
+            _watch_reads(trace, value, known, seen, depth - 1)
 
 
 def _code_names(code: types.CodeType) -> set[str]:
@@ -274,21 +304,7 @@ class StepTracer:
         fn = self._fn
         known = {id(a) for a in list(args) + list(kwargs.values())
                  if type(a) is Ndarray or hasattr(type(a), RESOLVED_ATTR["cuda"])}
-        g = fn.__globals__
-        for name in _code_names(fn.__code__):
-            if name in g:
-                value = g[name]
-                trace.watch(lambda g=g, name=name: g.get(name), value)
-                if type(value) is Ndarray:
-                    known.add(id(value))
-        for cell in fn.__closure__ or ():
-            try:
-                value = cell.cell_contents
-            except ValueError:  # a cell not yet filled
-                continue
-            trace.watch(lambda cell=cell: cell.cell_contents, value)
-            if type(value) is Ndarray:
-                known.add(id(value))
+        _watch_reads(trace, fn, known, set(), HELPER_DEPTH)
         trace.known = known
 
         def traced(a, where: str, name: str):
@@ -343,50 +359,3 @@ class StepTracer:
         self._untraceable.clear()
         self._new_in_a_row = 0
         self.disabled = None
-
-
-def tracing_take(trace: Trace, inner: Callable[[StepBody, BoundCall], bool]) -> Callable:
-    """A step body's `take` for a traced run: each call's traced numbers replaced by their values
-    (what `inner` records or runs), with what a replay could not repeat noted in the trace."""
-
-    def take(body: StepBody, call: BoundCall) -> bool:
-        sites = [a if type(a) is Traced else None for a in call.args]
-        launcher = call.launcher
-        name = launcher.src.name
-        for p, a in zip(launcher.src.params, call.args):
-            if p.source is not None:  # a module-level array the kernel reads: the same one at a replay
-                if "rng" in p.source:
-                    trace.leave(f"kernel {name} draws random numbers: each call takes a new position in the "
-                                "random stream, so the step runs its body on every call")
-                else:
-                    trace.watch(lambda src=launcher.src, n=p.name: _resolve_name(src, n), a)
-                    trace.known.add(id(a))
-            elif (type(a) is Ndarray or hasattr(type(a), RESOLVED_ATTR["cuda"])) and id(a) not in trace.known:
-                trace.leave(f"kernel {name} is given an array (or struct) that is not an argument of the step (made in "
-                            "the body, or read through an attribute or a helper's global): a replay would reuse this "
-                            "one; pass it as an argument of the step")
-            elif not (type(a) is Traced or type(a) is Ndarray or isinstance(a, _KEYED + NUMBER_TYPES + (tuple,))
-                      or hasattr(type(a), RESOLVED_ATTR["cuda"])):
-                trace.leave(f"kernel {name} is given a {type(a).__name__} (another library's array): its memory may "
-                            "change between calls, so the step runs its body on every call")
-        if any(s is not None for s in sites):
-            call = call._replace(args=tuple(plain(a) for a in call.args))
-        index = len(body.calls)
-        taken = inner(body, call)
-        trace.sites += [(index, k, a.name) for k, a in enumerate(sites) if a is not None]
-        return taken
-
-    return take
-
-
-def run_now(body: StepBody, call: BoundCall) -> bool:
-    """The CPU's `take` for a traced run: the call (its numbers plain) runs now and is kept."""
-    body.calls.append(call)
-    call.launcher.run_bound(call)
-    return True
-
-
-def _resolve_name(src, name: str):
-    import ast
-
-    return src.resolve(ast.Name(name, ast.Load()))

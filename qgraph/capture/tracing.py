@@ -25,9 +25,13 @@ from collections.abc import Callable
 
 import numpy as np
 
+from ..args.structs import RESOLVED_ATTR
 from ..lang import generated
+from ..runtime.arrays import Ndarray
+from ..runtime.call_hooks import BoundCall, StepBody
 
 NUMBER_TYPES = (int, float, np.integer, np.floating)  # traced (bool and np.bool_ key the cache instead)
+_PLAIN = (bool, np.bool_, str, type(None), bytes, tuple) + NUMBER_TYPES  # kernel arguments a replay gives again
 _QGRAPH_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -255,3 +259,52 @@ def _user_line() -> str:
     text = linecache.getline(frame.f_code.co_filename, frame.f_lineno).strip()
     where = f"line {frame.f_lineno} of {os.path.basename(frame.f_code.co_filename)}"
     return f"{where} (`{text}`)" if text else where
+
+
+# ----------------------------------------------------------------- what a traced run records of a kernel call
+
+def tracing_take(trace: Trace, inner: Callable[[StepBody, BoundCall], bool]) -> Callable:
+    """A step body's `take` for a traced run: each call's traced numbers replaced by their values
+    (what `inner` records or runs), with what a replay could not repeat noted in the trace."""
+
+    def take(body: StepBody, call: BoundCall) -> bool:
+        sites = [a if type(a) is Traced else None for a in call.args]
+        launcher = call.launcher
+        name = launcher.src.name
+        for p, a in zip(launcher.src.params, call.args):
+            if p.source is not None:  # a module-level array the kernel reads: the same one at a replay
+                if "rng" in p.source:
+                    trace.leave(f"kernel {name} draws random numbers: each call takes a new position in the "
+                                "random stream, so the step runs its body on every call")
+                else:
+                    trace.watch(lambda src=launcher.src, n=p.name: _resolve_name(src, n), a)
+                    trace.known.add(id(a))
+            elif (type(a) is Ndarray or hasattr(type(a), RESOLVED_ATTR["cuda"])) and id(a) not in trace.known:
+                trace.leave(f"kernel {name} is given an array (or struct) that is not an argument of the step (made in "
+                            "the body, or read through an attribute or a helper's global): a replay would reuse this "
+                            "one; pass it as an argument of the step")
+            elif not (type(a) is Traced or type(a) is Ndarray or isinstance(a, _PLAIN)
+                      or hasattr(type(a), RESOLVED_ATTR["cuda"])):
+                trace.leave(f"kernel {name} is given a {type(a).__name__} (another library's array): its memory may "
+                            "change between calls, so the step runs its body on every call")
+        if any(s is not None for s in sites):
+            call = call._replace(args=tuple(plain(a) for a in call.args))
+        index = len(body.calls)
+        taken = inner(body, call)
+        trace.sites += [(index, k, a.name) for k, a in enumerate(sites) if a is not None]
+        return taken
+
+    return take
+
+
+def run_now(body: StepBody, call: BoundCall) -> bool:
+    """The CPU's `take` for a traced run: the call (its numbers plain) runs now and is kept."""
+    body.calls.append(call)
+    call.launcher.run_bound(call)
+    return True
+
+
+def _resolve_name(src, name: str):
+    import ast
+
+    return src.resolve(ast.Name(name, ast.Load()))

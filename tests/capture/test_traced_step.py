@@ -418,3 +418,17 @@ def test_a_step_whose_arrays_change_every_call_stops_tracing_and_says_why(arch):
         step(x, 3.0)
         np.testing.assert_array_equal(x.to_numpy(), 3.0)
     assert not step.stats.traced and "change on every call" in step.stats.fallback_reason
+
+
+def test_what_a_helper_of_the_body_reads_is_watched_too(arch):
+    ns: dict = {"scale": scale}
+    exec("def gain():\n    return k\n\ndef body(x, a):\n    scale(x, a * gain())\n", ns)
+    ns["k"] = 2.0
+    step = qgraph.graph(ns["body"])
+    x = qgraph.from_numpy(np.ones(4))
+    step(x, 1.0)
+    step(x, 1.5)
+    ns["k"] = 10.0  # read by the helper, not the step function: the trace is stale all the same
+    step(x, 1.0)
+    np.testing.assert_array_equal(x.to_numpy(), 2.0 * 3.0 * 10.0)
+    assert step.stats.traced
