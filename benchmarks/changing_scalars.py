@@ -2,16 +2,18 @@
 
     python benchmarks/changing_scalars.py [--n 4096] [--repeat 7] [--calls 1,8,32,200] [--json PATH]
 
-A simulation step passes the time as a Python float: a captured graph then gets a node
-update per changed call, and nothing else should change. Rows, each a median over interleaved
+A simulation step passes the time as a Python float. A `cuda_graph=True` kernel then gets a
+node update per task; a `@qgraph.graph` step is traced once and replays new numbers without its
+body, through one loader node of a parameter block where many calls read the time (docs/graphs.md,
+traced steps). Rows, each a median over interleaved
 rounds of back-to-back calls, side by side in one process:
 - a `cuda_graph=True` kernel of two tasks: the float fixed, the float changing every call
   (an annotated `dt: qgraph.f32`: the new-numbers fast path), the same with `dt` unannotated
   (a new float takes the general call path), and the kernel launched eagerly;
 - a `@qgraph.graph` step of K kernel calls (K/2 substeps of two kernels, as in a wave
   equation's step: the second kernel takes the time), K = --calls: `t` fixed, `t` changing,
-  and the same calls made eagerly with `t` changing. The ratio changing/fixed is the cost of
-  the node updates alone.
+  and the same calls made eagerly with `t` changing. The ratio changing/fixed is what a new
+  number costs; the last column says whether the step replayed its trace (its body not run).
 Results are checked against NumPy once per row.
 """
 
@@ -140,7 +142,8 @@ def main() -> None:
         report["kernel"][label] = value * 1e6
 
     print("@qgraph.graph steps of K kernel calls (K/2 substeps of advance + drive): us per step")
-    print(f"  {'K':>4} {'t fixed':>10} {'t changing':>11} {'eager':>10} {'changing/fixed':>15} {'builds':>7}")
+    print(f"  {'K':>4} {'t fixed':>10} {'t changing':>11} {'eager':>10} {'changing/fixed':>15} {'builds':>7} "
+          f"{'traced':>7}")
     for calls in (int(c) for c in args.calls.split(",")):
         count = calls // 2
         u.from_numpy(u0)
@@ -154,9 +157,11 @@ def main() -> None:
                 "eager": ticking(lambda t, count=count: m.substeps_eager(u, v, t, dt, count))}
         s = interleaved_seconds(rows, budget=0.05, repeat=args.repeat, sync=qgraph.sync)
         built = m.step.stats.builds - builds
+        traced = m.step.stats.traced
         print(f"  {calls:>4} {s['fixed'] * 1e6:10.1f} {s['changing'] * 1e6:11.1f} {s['eager'] * 1e6:10.1f} "
-              f"{s['changing'] / s['fixed']:15.2f} {built:>7}")
-        report["steps"][str(calls)] = {label: value * 1e6 for label, value in s.items()} | {"builds": built}
+              f"{s['changing'] / s['fixed']:15.2f} {built:>7} {str(traced):>7}")
+        report["steps"][str(calls)] = {label: value * 1e6 for label, value in s.items()} | {"builds": built,
+                                                                                           "traced": traced}
     if args.json:
         with open(args.json, "w") as f:
             json.dump(report, f, indent=2)
