@@ -129,7 +129,8 @@ class Traced:
         return np.asarray(self._leave("made into a NumPy array"), dtype=dtype)
 
     def _compare(self, other, op: Callable, symbol: str):
-        self._leave(f"compared (`{symbol}`): a Python decision on it")
+        self._leave(f"compared (`{symbol}`, also inside min(), max() or sorted()): a Python decision on it "
+                    "(np.minimum, np.maximum and np.clip are traced)")
         return op(self.value, _plain(other))
 
     def __eq__(self, o): return self._compare(o, lambda a, b: a == b, "==")
@@ -145,7 +146,21 @@ class Traced:
     def __getattr__(self, name: str):
         if name.startswith("__"):  # protocol probes (__array_interface__, ...) find nothing
             raise AttributeError(name)
-        return getattr(self._leave(f"had its attribute .{name} read"), name)
+        return getattr(self._leave(f"read for its attribute .{name}"), name)
+
+    def clip(self, a_min=None, a_max=None, out=None, **kwargs):
+        """np.clip(t, lo, hi) calls this method: traced as np.clip of the numbers."""
+        if out is not None or kwargs:
+            return np.clip(self._leave("clipped into an array (out=)"), _plain(a_min), _plain(a_max), out=out,
+                           **kwargs)
+        trace = self.trace
+        bounds = [a_min, a_max]
+        if not all(b is None or type(b) is Traced or isinstance(b, (bool, np.bool_) + NUMBER_TYPES) for b in bounds):
+            return np.clip(self._leave("clipped to bounds that are not numbers"), _plain(a_min), _plain(a_max))
+        names = [x.name if type(x) is Traced else trace.constant(x) for x in bounds]
+        roots = self.roots.union(*(b.roots for b in bounds if type(b) is Traced))
+        value = np.clip(self.value, _plain(a_min), _plain(a_max))
+        return trace.line(f"{trace.constant(np.clip)}({self.name}, {names[0]}, {names[1]})", value, roots)
 
 
 def _plain(x):
@@ -203,7 +218,8 @@ class Trace:
             return
         self.escaped_roots = value.roots
         names = ", ".join(f"'{r}'" for r in sorted(value.roots))
-        self.escaped = (f"{_user_line()}: the number from argument {names} is {what}; a replay does not run the "
+        arguments = "argument" if len(value.roots) == 1 else "arguments"
+        self.escaped = (f"{_user_line()}: the number from {arguments} {names} is {what}; a replay does not run the "
                         f"body, so the step runs its body on every call. If that argument selects the step's "
                         f"structure, declare it static (@qgraph.graph(static=({names},))); else compute with "
                         f"it inside a kernel")

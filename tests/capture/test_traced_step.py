@@ -432,3 +432,49 @@ def test_what_a_helper_of_the_body_reads_is_watched_too(arch):
     step(x, 1.0)
     np.testing.assert_array_equal(x.to_numpy(), 2.0 * 3.0 * 10.0)
     assert step.stats.traced
+
+
+def test_operators_rounding_and_numpy_clamps_are_traced(arch):
+    @qgraph.graph
+    def step(x, t, dt):
+        a = abs(-t) ** 2 + round(dt, 3) + math.floor(t * 10) + sum([t, dt]) - divmod_free(t)
+        scale(x, 1.0 + np.minimum(dt, 0.05) + np.clip(a, 0.0, 1e6) * 1e-3)
+
+    def divmod_free(t):
+        return t // 0.5 + t % 0.5
+
+    x = qgraph.from_numpy(np.ones(4))
+    want = np.ones(4)
+    for t, dt in ((0.25, 0.01), (1.75, 0.125), (3.5, 0.0625)):
+        step(x, t, dt)
+        a = abs(-t) ** 2 + round(dt, 3) + math.floor(t * 10) + sum([t, dt]) - (t // 0.5 + t % 0.5)
+        want = want * (1.0 + np.minimum(dt, 0.05) + np.clip(a, 0.0, 1e6) * 1e-3)
+        np.testing.assert_array_equal(x.to_numpy(), want)
+    assert step.stats.traced and step.stats.traces == 1
+
+
+def test_min_on_a_number_falls_back_and_points_at_numpy_s_clamps(arch):
+    @qgraph.graph
+    def step(x, dt):
+        scale(x, 1.0 + min(dt, 0.05))
+
+    x = qgraph.from_numpy(np.ones(4))
+    step(x, 0.01)
+    step(x, 0.1)
+    np.testing.assert_array_equal(x.to_numpy(), 1.01 * 1.05)
+    assert not step.stats.traced and "np.minimum" in step.stats.fallback_reason
+
+
+def test_keyword_and_default_numbers_key_their_own_traces(arch):
+    @qgraph.graph
+    def step(x, t, dt=0.5):
+        scale(x, t + dt)
+
+    x = qgraph.from_numpy(np.ones(4))
+    step(x, 1.0)  # dt's default: a constant of this trace
+    step(x, 2.0)
+    step(x, 1.0, dt=0.25)  # given by keyword: another trace, dt traced
+    step(x, 1.0, dt=1.0)
+    step(x, t=3.0)
+    np.testing.assert_array_equal(x.to_numpy(), 1.5 * 2.5 * 1.25 * 2.0 * 3.5)
+    assert step.stats.traces == 3 and step.stats.traced
