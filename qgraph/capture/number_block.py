@@ -60,7 +60,6 @@ class NumberBlock:
     """`slots` 8-byte slots of device memory and the loader nodes that fill them."""
 
     def __init__(self, target, slots: int) -> None:
-        self._target = target
         self.array = Ndarray(np.uint64, (max(slots, 1),))  # freed when the traced step is
         self.address = int(self.array.__cuda_array_interface__["data"][0])
         self.slots = slots

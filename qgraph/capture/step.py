@@ -97,7 +97,6 @@ class GraphFunction:
                 # under a tape every pass's calls are recorded: the loop runs here, its calls launched as made
                 return self._passes(args, kwargs, self.options_now(state),
                                     lambda: (None, self._fn(*args, **kwargs)))
-            handle = None
             if cuda:
                 runner = self._last or self._runner(target, state)
                 if stream is not None:
@@ -206,7 +205,7 @@ class GraphFunction:
             self.stats.kernel_calls = self.stats.graph_nodes = 0
             return True
         handle = runner.own_stream if stream is None else stream
-        if not step.in_memory and values != step.held_values():  # the first replay with new numbers: those
+        if not step.in_memory and values != tuple(step.held):  # the first replay with new numbers: those
             step.prepare(runner, handle, self._flag(args, kwargs), values)  # numbers move into a parameter block
         done = runner.replay_traced(step, values, handle)
         if done:

@@ -132,9 +132,6 @@ class TracedStep:
         return call._replace(args=tuple(args), packs=None if packs is None else tuple(packs))
 
     # ---------------------------------------------------------------- CUDA
-    def held_values(self) -> tuple:
-        return tuple(self.held)
-
     def prepare(self, runner, stream: int, flag, values: tuple) -> None:
         """Before the first replay: the numbers that changed since the trace and that the kernels read only
         inside their tasks move into a parameter block (one loader node sets them all), in a graph of this

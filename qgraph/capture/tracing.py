@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import sys
 from collections.abc import Callable
 
@@ -31,6 +32,7 @@ from ..runtime.arrays import Ndarray
 from ..runtime.call_hooks import BoundCall, StepBody
 
 NUMBER_TYPES = (int, float, np.integer, np.floating)  # traced (bool and np.bool_ key the cache instead)
+_TRACED_NAME = re.compile(r"\b_[ta]\d+\b")  # the traced values an expression line reads
 _PLAIN = (bool, np.bool_, str, type(None), bytes, tuple) + NUMBER_TYPES  # kernel arguments a replay gives again
 _QGRAPH_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -207,9 +209,7 @@ class Trace:
 
     def line(self, expression: str, value, roots: frozenset) -> Traced:
         name = f"_t{len(self.lines)}"
-        reads = tuple(w for w in expression.replace("(", " ").replace(")", " ").replace(",", " ").split()
-                      if w.startswith(("_t", "_a")))
-        self.lines.append((name, expression, reads))
+        self.lines.append((name, expression, tuple(_TRACED_NAME.findall(expression))))
         self.value_of[name] = value
         return Traced(value, name, self, roots)
 
