@@ -9,6 +9,7 @@
 See docs/ for the guide; the public names below are the contract (SPEC.md).
 """
 
+from . import distributed
 from .args.structs import struct
 from .backends.inspection import KernelCode, TaskCode
 from .capture.step import GraphFunction, StepStats, graph, host_call, while_loop
@@ -76,7 +77,7 @@ __all__ = [
     "QgraphError", "StepStats", "graph",
     "QgraphSyntaxError",
     "atomic_add", "atomic_max", "atomic_min", "atomic_sub", "benchmark", "clamp", "compile", "current_arch",
-    "device", "device_count", "device_info",
+    "device", "device_count", "device_info", "distributed",
     "f32", "f64",
     "from_numpy", "func", "i8", "i16", "i32", "i64", "init", "kernel", "ndarray", "ndrange", "reset", "serial",
     "stop_gradient",

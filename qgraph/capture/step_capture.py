@@ -27,6 +27,7 @@ from ..errors import QgraphError
 from ..graph_cache import TaskGraph
 from ..runtime.arrays import Ndarray
 from ..runtime.call_hooks import BoundCall, StepBody, note_writes
+from .step_collective import CollectiveCall, CollectiveNode
 from .step_dependencies import array_positions, dependencies, first_readers, written
 from .step_host import host_node, queue_host_calls, unqueue_host_calls
 
@@ -106,8 +107,10 @@ class BuiltStep:
             lead = first_readers(deps, block.readers) if block is not None else set()
             for index, (call, waits) in enumerate(zip(calls, deps)):
                 launcher = call.launcher
-                if launcher is None:  # qgraph.host_call
-                    part = host_node(into, [n for i in waits for n in ends[i]], self.loop is not None, name, target)
+                if launcher is None:  # qgraph.host_call, or a collective (qgraph.distributed)
+                    after, in_loop = [n for i in waits for n in ends[i]], self.loop is not None
+                    part = CollectiveNode(into, after, call, in_loop, name) if type(call) is CollectiveCall \
+                        else host_node(into, after, in_loop, name, target)
                     self.parts.append(part)
                     ends.append(part.ends)
                     continue
@@ -366,7 +369,8 @@ class StepRunner:
         if self._loop is not None:
             flag, limit, lineno = self._loop
             guard = (limit, self._name, _LoopPlace(flag, lineno))
-            loop = (address, guard, calls[0].launcher.settings.programmatic_edges)
+            first = next(c.launcher for c in calls if c.launcher is not None)  # one sets the flag
+            loop = (address, guard, first.settings.programmatic_edges)
         built = BuiltStep(self._target, calls, deps, stream, self._name, self._stats, loop, block)
         self._built[key or (signature, deps)] = built
         if len(self._built) > self._capacity:

@@ -135,12 +135,12 @@ def host_node(graph, deps: list, in_loop: bool, step_name: str, target) -> HostN
 def queue_host_calls(parts: list, calls: list) -> None:
     """Before a launch: each host node gets the (fn, args) of this launch's call."""
     for part, call in zip(parts, calls):
-        if call.launcher is None:
+        if type(call) is HostCall:
             part.queue(call)
 
 
 def unqueue_host_calls(parts: list, calls: list) -> None:
     """After a failed launch: take back what queue_host_calls queued."""
     for part, call in zip(parts, calls):
-        if call.launcher is None:
+        if type(call) is HostCall:
             part.unqueue()

@@ -1,0 +1,174 @@
+"""qgraph.distributed.Group: collectives in and out of steps, and the multi-GPU solve to a global
+tolerance in one device loop, against one rank and NumPy (gloo on the CPU, NCCL on 2 GPUs)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import socket
+
+import numpy as np
+import pytest
+
+import qgraph
+import qgraph.distributed
+from qgraph.examples import ranks
+from qgraph.examples import relax_multi_gpu as relax
+from qgraph.examples.heat_multi_gpu import initial_field
+
+if importlib.util.find_spec("torch") is None:
+    pytest.skip("PyTorch is not installed", allow_module_level=True)
+pytestmark = pytest.mark.torch
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_numba_thread_per_rank():
+    """The ranks share the machine's cores: each runs its loops on one numba thread. The kernels
+    are compiled here first, into the compile cache the ranks share (numba refuses another thread
+    count in this process once its threads run)."""
+    qgraph.init("cpu")
+    u, change, count = qgraph.from_numpy(np.zeros((4, 5))), qgraph.from_numpy(np.zeros(1)), qgraph.ndarray(
+        qgraph.i64, (1,))
+    qgraph.compile(relax.sweep, u, u, change, 1, 3)
+    qgraph.compile(relax.decide, change, change, count, qgraph.ndarray(qgraph.i32, (1,)), 1e-3)
+    qgraph.compile(scale, change, 2.0)
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("NUMBA_NUM_THREADS", "1")
+        yield
+
+
+@qgraph.kernel
+def scale(x, factor: float):
+    for i in range(x.shape[0]):
+        x[i] = x[i] * factor
+
+
+def collectives_on_each_rank(rows: int = 8, cols: int = 5) -> dict:
+    """Run on every rank: eager collectives, then a step holding two of them, replayed."""
+    g = qgraph.distributed.Group()
+    r, w = g.rank, g.world
+    x = qgraph.from_numpy(np.full(3, r + 1.0))
+    g.all_reduce(x, "sum")
+    assert np.array_equal(x.to_numpy(), np.full(3, w * (w + 1) / 2)), x.to_numpy()
+    for dtype, op, expected in ((np.float32, "min", 1.0), (np.int32, "max", w), (np.int64, "prod", np.prod(
+            np.arange(1, w + 1)))):
+        y = qgraph.from_numpy(np.full(4, r + 1, dtype))
+        g.all_reduce(y, op)
+        assert np.array_equal(y.to_numpy(), np.full(4, expected, dtype)), (op, y.to_numpy())
+    a = qgraph.from_numpy(np.full((rows, cols), float(r)))
+    a_host = a.to_numpy()
+    a_host[1], a_host[rows - 2] = 100.0 + r, 200.0 + r  # the edge rows the neighbours get
+    a.from_numpy(a_host)
+    g.exchange_rows(a)
+    got = a.to_numpy()
+    assert np.array_equal(got[0], np.full(cols, 200.0 + r - 1 if r > 0 else float(r)))
+    assert np.array_equal(got[rows - 1], np.full(cols, 100.0 + r + 1 if r < w - 1 else float(r)))
+
+    @qgraph.graph
+    def step(x, factor: float):
+        scale(x, factor)
+        g.all_reduce(x, "max")
+
+    x.from_numpy(np.full(3, r + 1.0))
+    step(x, 2.0)  # 2 (r + 1), then the max over the ranks: 2w
+    step(x, 3.0)  # a traced replay with a new number: 6w
+    step(x, 3.0)  # the same arguments: 18w
+    assert np.array_equal(x.to_numpy(), np.full(3, 18.0 * w)), x.to_numpy()
+    return {"builds": step.stats.builds, "traced": step.stats.traced, "world": w}
+
+
+@pytest.fixture
+def one_rank_group():
+    """A torch.distributed group of this process alone (gloo), destroyed after the test."""
+    import torch.distributed as dist
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    qgraph.init("cpu")
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    yield qgraph.distributed.Group()
+    dist.destroy_process_group()
+
+
+def test_a_group_needs_an_initialised_process_group():
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        pytest.skip("a process group is already initialised here")
+    with pytest.raises(RuntimeError, match=r"needs torch.distributed.init_process_group\(...\) first"):
+        qgraph.distributed.Group()
+
+
+def test_bad_arguments_name_the_argument_and_the_fix(one_rank_group):
+    g = one_rank_group
+    a = qgraph.from_numpy(np.zeros((8, 3)))
+    with pytest.raises(ValueError, match="all_reduce: op='mean'; use one of 'sum', 'prod', 'max', 'min'"):
+        g.all_reduce(a, "mean")
+    with pytest.raises(TypeError, match="array: a qgraph array .* got ndarray"):
+        g.all_reduce(np.zeros(3))
+    with pytest.raises(ValueError, match="exchange_rows: width=0; give a positive int"):
+        g.exchange_rows(a, 0)
+    with pytest.raises(ValueError, match=r"shape \(8, 3\) has fewer than 12 rows .* width=3"):
+        g.exchange_rows(a, 3)
+    g.all_reduce(a, "max")  # after the errors, good calls work (one rank: nothing to exchange)
+    g.exchange_rows(a)
+    g.close()
+    with pytest.raises(RuntimeError, match="was closed; make a new Group"):
+        g.all_reduce(a)
+
+
+def test_one_rank_solve_is_the_numpy_solve(one_rank_group):
+    r = relax.solve(40, 33, tol=2e-3)
+    expected, passes = relax.numpy_solve(initial_field(40, 33), 2e-3)
+    assert (r.world, r.passes) == (1, passes)
+    np.testing.assert_array_equal(r.u, expected)
+
+
+def test_collectives_on_two_gloo_ranks():
+    out = ranks.launch(2, "cpu", collectives_on_each_rank, 300)
+    assert out == {"builds": 0, "traced": True, "world": 2}
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_ranks_take_the_same_passes_as_one_process_on_the_cpu(world):
+    r = relax.launch(world, "cpu", rows=45, cols=30, tol=1e-3)
+    expected, passes = relax.numpy_solve(initial_field(45, 30), 1e-3)
+    assert (r.world, r.passes, r.arch) == (world, passes, "cpu")
+    np.testing.assert_array_equal(r.u, expected)
+    assert 0 < r.change <= 1e-3
+
+
+def _gpus() -> int:
+    return qgraph.device_count() if os.environ.get("CI") != "true" else 0
+
+
+@pytest.mark.cuda
+def test_one_gpu_device_loop_matches_numpy():
+    if _gpus() < 1:
+        pytest.skip("needs a CUDA device")
+    r = relax.launch(1, "cuda", rows=130, cols=70, tol=1e-3)
+    expected, passes = relax.numpy_solve(initial_field(130, 70), 1e-3)
+    assert (r.passes, r.launches) == (passes, 1)
+    np.testing.assert_allclose(r.u, expected, rtol=0, atol=1e-12)
+
+
+@pytest.mark.cuda
+def test_two_gpus_collectives_in_and_out_of_steps():
+    if _gpus() < 2:
+        pytest.skip("needs 2 CUDA devices")
+    out = ranks.launch(2, "cuda", collectives_on_each_rank, 300)
+    assert out == {"builds": 1, "traced": True, "world": 2}
+
+
+@pytest.mark.cuda
+def test_two_gpus_loop_on_the_device_to_the_one_gpu_answer():
+    if _gpus() < 2:
+        pytest.skip("needs 2 CUDA devices")
+    one = relax.launch(1, "cuda", rows=301, cols=257, tol=5e-4)
+    two = relax.launch(2, "cuda", rows=301, cols=257, tol=5e-4)
+    expected, passes = relax.numpy_solve(initial_field(301, 257), 5e-4)
+    assert (one.passes, two.passes, two.world) == (passes, passes, 2)
+    assert two.launches == 1  # every pass, exchanges and all-reduce included, in one graph launch
+    np.testing.assert_array_equal(two.u, one.u)
+    np.testing.assert_allclose(two.u, expected, rtol=0, atol=1e-12)
