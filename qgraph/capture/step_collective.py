@@ -100,7 +100,8 @@ class CollectiveNode:
             if in_loop and other:
                 raise QgraphError(f"step {step_name}: {call.what} put {', '.join(other)} nodes in the step's graph, "
                                   "which CUDA allows no conditional body to hold, so it cannot run inside this "
-                                  "graph_while loop; check the loop's flag on the host instead")
+                                  "graph_while loop; run the step without graph_while and read the flag on the "
+                                  "host every few calls")
             self.kernel_nodes = kinds.count("CU_GRAPH_NODE_TYPE_KERNEL")
             self.handle = check(d.cuGraphAddChildGraphNode(graph, deps, len(deps), self.captured),
                                 "adding a collective's child graph")
