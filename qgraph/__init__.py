@@ -12,7 +12,8 @@ See docs/ for the guide; the public names below are the contract (SPEC.md).
 from . import distributed
 from .args.structs import struct
 from .backends.inspection import KernelCode, TaskCode
-from .capture.step import GraphFunction, StepStats, graph, host_call, while_loop
+from .capture.step import GraphFunction, StepStats, graph, while_loop
+from .capture.step_host import host_call
 from .compiler.numba_probes import install_gate as install_numba_probe_gate
 from .decorator import Func, Kernel, KernelStats, compile, func, kernel
 from .dtypes import f32, f64, i8, i16, i32, i64, u8, u16, u32, u64

@@ -7,6 +7,11 @@ class QgraphError(RuntimeError):
     """A qgraph operation failed (no usable device, a driver error, a build failure)."""
 
 
+class DeviceLoopRefused(QgraphError):
+    """A graph_while step's graph cannot hold its loop (a collective NCCL gives a host node): the
+    step then loops on the host (capture/step.py)."""
+
+
 class QgraphSyntaxError(QgraphError):
     """A kernel uses a construct qgraph cannot place in a task; names the source line."""
 

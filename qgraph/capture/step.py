@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import functools
 import inspect
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from .. import runtime
-from ..errors import QgraphError
+from ..errors import DeviceLoopRefused, FallbackWarning, QgraphError
 from ..lang.options import USE_ENVIRONMENT, KernelOptions, ResolvedOptions
 from ..runtime import DeviceState
 from ..tracebacks import user_error
@@ -38,6 +39,7 @@ class StepStats:
     traced: bool = False  # the last call replayed (or recorded) a trace: its body does not run for new numbers
     fallback_reason: str | None = None  # why the last call ran its body (None when traced)
     traces: int = 0  # traced runs of the body, total
+    host_loop: str | None = None  # why a graph_while step loops on the host (None: in a WHILE node)
 
 
 class GraphFunction:
@@ -71,6 +73,7 @@ class GraphFunction:
         self.stats = StepStats()
         self._runners: dict[str, object] = {}  # per device ("cuda:0", ...)
         self._last = None  # the runner of the last call: its replay of the same arguments comes first
+        self._host_step = None  # graph_while on the host: the step without its loop, launched once a pass
         functools.update_wrapper(self, fn)
         runtime.STATE.kernels.add(self)
 
@@ -93,10 +96,8 @@ class GraphFunction:
                 return self._fn(*args, **kwargs)  # a step called by a step: its calls join the outer one
             cuda = isinstance(target, DeviceState)
             taped = call_hooks.tape_recording()  # a tape must see the body's calls: no replay, no trace
-            if cuda and self.graph_while is not None and taped:
-                # under a tape every pass's calls are recorded: the loop runs here, its calls launched as made
-                return self._passes(args, kwargs, self.options_now(state),
-                                    lambda: (None, self._fn(*args, **kwargs)))
+            if cuda and self.graph_while is not None and (taped or self._host_step is not None):
+                return self._loop_on_host(args, kwargs, stream, state, taped)
             if cuda:
                 runner = self._last or self._runner(target, state)
                 if stream is not None:
@@ -121,6 +122,14 @@ class GraphFunction:
             calls, result = call_hooks.run_body(self._fn, args, kwargs, recorded)
             self._launch(calls, args, kwargs, result, stream, state, target)
             return result
+        except DeviceLoopRefused as e:  # nothing was launched: the loop moves to the host for good
+            self._tracer, self.stats.host_loop = None, f"{e}"
+            self._host_step = GraphFunction(self._fn, self.graph_cache_size, None, self.max_iterations, self.static,
+                                            self.trace)
+            self._host_step.stats = self.stats
+            warnings.warn(f"step {self.__name__}: graph_while runs as a host loop, the flag read after every pass, "
+                          f"because {e}", FallbackWarning, stacklevel=2)
+            return self._loop_on_host(args, kwargs, stream, state, False)
         except Exception as e:
             user_error(e)
             raise
@@ -277,6 +286,13 @@ class GraphFunction:
             return result
         return self._passes(args, kwargs, options, lambda: call_hooks.run_body(self._fn, args, kwargs))
 
+    def _loop_on_host(self, args: tuple, kwargs: dict, stream, state, taped: bool):
+        """graph_while on CUDA run by the host: under a tape every pass's calls launched as made (the
+        tape records them), else each pass one launch of the step's graph without its loop."""
+        step = (lambda: self._fn(*args, **kwargs)) if taped else (lambda: self._host_step(*args, stream=stream,
+                                                                                         **kwargs))
+        return self._passes(args, kwargs, self.options_now(state), lambda: (None, step()))
+
     def _passes(self, args: tuple, kwargs: dict, options: KernelOptions, body: Callable, first=None):
         """graph_while run by Python: `body()` (its calls or None, its result) until the flag reads
         0 (do-while), with the guard; `first`: the first pass's (calls, result), already run."""
@@ -302,7 +318,7 @@ class GraphFunction:
         for runner in self._runners.values():
             runner.close()
         self._runners.clear()
-        self._last = None
+        self._last = self._host_step = None
         self._tracer = None  # its traces hold the old runtime's arrays and graphs
         self.stats = StepStats()
 
@@ -343,38 +359,6 @@ def graph(fn: Callable | None = None, *, graph_cache_size: int | None = None, gr
 
     return wrap if fn is None else wrap(fn)
 
-
-def host_call(fn: Callable, *args) -> None:
-    """In a @qgraph.graph step: call `fn(*args)` on the host in order with the step's kernel calls
-    (on CUDA a host node of the step's graph, run on a driver thread: `fn` must not call CUDA,
-    and the graph keeps `fn` and `args` alive until it has run; backends/step_host.py). On the
-    CPU, or outside a step (after qgraph.sync()), it calls `fn(*args)` at once."""
-    from ..runtime import call_hooks
-
-    if not callable(fn):
-        raise TypeError(f"qgraph.host_call takes a callable first, got {fn!r}")
-    body = call_hooks.current_body()
-    calls = None if body is None else body.calls
-    trace = None if body is None else body.trace
-    if trace is not None:
-        from .tracing import Traced, plain
-
-        if any(type(a) is Traced for a in args):
-            trace.leave("qgraph.host_call is given a traced number: the host function would get the first "
-                        "call's value at every replay, so the step runs its body on every call")
-            args = tuple(plain(a) for a in args)
-    if calls is not None and (trace is not None or isinstance(runtime.STATE.current(), DeviceState)):
-        from .step_host import HostCall
-
-        calls.append(HostCall(fn, args))  # on the CPU a traced run keeps it too: a replay calls it in order
-        if isinstance(runtime.STATE.current(), DeviceState):
-            return
-    if calls is None:
-        runtime.sync()
-    fn(*args)
-
-
-host_call._qgraph_kind = "host_call"  # what the kernel front end rejects (lang.front.reports)
 
 _LOOPS: dict = {}  # step function -> its graph_while wrapper (qgraph.while_loop)
 

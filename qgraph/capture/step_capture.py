@@ -109,7 +109,7 @@ class BuiltStep:
                 launcher = call.launcher
                 if launcher is None:  # qgraph.host_call, or a collective (qgraph.distributed)
                     after, in_loop = [n for i in waits for n in ends[i]], self.loop is not None
-                    part = CollectiveNode(into, after, call, in_loop, name) if type(call) is CollectiveCall \
+                    part = CollectiveNode(into, after, call, in_loop) if type(call) is CollectiveCall \
                         else host_node(into, after, in_loop, name, target)
                     self.parts.append(part)
                     ends.append(part.ends)

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..driver.device import check, driver
-from ..errors import QgraphError
+from ..errors import DeviceLoopRefused
 
 _EVENT_NODES = ("CU_GRAPH_NODE_TYPE_EVENT_RECORD", "CU_GRAPH_NODE_TYPE_WAIT_EVENT")
 _BODY_NODES = ("CU_GRAPH_NODE_TYPE_KERNEL", "CU_GRAPH_NODE_TYPE_MEMCPY", "CU_GRAPH_NODE_TYPE_MEMSET",
@@ -84,7 +84,7 @@ class CollectiveNode:
     """The child-graph node of one CollectiveCall in a built step graph, standing where a kernel
     call's TaskGraph stands in BuiltStep.parts (nothing to update: its arrays are in its key)."""
 
-    def __init__(self, graph, deps: list, call: CollectiveCall, in_loop: bool, step_name: str) -> None:
+    def __init__(self, graph, deps: list, call: CollectiveCall, in_loop: bool) -> None:
         d = driver()
         stream = check(d.cuStreamCreate(1), "cuStreamCreate")  # CU_STREAM_NON_BLOCKING, for the capture only
         self.captured = None
@@ -98,10 +98,8 @@ class CollectiveNode:
             kinds = without_event_nodes(self.captured)
             other = sorted({k for k in kinds if k not in _BODY_NODES})
             if in_loop and other:
-                raise QgraphError(f"step {step_name}: {call.what} put {', '.join(other)} nodes in the step's graph, "
-                                  "which CUDA allows no conditional body to hold, so it cannot run inside this "
-                                  "graph_while loop; run the step without graph_while and read the flag on the "
-                                  "host every few calls")
+                raise DeviceLoopRefused(f"{call.what} put {', '.join(other)} nodes in the step's graph, which "
+                                        "CUDA allows in no conditional body")
             self.kernel_nodes = kinds.count("CU_GRAPH_NODE_TYPE_KERNEL")
             self.handle = check(d.cuGraphAddChildGraphNode(graph, deps, len(deps), self.captured),
                                 "adding a collective's child graph")

@@ -1,6 +1,6 @@
 """`qgraph.host_call(fn, *args)` in a @qgraph.graph step on CUDA: a host node of the step's graph.
 
-The body records a `HostCall` among its kernel calls (step.host_call); the step's graph gets a
+The body records a `HostCall` among its kernel calls (host_call below); the step's graph gets a
 host node (cuGraphAddHostNode) after every call recorded before it, and every call after it
 waits for it, so `fn` runs in order with the kernels around it. A host node belongs at the top
 level of a graph: CUDA allows none inside a conditional body, so a graph_while step rejects it
@@ -30,7 +30,9 @@ from __future__ import annotations
 
 import ctypes
 import time
+from collections.abc import Callable
 
+from .. import runtime
 from ..driver.device import check, driver
 from ..errors import QgraphError
 
@@ -144,3 +146,34 @@ def unqueue_host_calls(parts: list, calls: list) -> None:
     for part, call in zip(parts, calls):
         if type(call) is HostCall:
             part.unqueue()
+
+
+def host_call(fn: Callable, *args) -> None:
+    """In a @qgraph.graph step: call `fn(*args)` on the host in order with the step's kernel calls
+    (on CUDA a host node of the step's graph, run on a driver thread: `fn` must not call CUDA,
+    and the graph keeps `fn` and `args` alive until it has run). On the
+    CPU, or outside a step (after qgraph.sync()), it calls `fn(*args)` at once."""
+    from ..runtime import DeviceState, call_hooks
+
+    if not callable(fn):
+        raise TypeError(f"qgraph.host_call takes a callable first, got {fn!r}")
+    body = call_hooks.current_body()
+    calls = None if body is None else body.calls
+    trace = None if body is None else body.trace
+    if trace is not None:
+        from .tracing import Traced, plain
+
+        if any(type(a) is Traced for a in args):
+            trace.leave("qgraph.host_call is given a traced number: the host function would get the first "
+                        "call's value at every replay, so the step runs its body on every call")
+            args = tuple(plain(a) for a in args)
+    if calls is not None and (trace is not None or isinstance(runtime.STATE.current(), DeviceState)):
+        calls.append(HostCall(fn, args))  # on the CPU a traced run keeps it too: a replay calls it in order
+        if isinstance(runtime.STATE.current(), DeviceState):
+            return
+    if calls is None:
+        runtime.sync()
+    fn(*args)
+
+
+host_call._qgraph_kind = "host_call"  # what the kernel front end rejects (lang.front.reports)

@@ -3,9 +3,11 @@ tolerance in one device loop, against one rank and NumPy (gloo on the CPU, NCCL 
 
 from __future__ import annotations
 
+import ctypes
 import importlib.util
 import os
 import socket
+import warnings
 
 import numpy as np
 import pytest
@@ -139,6 +141,34 @@ def test_ranks_take_the_same_passes_as_one_process_on_the_cpu(world):
     assert 0 < r.change <= 1e-3
 
 
+_PROXY_HAND_OFF = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(lambda _: None)
+
+
+def solve_as_between_hosts(**kwargs) -> tuple:
+    """Run on every rank: relax.solve with each all-reduce followed by a host function on its stream, as
+    NCCL's collectives between hosts are (their captured graph hands the proxy thread its work in a host
+    node): the step's loop moves to the host, with a FallbackWarning."""
+    from qgraph.driver import nccl
+    from qgraph.driver.device import check, driver
+
+    real = nccl.Communicator.all_reduce
+
+    def with_host_node(self, address, count, dtype, op, stream):
+        real(self, address, count, dtype, op, stream)
+        d = driver()
+        check(d.cuLaunchHostFunc(stream, d.CUhostFn(ctypes.cast(_PROXY_HAND_OFF, ctypes.c_void_p).value), 0),
+              "cuLaunchHostFunc")
+
+    nccl.Communicator.all_reduce = with_host_node
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            r = relax.solve(**kwargs)
+    finally:
+        nccl.Communicator.all_reduce = real
+    return r, [str(w.message) for w in caught if w.category is qgraph.FallbackWarning]
+
+
 def _gpus() -> int:
     return qgraph.device_count() if os.environ.get("CI") != "true" else 0
 
@@ -172,3 +202,15 @@ def test_two_gpus_loop_on_the_device_to_the_one_gpu_answer():
     assert two.launches == 1  # every pass, exchanges and all-reduce included, in one graph launch
     np.testing.assert_array_equal(two.u, one.u)
     np.testing.assert_allclose(two.u, expected, rtol=0, atol=1e-12)
+
+
+@pytest.mark.cuda
+def test_a_collective_needing_a_host_node_moves_the_loop_to_the_host():
+    if _gpus() < 2:
+        pytest.skip("needs 2 CUDA devices")
+    r, said = ranks.launch(2, "cuda", solve_as_between_hosts, 300, rows=64, cols=48, tol=1e-3)
+    expected, passes = relax.numpy_solve(initial_field(64, 48), 1e-3)
+    assert r.passes == passes and r.launches == passes  # one launch of the step's graph per pass
+    np.testing.assert_allclose(r.u, expected, rtol=0, atol=1e-12)
+    assert len(said) == 1 and said[0].startswith("step relax: graph_while runs as a host loop, the flag read after "
+                                                 "every pass, because all_reduce('max') put CU_GRAPH_NODE_TYPE_HOST")
