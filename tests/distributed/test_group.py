@@ -149,15 +149,15 @@ def solve_as_between_hosts(**kwargs) -> tuple:
     NCCL's collectives between hosts are (their captured graph hands the proxy thread its work in a host
     node): the step's loop moves to the host, with a FallbackWarning."""
     from qgraph.driver import nccl
-    from qgraph.driver.device import check, driver
 
     real = nccl.Communicator.all_reduce
+    # the driver's own entry point: cuda.bindings' cuLaunchHostFunc wraps the function in a trampoline
+    # that frees itself after one call, which a graph's host node would call again
+    launch_host_func = ctypes.CDLL("libcuda.so.1").cuLaunchHostFunc
 
     def with_host_node(self, address, count, dtype, op, stream):
         real(self, address, count, dtype, op, stream)
-        d = driver()
-        check(d.cuLaunchHostFunc(stream, d.CUhostFn(ctypes.cast(_PROXY_HAND_OFF, ctypes.c_void_p).value), 0),
-              "cuLaunchHostFunc")
+        assert launch_host_func(ctypes.c_void_p(stream), _PROXY_HAND_OFF, None) == 0
 
     nccl.Communicator.all_reduce = with_host_node
     try:
