@@ -137,6 +137,9 @@ class Group:
         ordinal = array.device_id
         array.cuda_device.ensure_current()  # NCCL (the CUDA runtime) works on the current context's device
         comm = self._communicators.get(ordinal)
+        if comm is None and self._communicators:
+            raise ValueError(f"{self!r}: this rank's collectives use cuda:{next(iter(self._communicators))}, and "
+                             f"this array is on cuda:{ordinal}; a rank drives one device (one process per GPU)")
         if comm is None:
             import torch
 
