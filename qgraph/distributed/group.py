@@ -83,6 +83,8 @@ class Group:
         self._submit(CollectiveCall(self._cpu_exchange_rows, (array, width), key, enqueue,
                                     f"exchange_rows(width={width})"))
 
+    all_reduce._qgraph_kind = exchange_rows._qgraph_kind = "collective"  # what the kernel front end rejects
+
     def barrier(self) -> None:
         """Wait for every rank (and this rank's queued device work): on the host, never in a step."""
         runtime.sync()

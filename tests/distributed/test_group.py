@@ -120,6 +120,18 @@ def test_bad_arguments_name_the_argument_and_the_fix(one_rank_group):
         g.all_reduce(a)
 
 
+def test_a_collective_in_a_kernel_points_to_the_step(one_rank_group):
+    g = one_rank_group
+    with pytest.raises(qgraph.QgraphSyntaxError, match=r"g.all_reduce is a collective between the ranks of a "
+                                                       r"qgraph.distributed.Group, not kernel code: call it in a "
+                                                       r"@qgraph.graph step"):
+        @qgraph.kernel(graph_while="flag")  # refused as it is decorated
+        def relax_alone(x, flag):
+            x[0] += 1.0
+            g.all_reduce(x, "max")
+            flag[0] = 0
+
+
 def test_one_rank_solve_is_the_numpy_solve(one_rank_group):
     r = relax.solve(40, 33, tol=2e-3)
     expected, passes = relax.numpy_solve(initial_field(40, 33), 2e-3)

@@ -69,15 +69,24 @@ def _reporting_tasks(src: KernelSource) -> list[Task]:
 
 
 def _reject_host_calls(src: KernelSource) -> None:
-    """qgraph.host_call (a host node of a @qgraph.graph step) has no place in a kernel's device code."""
+    """qgraph.host_call (a host node of a @qgraph.graph step) and a qgraph.distributed collective (a
+    step's call between kernels) have no place in a kernel's device code."""
     for task in src.tasks:
         for node in (n for s in task.body for n in ast.walk(s)):
-            if isinstance(node, ast.Call) and getattr(src.resolve(node.func), "_qgraph_kind", None) == "host_call":
+            kind = getattr(src.resolve(node.func), "_qgraph_kind", None) if isinstance(node, ast.Call) else None
+            if kind == "host_call":
                 raise src.error(
                     "qgraph.host_call runs Python on the host, between the kernel calls of a "
                     "@qgraph.graph step; a kernel's code runs on the device (and CUDA allows no host "
                     "node inside a device loop): get values out of a loop with qgraph.report(name, "
                     "value) and kernel.history, and call host_call in the step around the kernel",
+                    node,
+                )
+            if kind == "collective":
+                raise src.error(
+                    f"{ast.unparse(node.func)} is a collective between the ranks of a qgraph.distributed.Group, "
+                    "not kernel code: call it in a @qgraph.graph step between kernel calls (a graph_while "
+                    "step keeps it inside its device loop), with the kernel's work split around it",
                     node,
                 )
 
