@@ -8,6 +8,7 @@ the all-reduce (max) of the pass's change; qgraph's passes run in one graph laun
 (examples/relax_multi_gpu.py), PyTorch's end with `change.item()`.
 
     python benchmarks/multi_gpu_while.py --size 8192 --tol 1.25e-4 --json while.json
+    python benchmarks/multi_gpu_while.py --plot while.json while.png   # the plot, anywhere
 """
 
 from __future__ import annotations
@@ -69,6 +70,28 @@ def torch_solve(rows: int, cols: int, tol: float, passes: int) -> dict:
     return {"passes": done, "pass_us": 1e6 * seconds / done}
 
 
+def plot(rows: list[dict], path: str) -> None:
+    """Microseconds per pass of each configuration, qgraph's device loop beside the PyTorch solve."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = [f"{r['config']}\n{r['world']} GPU{'s' if r['world'] > 1 else ''}, {r['grid']}" for r in rows]
+    xs = range(len(rows))
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for offset, key, name in ((-0.2, "qgraph_pass_us", "qgraph: NCCL inside the WHILE node"),
+                              (0.2, "torch_pass_us", "PyTorch + torch.distributed, .item() every pass")):
+        bars = ax.bar([x + offset for x in xs], [r[key] for r in rows], 0.4, label=name)
+        ax.bar_label(bars, fmt="%.0f", fontsize=8)
+    ax.set_xticks(list(xs), labels, fontsize=8)
+    ax.set_ylabel("microseconds per pass (two sweeps)")
+    ax.set_title("Jacobi to a global tolerance, per pass (lower is better)")
+    ax.legend(fontsize=8, loc="upper right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", type=int, default=8192, help="rows per GPU (weak) and in all (strong); square")
@@ -76,7 +99,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--torch-passes", type=int, default=200, help="passes timed for the PyTorch solve")
     parser.add_argument("--gpus", type=int, default=2)
     parser.add_argument("--json", default=None)
+    parser.add_argument("--plot", nargs=2, metavar=("JSON", "PNG"), default=None, help="only draw JSON's rows to PNG")
     args = parser.parse_args(argv)
+    if args.plot:
+        with open(args.plot[0]) as f:
+            plot(json.load(f), args.plot[1])
+        return 0
     n, rows = args.size, []
     configs = [("1 GPU", 1, n), ("weak", args.gpus, n * args.gpus), ("strong", args.gpus, n)]
     for name, world, size in configs:
