@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from collections.abc import Callable
@@ -291,27 +290,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", default=None, help="write the result (without the field) to this file")
     args = parser.parse_args(argv)
     arch = args.arch or _default_arch()
-    torchrun = "RANK" in os.environ and "WORLD_SIZE" in os.environ
-    world = int(os.environ["WORLD_SIZE"]) if torchrun else args.nproc
+    world = ranks.torchrun_world() or args.nproc
     rows = args.size * world if args.weak else args.size
     try:
         bands(rows, world)  # every rank needs rows to update: say so before any process starts
     except ValueError as e:
         parser.error(f"argument --size: {e}")
-    kwargs = dict(rows=rows, cols=args.cols or args.size, steps=args.steps, graph=not args.eager, tol=args.tol,
-                  check_every=args.check_every, gather=args.check)
-    if torchrun:
-        ranks.init_rank(arch, int(os.environ["RANK"]), world, int(os.environ.get("LOCAL_RANK", 0)))
-        import torch.distributed as dist
-
-        try:
-            r = run(**kwargs)
-        finally:
-            dist.destroy_process_group()
-        if int(os.environ["RANK"]) != 0:
-            return 0
-    else:
-        r = launch(args.nproc, arch, **kwargs)
+    r = ranks.run_everywhere(arch, args.nproc, run, rows=rows, cols=args.cols or args.size, steps=args.steps,
+                             graph=not args.eager, tol=args.tol, check_every=args.check_every, gather=args.check)
+    if r is None:  # a torchrun rank other than 0
+        return 0
     print(f"heat {r.rows}x{r.cols} on {r.world} rank(s), {r.arch}, {r.mode}: {r.steps} steps in {r.seconds:.3f} s, "
           f"{r.steps_per_second:,.1f} steps/s, max change {r.max_change:.3e} (set-up {r.setup_seconds:.2f} s)")
     status = 0

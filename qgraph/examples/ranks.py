@@ -4,6 +4,7 @@ leaving its peers waiting."""
 
 from __future__ import annotations
 
+import os
 import socket
 import time
 from collections.abc import Callable
@@ -102,6 +103,28 @@ def launch(nprocs: int, arch: str, fn: Callable, timeout: float = 600.0, **kwarg
     if errors:
         raise RuntimeError("launch: a rank failed\n" + "\n".join(errors))
     return out
+
+
+def torchrun_world() -> int | None:
+    """The world size when this process is one of torchrun's ranks, else None."""
+    return int(os.environ["WORLD_SIZE"]) if "RANK" in os.environ and "WORLD_SIZE" in os.environ else None
+
+
+def run_everywhere(arch: str, nprocs: int, fn: Callable, **kwargs):
+    """fn(**kwargs) on every rank, for an example's command line: under torchrun on this process's rank
+    (its process group set up and torn down here; None on every rank but 0), else on `nprocs` local
+    processes started here (launch); rank 0's result."""
+    if torchrun_world() is None:
+        return launch(nprocs, arch, fn, **kwargs)
+    import torch.distributed as dist
+
+    rank = int(os.environ["RANK"])
+    init_rank(arch, rank, torchrun_world(), int(os.environ.get("LOCAL_RANK", 0)))
+    try:
+        result = fn(**kwargs)
+    finally:
+        dist.destroy_process_group()
+    return result if rank == 0 else None
 
 
 if __name__ == "__main__":  # a module the examples import

@@ -15,7 +15,6 @@ pass (the flag comes from the all-reduced value). On the CPU the same code runs 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -146,27 +145,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="compare with a single-process NumPy solve")
     args = parser.parse_args(argv)
     arch = args.arch or ("cuda" if qgraph.device_count() > 0 else "cpu")
-    torchrun = "RANK" in os.environ and "WORLD_SIZE" in os.environ
-    world = int(os.environ["WORLD_SIZE"]) if torchrun else args.nproc
+    world = ranks.torchrun_world() or args.nproc
     rows = args.size * world if args.weak else args.size
     try:
         bands(rows, world)
     except ValueError as e:
         parser.error(f"argument --size: {e}")
-    kwargs = dict(rows=rows, cols=args.cols or args.size, tol=args.tol, max_passes=args.max_passes,
-                  gather=args.check)
-    if torchrun:
-        import torch.distributed as dist
-
-        ranks.init_rank(arch, int(os.environ["RANK"]), world, int(os.environ.get("LOCAL_RANK", 0)))
-        try:
-            r = solve(**kwargs)
-        finally:
-            dist.destroy_process_group()
-        if int(os.environ["RANK"]) != 0:
-            return 0
-    else:
-        r = launch(args.nproc, arch, **kwargs)
+    r = ranks.run_everywhere(arch, args.nproc, solve, rows=rows, cols=args.cols or args.size, tol=args.tol,
+                             max_passes=args.max_passes, gather=args.check)
+    if r is None:  # a torchrun rank other than 0
+        return 0
     print(f"relax {r.rows}x{r.cols} on {r.world} rank(s), {r.arch}: {r.passes} passes to tol {args.tol:g} in "
           f"{r.seconds:.3f} s ({r.pass_us:.1f} us/pass), last change {r.change:.3e}")
     if args.check:

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import importlib.util
 import itertools
-import os
 
 import numpy as np
 import pytest
+from helpers.arch import need_gpus
 
 import qgraph
 import qgraph.distributed
@@ -155,6 +155,5 @@ def test_the_family_on_two_gloo_ranks():
 
 @pytest.mark.cuda
 def test_the_family_on_two_gpus():
-    if (qgraph.device_count() if os.environ.get("CI") != "true" else 0) < 2:
-        pytest.skip("needs 2 CUDA devices")
+    need_gpus(2)
     check(ranks.launch(2, "cuda", family_on_each_rank, 300))

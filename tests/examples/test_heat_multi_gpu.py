@@ -12,6 +12,7 @@ import sys
 
 import numpy as np
 import pytest
+from helpers.arch import need_gpus
 from helpers.paths import EXAMPLES
 
 import qgraph
@@ -100,14 +101,10 @@ def test_command_line_under_torchrun_checks_against_numpy(tmp_path):
     assert '"world": 2' in out.read_text()
 
 
-def _gpus() -> int:
-    return qgraph.device_count() if os.environ.get("CI") != "true" else 0
-
 
 @pytest.mark.cuda
 def test_one_gpu_captured_step_matches_numpy():
-    if _gpus() < 1:
-        pytest.skip("needs a CUDA device")
+    need_gpus(1)
     graph = heat.launch(1, "cuda", rows=130, cols=70, steps=40)
     eager = heat.launch(1, "cuda", rows=130, cols=70, steps=40, graph=False)
     assert (graph.mode, eager.mode) == ("graph", "eager")
@@ -117,8 +114,7 @@ def test_one_gpu_captured_step_matches_numpy():
 
 @pytest.mark.cuda
 def test_two_gpus_match_one_gpu():
-    if _gpus() < 2:
-        pytest.skip("needs 2 CUDA devices")
+    need_gpus(2)
     one = heat.launch(1, "cuda", rows=301, cols=257, steps=60)
     two = heat.launch(2, "cuda", rows=301, cols=257, steps=60)
     eager = heat.launch(2, "cuda", rows=301, cols=257, steps=60, graph=False)

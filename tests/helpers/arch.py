@@ -35,6 +35,13 @@ def use_arch(name: str) -> None:
     qgraph.init(name)
 
 
+def need_gpus(count: int) -> None:
+    """Skip the test unless this machine has `count` CUDA devices (none on CI): the multi-GPU tests."""
+    have = qgraph.device_count() if os.environ.get("CI") != "true" else 0
+    if have < count:
+        pytest.skip(f"needs {count} CUDA device{'s' if count > 1 else ''}")
+
+
 def missing_cuda_compiler() -> str | None:
     """The piece of numba-cuda's compiler (numba-cuda, NVVM, NVRTC, libdevice) that is not
     installed, or None: asked the way numba-cuda finds them, without compiling anything."""
