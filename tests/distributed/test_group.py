@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import ctypes
 import importlib.util
-import os
 import socket
 import warnings
 
 import numpy as np
 import pytest
+from helpers.arch import need_gpus
 
 import qgraph
 import qgraph.distributed
@@ -132,6 +132,43 @@ def test_a_collective_in_a_kernel_points_to_the_step(one_rank_group):
             flag[0] = 0
 
 
+# where a collective may be written by mistake: kernel body lines, "{call}" where it goes ("{helper}": a call
+# of a @qgraph.func whose body holds it)
+PLACEMENTS = {
+    "serial task": ["x[0] = x[0] + 1.0", "{call}"],
+    "parallel loop": ["for i in range(x.shape[0]):", "    {call}"],
+    "nested region": ["for r in qgraph.serial(range(2)):", "    for i in range(x.shape[0]):",
+                      "        x[i] += np.float32(0.5)", "    {call}"],
+    "after an inner loop": ["for j in range(3):", "    x[0] += 1.0", "{call}"],
+    "repeat loop": ["for _ in qgraph.repeat(n):", "    {call}"],
+    "helper": ["x[0] = x[0] + {helper}"],
+    "helper in a parallel loop": ["for i in range(x.shape[0]):", "    x[i] = {helper}"],
+}
+ARRAYS = {"plain": "x", "vector elements": "v", "0-d": "z", "struct field": "s.grid"}
+
+
+@pytest.mark.parametrize("where", list(PLACEMENTS))
+@pytest.mark.parametrize("op", ["all_reduce", "exchange_rows"])
+@pytest.mark.parametrize("array", list(ARRAYS))
+def test_a_collective_anywhere_in_a_kernel_is_refused_at_its_line(one_rank_group, tmp_path_factory, where, op,
+                                                                  array):
+    from helpers.generated import generated_module
+
+    call = f"g.{op}({ARRAYS[array]})"
+    lines = ["import numpy as np", "import qgraph", "", "g = None", "", "",
+             "@qgraph.func", "def collective_in_a_helper(x, v, z, s):", f"    {call}", "    return 1.0", "", "",
+             "def kernel_source(x, v, z, s, n: int, flag):"]
+    helper = "collective_in_a_helper(x, v, z, s)"
+    lines += ["    " + line.format(call=call, helper=helper) for line in PLACEMENTS[where]]
+    lines += ["    v[0] = v[0] * np.float32(2.0)", "    flag[0] = 0", ""]
+    written = 9 if "helper" in where else next(k + 1 for k, line in enumerate(lines) if call in line and k > 9)
+    module = generated_module(tmp_path_factory, "misplaced", "\n".join(lines))
+    module.g = one_rank_group
+    with pytest.raises(qgraph.QgraphSyntaxError, match=rf"misplaced.py:{written}: g.{op} is a collective between "
+                                                       r"the ranks of a qgraph.distributed.Group, not kernel code"):
+        qgraph.kernel(graph_while="flag")(module.kernel_source)
+
+
 def test_one_rank_solve_is_the_numpy_solve(one_rank_group):
     r = relax.solve(40, 33, tol=2e-3)
     expected, passes = relax.numpy_solve(initial_field(40, 33), 2e-3)
@@ -181,14 +218,10 @@ def solve_as_between_hosts(**kwargs) -> tuple:
     return r, [str(w.message) for w in caught if w.category is qgraph.FallbackWarning]
 
 
-def _gpus() -> int:
-    return qgraph.device_count() if os.environ.get("CI") != "true" else 0
-
 
 @pytest.mark.cuda
 def test_one_gpu_device_loop_matches_numpy():
-    if _gpus() < 1:
-        pytest.skip("needs a CUDA device")
+    need_gpus(1)
     r = relax.launch(1, "cuda", rows=130, cols=70, tol=1e-3)
     expected, passes = relax.numpy_solve(initial_field(130, 70), 1e-3)
     assert (r.passes, r.launches) == (passes, 1)
@@ -197,16 +230,14 @@ def test_one_gpu_device_loop_matches_numpy():
 
 @pytest.mark.cuda
 def test_two_gpus_collectives_in_and_out_of_steps():
-    if _gpus() < 2:
-        pytest.skip("needs 2 CUDA devices")
+    need_gpus(2)
     out = ranks.launch(2, "cuda", collectives_on_each_rank, 300)
     assert out == {"builds": 1, "traced": True, "world": 2}
 
 
 @pytest.mark.cuda
 def test_two_gpus_loop_on_the_device_to_the_one_gpu_answer():
-    if _gpus() < 2:
-        pytest.skip("needs 2 CUDA devices")
+    need_gpus(2)
     one = relax.launch(1, "cuda", rows=301, cols=257, tol=5e-4)
     two = relax.launch(2, "cuda", rows=301, cols=257, tol=5e-4)
     expected, passes = relax.numpy_solve(initial_field(301, 257), 5e-4)
@@ -218,8 +249,7 @@ def test_two_gpus_loop_on_the_device_to_the_one_gpu_answer():
 
 @pytest.mark.cuda
 def test_a_collective_needing_a_host_node_moves_the_loop_to_the_host():
-    if _gpus() < 2:
-        pytest.skip("needs 2 CUDA devices")
+    need_gpus(2)
     r, said = ranks.launch(2, "cuda", solve_as_between_hosts, 300, rows=64, cols=48, tol=1e-3)
     expected, passes = relax.numpy_solve(initial_field(64, 48), 1e-3)
     assert r.passes == passes and r.launches == passes  # one launch of the step's graph per pass

@@ -70,12 +70,20 @@ def _reporting_tasks(src: KernelSource) -> list[Task]:
 
 def _reject_host_calls(src: KernelSource) -> None:
     """qgraph.host_call (a host node of a @qgraph.graph step) and a qgraph.distributed collective (a
-    step's call between kernels) have no place in a kernel's device code."""
-    for task in src.tasks:
-        for node in (n for s in task.body for n in ast.walk(s)):
-            kind = getattr(src.resolve(node.func), "_qgraph_kind", None) if isinstance(node, ast.Call) else None
+    step's call between kernels) have no place in a kernel's device code, nor in the @qgraph.funcs it
+    calls (followed, each once; the error names the line where the call is written)."""
+    pending = [(src, [s for task in src.tasks for s in task.body])]
+    followed: set[int] = set()
+    while pending:
+        owner, body = pending.pop()
+        for node in (n for s in body for n in ast.walk(s) if isinstance(n, ast.Call)):
+            callee = owner.resolve(node.func)
+            kind = getattr(callee, "_qgraph_kind", None)
+            if kind == "func" and id(callee) not in followed:
+                followed.add(id(callee))
+                pending.append((callee.source, callee.source.fn_def.body))
             if kind == "host_call":
-                raise src.error(
+                raise owner.error(
                     "qgraph.host_call runs Python on the host, between the kernel calls of a "
                     "@qgraph.graph step; a kernel's code runs on the device (and CUDA allows no host "
                     "node inside a device loop): get values out of a loop with qgraph.report(name, "
@@ -83,7 +91,7 @@ def _reject_host_calls(src: KernelSource) -> None:
                     node,
                 )
             if kind == "collective":
-                raise src.error(
+                raise owner.error(
                     f"{ast.unparse(node.func)} is a collective between the ranks of a qgraph.distributed.Group, "
                     "not kernel code: call it in a @qgraph.graph step between kernel calls (a graph_while "
                     "step keeps it inside its device loop), with the kernel's work split around it",
