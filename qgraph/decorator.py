@@ -30,7 +30,7 @@ from .runtime.settings import debug_mode
 from .tracebacks import entry_point
 
 
-@dataclass
+@dataclass(slots=True)  # the fast paths count replays: a slot is the cheapest attribute to bump
 class KernelStats:
     """What a kernel did: graphs built and replayed, and the shape of its last call."""
 
