@@ -9,7 +9,9 @@ traced steps). Rows, each a median over interleaved
 rounds of back-to-back calls, side by side in one process:
 - a `cuda_graph=True` kernel of two tasks: the float fixed, the float changing every call
   (an annotated `dt: qgraph.f32`: the new-numbers fast path), the same with `dt` unannotated
-  (a new float takes the general call path), and the kernel launched eagerly;
+  (a new float takes the general call path), and the kernel launched eagerly; beside them the
+  driver's floor on the kernel's own instance, from Python: `cuGraphLaunch` alone, and the node
+  update of each node the number lies in plus the launch;
 - a `@qgraph.graph` step of K kernel calls (K/2 substeps of two kernels, as in a wave
   equation's step: the second kernel takes the time), K = --calls: `t` fixed, `t` changing,
   and the same calls made eagerly with `t` changing. The ratio changing/fixed is what a new
@@ -94,6 +96,39 @@ def _reference(u, v, t, dt, count):
     return u, v
 
 
+def _driver_floor(kernel, u, v) -> dict:
+    """What a new number costs the driver alone, on the kernel's own graph instance, from Python with
+    no qgraph code in between: the raw cuGraphLaunch (a fixed number's floor), and the node update
+    of each node the number lies in (cuGraphExecKernelNodeSetParams, new bytes every call) plus the
+    launch (a changing number's floor by node updates). Their ratio bounds what any call path that
+    updates nodes can reach."""
+    import struct
+
+    from qgraph.driver.device import driver
+
+    launcher = kernel.launchers["cuda:0"]
+    kernel(u, v, np.float32(1e-9))  # the instance these rows use is the last call's
+    graph = launcher.last_runner().graph
+    one, other = (u, v, np.float32(1e-9)), (u, v, np.float32(2e-9))
+    instance = graph._instances[launcher.resolve(one)[1]]  # noqa: SLF001 (a benchmark's reach, as call_path.py)
+    places = graph.number_places(instance, 2, (one, launcher.resolve(one)[1]), (other, launcher.resolve(other)[1]))
+    assert places, "the number was found in no node"
+    d = driver()
+    glaunch, set_params = d.cuGraphLaunch, d.cuGraphExecKernelNodeSetParams
+    stream = launcher.device.stream_handle
+    values, turn = [struct.pack("<f", 1e-9), struct.pack("<f", 2e-9)], [0]
+
+    def updated_launch():
+        turn[0] ^= 1
+        for place in places:
+            place.data[place.offset:place.offset + 4] = values[turn[0]]
+            place.blocks[place.index] = None  # the kernel's own calls set this node again
+            set_params(place.exec, place.handle, place.params)
+        glaunch(instance.exec, stream)
+    return {"driver floor: cuGraphLaunch alone": lambda: glaunch(instance.exec, stream),
+            f"driver floor: {len(places)} node updates + launch": updated_launch}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=4096)
@@ -129,6 +164,7 @@ def main() -> None:
             "graph kernel, dt changing": ticking(lambda t: m.advance(u, v, t * 1e-9)),
             "same, dt unannotated (general path)": ticking(lambda t: m.advance_free(u, v, np.float32(t * 1e-9))),
             "eager kernel, dt changing": ticking(lambda t: m.advance_eager(u, v, t * 1e-9))}
+    rows.update(_driver_floor(m.advance, u, v))
     before = m.advance.stats.builds
     seconds = interleaved_seconds(rows, budget=0.05, repeat=args.repeat, sync=qgraph.sync)
     assert m.advance.stats.builds == before, "a changing float rebuilt the kernel's graph"
