@@ -314,7 +314,7 @@ def kernel(fn: Callable | None = None, *, cuda_graph: bool = False, graph_while:
            graph_cache_size: int | None = None, deterministic: bool | None = None, fast_math: bool | None = None,
            default_float=None, max_iterations=USE_ENVIRONMENT, debug: bool | str | None = None,
            unroll=USE_ENVIRONMENT, interchange: bool | None = None, progress=False, temporal_tiling=None,
-           cpu_serial_below: int | None = None):
+           cpu_serial_below: int | None = None, lanes: bool | None = None):
     """Compile a function's top-level statements into offloaded tasks.
 
     `cuda_graph=True` captures a call's tasks into a cached CUDA graph; `graph_while="flag"`
@@ -332,7 +332,8 @@ def kernel(fn: Callable | None = None, *, cuda_graph: bool = False, graph_while:
     naming the line, array, index and shape when the call completes; on CUDA every call then waits
     for the device); `debug="nan"` also checks every float stored is finite. Default QGRAPH_DEBUG.
     `unroll=`, `interchange=`, `temporal_tiling=` (device and repeat loops), `progress=` (the calls'
-    default) and `cpu_serial_below=` (the CPU's serial form): docs/api.md, with their QGRAPH_* defaults."""
+    default), `cpu_serial_below=` (the CPU's serial form) and `lanes=` (CUDA: an inner sum of a small
+    parallel loop on several threads a body): docs/api.md, with their QGRAPH_* defaults."""
     if graph_while is not None and not isinstance(graph_while, str):
         raise TypeError(f"graph_while must be a parameter name (str), got {graph_while!r}")
     precision = None if default_float is None else float_precision(default_float, "default_float")
@@ -342,7 +343,7 @@ def kernel(fn: Callable | None = None, *, cuda_graph: bool = False, graph_while:
         raise ValueError(f"debug: {e}") from None
     given = {"deterministic": deterministic, "fast_math": fast_math, "default_float": precision,
              "graph_cache_size": graph_cache_size, "interchange": interchange, "temporal_tiling": temporal_tiling,
-             "cpu_serial_below": cpu_serial_below}
+             "cpu_serial_below": cpu_serial_below, "lanes": lanes}
     # checked as it is made (KernelOptions names a bad value); None: the environment decides
     options = KernelOptions(**{name: USE_ENVIRONMENT if value is None else value for name, value in given.items()},
                             debug=debug_setting, max_iterations=max_iterations, cuda_graph=cuda_graph,

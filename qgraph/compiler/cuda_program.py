@@ -69,6 +69,7 @@ class TaskKernel:
     module: object = None  # the CUmodule holding this specialisation's kernels (unloaded on close)
     tiled: bool = False  # a multi-dimensional loop on 2-D blocks: its grid is a shape (launch_code.tile_shape)
     temporal: tuple | None = None  # a temporally tiled task's (passes, tile, halo): its grid is launch_code.tiles_of
+    lanes: bool = False  # its inner loop runs on lanes (lang.cuda.lanes): lanes_expr(count) threads an iteration
     arg_exprs: tuple[str, ...] = ()  # each argument slot's value from the call's `p` (a struct leaf: p[k][j])
     record: bytes = b""  # after the scratch arrays: debug mode's record, then an interchanged loop's cancel word
     arrays: int = 0  # array arguments (the scratch arrays and the record follow them)
@@ -237,8 +238,7 @@ def compile_tasks(src: KernelSource, key: tuple[str, ...], device: CudaDevice, c
     slot = 0
     for task, code, order, entry, size, suffix in zip(node_tasks, codes, orders, entries, sizes, suffixes):
         function = device.function(module, entry)
-        block, temporal = 1, None
-        bounds_slot = None
+        block, temporal, bounds_slot = 1, None, None
         if task.parallel:
             limit = check(driver().cuFuncGetAttribute(
                 driver().CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, function),
@@ -252,7 +252,7 @@ def compile_tasks(src: KernelSource, key: tuple[str, ...], device: CudaDevice, c
         kernel = TaskKernel(task, function, block, size, bounds_slot, tuple(order), waits, suffix)
         kernel.arg_exprs = tuple(flat.slot_expr(k) for k in order)
         kernel.module = module
-        kernel.tiled = code.tiled
+        kernel.tiled, kernel.lanes = code.tiled, code.lanes
         kernel.temporal = temporal
         kernel.arrays = sum(1 for k in order if types[k].is_array)
         if task.parallel:

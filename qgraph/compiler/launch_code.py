@@ -9,6 +9,7 @@ lookups and no attribute chains.
 from __future__ import annotations
 
 from ..lang import generated
+from ..lang.cuda.lanes import lanes_expr
 from .cuda_program import TaskKernel
 
 
@@ -35,7 +36,10 @@ def grid_expr(tk: TaskKernel, at_least_one: bool) -> str:
         return f"_tiles(c[{tk.bounds_slot}], {tk.temporal[1]!r}, {tk.temporal[2]})"
     if tk.tiled:
         return f"_tile(c[{tk.bounds_slot}], {tk.block}, {tk.grid_limit})"
-    expr = f"(n[{tk.bounds_slot}] + {tk.block - 1}) // {tk.block}"
+    count = f"n[{tk.bounds_slot}]"
+    if tk.lanes:  # lanes_expr(count) threads an iteration, as the kernel computes them
+        count = f"{count} * {lanes_expr(count)}"
+    expr = f"({count} + {tk.block - 1}) // {tk.block}"
     if tk.grid_limit:
         expr = f"min({expr}, {tk.grid_limit})"
     return f"({expr} or 1)" if at_least_one else expr

@@ -39,6 +39,9 @@ class KernelOptions:
     fast_math: bool = _code(False)  # approximate division and square roots, contraction, FTZ on CUDA
     default_float: str = _code("f64")  # "f32"/"f64": the precision of floats nothing else decides
     debug: str | None = _code(None)  # "bounds" or "nan": a checked specialisation; None: off
+    # CUDA: a small 1-D parallel loop summing over one inner loop runs that loop on several threads a
+    # body (lang.cuda.lanes; sums in another order than the serial loop's); False: one thread a body
+    lanes: bool = _code(True)
     # the runaway guard of device loops (None: none); the CPU runner's code holds it, and the
     # CPU fingerprint covers that code; CUDA reads it from the loop state block
     max_iterations: int | None = 10_000_000
@@ -65,7 +68,7 @@ class KernelOptions:
 
     def __post_init__(self) -> None:
         """A value no option takes raises here, naming the option, whichever way the options were made."""
-        for name in ("deterministic", "fast_math", "graph_while_host", "interchange"):
+        for name in ("deterministic", "fast_math", "graph_while_host", "interchange", "lanes"):
             _check(self, name, lambda v: isinstance(v, bool), TypeError, "True, False or None")
         if not isinstance(self.cuda_graph, bool):
             raise TypeError(f"cuda_graph must be True or False, got {self.cuda_graph!r}")

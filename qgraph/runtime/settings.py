@@ -75,6 +75,7 @@ class Settings:
     interchange: bool = DEFAULT_OPTIONS.interchange  # QGRAPH_INTERCHANGE=0: elementwise repeat loops stay loops
     temporal_tiling: bool = DEFAULT_OPTIONS.temporal_tiling  # QGRAPH_TEMPORAL_TILING=0: a launch per stencil pass
     cpu_serial_below: int = DEFAULT_OPTIONS.cpu_serial_below  # QGRAPH_CPU_SERIAL_BELOW: elements (0: never serial)
+    lanes: bool = DEFAULT_OPTIONS.lanes  # QGRAPH_LANES=0: one thread a body for every parallel loop (CUDA)
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] = os.environ) -> Settings:
@@ -106,7 +107,8 @@ class Settings:
                    unroll=_unroll(env_text(environ, "QGRAPH_UNROLL", "auto")),
                    interchange=switch(environ, "QGRAPH_INTERCHANGE", default=DEFAULT_OPTIONS.interchange),
                    temporal_tiling=switch(environ, "QGRAPH_TEMPORAL_TILING", default=DEFAULT_OPTIONS.temporal_tiling),
-                   cpu_serial_below=_cpu_serial_below(environ.get("QGRAPH_CPU_SERIAL_BELOW", "")))
+                   cpu_serial_below=_cpu_serial_below(environ.get("QGRAPH_CPU_SERIAL_BELOW", "")),
+                   lanes=switch(environ, "QGRAPH_LANES", default=DEFAULT_OPTIONS.lanes))
 
 
 def _debug_setting(text: str) -> str | None:

@@ -34,7 +34,7 @@ from ..lower.updates import Reduction, UpdateRewriter
 from ..options import DEFAULT_OPTIONS, KernelOptions
 from ..types.precision import weak_typed
 from ..types.weak_types import param_type
-from . import reductions, tiling
+from . import lanes, reductions, tiling
 from .addressing import Addressing32
 from .index_ranges import IndexRanges, loop_floors
 from .loops import (
@@ -63,6 +63,7 @@ class CudaTaskCode:
     tiled: bool = False  # runs on 2-D blocks (tiled_loops); its launch shape comes from launch_code.tile_shape
     temporal: tuple | None = None  # a TiledTask's (passes, tile, halo) (lang.cuda.tiling); None: not tiled
     cancel: bool = False  # an interchanged loop's task: it takes the cancel word after the record (CANCEL)
+    lanes: bool = False  # its inner loop runs on lanes (lang.cuda.lanes): its grid is lanes_expr(count) threads a count
 
 
 def read_from_memory(fdef: ast.FunctionDef, names: set[str]) -> ast.FunctionDef:
@@ -216,14 +217,21 @@ def cuda_task(src: KernelSource, task: Task, param_order: list[str], symbols: Sy
             body = init + [assign("_qg_t0", thread_index(at), at)] + loop + combine
     elif tiled:
         body = tiled_loops(task, body, at, narrow=ranges.counts_fit(task))
-    elif task.parallel:
+    is_range = (lambda func: src.resolve(func) is range if isinstance(func, ast.Name)  # noqa: E731
+                and func.id not in local_names else False)
+    on_lanes = None
+    if task.parallel and not found and not tiled:
         body = [ContinueToReturn().visit(s) for s in body]
         guard = ast.copy_location(ast.If(
             ast.copy_location(ast.Compare(name_node("_qg_t", at), [ast.GtE()], [name_node("_qg_n", at)]), at),
             [ast.copy_location(ast.Return(None), at)], []), at)
-        body = [assign("_qg_t", thread_index(at), at), guard] + flat_indices(task, at) + body
-    counted = CountedLoops(lambda func: src.resolve(func) is range if isinstance(func, ast.Name)
-                            and func.id not in local_names else False)
+        if debug is None and not cancel and options.lanes:
+            on_lanes = lanes.split_inner_loop(body, at, is_range, set(dtypes))
+        if on_lanes is not None:  # its one inner loop on several threads while the parallel loop is small
+            body = lanes.lane_prologue(at) + [guard] + flat_indices(task, at) + on_lanes
+        else:
+            body = [assign("_qg_t", thread_index(at), at), guard] + flat_indices(task, at) + body
+    counted = CountedLoops(is_range)
     body = [s for stmt in body for s in as_list(counted.visit(stmt))]
     floats = FloatSubAsAdd({name for name, dtype in dtypes.items() if dtype.kind == "f"})
     body = [floats.visit(s) for s in body]
@@ -240,6 +248,6 @@ def cuda_task(src: KernelSource, task: Task, param_order: list[str], symbols: Sy
     fdef = function_def(task_name(task), params, body, task.lineno)
     fdef = read_from_memory(fdef, {n for n in param_order if getattr(kind_of[n], "in_memory", False)})
     return CudaTaskCode(task, fdef, bounds, tuple(param_order), one_element, tuple(found), scratch, tiled,
-                        cancel=cancel)
+                        cancel=cancel, lanes=on_lanes is not None)
 
 
