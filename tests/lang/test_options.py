@@ -76,7 +76,7 @@ def test_a_variant_replaces_options_and_keeps_the_rest():
 
 
 def test_every_option_that_changes_code_changes_the_code_key():
-    changed = {"deterministic": True, "fast_math": True, "default_float": "f32", "debug": "nan"}
+    changed = {"deterministic": True, "fast_math": True, "default_float": "f32", "debug": "nan", "lanes": False}
     code_fields = {f.name for f in dataclasses.fields(KernelOptions) if f.metadata.get("code")}
     assert code_fields == set(changed)
     keys = {DEFAULT_OPTIONS.code_key()} | {dataclasses.replace(DEFAULT_OPTIONS, **{k: v}).code_key()
