@@ -130,3 +130,47 @@ def test_new_numbers_each_call_update_nodes_in_place(arch):
     np.testing.assert_allclose(u.to_numpy(), u_np, rtol=1e-5)
     if arch == "cuda":
         assert stepped.stats.builds == 1 and stepped.stats.node_updates > 0
+
+
+@qgraph.kernel(cuda_graph=True)
+def shaped(u, v, t: qgraph.f32, dt: qgraph.f32, n: qgraph.i32, reps: qgraph.i32):
+    for i in range(n):  # n shapes the launch: a new n updates the nodes in full
+        v[i] = v[i] + dt * u[i] + t
+    for _ in qgraph.repeat(reps):  # so does a repeat count
+        for i in range(u.shape[0]):
+            u[i] = u[i] * 0.5 + t
+
+
+def _shaped_numpy(u, v, t, dt, n, reps):
+    t32, dt32 = np.float32(t), np.float32(dt)
+    v[:n] = v[:n] + dt32 * u[:n] + t32
+    for _ in range(reps):
+        u[:] = u * np.float32(0.5) + t32
+
+
+def test_new_numbers_in_place_next_to_numbers_that_shape_the_launch(arch):
+    """A family of calls: the time alone changing (written into the bytes where it lies, found once
+    per instance), with dt, with a loop bound or a repeat count (in full), on two arrays in turn:
+    every call against NumPy, one graph built."""
+    rng = np.random.default_rng(3)
+    arrays = [(rng.random(48).astype(np.float32), rng.random(48).astype(np.float32)) for _ in range(2)]
+    device = [(qgraph.from_numpy(a.copy()), qgraph.from_numpy(b.copy())) for a, b in arrays]
+    calls = [(0.1, 0.01, 48, 2), (0.2, 0.01, 48, 2), (0.3, 0.01, 48, 2), (0.4, 0.02, 48, 2), (0.5, 0.02, 48, 2),
+             (0.6, 0.02, 30, 2), (0.7, 0.02, 30, 2), (0.8, 0.02, 30, 3), (0.9, 0.02, 30, 3), (1.0, 0.03, 40, 1)]
+    for step, numbers in enumerate(calls):
+        for which in (0, 0, 1) if step % 3 == 0 else (0,):  # the same call twice, then the other arrays
+            u, v = device[which]
+            shaped(u, v, *numbers)
+            _shaped_numpy(*arrays[which], *numbers)
+            np.testing.assert_allclose(u.to_numpy(), arrays[which][0], rtol=1e-5, err_msg=f"call {step}")
+            np.testing.assert_allclose(v.to_numpy(), arrays[which][1], rtol=1e-5, err_msg=f"call {step}")
+    if arch == "cuda":
+        assert shaped.stats.builds == 1
+        u, v = device[0]
+        shaped(u, v, 2.0, 0.03, 40, 1)  # the instance's nodes were set in full by the last call
+        before = shaped.stats.node_updates
+        shaped(u, v, 2.5, 0.03, 40, 1)  # the time alone: its bytes in the two nodes that hold it
+        assert shaped.stats.node_updates - before <= 2
+        _shaped_numpy(*arrays[0], 2.0, 0.03, 40, 1)
+        _shaped_numpy(*arrays[0], 2.5, 0.03, 40, 1)
+        np.testing.assert_allclose(u.to_numpy(), arrays[0][0], rtol=1e-5)
