@@ -19,6 +19,7 @@ from . import runtime
 from .args.binder import bind_class
 from .dtypes import float_precision
 from .errors import QgraphError
+from .lang import roles
 from .lang.front import builtins as lang
 from .lang.front import globals_used, reports
 from .lang.front import parse as frontend
@@ -58,8 +59,6 @@ class KernelStats:
 class Func:
     """A helper callable from kernels (inlined by the backend compiler) and from Python."""
 
-    _qgraph_kind = "func"
-
     def __init__(self, fn: Callable) -> None:
         self.fn = fn  # the Python function: called from Python, its defaults read by the flattener
         self.source = frontend.parse_func(fn)
@@ -87,8 +86,6 @@ class Func:
 
 class Kernel:
     """A compiled-on-first-call kernel. Call it like the function; add `stream=` on CUDA."""
-
-    _qgraph_kind = "kernel"
 
     def __init__(self, fn: Callable, source: frontend.KernelSource, options: KernelOptions) -> None:
         self._fn = fn
@@ -302,6 +299,9 @@ class Kernel:
         mode = f"graph_while={self.graph_while!r}" if self.graph_while else f"cuda_graph={self.options.cuda_graph}"
         return f"<qgraph.kernel {self.__qualname__} ({len(self.tasks)} tasks, {mode})>"
 
+
+roles.mark(Func, roles.FUNC)
+roles.mark(Kernel, roles.KERNEL)
 
 def _given(value: object) -> object:
     """An option's value as decorated: None where it was left to the environment."""

@@ -20,7 +20,9 @@ from dataclasses import dataclass
 
 from .. import runtime
 from ..errors import DeviceLoopRefused, FallbackWarning, QgraphError
+from ..lang import roles
 from ..lang.options import USE_ENVIRONMENT, KernelOptions, ResolvedOptions
+from ..lang.roles import role_of
 from ..runtime import DeviceState
 from ..tracebacks import user_error
 
@@ -351,7 +353,7 @@ def graph(fn: Callable | None = None, *, graph_cache_size: int | None = None, gr
         raise TypeError(f"static= takes parameter names (strings), got {static!r}")
 
     def wrap(f: Callable) -> GraphFunction:
-        if getattr(f, "_qgraph_kind", None) == "kernel":
+        if role_of(f) == roles.KERNEL:
             raise TypeError(f"{f!r} is a kernel: @qgraph.graph decorates a plain function that calls kernels")
         if not callable(f) or not hasattr(f, "__code__"):
             raise TypeError(f"@qgraph.graph decorates a Python function, got {f!r}")

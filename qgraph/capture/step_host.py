@@ -35,6 +35,7 @@ from collections.abc import Callable
 from .. import runtime
 from ..driver.device import check, driver
 from ..errors import QgraphError
+from ..lang import roles
 
 _HOST_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 SETTLE_POLL_S = 1e-4  # DeviceState.sync's wait for callbacks still returning (runtime/state.py)
@@ -176,4 +177,4 @@ def host_call(fn: Callable, *args) -> None:
     fn(*args)
 
 
-host_call._qgraph_kind = "host_call"  # what the kernel front end rejects (lang.front.reports)
+roles.mark(host_call, roles.HOST_CALL)  # what the kernel front end rejects (lang.front.reports)

@@ -16,6 +16,7 @@ import numpy as np
 from .. import runtime
 from ..capture.step_collective import CollectiveCall
 from ..driver import nccl
+from ..lang import roles
 from ..runtime.arrays import Ndarray
 from ..runtime.call_hooks import current_body
 
@@ -83,7 +84,8 @@ class Group:
         self._submit(CollectiveCall(self._cpu_exchange_rows, (array, width), key, enqueue,
                                     f"exchange_rows(width={width})"))
 
-    all_reduce._qgraph_kind = exchange_rows._qgraph_kind = "collective"  # what the kernel front end rejects
+    roles.mark(all_reduce, roles.COLLECTIVE)  # what the kernel front end rejects (lang.front.reports)
+    roles.mark(exchange_rows, roles.COLLECTIVE)
 
     def barrier(self) -> None:
         """Wait for every rank (and this rank's queued device work): on the host, never in a step."""

@@ -19,7 +19,9 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from .. import roles
 from ..front.parse import KernelSource, syntax_error
+from ..roles import role_of
 from ..types.vector_types import VectorType
 from .ir import Let
 from .source_facts import result_arity
@@ -39,7 +41,7 @@ class Custom:
 
 def custom_adjoint(helper, fn, make_func: Callable):
     """The adjoint `fn` of the @qgraph.func `helper`, checked, as a Func made by `make_func`."""
-    if getattr(fn, "_qgraph_kind", None) == "func":  # @f.adjoint over @qgraph.func: the function itself
+    if role_of(fn) == roles.FUNC:  # @f.adjoint over @qgraph.func: the function itself
         fn = fn.fn
     if not callable(fn) or not hasattr(fn, "__code__"):
         raise TypeError(f"@{helper.__name__}.adjoint decorates a Python function (def), got {fn!r}")

@@ -8,9 +8,11 @@ import math
 
 import numpy as np
 
+from .. import roles
 from ..front import builtins as lang
 from ..front.parse import UNRESOLVED
 from ..lower.math_calls import TO_FLOAT
+from ..roles import role_of
 from ..types import vector_types as vt
 from ..types.vector_types import VectorType
 from . import vector_algebra as alg
@@ -53,7 +55,7 @@ def lower_call(fl, node: ast.Call) -> Val:
     if obj in (vt.vector, vt.matrix):
         raise fl.error("define vector types at module level (ivec2 = qgraph.vector(2, qgraph.i32)) or call "
                        "them directly: qgraph.vector(2, qgraph.i32)(x, y)", node)
-    if getattr(obj, "_qgraph_kind", None) == "func":
+    if role_of(obj) == roles.FUNC:
         return fl.specs.call(fl, obj, _bind(fl, obj, node), node)
     name = next((n for n, f in vt.FUNCTIONS.items() if f is obj), None)
     if name is not None:

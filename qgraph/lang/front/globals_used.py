@@ -24,6 +24,8 @@ import builtins
 
 import numpy as np
 
+from .. import roles
+from ..roles import role_of
 from ..types.vector_types import is_vector_value
 from . import builtins as lang
 from .parse import UNRESOLVED, KernelSource, Param, collect_names
@@ -89,7 +91,7 @@ def outside_values(src: KernelSource):
                 holder, value = owner.globals, owner.globals[name]
             else:
                 continue
-            if getattr(value, "_qgraph_kind", None) == "func" and id(value) not in visited_funcs:
+            if role_of(value) == roles.FUNC and id(value) not in visited_funcs:
                 visited_funcs.add(id(value))
                 pending.append((value.source.fn_def.body, value.source))
             yield owner, holder, name, value, line

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .. import roles
+from ..roles import role_of
 from .names import collect_names
 from .regions import Region, RepeatLoop, Sequence, Task, leaf_tasks, with_bodies
 
@@ -182,7 +184,7 @@ class Elementwise(ast.NodeVisitor):
     def visit_Call(self, node: ast.Call) -> None:
         fn = self.src.resolve(node.func)
         module = getattr(fn, "__module__", None) or ""
-        if getattr(fn, "_qgraph_kind", None) == "func" or any(fn is f for f in (min, max, pow)):
+        if role_of(fn) == roles.FUNC or any(fn is f for f in (min, max, pow)):
             args = [*node.args, *(k.value for k in node.keywords)]
             self.ok = self.ok and not any(self._may_be_array(a) for a in args)
         elif module.startswith("qgraph"):

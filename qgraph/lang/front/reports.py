@@ -25,6 +25,8 @@ from __future__ import annotations
 import ast
 import dataclasses
 
+from .. import roles
+from ..roles import role_of
 from . import builtins as lang
 from .parse import KernelSource, Param, Task
 from .regions import DeviceLoop, RepeatLoop, control_regions, leaf_tasks
@@ -78,11 +80,11 @@ def _reject_host_calls(src: KernelSource) -> None:
         owner, body = pending.pop()
         for node in (n for s in body for n in ast.walk(s) if isinstance(n, ast.Call)):
             callee = owner.resolve(node.func)
-            kind = getattr(callee, "_qgraph_kind", None)
-            if kind == "func" and id(callee) not in followed:
+            kind = role_of(callee)
+            if kind == roles.FUNC and id(callee) not in followed:
                 followed.add(id(callee))
                 pending.append((callee.source, callee.source.fn_def.body))
-            if kind == "host_call":
+            if kind == roles.HOST_CALL:
                 raise owner.error(
                     "qgraph.host_call runs Python on the host, between the kernel calls of a "
                     "@qgraph.graph step; a kernel's code runs on the device (and CUDA allows no host "
@@ -90,7 +92,7 @@ def _reject_host_calls(src: KernelSource) -> None:
                     "value) and kernel.history, and call host_call in the step around the kernel",
                     node,
                 )
-            if kind == "collective":
+            if kind == roles.COLLECTIVE:
                 raise owner.error(
                     f"{ast.unparse(node.func)} is a collective between the ranks of a qgraph.distributed.Group, "
                     "not kernel code: call it in a @qgraph.graph step between kernel calls (a graph_while "

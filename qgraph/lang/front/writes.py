@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import ast
 
+from .. import roles
+from ..roles import role_of
 from . import builtins as lang
 from .parse import KernelSource
 
@@ -35,7 +37,7 @@ def written_names(src: KernelSource, nodes: list[ast.AST], visiting: frozenset) 
             callee = src.resolve(node.func)
             if callee in atomics:
                 targets = node.args[:1]
-            elif getattr(callee, "_qgraph_kind", None) == "func" and id(callee) not in visiting:
+            elif role_of(callee) == roles.FUNC and id(callee) not in visiting:
                 targets = _arrays_a_func_writes(callee.source, node, visiting | {id(callee)})
         for target in targets:
             if isinstance(target, ast.Name):

@@ -6,6 +6,7 @@ import ast
 import hashlib
 
 from ..front.parse import KernelSource, collect_names
+from ..roles import role_of
 
 
 def fingerprint_of(src: KernelSource, defs: list[ast.stmt], func_sources: list[KernelSource],
@@ -34,7 +35,7 @@ def _value_digest(value: object) -> bytes:
         return repr(value).encode()
     if isinstance(value, np.ndarray):
         return hashlib.sha256(value.tobytes()).hexdigest().encode() + repr((value.dtype.str, value.shape)).encode()
-    kind = getattr(value, "_qgraph_kind", None)
+    kind = role_of(value)
     if kind is not None:
         return f"{kind}:{value.__qualname__}".encode()
     mod = getattr(value, "__name__", None) if type(value).__name__ == "module" else None

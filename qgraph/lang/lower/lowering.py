@@ -13,8 +13,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .. import roles
 from ..front import builtins as lang
 from ..front.parse import UNRESOLVED, KernelSource, Task, collect_names
+from ..roles import role_of
 from .math_calls import NUMPY_AS_MATH, ROUNDING, lower_min_max
 
 PREFIX = "_qg_"
@@ -82,11 +84,11 @@ class Symbols:
         if obj is lang.serial:
             raise src.error("qgraph.serial is only allowed as the iterator of a for loop in a kernel body, e.g. "
                             "`for i in qgraph.serial(range(n)):` (loops in a @qgraph.func are serial already)", node)
-        kind = getattr(obj, "_qgraph_kind", None)
-        if kind == "kernel":
+        kind = role_of(obj)
+        if kind == roles.KERNEL:
             raise src.error(f"a kernel cannot call another kernel ({obj.__name__}); make the shared "
                             "code a @qgraph.func", node)
-        if kind == "func":  # lang.flat.view specialises every call before lowering
+        if kind == roles.FUNC:  # lang.flat.view specialises every call before lowering
             raise src.error(f"internal error: the call of {obj.__name__} was not specialised; please report "
                             "this", node)
         return None
