@@ -12,34 +12,16 @@ import pytest
 from helpers.cuda_offline import A, S
 
 import qgraph
+from qgraph.bench.compute_sources import KERNELS_SOURCE
+from qgraph.bench.kernels import module_from_source
 from qgraph.compiler import cuda_program
-from qgraph.lang.cuda.lanes import MAX_LANES, SPLIT_THREADS, lanes_of
+from qgraph.lang.cuda.lanes import MAX_LANES, SPLIT_THREADS, lanes_expr, lanes_of
 from qgraph.lang.options import KernelOptions
 
-G = 1
-M = 5
-
-
-@qgraph.func
-def gravity(dx, dy):
-    r = math.sqrt(dx * dx + dy * dy + 1e-5)
-    s = -G * M * M * (1.0 / r) ** 3
-    return s * dx, s * dy
-
-
-def nbody(pos, force):  # Taichi's gallery N-body's force loop, as the docs port it
-    for i in range(pos.shape[0]):
-        px = pos[i, 0]
-        py = pos[i, 1]
-        fx = 0.0
-        fy = 0.0
-        for j in range(pos.shape[0]):
-            if i != j:
-                gx, gy = gravity(px - pos[j, 0], py - pos[j, 1])
-                fx += gx
-                fy += gy
-        force[i, 0] = fx
-        force[i, 1] = fy
+# Taichi's gallery N-body's force loop as the docs port it: the compute benchmark's kernel
+COMPUTE = module_from_source("qgraph_bench_compute", KERNELS_SOURCE)
+G, M = COMPUTE.G, COMPUTE.M
+nbody = COMPUTE._taichi_forces
 
 
 def triangle(x, out):  # an inner bound that depends on i, a start, subtraction, an int count
@@ -145,6 +127,8 @@ def test_one_lane_is_the_loop_as_written(arch, name):
 
 def test_lane_counts_follow_the_loop_size():
     assert [lanes_of(n) for n in SIZES] == [32, 32, 32, 16, 4, 1]
+    # the host's grid expression is the same rule (the kernel's prologue: the family above on CUDA)
+    assert all(eval(lanes_expr("n"), {}, {"n": n}) == lanes_of(n) for n in range(0, 3 * SPLIT_THREADS, 997))
     assert lanes_of(0) == MAX_LANES and lanes_of(SPLIT_THREADS) == 1 and lanes_of(SPLIT_THREADS // 2) == 2
 
 

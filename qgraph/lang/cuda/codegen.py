@@ -217,8 +217,9 @@ def cuda_task(src: KernelSource, task: Task, param_order: list[str], symbols: Sy
             body = init + [assign("_qg_t0", thread_index(at), at)] + loop + combine
     elif tiled:
         body = tiled_loops(task, body, at, narrow=ranges.counts_fit(task))
-    is_range = (lambda func: src.resolve(func) is range if isinstance(func, ast.Name)  # noqa: E731
-                and func.id not in local_names else False)
+    def is_range(func: ast.expr) -> bool:
+        return isinstance(func, ast.Name) and func.id not in local_names and src.resolve(func) is range
+
     on_lanes = None
     if task.parallel and not found and not tiled:
         body = [ContinueToReturn().visit(s) for s in body]

@@ -23,6 +23,7 @@ from __future__ import annotations
 import ast
 import copy
 
+from ..front.names import collect_names
 from ..lower.lowering import assign, binop, call, dotted, name_node
 from .loops import thread_index
 
@@ -49,11 +50,12 @@ def _zero(value: ast.expr) -> bool:
 
 
 def _stored_names(node: ast.AST) -> set[str]:
-    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    return collect_names([node]).stored
 
 
 def _loaded_names(node: ast.AST) -> set[str]:
-    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    """Names `node` reads (an augmented assignment reads its target)."""
+    return set(collect_names([node]).loaded)
 
 
 class _Effects(ast.NodeVisitor):
