@@ -102,7 +102,7 @@ def _same_arguments(n: int, tests: list[str]) -> Lines:
             replay.line("raise _gfail(r, 'cuGraphLaunch')")
         replay.line("_stats.replays += 1", "return")
     out.line("m = _again[0]")
-    with out.block(f"if {' and '.join(tests + ['stream is None', 'not _listening[0]'])}:"):
+    with out.block(f"if {' and '.join(tests + ['stream is None', 'not _hooked[0]'])}:"):
         _locked(out, replay)
     return out
 
@@ -126,7 +126,7 @@ def _new_numbers(src, ns: dict, n: int) -> Lines:
         update.line(f"inst = m[{n + 1}].renumber(mp, p, {_numbered('a', n)}, _stream)")
         with update.block("if inst is not None:"):
             update.line(f"_again[0] = ({', '.join(kept)}, inst.exec, m[{n + 1}], p)", "return")
-    with out.block(f"if {' and '.join(same + [f'm[{n}] is not None', 'stream is None', 'not _listening[0]'])}:"):
+    with out.block(f"if {' and '.join(same + [f'm[{n}] is not None', 'stream is None', 'not _hooked[0]'])}:"):
         for k in numbers:  # converted as argument resolution's fast path converts them (else: the general path)
             path = fixed_scalar_path(k, f"a{k}", fixed[k], "cuda", ns)
             out.line(f"t = type(a{k})", f"w{k} = {path.value} if {path.guard} else None")
@@ -150,22 +150,21 @@ def launch_function(launcher, strict: bool = False):
                 "_hold": launcher.lifetimes.hold, "_release": launcher.target.lock.release,
                 "_again": launcher.again, "_forgotten": forgotten(n), "_glaunch": d.cuGraphLaunch,
                 "_gfail": kernel_failure(src.name), "_stats": launcher.stats, "_Ndarray": Ndarray,
-                "_hooked": call_hooks.HOOKED, "_listening": call_hooks.LISTENING, "_on_call": call_hooks.on_call,
-                "_launcher": launcher,
+                "_hooked": call_hooks.HOOKED, "_on_call": call_hooks.on_call, "_launcher": launcher,
                 "_BoundCall": call_hooks.BoundCall,
                 "_watching": call_hooks.WATCHING, "_note": call_hooks.note_writes,
                 "_written": launcher.written}
     args = ", ".join(f"a{k}" for k in range(n))
     out = Lines.of_body(frozen_number_lines(src, ns))
+    with out.block("if _watching[0]:"):  # a tape needs arrays as its calls left them: count this call's writes
+        out.line(f"_note(_written, {_numbered('a', n)})")
     tests, remember = _probes(src)
     if not n:  # no argument to compare: the memory is its instance, or None
         tests.append("m[0] is not None")
     fast = not launcher.options.debug  # a debug call reads the checks' record after every launch
-    if fast:  # taken only while nothing listens (no tape watching or recording, no step body)
+    if fast:
         out.add(_same_arguments(n, tests))
         out.add(_new_numbers(src, ns, n))
-    with out.block("if _watching[0]:"):  # a tape needs arrays as its calls left them: count this call's writes
-        out.line(f"_note(_written, {_numbered('a', n)})")
     # `pure` stays True when every argument is a qgraph array, a number or a cached struct.
     # An argument on another device sends the call there: a qgraph array straight to that
     # device's strict launch (which routes nothing further), anything else through Kernel._route

@@ -18,7 +18,6 @@ from .arrays import Ndarray
 
 HOOKED = [0]  # threads with a listener (a tape recording, a step's body running) now
 WATCHING = [0]  # live tapes whose adjoints read arrays as recorded calls left them (see watch)
-LISTENING = [0]  # HOOKED + WATCHING: the one test a launch's fast paths make (neither: take them)
 
 
 class BoundCall(NamedTuple):
@@ -80,7 +79,6 @@ def push_tape(tape) -> object | None:
         previous = _TAPES.get(ident)
         _TAPES[ident] = tape
         HOOKED[0] += 1
-        LISTENING[0] += 1
     return previous
 
 
@@ -92,7 +90,6 @@ def pop_tape(previous) -> None:
         else:
             _TAPES[ident] = previous
         HOOKED[0] -= 1
-        LISTENING[0] -= 1
 
 
 def tape_recording() -> bool:
@@ -106,7 +103,6 @@ def watch(on: bool) -> None:
     of one list item on each launch otherwise."""
     with _LOCK:
         WATCHING[0] += 1 if on else -1
-        LISTENING[0] += 1 if on else -1
 
 
 def note_writes(written: tuple[int, ...], args: tuple) -> None:
@@ -126,14 +122,12 @@ def run_body(fn: Callable, args: tuple, kwargs: dict, take=counted, trace=None) 
     with _LOCK:
         _BODIES[ident] = body
         HOOKED[0] += 1
-        LISTENING[0] += 1
     try:
         result = fn(*args, **kwargs)
     finally:
         with _LOCK:
             del _BODIES[ident]
             HOOKED[0] -= 1
-            LISTENING[0] -= 1
     return body.calls, result
 
 
