@@ -27,6 +27,8 @@ import pytest
 os.environ.setdefault("QGRAPH_CACHE_DIR", tempfile.mkdtemp(prefix="qgraph-test-cache-"))
 if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ["QGRAPH_CACHE_DIR"] = os.path.join(os.environ["QGRAPH_CACHE_DIR"], os.environ["PYTEST_XDIST_WORKER"])
+# The emitter's own failures fail the tests instead of falling back to numba (compiler.llvm_cpu)
+os.environ.setdefault("QGRAPH_EMITTER", "strict")
 
 import numba  # noqa: E402
 from helpers.arch import REQUIRE_CUDA, missing_cuda_compiler, use_arch  # noqa: E402

@@ -1,4 +1,5 @@
-"""On-disk cache of compiled CUDA code (the CPU backend uses numba's, via the adapter).
+"""On-disk cache of compiled code: CUDA cubins, and the CPU's emitted serial forms (compiler.llvm_cpu)
+as object code (numba's own CPU functions use numba's cache, via the adapter).
 
 An entry is a binary (the linked cubin of a specialisation's tasks) and a JSON manifest
 describing it. Both are written to temporary names and moved into place with os.replace,
@@ -44,12 +45,13 @@ def check_directory(path: str, source: str) -> None:
         raise QgraphError(f"{source}: the compile cache directory {path} {where}; {_FIX}")
 
 
-def report_unusable(directory: str, error: OSError, doing: str) -> None:
-    """One RuntimeWarning per directory, kind of access and process: the disk refused to let the
-    cache `doing` ("read" or "write") there, so entries are compiled instead of loaded or kept."""
-    if (directory, doing) in _REPORTED:
+def report_unusable(directory: str, error: OSError, doing: str, root: str | None = None) -> None:
+    """One RuntimeWarning per cache (`root`, the directory the user named), kind of access and
+    process: the disk refused to let the cache `doing` ("read" or "write") in `directory`, so
+    entries are compiled instead of loaded or kept."""
+    if (root or directory, doing) in _REPORTED:
         return
-    _REPORTED.add((directory, doing))
+    _REPORTED.add((root or directory, doing))
     then = "compiling instead" if doing == "read" else "compiled code is not kept for later processes"
     warnings.warn(f"qgraph: cannot {doing} the compile cache in {directory} ({type(error).__name__}: "
                   f"{error.strerror or error}); {then}: {_FIX}", RuntimeWarning, stacklevel=3)
@@ -67,9 +69,10 @@ def entry_key(*parts: str) -> str:
 class CodeCache:
     """A directory of compiled entries; `None` directory means caching is off."""
 
-    def __init__(self, directory: str | None) -> None:
+    def __init__(self, directory: str | None, kind: str = "cuda") -> None:
         self.root = directory  # where the key is (compiler.cache_keys)
-        self.directory = None if directory is None else os.path.join(directory, "cuda")
+        self.directory = None if directory is None else os.path.join(directory, kind)
+        self._context = f"{kind}-entry".encode()  # what a tag covers besides the manifest: no entry moves kind
 
     @property
     def enabled(self) -> bool:
@@ -103,7 +106,7 @@ class CodeCache:
         except (FileNotFoundError, ValueError):  # absent, or a manifest that does not parse
             return None
         except OSError as e:  # the disk refuses: say so once, then compile
-            report_unusable(self.directory, e, "read")
+            report_unusable(self.directory, e, "read", self.root)
             return None
         if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
             return None  # another qgraph's entry (or no entry): never read further
@@ -111,7 +114,7 @@ class CodeCache:
         if secret is None:  # no key (none can be made here): nothing here can be trusted
             return None
         tag = manifest.pop("hmac", None)
-        if not secret.matches(tag, b"cuda-entry", _canonical(manifest)) or manifest.get("key") != key:
+        if not secret.matches(tag, self._context, _canonical(manifest)) or manifest.get("key") != key:
             report_rejected(manifest_path)
             return None
         if manifest.get("sha256") != hashlib.sha256(binary).hexdigest():
@@ -126,7 +129,7 @@ class CodeCache:
             return cache_key(self.root)
         except OSError as e:
             if doing == "write":
-                report_unusable(self.directory, e, "write")
+                report_unusable(self.directory, e, "write", self.root)
             return None
 
     def store(self, key: str, manifest: dict, binary: bytes) -> bool:
@@ -139,13 +142,13 @@ class CodeCache:
             return False
         bin_path, manifest_path = self._paths(key)
         record = dict(manifest, format=FORMAT, key=key, sha256=hashlib.sha256(binary).hexdigest())
-        record["hmac"] = secret.tag(b"cuda-entry", _canonical(record)).hex()
+        record["hmac"] = secret.tag(self._context, _canonical(record)).hex()
         try:
             make_private_dirs(os.path.dirname(bin_path))
             _write_atomic(bin_path, binary)
             _write_atomic(manifest_path, json.dumps(record, sort_keys=True).encode())
         except OSError as e:
-            report_unusable(self.directory, e, "write")
+            report_unusable(self.directory, e, "write", self.root)
             return False
         return True
 

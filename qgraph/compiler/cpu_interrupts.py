@@ -16,7 +16,8 @@ from __future__ import annotations
 import ctypes
 import sys
 
-from ..lang.cpu.loops import FIRST_CHUNK_WORK
+from ..lang.cpu.loops import FIRST_CHUNK_WORK, PASS_END, SERIAL_TICK_CHECK, RunnerStatus
+from ..lang.lower.debug_checks import CANCEL_WORD, SIGNAL_ERROR, YIELD_CLOCK, YIELD_COUNT, YIELD_STEP
 from .process_settings import SharedOverride
 
 _INTERRUPTED = []
@@ -181,6 +182,53 @@ YIELD_EVERY_NS = int(1.25e9 * HANDOVER_SECONDS)
 YIELD_GROWTH = 64  # at most this factor from one number of passes to the next
 
 _THREADS = []
+_INTERRUPTED_STATUS, _CANCELLED_STATUS = int(RunnerStatus.INTERRUPTED), int(RunnerStatus.CANCELLED)
+
+
+# The runtime's checks, compiled by numba (thread_functions) and by the emitter (runtime_sources)
+# from this one source; the names starting `_qg_` are bound by each to its own primitives.
+def let_threads_run(record):
+    step = record[YIELD_STEP]
+    if step != 0:  # passes sized to take YIELD_EVERY_NS from the last ones' time
+        elapsed = max(_qg_clock_ns() - record[YIELD_CLOCK], 1)  # noqa: F821
+        step = max(1, min(step * YIELD_EVERY_NS // elapsed, step * YIELD_GROWTH))
+        _qg_release_gil()  # noqa: F821
+    else:  # the call's first: start measuring
+        step = 1
+    record[YIELD_STEP] = step
+    record[YIELD_COUNT] = step
+    record[YIELD_CLOCK] = _qg_clock_ns()  # noqa: F821
+
+
+def serial_tick(record):  # Ctrl-C (1), else other threads let run when their turn comes (0)
+    if _qg_interrupted(record):  # noqa: F821
+        return 1
+    if record[YIELD_COUNT] != 0:
+        record[YIELD_COUNT] -= 1
+        if record[YIELD_COUNT] == 0:
+            _qg_let_threads_run(record)  # noqa: F821
+    return 0
+
+
+# a serial tick's steps written out again, then kernel.cancel(): called from pass_end, the tick
+# (an njit call of its own) made a one-element repeat 4.5x slower (24 against 5 ns a pass)
+def pass_end(record):
+    if _qg_interrupted(record):  # noqa: F821
+        return _INTERRUPTED_STATUS
+    if record[YIELD_COUNT] != 0:
+        record[YIELD_COUNT] -= 1
+        if record[YIELD_COUNT] == 0:
+            _qg_let_threads_run(record)  # noqa: F821
+    if record[CANCEL_WORD] != 0:
+        return _CANCELLED_STATUS
+    return 0
+
+
+def _rebound(function, names: dict):
+    """`function` with its `_qg_` globals bound to `names` (numba reads globals when it compiles)."""
+    import types
+
+    return types.FunctionType(function.__code__, {**function.__globals__, **names}, function.__name__)
 
 
 def thread_functions() -> dict:
@@ -193,9 +241,6 @@ def thread_functions() -> dict:
         from llvmlite import ir
         from numba.core import cgutils, types
         from numba.extending import intrinsic
-
-        from ..lang.cpu.loops import PASS_END, SERIAL_TICK_CHECK, RunnerStatus
-        from ..lang.lower.debug_checks import CANCEL_WORD, YIELD_CLOCK, YIELD_COUNT, YIELD_STEP
 
         @intrinsic
         def _qg_release_gil(typingctx):
@@ -210,51 +255,36 @@ def thread_functions() -> dict:
 
             return types.none(), codegen
 
-        clock = chunk_functions()["_qg_clock_ns"]
-
-        def let_threads_run(record):
-            step = record[YIELD_STEP]
-            if step != 0:  # passes sized to take YIELD_EVERY_NS from the last ones' time
-                elapsed = max(clock() - record[YIELD_CLOCK], 1)
-                step = max(1, min(step * YIELD_EVERY_NS // elapsed, step * YIELD_GROWTH))
-                _qg_release_gil()
-            else:  # the call's first: start measuring
-                step = 1
-            record[YIELD_STEP] = step
-            record[YIELD_COUNT] = step
-            record[YIELD_CLOCK] = clock()
-
-        threads_run = numba.njit(let_threads_run, cache=False)
-        check = interrupted()
-        interrupted_status, cancelled_status = int(RunnerStatus.INTERRUPTED), int(RunnerStatus.CANCELLED)
-
-        def serial_tick(record):  # Ctrl-C (1), else other threads let run when their turn comes (0)
-            if check(record):
-                return 1
-            if record[YIELD_COUNT] != 0:
-                record[YIELD_COUNT] -= 1
-                if record[YIELD_COUNT] == 0:
-                    threads_run(record)
-            return 0
-
-        tick = numba.njit(serial_tick, cache=False)
-
-        # a serial tick's steps written out again, then kernel.cancel(): called from pass_end, the tick
-        # (an njit call of its own) made a one-element repeat 4.5x slower (24 against 5 ns a pass)
-        def pass_end(record):
-            if check(record):
-                return interrupted_status
-            if record[YIELD_COUNT] != 0:
-                record[YIELD_COUNT] -= 1
-                if record[YIELD_COUNT] == 0:
-                    threads_run(record)
-            if record[CANCEL_WORD] != 0:
-                return cancelled_status
-            return 0
-
-        _THREADS.append({"_qg_let_threads_run": threads_run, PASS_END: numba.njit(pass_end, cache=False),
-                         SERIAL_TICK_CHECK: tick})
+        primitives = {"_qg_clock_ns": chunk_functions()["_qg_clock_ns"], "_qg_release_gil": _qg_release_gil,
+                      "_qg_interrupted": interrupted()}
+        threads_run = numba.njit(_rebound(let_threads_run, primitives), cache=False)
+        primitives["_qg_let_threads_run"] = threads_run
+        _THREADS.append({"_qg_let_threads_run": threads_run,
+                         PASS_END: numba.njit(_rebound(pass_end, primitives), cache=False),
+                         SERIAL_TICK_CHECK: numba.njit(_rebound(serial_tick, primitives), cache=False)})
     return _THREADS[0]
+
+
+def runtime_sources() -> dict:
+    """{generated name: (FunctionDef, namespace)} of the same checks for the emitter (lang.llvm), their
+    primitives the emitter's own."""
+    import ast
+    import inspect
+    import textwrap
+
+    from ..lang.llvm import calls
+
+    names = {"_qg_clock_ns": calls.CLOCK_NS, "_qg_release_gil": calls.RELEASE_GIL,
+             "_qg_interrupted": calls.interrupted_primitive(SIGNAL_ERROR)}
+    sources = {}
+    for name, function in (("_qg_let_threads_run", let_threads_run), (PASS_END, pass_end),
+                           (SERIAL_TICK_CHECK, serial_tick), ("_qg_first_chunk", first_chunk),
+                           ("_qg_next_chunk", next_chunk), ("_qg_next_block", next_block)):
+        fdef = ast.parse(textwrap.dedent(inspect.getsource(function))).body[0]
+        namespace = {**function.__globals__, **names}
+        names[name] = fdef
+        sources[name] = (fdef, namespace)
+    return sources
 
 
 # the switch interval while runners that let other threads run are running: HANDOVER_SECONDS at

@@ -26,6 +26,7 @@ from .compile_depth import room_to_recurse
 from .compile_gc import rare_collections
 from .cpu_interrupts import SerialTaskInterrupted, chunk_functions, interrupted, thread_functions
 from .cpu_math import cpu_math
+from .llvm_cpu import SerialEmitter
 from .random_code import random_functions
 from .toolchain import toolchain_versions_digest
 
@@ -37,7 +38,7 @@ def _disk_cache(cache_dir: str, fingerprint: str) -> tuple[str, str, CacheKey] |
     try:
         return directory, fingerprint, cache_key(cache_dir)
     except OSError as e:
-        report_unusable(directory, e, "write")
+        report_unusable(directory, e, "write", cache_dir)
         return None
 
 
@@ -116,9 +117,15 @@ class CpuProgram:
             ns.update(compiled)
         self.runner = adapter.njit(kernel_ns[module.runner], parallel=module.runner_parallel, cache=cache,
                                    fastmath=fast_math and not module.units)  # (the runner is the unit)
-        # the serial form (lang.cpu.serial_form): every task inline, no parallel loop
+        # the serial form (lang.cpu.serial_form): every task inline, no parallel loop; emitted straight
+        # to LLVM IR where the emitter covers it (compiler.llvm_cpu), else numba's
         self.serial_runner = None if module.serial_runner is None else \
             adapter.njit(kernel_ns[module.serial_runner], parallel=False, cache=cache, fastmath=fast_math)
+        self._serial_numba = self.serial_runner
+        self._emitter = None if self.serial_runner is None or fast_math or debug is not None else \
+            SerialEmitter(_function_def(module, module.serial_runner), kernel_ns, injected,
+                          {name: (_function_def_in(tree, name), ns)
+                           for (name, tree, _), ns in zip(module.func_codes, namespaces)}, cache_dir)
         self.module = module  # the generated code, for kernel.inspect
         # each unit's dispatcher by unit number (one unit and nothing around it: the runner itself)
         self.unit_dispatchers = [compiled[name] for name, _ in module.units] or [self.runner]
@@ -127,6 +134,11 @@ class CpuProgram:
     def compile_for(self, values: tuple, serial: bool = False) -> None:
         """Compile the runner (or the serial form's) for the types of `values` (as a call with them
         would) without running it."""
+        if serial and self._emitter is not None:
+            emitted = self._emitter.function_for(values)
+            self.serial_runner = self._serial_numba if emitted is None else emitted
+            if emitted is not None:
+                return
         with rare_collections(), room_to_recurse():  # (compiler.compile_gc, compiler.compile_depth)
             (self.serial_runner if serial else self.runner).compile(adapter.numba_types(values))
 
@@ -150,11 +162,21 @@ class CpuProgram:
     @property
     def cache_hits(self) -> int:
         """Signatures of the runner loaded from numba's disk cache so far."""
-        return sum(sum(r.stats.cache_hits.values()) for r in (self.runner, self.serial_runner) if r is not None)
+        hits = sum(sum(r.stats.cache_hits.values()) for r in (self.runner, self._serial_numba) if r is not None)
+        return hits + (0 if self._emitter is None else self._emitter.loaded)
+
+    @property
+    def serial_emitted(self) -> str | None:
+        """Why the serial form was not emitted (None where it was, or where it was never compiled)."""
+        return None if self._emitter is None else self._emitter.skipped
 
 
 def _function_def(module, name: str) -> ast.FunctionDef:
     return next(d for d in module.tree.body if isinstance(d, ast.FunctionDef) and d.name == name)
+
+
+def _function_def_in(tree: ast.Module, name: str) -> ast.FunctionDef:
+    return next(d for d in tree.body if isinstance(d, ast.FunctionDef) and d.name == name)
 
 
 def _importable(src: KernelSource) -> bool:

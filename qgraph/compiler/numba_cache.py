@@ -183,7 +183,7 @@ def _make_cache_class():
             try:
                 return super().load_overload(sig, target_context)
             except OSError as e:  # the directory cannot be read (a missing file is no error to numba)
-                report_unusable(self.cache_path, e, "read")
+                report_unusable(self.cache_path, e, "read", os.path.dirname(os.path.dirname(self.cache_path)))
                 return None
             except Exception as e:  # an authenticated entry that still does not load (numba's own fault)
                 warnings.warn(f"qgraph: ignoring a corrupt CPU cache entry in {self.cache_path} ({e!r}); "
@@ -198,7 +198,7 @@ def _make_cache_class():
             try:
                 super().save_overload(sig, data)
             except OSError as e:  # a read-only or full disk must not fail the call
-                report_unusable(self.cache_path, e, "write")
+                report_unusable(self.cache_path, e, "write", os.path.dirname(os.path.dirname(self.cache_path)))
             except Exception as e:
                 warnings.warn(f"qgraph: could not write the CPU cache ({e!r})", RuntimeWarning, stacklevel=2)
 

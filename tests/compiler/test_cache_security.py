@@ -63,14 +63,17 @@ print(json.dumps(out))
 RIGHT = {"add_one": [3.0] * 4, "times_ten": [20.0] * 4}
 
 
-def _run(tmp_path: Path, cache: Path, arch: str, *names: str, umask: int | None = None) -> dict:
-    """A fresh process calling the kernels `names` once each on 2.0s: their values, cache loads, warnings."""
+def _run(tmp_path: Path, cache: Path, arch: str, *names: str, umask: int | None = None, emitter: str = "0") -> dict:
+    """A fresh process calling the kernels `names` once each on 2.0s: their values, cache loads, warnings.
+    `emitter` is QGRAPH_EMITTER: "0" (the default here) so the CPU's serial forms are numba's pickles,
+    "1" so they are emitted object code (cpu-llvm/ entries, sealed as CUDA's are)."""
     (tmp_path / "sec_kernels.py").write_text(_KERNELS)
     (tmp_path / "sec_run.py").write_text(_RUN)
     env = dict(os.environ, QGRAPH_CACHE_DIR=str(cache),
                PYTHONPATH=os.pathsep.join(p for p in (str(tmp_path), os.environ.get("PYTHONPATH")) if p))
     env.pop("QGRAPH_ARCH", None)
     env.pop("QGRAPH_CACHE", None)
+    env["QGRAPH_EMITTER"] = emitter
     done = subprocess.run([sys.executable, str(tmp_path / "sec_run.py"), arch, *names], capture_output=True,
                           text=True, env=env, timeout=600, cwd=tmp_path,
                           preexec_fn=None if umask is None else (lambda: os.umask(umask)))
@@ -187,6 +190,47 @@ def test_two_kernels_swapped_cpu_files_each_still_run_their_own_code(tmp_path, w
     assert again["values"] == RIGHT and again["loads"] == {"add_one": 1, "times_ten": 1} and again["warnings"] == []
 
 
+def _emitted_entries(cache: Path) -> dict:
+    """{kernel: manifest} of the emitted serial forms in `cache` (compiler.llvm_cpu)."""
+    entries = {}
+    for manifest in _cache_files(cache / "cpu-llvm", ".json"):
+        function = json.loads(manifest.read_text()).get("function", "")
+        entries.update({kernel: manifest for kernel in RIGHT if f"_{kernel}_" in function})
+    return entries
+
+
+def test_two_kernels_swapped_emitted_cpu_entries_each_still_run_their_own_code(tmp_path):
+    cache = tmp_path / "cache"
+    for name in RIGHT:
+        first = _run(tmp_path, cache, "cpu", name, emitter="1")
+        assert first["values"] == {name: RIGHT[name]} and first["loads"] == {name: 0}
+    entries = _emitted_entries(cache)
+    assert entries.keys() == set(RIGHT), entries
+    one, ten = entries["add_one"], entries["times_ten"]
+    _swap(one.with_suffix(".bin"), ten.with_suffix(".bin"))  # the object code alone
+    result = _run(tmp_path, cache, "cpu", "add_one", "times_ten", emitter="1")
+    assert result["values"] == RIGHT and result["loads"] == {"add_one": 0, "times_ten": 0}
+    _swap(one, ten)  # whole entries: each manifest with its own object code, in the other's place
+    _swap(one.with_suffix(".bin"), ten.with_suffix(".bin"))
+    result = _run(tmp_path, cache, "cpu", "add_one", "times_ten", emitter="1")
+    assert result["values"] == RIGHT and result["loads"] == {"add_one": 0, "times_ten": 0}
+    assert _rejections(result)
+    again = _run(tmp_path, cache, "cpu", "add_one", "times_ten", emitter="1")  # recompiled entries are trusted
+    assert again["values"] == RIGHT and again["loads"] == {"add_one": 1, "times_ten": 1} and again["warnings"] == []
+
+
+def test_an_edited_emitted_cpu_entry_is_never_loaded(tmp_path):
+    cache = tmp_path / "cache"
+    _run(tmp_path, cache, "cpu", "add_one", emitter="1")
+    code = _emitted_entries(cache)["add_one"].with_suffix(".bin")
+    edited = bytearray(code.read_bytes())
+    edited[len(edited) // 2] ^= 0xFF  # one flipped byte of machine code
+    code.write_bytes(bytes(edited))
+    result = _run(tmp_path, cache, "cpu", "add_one", emitter="1")
+    assert result["values"] == {"add_one": RIGHT["add_one"]} and result["loads"] == {"add_one": 0}
+    assert any(str(code) in w for w in _rejections(result)), result["warnings"]
+
+
 def test_two_kernels_swapped_cuda_entries_each_still_run_their_own_code(tmp_path, cuda):
     cache = tmp_path / "cache"
     for name in RIGHT:
@@ -216,11 +260,13 @@ def _modes(root: Path) -> dict[str, int]:
 
 
 @posix_only
-def test_under_umask_000_the_cache_is_0700_and_its_files_0600(tmp_path):
+@pytest.mark.parametrize("emitter", ["0", "1"])
+def test_under_umask_000_the_cache_is_0700_and_its_files_0600(tmp_path, emitter):
     cache = tmp_path / "made" / "by-qgraph" / "cache"  # parents qgraph makes too
-    assert _run(tmp_path, cache, "cpu", "add_one", umask=0)["values"] == {"add_one": RIGHT["add_one"]}
+    result = _run(tmp_path, cache, "cpu", "add_one", umask=0, emitter=emitter)
+    assert result["values"] == {"add_one": RIGHT["add_one"]}
     modes = _modes(cache)
-    assert any(name.endswith(".nbc") for name in modes) and ".key" in modes
+    assert any(name.endswith(".nbc" if emitter == "0" else ".bin") for name in modes) and ".key" in modes
     wrong = {name: f"{mode:04o}" for name, mode in modes.items()
              if mode != (0o700 if (cache / name).is_dir() else 0o600)}
     assert wrong == {}

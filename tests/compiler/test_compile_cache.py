@@ -62,10 +62,10 @@ print(int(x.sum()))
 """
 
 
-def _run(tmp_path, env_extra):
+def _run(tmp_path, env_extra):  # (numba's CPU files: QGRAPH_EMITTER=0 keeps the serial form numba's too)
     script = tmp_path / "cached_kernel.py"
     script.write_text(_SCRIPT)
-    env = dict(os.environ, **env_extra)
+    env = dict(os.environ, QGRAPH_EMITTER="0", **env_extra)
     return subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300)
 
 
@@ -233,7 +233,7 @@ def test_processes_compiling_different_signatures_keep_every_entry(tmp_path):
         "import qgraph\n\n\n@qgraph.kernel\ndef scale(x, a):\n    for i in range(x.shape[0]):\n"
         "        x[i] = x[i] * a + 1\n")
     (tmp_path / "worker.py").write_text(_SIGNATURE_WORKER)
-    env = dict(os.environ, QGRAPH_CACHE_DIR=str(tmp_path / "cache"), QGRAPH_ARCH="cpu",
+    env = dict(os.environ, QGRAPH_CACHE_DIR=str(tmp_path / "cache"), QGRAPH_ARCH="cpu", QGRAPH_EMITTER="0",
                PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
     workers = [subprocess.Popen([sys.executable, str(tmp_path / "worker.py"), name], env=env, text=True,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)

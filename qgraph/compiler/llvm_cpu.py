@@ -1,0 +1,196 @@
+"""The CPU's LLVM JIT for emitted code (lang.llvm): one MCJIT engine per process, and the ctypes
+entry through which a compiled function is called with NumPy arrays and numbers.
+
+Optimised as numba optimises (LLVM's O3 pipeline with loop and SLP vectorisation, for the host's
+CPU), so an emitted serial form runs as fast as numba's compile of the same source.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+
+import numpy as np
+
+from ..lang.llvm import module as emitted
+from ..lang.llvm.kinds import NotEmittable
+from .code_cache import CodeCache, entry_key
+
+_PYTHON_SYMBOLS = ("PyErr_CheckSignals", "PyErr_Fetch", "PyErr_NormalizeException", "PyException_SetTraceback",
+                   "Py_DecRef", "Py_IncRef", "PyEval_SaveThread", "PyEval_RestoreThread", "PyErr_SetString",
+                   "PyErr_Occurred", "PyObject_IsInstance", "PyFloat_AsDouble", "PyObject_IsTrue",
+                   "PyLong_AsLongLong", "PyLong_AsUnsignedLongLong", "PyLong_FromLongLong", "PyTuple_New",
+                   "PyTuple_SetItem")
+METH_FASTCALL = 0x80
+_LOCK = threading.Lock()
+_KEPT: dict = {}  # external symbol -> object of every emitted module loaded
+_ENGINE: list = []
+
+
+class _Engine:
+    def __init__(self) -> None:
+        import llvmlite.binding as llvm
+
+        llvm.initialize_native_target()
+        llvm.initialize_native_asmprinter()
+        llvm.initialize_native_asmparser()
+        _check_array_layout()
+        for name in _PYTHON_SYMBOLS:
+            llvm.add_symbol(name, ctypes.cast(getattr(ctypes.pythonapi, name), ctypes.c_void_p).value)
+        libm = ctypes.CDLL(None)
+        for name in ("clock_gettime",):
+            llvm.add_symbol(name, ctypes.cast(getattr(libm, name), ctypes.c_void_p).value)
+        target = llvm.Target.from_default_triple()
+        self.cpu, self.features = llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
+        self.machine = target.create_target_machine(cpu=self.cpu, features=self.features, opt=3, jit=True)
+        self.llvm = llvm
+        self.engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), self.machine)
+
+    def compile(self, code: emitted.EntryCode, cache: CodeCache | None) -> tuple[int, bool]:
+        """(the entry's address, whether its object code came from `cache`)."""
+        llvm = self.llvm
+        for name, obj in code.symbols.items():
+            _KEPT[name] = obj  # (None, ndarray, exception classes: alive while the process is)
+            llvm.add_symbol(name, id(obj))
+        key = entry_key("llvm-cpu", llvm.llvm_version_info.__repr__(), self.machine.triple, self.cpu,
+                        self.features, code.ir)
+        found = None if cache is None else cache.load(key)
+        if found is not None:
+            objects, loaded = found[1], True
+        else:
+            module = llvm.parse_assembly(code.ir)
+            module.triple = self.machine.triple
+            module.data_layout = str(self.machine.target_data)
+            module.verify()
+            tuning = llvm.create_pipeline_tuning_options(speed_level=3)
+            tuning.loop_vectorization = True
+            tuning.slp_vectorization = True
+            builder = llvm.create_pass_builder(self.machine, tuning)
+            builder.getModulePassManager().run(module, builder)
+            objects, loaded = self.machine.emit_object(module), False
+            if cache is not None:
+                cache.store(key, {"name": code.name, "function": code.function}, objects)
+        self.engine.add_object_file(llvm.ObjectFileRef.from_data(objects))
+        self.engine.finalize_object()
+        return self.engine.get_function_address(code.name), loaded
+
+
+def _check_array_layout() -> None:
+    """The entry reads an array's data, dimensions and strides at fixed offsets of its object: check
+    them against a live array (a NumPy or Python build that moved them would be read wrong)."""
+    probe = np.zeros((3, 5))
+    base = id(probe)
+
+    def word(offset: int) -> int:
+        return ctypes.c_void_p.from_address(base + offset).value or 0
+
+    dims, strides = word(emitted.DIMENSIONS), word(emitted.STRIDES)
+    if word(emitted.DATA) != probe.ctypes.data or ctypes.c_int64.from_address(dims + 8).value != 5 or \
+            ctypes.c_int64.from_address(strides).value != 40:
+        raise NotEmittable("this NumPy's array objects are laid out differently")
+
+
+def engine() -> _Engine:
+    with _LOCK:
+        if not _ENGINE:
+            _ENGINE.append(_Engine())
+        return _ENGINE[0]
+
+
+class _MethodDef(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char_p), ("function", ctypes.c_void_p), ("flags", ctypes.c_int),
+                ("doc", ctypes.c_char_p)]
+
+
+_NEW_FUNCTION = ctypes.pythonapi.PyCFunction_NewEx
+_NEW_FUNCTION.restype, _NEW_FUNCTION.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+_DEFINITIONS: list = []  # the method definitions of every emitted function: they must outlive it
+
+
+def builtin_function(name: str, address: int):
+    """The compiled fast-call entry at `address` as a Python builtin function (called as cheaply as one)."""
+    definition = _MethodDef(name.encode(), address, METH_FASTCALL, None)
+    _DEFINITIONS.append(definition)
+    return _NEW_FUNCTION(ctypes.addressof(definition), None, None)
+
+
+def compile_entry(fdef, namespace: dict, values: tuple, helpers: dict, cache: CodeCache | None):
+    """(builtin function, code, loaded from `cache`) of `fdef` for `values`' types; NotEmittable
+    where the emitter does not cover it."""
+    from ..lang.llvm.kinds import of_value
+    from ..lang.llvm.module import entry_code
+
+    types = [of_value(v) for v in values]
+    code = entry_code(fdef, namespace, types, helpers)
+    jit = engine()
+    with _LOCK:
+        address, loaded = jit.compile(code, cache)
+    return builtin_function(fdef.name, address), code, loaded
+
+
+def emitter_names(injected: dict) -> dict:
+    """The emitter's bindings of the names compiler.cpu_program injects into generated code: its
+    own primitives where it has them, `calls.Unavailable` for the numba objects it has none for."""
+    from ..lang.llvm import calls
+    from ..lang.llvm.kinds import FLOAT32, INT64, UINT64
+    from ..lang.lower.lowering import PREFIX
+
+    own = {"_qg_threads": calls.THREADS, "_qg_i64": calls.Cast(INT64), "_qg_f32": calls.Cast(FLOAT32),
+           "_qg_u64": calls.Cast(UINT64), "_qg_clock_ns": calls.CLOCK_NS}
+    for op in ("add", "sub", "min", "max"):
+        own[f"{PREFIX}atomic_{op}"] = calls.atomic(op)
+    names = {}
+    for name, value in injected.items():
+        if name in own:
+            names[name] = own[name]
+        elif type(value).__module__.split(".")[0] == "numba":  # a dispatcher, an intrinsic, a numba type
+            names[name] = calls.Unavailable(name)
+        else:
+            names[name] = value  # min, max, math.floor, an exception class
+    return names
+
+
+class SerialEmitter:
+    """A kernel's serial form emitted per argument types (numba compiles what it does not cover:
+    `skipped` says why). QGRAPH_EMITTER=0 leaves every serial form to numba; =strict raises an
+    emitter's own failure instead of falling back (for qgraph's tests)."""
+
+    def __init__(self, fdef, namespace: dict, injected: dict, funcs: dict, cache_dir: str | None) -> None:
+        from collections import ChainMap
+
+        from .cpu_interrupts import runtime_sources
+
+        names = emitter_names(injected)
+        self.fdef, self.namespace = fdef, ChainMap(names, namespace)
+        self.helpers = {**runtime_sources(), **{n: (d, ChainMap(names, ns)) for n, (d, ns) in funcs.items()}}
+        self.functions: dict = {}  # argument types -> builtin function
+        self.codes: dict = {}  # argument types -> lang.llvm.module.EntryCode (kernel.inspect)
+        self.skipped: str | None = None
+        self.cache = None if cache_dir is None else CodeCache(cache_dir, "cpu-llvm")
+        self.loaded = 0  # functions whose object code came from the disk cache
+
+    def function_for(self, values: tuple):
+        """The compiled serial form for `values`' types (a builtin function), or None."""
+        mode = os.environ.get("QGRAPH_EMITTER", "1").strip().lower()
+        if mode in ("0", "off", "false", "no"):
+            self.skipped = "QGRAPH_EMITTER=0"
+            return None
+        from ..lang.llvm.kinds import of_value
+
+        try:
+            types = tuple(of_value(v) for v in values)
+            if types not in self.functions:
+                function, self.codes[types], loaded = compile_entry(self.fdef, self.namespace, values,
+                                                                    self.helpers, self.cache)
+                self.functions[types] = function
+                self.loaded += loaded
+            return self.functions[types]
+        except NotEmittable as e:
+            self.skipped = str(e)
+            return None
+        except Exception as e:  # the emitter's own failure: numba's compile is always right
+            if mode == "strict":
+                raise
+            self.skipped = f"the emitter failed: {type(e).__name__}: {e}"
+            return None

@@ -1,0 +1,381 @@
+"""Calls in generated code: a table from the called object to how its result is typed and emitted.
+
+Builtins (min, max, abs, int, float), casts (NumPy scalar types, the generated `_qg_i64` and
+friends), `math` functions as numba lowers them (the same LLVM intrinsics and C library calls, so
+results match numba's to the bit), and the primitives the CPU runtime's own helpers need.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+
+import numpy as np
+from llvmlite import ir
+
+from .kinds import BOOL, FLOAT64, INT64, IntTuple, NotEmittable, Scalar, arithmetic, convert, of_dtype, unified
+from .values import I64, ArrayValue, Value, scalar
+
+I32 = ir.IntType(32)
+
+
+class Primitive:
+    """A function the emitter writes itself (`emit(fe, args) -> Value`), named for error messages."""
+
+    def __init__(self, name: str, emit) -> None:
+        self.name, self.emit = name, emit
+
+    def __repr__(self) -> str:
+        return f"<primitive {self.name}>"
+
+
+class Cast:
+    """A call that converts its one argument to `kind` (numba.float32(x), np.int32(x), _qg_i64(x))."""
+
+    def __init__(self, kind: Scalar) -> None:
+        self.kind = kind
+
+
+class Unavailable:
+    """A name the generated code may call that the emitter does not cover (numba compiles such code)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+# numba's math lowering: intrinsics, else the C library (float32: the `f` function)
+_INTRINSIC = {math.fabs: "llvm.fabs", math.exp: "llvm.exp", math.log: "llvm.log", math.log10: "llvm.log10",
+              math.sin: "llvm.sin", math.cos: "llvm.cos"}
+_EXTERN = {math.tan: "tan", math.asin: "asin", math.acos: "acos", math.atan: "atan", math.asinh: "asinh",
+           math.acosh: "acosh", math.atanh: "atanh", math.sinh: "sinh", math.cosh: "cosh", math.tanh: "tanh",
+           math.log1p: "log1p", math.expm1: "expm1", math.erf: "erf", math.erfc: "erfc", math.sqrt: "sqrt"}
+_ROUND_TO_INT = {math.floor: "floor", math.ceil: "ceil", math.trunc: "trunc"}  # numba: an int64
+_ROUND_TO_FLOAT = {np.floor: "llvm.floor", np.ceil: "llvm.ceil", np.trunc: "llvm.trunc"}
+_NUMPY_SCALARS = {np.float32, np.float64, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32,
+                  np.uint64, np.bool_}
+
+
+def call(fe, node: ast.Call):
+    func = node.func
+    if isinstance(func, ast.Attribute) and not fe.is_module(func.value):
+        return _method(fe, func, node.args)
+    target = fe.expr(func).ir if isinstance(func, ast.Attribute) else _callee(fe, func)
+    if isinstance(target, Unavailable):
+        raise NotEmittable(f"a call of {target.name}")
+    if isinstance(target, ast.FunctionDef):
+        return fe.owner.call_helper(fe, target, [fe.expr(a) for a in node.args])
+    args = [fe.expr(a) for a in node.args]
+    if isinstance(target, Primitive):
+        return target.emit(fe, args)
+    if isinstance(target, Cast):
+        return _cast(fe, args, target.kind)
+    if target in _NUMPY_SCALARS:
+        return _cast(fe, args, of_dtype(np.dtype(target)))
+    if target is float:
+        return _cast(fe, args, FLOAT64)
+    if target is int:
+        return _cast(fe, args, INT64)
+    if target is bool:
+        return _cast(fe, args, BOOL)
+    if target in (min, max):
+        return _min_max(fe, args, "<" if target is min else ">")
+    if target is abs:
+        return _abs(fe, args)
+    if target in _INTRINSIC or target in _EXTERN or target in _ROUND_TO_FLOAT:
+        return _unary_math(fe, target, args)
+    if target in _ROUND_TO_INT:
+        return _round_to_int(fe, target, args)
+    if target in (math.isnan, math.isinf, math.isfinite):
+        return _float_test(fe, target, args)
+    if target in (math.atan2, math.copysign):
+        return _binary_math(fe, target, args)
+    raise NotEmittable(f"a call of {ast.unparse(func)}")
+
+
+def _callee(fe, func):
+    if not isinstance(func, ast.Name):
+        raise NotEmittable(f"a call of {ast.unparse(func)}")
+    if func.id in fe.bound or func.id in fe.assigned:
+        raise NotEmittable(f"a call of the local {func.id!r}")
+    helper = fe.owner.helper_sources.get(func.id)
+    return helper[0] if helper is not None else fe.lookup(func.id)
+
+
+def _method(fe, func: ast.Attribute, args: list):
+    base = fe.expr(func.value)
+    if isinstance(base, ArrayValue) and func.attr == "reshape" and base.type.ndim == 0:
+        extents = []
+        for a in args:
+            if not isinstance(a, ast.Constant) or not isinstance(a.value, int) or a.value != 1:
+                raise NotEmittable("a reshape other than of a 0-d array to ones")
+            extents.append(1)
+        return base.reshaped(fe.builder, extents)
+    raise NotEmittable(f"the method .{func.attr}")
+
+
+def _one(args: list, what: str):
+    if len(args) != 1:
+        raise NotEmittable(f"{what} of {len(args)} arguments")
+    return args[0], scalar(args[0])
+
+
+def _cast(fe, args, kind: Scalar) -> Value:
+    value, source = _one(args, "a cast")
+    return Value(convert(fe.builder, value.ir, source, kind), kind)
+
+
+def _min_max(fe, args, sign: str) -> Value:
+    """numba's min/max of numbers: the first argument, replaced by each later one that compares `sign`."""
+    if len(args) < 2:
+        raise NotEmittable("min/max of fewer than two numbers")
+    kinds = [scalar(a) for a in args]
+    kind = kinds[0]
+    for k in kinds[1:]:
+        kind = unified(kind, k) if not (kind.kind == k.kind == "b") else kind
+    b = fe.builder
+    result = convert(b, args[0].ir, kinds[0], kind)
+    for value, k in zip(args[1:], kinds[1:]):
+        v = convert(b, value.ir, k, kind)
+        if kind.is_float:
+            better = b.fcmp_ordered(sign, v, result)
+        elif kind.kind == "u" or kind.kind == "b":
+            better = b.icmp_unsigned(sign, v, result)
+        else:
+            better = b.icmp_signed(sign, v, result)
+        result = b.select(better, v, result)
+    return Value(result, kind)
+
+
+def _abs(fe, args) -> Value:
+    value, kind = _one(args, "abs")
+    b = fe.builder
+    if kind.is_float:
+        return Value(_intrinsic(b, "llvm.fabs", kind, [value.ir]), kind)
+    target = arithmetic(kind, kind) if kind.kind == "b" else kind
+    x = convert(b, value.ir, kind, target)
+    if target.kind == "u":
+        return Value(x, target)
+    return Value(b.select(b.icmp_signed("<", x, target.ir(0)), b.neg(x), x), target)
+
+
+def _intrinsic(builder: ir.IRBuilder, name: str, kind: Scalar, args: list) -> ir.Value:
+    module = builder.module
+    full = f"{name}.f{kind.bits}"
+    fn = module.globals.get(full) or ir.Function(module, ir.FunctionType(kind.ir, [kind.ir] * len(args)), full)
+    return builder.call(fn, args)
+
+
+def _extern(builder: ir.IRBuilder, name: str, kind: Scalar, args: list) -> ir.Value:
+    module = builder.module
+    full = name + ("f" if kind.bits == 32 else "")
+    fn = module.globals.get(full) or ir.Function(module, ir.FunctionType(kind.ir, [kind.ir] * len(args)), full)
+    return builder.call(fn, args)
+
+
+def _float_argument(fe, value, kind: Scalar) -> tuple:
+    """Integers go to float64, as numba's math functions take them."""
+    if kind.is_float:
+        return value.ir, kind
+    return convert(fe.builder, value.ir, kind, FLOAT64), FLOAT64
+
+
+def _unary_math(fe, target, args) -> Value:
+    value, kind = _one(args, "a math function")
+    x, kind = _float_argument(fe, value, kind)
+    if target in _INTRINSIC:
+        return Value(_intrinsic(fe.builder, _INTRINSIC[target], kind, [x]), kind)
+    if target in _ROUND_TO_FLOAT:
+        return Value(_intrinsic(fe.builder, _ROUND_TO_FLOAT[target], kind, [x]), kind)
+    return Value(_extern(fe.builder, _EXTERN[target], kind, [x]), kind)
+
+
+def _round_to_int(fe, target, args) -> Value:
+    value, kind = _one(args, "a rounding function")
+    if kind.is_int:
+        return Value(convert(fe.builder, value.ir, kind, INT64), INT64)
+    if not kind.is_float:
+        raise NotEmittable("rounding a bool")
+    rounded = _extern(fe.builder, _ROUND_TO_INT[target], kind, [value.ir])
+    return Value(fe.builder.fptosi(rounded, INT64.ir), INT64)
+
+
+def _float_test(fe, target, args) -> Value:
+    value, kind = _one(args, "a float test")
+    b = fe.builder
+    if not kind.is_float:
+        return Value(ir.IntType(1)(int(target is math.isfinite)), BOOL)
+    if target is math.isnan:
+        return Value(b.fcmp_unordered("uno", value.ir, value.ir), BOOL)
+    magnitude = _intrinsic(b, "llvm.fabs", kind, [value.ir])
+    infinity = ir.Constant(kind.ir, float("inf"))
+    if target is math.isinf:
+        return Value(b.fcmp_ordered("==", magnitude, infinity), BOOL)
+    return Value(b.fcmp_ordered("<", magnitude, infinity), BOOL)
+
+
+def _binary_math(fe, target, args) -> Value:
+    if len(args) != 2:
+        raise NotEmittable("a two-argument math function")
+    kinds = [scalar(a) for a in args]
+    if not all(k.is_float for k in kinds):
+        raise NotEmittable("atan2 / copysign of integers")
+    kind = unified(*kinds)
+    x, y = (convert(fe.builder, a.ir, k, kind) for a, k in zip(args, kinds))
+    if target is math.copysign:
+        return Value(_intrinsic(fe.builder, "llvm.copysign", kind, [x, y]), kind)
+    return Value(_extern(fe.builder, "atan2", kind, [x, y]), kind)
+
+
+def power(fe, left: Value, right: Value, literal: int | None) -> Value:
+    """numba's `**`: a literal integer exponent unrolled into multiplications (a negative one then
+    inverted, raising ZeroDivisionError for a zero as numba's inversion does), floats through llvm.pow;
+    an integer exponent held in a variable is numba's own loop."""
+    builder = fe.builder
+    a, b = scalar(left), scalar(right)
+    if literal is not None and abs(literal) <= 0x10000 and (a.is_float or (a.is_int and literal >= 0)):
+        kind = a if a.is_float else INT64
+        value = convert(builder, left.ir, a, kind)
+        result, exp = kind.ir(1.0 if kind.is_float else 1), abs(literal)
+        multiply = builder.fmul if kind.is_float else builder.mul
+        while exp:
+            if exp & 1:
+                result = multiply(result, value)
+            exp >>= 1
+            if exp:
+                value = multiply(value, value)
+        if literal < 0:
+            with builder.if_then(builder.fcmp_ordered("==", result, kind.ir(0.0)), likely=False):
+                fe.owner.raised(fe, ZeroDivisionError, "division by zero")
+            result = fe.builder.fdiv(kind.ir(1.0), result)
+        return Value(result, kind)
+    if b.is_float and (a.is_float or a.is_int):
+        kind = arithmetic(a, b)
+        x, y = convert(builder, left.ir, a, kind), convert(builder, right.ir, b, kind)
+        return Value(_intrinsic(builder, "llvm.pow", kind, [x, y]), kind)
+    raise NotEmittable("** with an integer exponent that is not a literal")
+
+
+def int_divmod(builder: ir.IRBuilder, x, y, kind: Scalar) -> tuple:
+    """numba's integer floor division and remainder (numpy error model: 0 and 0 for a zero divisor;
+    the most negative number by -1 also gives 0 and 0)."""
+    zero = kind.ir(0)
+    if kind.kind == "u":
+        nonzero = builder.icmp_unsigned("!=", y, zero)
+        safe = builder.select(nonzero, y, kind.ir(1))
+        return (builder.select(nonzero, builder.udiv(x, safe), zero),
+                builder.select(nonzero, builder.urem(x, safe), zero))
+    bad = builder.or_(builder.icmp_signed("==", y, zero),
+                      builder.and_(builder.icmp_signed("==", x, kind.ir(-(1 << (kind.bits - 1)))),
+                                   builder.icmp_signed("==", y, kind.ir(-1))))
+    safe = builder.select(bad, kind.ir(1), y)
+    quotient, remainder = builder.sdiv(x, safe), builder.srem(x, safe)
+    adjust = builder.and_(builder.icmp_signed("!=", remainder, zero),
+                          builder.icmp_signed("<", builder.xor(safe, remainder), zero))
+    quotient = builder.select(adjust, builder.sub(quotient, kind.ir(1)), quotient)
+    remainder = builder.select(adjust, builder.add(remainder, safe), remainder)
+    return builder.select(bad, zero, quotient), builder.select(bad, zero, remainder)
+
+
+# ---------------------------------------------------------------------- primitives of the CPU runtime
+
+
+def _array_argument(args, what: str) -> ArrayValue:
+    if len(args) != 1 or not isinstance(args[0], ArrayValue):
+        raise NotEmittable(f"{what} of other than one array")
+    return args[0]
+
+
+def _threads(fe, args) -> Value:
+    """numba's get_num_threads of the calling thread (the symbol numba's threading layer registers)."""
+    module = fe.builder.module
+    fn = module.globals.get("get_num_threads") or ir.Function(module, ir.FunctionType(I64, []), "get_num_threads")
+    return Value(fe.builder.call(fn, []), INT64)
+
+
+def _clock_ns(fe, args) -> Value:
+    module, b = fe.builder.module, fe.builder
+    spec = ir.LiteralStructType([I64, I64])
+    clock = module.globals.get("clock_gettime") or ir.Function(
+        module, ir.FunctionType(I32, [I32, spec.as_pointer()]), "clock_gettime")
+    ts = ir.IRBuilder(fe.entry).alloca(spec)
+    b.call(clock, [I32(1), ts])  # CLOCK_MONOTONIC
+    seconds, nanos = (b.load(b.gep(ts, [I32(0), I32(k)])) for k in (0, 1))
+    return Value(b.add(b.mul(seconds, I64(1_000_000_000)), nanos), INT64)
+
+
+def _c_function(module, name: str, ret, params):
+    return module.globals.get(name) or ir.Function(module, ir.FunctionType(ret, params), name)
+
+
+def _release_gil(fe, args) -> Value:
+    module, b = fe.builder.module, fe.builder
+    state = ir.IntType(8).as_pointer()
+    save = _c_function(module, "PyEval_SaveThread", state, [])
+    restore = _c_function(module, "PyEval_RestoreThread", ir.VoidType(), [state])
+    b.call(restore, [b.call(save, [])])
+    return Value(I64(0), INT64)
+
+
+def interrupted_primitive(signal_error_word: int) -> Primitive:
+    """`_qg_interrupted(record)`: a pending signal's handler run (PyErr_CheckSignals); its exception,
+    if it raised, kept in the record's word `signal_error_word` for the launcher (as the numba twin)."""
+
+    def emit(fe, args) -> Value:
+        record = _array_argument(args, "_qg_interrupted")
+        module, b = fe.builder.module, fe.builder
+        obj = ir.IntType(8).as_pointer()
+        check = _c_function(module, "PyErr_CheckSignals", I32, [])
+        fetch = _c_function(module, "PyErr_Fetch", ir.VoidType(), [obj.as_pointer()] * 3)
+        normalize = _c_function(module, "PyErr_NormalizeException", ir.VoidType(), [obj.as_pointer()] * 3)
+        set_tb = _c_function(module, "PyException_SetTraceback", I32, [obj, obj])
+        decref = _c_function(module, "Py_DecRef", ir.VoidType(), [obj])
+        raised = b.icmp_signed("!=", b.call(check, []), I32(0))
+        with b.if_then(raised, likely=False):
+            slots = [ir.IRBuilder(fe.entry).alloca(obj) for _ in range(3)]
+            for slot in slots:
+                b.store(obj(None), slot)
+            b.call(fetch, slots)
+            b.call(normalize, slots)
+            kind, value, trace = (b.load(slot) for slot in slots)
+            with b.if_then(b.icmp_unsigned("!=", trace, obj(None))):
+                b.call(set_tb, [value, trace])
+            b.call(decref, [kind])
+            b.call(decref, [trace])
+            word = record.address(b, [I64(signal_error_word)])
+            b.call(decref, [b.inttoptr(b.load(word), obj)])  # one the launcher did not take
+            b.store(b.ptrtoint(value, I64), word)
+        return Value(b.zext(raised, I64), INT64)
+
+    return Primitive("_qg_interrupted", emit)
+
+
+THREADS = Primitive("_qg_threads", _threads)
+CLOCK_NS = Primitive("_qg_clock_ns", _clock_ns)
+RELEASE_GIL = Primitive("_qg_release_gil", _release_gil)
+
+
+def atomic(op: str) -> Primitive:
+    """`_qg_atomic_<op>(array, index, value)`: the old element, as compiler.cpu_atomics (atomicrmw)."""
+
+    def emit(fe, args) -> Value:
+        if len(args) != 3 or not isinstance(args[0], ArrayValue):
+            raise NotEmittable(f"atomic_{op} of other arguments")
+        array, index, value = args
+        if isinstance(index.type, Scalar):
+            indices = [convert(fe.builder, index.ir, index.type, INT64)]
+        elif isinstance(index.type, IntTuple):
+            indices = list(index.ir)
+        else:
+            raise NotEmittable("an atomic's index")
+        dtype = array.type.dtype
+        if dtype.kind == "b":
+            raise NotEmittable("an atomic on a bool array")
+        kind = {"f": "float", "i": "int", "u": "uint"}[dtype.kind]
+        name = {"add": {"float": "fadd"}, "sub": {"float": "fsub"},
+                "min": {"float": "fmin", "uint": "umin"}, "max": {"float": "fmax", "uint": "umax"}}[op].get(kind, op)
+        operand = convert(fe.builder, value.ir, scalar(value), dtype)
+        old = fe.builder.atomic_rmw(name, array.address(fe.builder, indices), operand, "monotonic")
+        return Value(old, dtype)
+
+    return Primitive(f"_qg_atomic_{op}", emit)
+

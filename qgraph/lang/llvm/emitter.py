@@ -1,0 +1,211 @@
+"""Statements and expressions of generated code as LLVM IR, typed with numba's rules.
+
+A function is emitted more than once: each pass learns the types its variables take (a variable
+assigned an int and then a float is a float, as numba unifies it), until a pass learns nothing
+new; that pass's IR is the function's. Anything outside the covered subset raises NotEmittable.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from llvmlite import ir
+
+from .expressions import ExpressionEmitter, UnknownYet, literal_int
+from .kinds import INT64, IntTuple, NotEmittable, Scalar, convert, unified
+from .values import I64, ArrayValue, Value, scalar
+
+MAX_PASSES = 8
+
+
+class FunctionEmitter(ExpressionEmitter):
+    """One generated function as an LLVM function of `module` (see emit)."""
+
+    def __init__(self, owner, fdef: ast.FunctionDef, namespace: dict, types: dict) -> None:
+        self.owner, self.fdef, self.namespace = owner, fdef, namespace
+        self.types = types  # variable -> Scalar, learnt over the passes
+        self.learnt = False
+        self.returns: list = []  # the types of the values returned (None for a bare return or the end)
+        self.loops: list = []  # (continue block, break block)
+        self.assigned = {n.id for n in ast.walk(fdef) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+        self.assigned |= {a.arg for a in fdef.args.args}
+
+    # ------------------------------------------------------------------ set-up
+    def begin(self, function: ir.Function, params: dict) -> None:
+        self.function = function
+        self.entry = function.append_basic_block("entry")
+        self.builder = ir.IRBuilder(function.append_basic_block("body"))
+        self.slots: dict = {}
+        self.bound: dict = dict(params)  # name -> Value or ArrayValue fixed for the function (parameters, views)
+
+    def finish_entry(self) -> None:
+        ir.IRBuilder(self.entry).branch(self.function.basic_blocks[1])
+
+    def slot(self, name: str, kind: Scalar) -> ir.Value:
+        slot = self.slots.get(name)
+        if slot is None or slot[1] != kind:
+            at = ir.IRBuilder(self.entry)
+            slot = (at.alloca(kind.ir, name=name), kind)
+            self.slots[name] = slot
+        return slot[0]
+
+    # ------------------------------------------------------------------ statements
+    def statements(self, body: list) -> None:
+        for stmt in body:
+            if self.builder.block.is_terminated:
+                return  # code after a return, break or continue never runs
+            self.visit(stmt)
+
+    def visit_Pass(self, stmt) -> None:
+        pass
+
+    def visit_Expr(self, stmt) -> None:
+        if isinstance(stmt.value, ast.Constant):
+            return  # a docstring
+        self.expr(stmt.value)
+
+    def visit_Assign(self, stmt) -> None:
+        value = self.expr(stmt.value)
+        for target in stmt.targets:
+            self.assign(target, value)
+
+    def assign(self, target, value) -> None:
+        if isinstance(target, ast.Name):
+            name = target.id
+            if isinstance(value, ArrayValue) or not isinstance(value.type, Scalar):
+                if name in self.types:
+                    raise NotEmittable(f"{name!r} holds a number and then an array or tuple")
+                self.bound[name] = value
+                return
+            if name in self.bound:
+                raise NotEmittable(f"{name!r} is assigned again")
+            known = self.types.get(name)
+            kind = value.type if known is None else unified(known, value.type)
+            if kind != known:
+                self.types[name] = kind
+                self.learnt = True
+            self.builder.store(convert(self.builder, value.ir, value.type, kind), self.slot(name, kind))
+        elif isinstance(target, ast.Subscript):
+            array, indices = self.element(target)
+            if not isinstance(value, Value) or not isinstance(value.type, Scalar):
+                raise NotEmittable("an array element assigned a non-number")
+            array.store(self.builder, indices, convert(self.builder, value.ir, value.type, array.type.dtype))
+        elif isinstance(target, ast.Tuple) and isinstance(value, Value) and isinstance(value.type, IntTuple) \
+                and len(target.elts) == value.type.size:
+            for t, v in zip(target.elts, value.ir):
+                self.assign(t, Value(v, INT64))
+        else:
+            raise NotEmittable(f"assignment to {ast.unparse(target)}")
+
+    def visit_AugAssign(self, stmt) -> None:
+        target = stmt.target
+        load = ast.copy_location(type(target)(**{**{f: getattr(target, f) for f in target._fields},
+                                                "ctx": ast.Load()}), target)
+        if isinstance(target, ast.Subscript):  # the element's address once, as numba's inplace op
+            array, indices = self.element(target)
+            current = array.load(self.builder, indices)
+            result = self.binary(stmt.op, current, self.expr(stmt.value))
+            array.store(self.builder, indices, convert(self.builder, result.ir, result.type, array.type.dtype))
+            return
+        self.assign(target, self.binary(stmt.op, self.expr(load), self.expr(stmt.value)))
+
+    def visit_If(self, stmt) -> None:
+        condition = self.truth(self.expr(stmt.test))
+        then = self.function.append_basic_block("then")
+        orelse = self.function.append_basic_block("else") if stmt.orelse else None
+        after = self.function.append_basic_block("endif")
+        self.builder.cbranch(condition, then, orelse or after)
+        for block, body in ((then, stmt.body), (orelse, stmt.orelse)):
+            if block is None:
+                continue
+            self.builder.position_at_end(block)
+            self.statements(body)
+            if not self.builder.block.is_terminated:
+                self.builder.branch(after)
+        self.builder.position_at_end(after)
+
+    def visit_While(self, stmt) -> None:
+        if stmt.orelse:
+            raise NotEmittable("while ... else")
+        head, body, after = (self.function.append_basic_block(n) for n in ("while", "loop", "endwhile"))
+        self.builder.branch(head)
+        self.builder.position_at_end(head)
+        self.builder.cbranch(self.truth(self.expr(stmt.test)), body, after)
+        self.builder.position_at_end(body)
+        self.loops.append((head, after))
+        self.statements(stmt.body)
+        self.loops.pop()
+        if not self.builder.block.is_terminated:
+            self.builder.branch(head)
+        self.builder.position_at_end(after)
+
+    def visit_For(self, stmt) -> None:
+        """`for v in range(...)` as numba runs it: the trip count first, `v` the last value after it."""
+        call = stmt.iter
+        if stmt.orelse or not isinstance(stmt.target, ast.Name) or not isinstance(call, ast.Call) or \
+                not isinstance(call.func, ast.Name) or self.lookup(call.func.id) is not range or call.keywords \
+                or not 1 <= len(call.args) <= 3:
+            raise NotEmittable("a loop other than for over range()")
+        step = 1 if len(call.args) < 3 else literal_int(call.args[2])
+        if not step:
+            raise NotEmittable("range() with a step that is not a nonzero literal")
+        args = [self.expr(a) for a in call.args[:2]]
+        for a in args:
+            if scalar(a).kind not in "ib" and not (a.type.kind == "u" and a.type.bits < 64):
+                raise NotEmittable("range() of other than signed integers")
+        args = [convert(self.builder, a.ir, a.type, INT64) for a in args]
+        start, stop = (I64(0), args[0]) if len(args) == 1 else (args[0], args[1])
+        b = self.builder
+        if step > 0:
+            span = b.sub(stop, start)
+        else:
+            span = b.sub(start, stop)
+        magnitude = abs(step)
+        count = b.sdiv(b.add(span, I64(magnitude - 1)), I64(magnitude)) if magnitude != 1 else span
+        count = b.select(b.icmp_signed(">", count, I64(0)), count, I64(0))
+        counter = ir.IRBuilder(self.entry).alloca(I64, name="trip")
+        b.store(I64(0), counter)
+        head, body, latch, after = (self.function.append_basic_block(n) for n in ("for", "do", "next", "endfor"))
+        b.branch(head)
+        b.position_at_end(head)
+        k = b.load(counter)
+        b.cbranch(b.icmp_signed("<", k, count), body, after)
+        b.position_at_end(body)
+        self.assign(stmt.target, Value(b.add(start, b.mul(k, I64(step))), INT64))
+        self.loops.append((latch, after))
+        self.statements(stmt.body)
+        self.loops.pop()
+        if not self.builder.block.is_terminated:
+            self.builder.branch(latch)
+        self.builder.position_at_end(latch)
+        self.builder.store(self.builder.add(self.builder.load(counter), I64(1)), counter)
+        self.builder.branch(head)
+        self.builder.position_at_end(after)
+
+    def visit_Break(self, stmt) -> None:
+        if not self.loops:
+            raise NotEmittable("break outside a loop")
+        self.builder.branch(self.loops[-1][1])
+
+    def visit_Continue(self, stmt) -> None:
+        if not self.loops:
+            raise NotEmittable("continue outside a loop")
+        self.builder.branch(self.loops[-1][0])
+
+    def visit_Return(self, stmt) -> None:
+        value = None if stmt.value is None else self.expr(stmt.value)
+        self.returns.append(value)
+        self.owner.returned(self, value)
+
+    def visit_Raise(self, stmt) -> None:
+        exc = stmt.exc
+        if not isinstance(exc, ast.Call) or not isinstance(exc.func, ast.Name) or len(exc.args) != 1 or \
+                not isinstance(exc.args[0], ast.Constant) or not isinstance(exc.args[0].value, str):
+            raise NotEmittable("a raise other than of an exception with a constant message")
+        error = self.lookup(exc.func.id)
+        if not (isinstance(error, type) and issubclass(error, BaseException)):
+            raise NotEmittable(f"raise of {exc.func.id}")
+        self.owner.raised(self, error, exc.args[0].value)
+
+
+__all__ = ["FunctionEmitter", "MAX_PASSES", "UnknownYet"]

@@ -1,0 +1,80 @@
+"""What an emitted expression is: an LLVM value with its type, or an array's parts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from llvmlite import ir
+
+from .kinds import Array, IntTuple, NotEmittable, Scalar
+
+I8P, I64 = ir.IntType(8).as_pointer(), ir.IntType(64)
+
+
+@dataclass
+class Value:
+    ir: ir.Value | list | str
+    type: object  # Scalar, IntTuple (ir: a list of i64), Text (ir: the string), Module (ir: the module)
+
+
+@dataclass
+class ArrayValue:
+    """An array as numba's code sees one: the data pointer, and shape and strides (bytes) as i64."""
+
+    data: ir.Value
+    shape: list
+    strides: list
+    type: Array
+
+    def address(self, builder: ir.IRBuilder, indices: list) -> ir.Value:
+        """The element's address; negative indices count from the end, as numba's (no bounds check)."""
+        if len(indices) != self.type.ndim:
+            raise NotEmittable(f"{len(indices)} indices into a {self.type.ndim}-d array")
+        offset = I64(0)
+        for index, extent, stride in zip(indices, self.shape, self.strides):
+            if not isinstance(index, ir.Constant) or index.constant < 0:
+                index = builder.select(builder.icmp_signed("<", index, I64(0)), builder.add(index, extent), index)
+            offset = builder.add(offset, builder.mul(index, stride))
+        element = self.type.dtype
+        pointee = ir.IntType(8) if element.kind == "b" else element.ir
+        return builder.bitcast(builder.gep(self.data, [offset]), pointee.as_pointer())
+
+    def load(self, builder: ir.IRBuilder, indices: list) -> Value:
+        raw = builder.load(self.address(builder, indices))
+        if self.type.dtype.kind == "b":
+            raw = builder.icmp_unsigned("!=", raw, ir.IntType(8)(0))
+        return Value(raw, self.type.dtype)
+
+    def store(self, builder: ir.IRBuilder, indices: list, value: ir.Value) -> None:
+        if self.type.dtype.kind == "b":
+            value = builder.zext(value, ir.IntType(8))
+        builder.store(value, self.address(builder, indices))
+
+    def reshaped(self, builder: ir.IRBuilder, extents: list) -> ArrayValue:
+        """A C-ordered view with `extents` (constant ints): `x.reshape(1)` of a 0-d array."""
+        size = 1
+        for e in extents:
+            size *= e
+        strides, step = [], None
+        itemsize = I64(max(self.type.dtype.bits // 8, 1))
+        step = itemsize
+        for e in reversed(extents):
+            strides.insert(0, step)
+            step = builder.mul(step, I64(e))
+        return ArrayValue(self.data, [I64(e) for e in extents], strides, Array(self.type.dtype, len(extents)))
+
+    def size(self, builder: ir.IRBuilder) -> ir.Value:
+        total = I64(1)
+        for extent in self.shape:
+            total = builder.mul(total, extent)
+        return total
+
+
+def scalar(value) -> Scalar:
+    if not isinstance(value, Value) or not isinstance(value.type, Scalar):
+        raise NotEmittable("a number was expected")
+    return value.type
+
+
+def int_tuple(values: list) -> Value:
+    return Value(list(values), IntTuple(len(values)))
