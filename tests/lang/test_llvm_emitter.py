@@ -21,6 +21,23 @@ def _hypot_step(a, b):
     return math.sqrt(s) if s > 0.0 else 0.0
 
 
+@qgraph.func
+def _polar(a, b):
+    return math.hypot(a, b), math.atan2(b, a)
+
+
+@qgraph.kernel
+def tuples_and_bools(x, f, out):
+    for i in range(x.shape[0]):
+        r, t = _polar(x[i], f[i])  # a helper returning a tuple of floats
+        flag = 0
+        if x[i] > f[i]:
+            flag = x[i] > 0.0  # an int then a bool: numba's int64
+        out[i, 0] = r
+        out[i, 1] = t
+        out[i, 2] = flag + math.hypot(3, i)
+
+
 @qgraph.kernel
 def mixed_types(x, f, n, m, out):
     for i in range(x.shape[0]):
@@ -107,6 +124,7 @@ def _data(rng, size):
 
 
 CASES = {
+    "tuples_and_bools": (tuples_and_bools, lambda d: (d["x"], d["f"], np.zeros((d["size"], 3)))),
     "mixed_types": (mixed_types, lambda d: (d["x"], d["f"], d["n"], d["m"], np.zeros((d["size"], 6)))),
     "integer_division": (integer_division, lambda d: (d["n"], -7, np.zeros((d["size"], 7), np.int64))),
     "powers_and_math": (powers_and_math, lambda d: (d["x"], d["f"], np.zeros((d["size"], 8)))),

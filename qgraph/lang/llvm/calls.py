@@ -13,7 +13,7 @@ import math
 import numpy as np
 from llvmlite import ir
 
-from .kinds import BOOL, FLOAT64, INT64, IntTuple, NotEmittable, Scalar, arithmetic, convert, of_dtype, unified
+from .kinds import BOOL, FLOAT64, INT64, NotEmittable, Scalar, Tuple, arithmetic, convert, of_dtype, unified
 from .values import I64, ArrayValue, Value, scalar
 
 I32 = ir.IntType(32)
@@ -87,7 +87,7 @@ def call(fe, node: ast.Call):
         return _round_to_int(fe, target, args)
     if target in (math.isnan, math.isinf, math.isfinite):
         return _float_test(fe, target, args)
-    if target in (math.atan2, math.copysign):
+    if target in (math.atan2, math.copysign, math.hypot):
         return _binary_math(fe, target, args)
     raise NotEmittable(f"a call of {ast.unparse(func)}")
 
@@ -217,13 +217,13 @@ def _binary_math(fe, target, args) -> Value:
     if len(args) != 2:
         raise NotEmittable("a two-argument math function")
     kinds = [scalar(a) for a in args]
-    if not all(k.is_float for k in kinds):
-        raise NotEmittable("atan2 / copysign of integers")
-    kind = unified(*kinds)
+    if any(k.kind == "b" for k in kinds) or (target is math.copysign and not all(k.is_float for k in kinds)):
+        raise NotEmittable("a two-argument math function of bools (or copysign of integers)")
+    kind = FLOAT64 if any(k.is_int for k in kinds) else unified(*kinds)  # numba: integers as float64
     x, y = (convert(fe.builder, a.ir, k, kind) for a, k in zip(args, kinds))
     if target is math.copysign:
         return Value(_intrinsic(fe.builder, "llvm.copysign", kind, [x, y]), kind)
-    return Value(_extern(fe.builder, "atan2", kind, [x, y]), kind)
+    return Value(_extern(fe.builder, "atan2" if target is math.atan2 else "hypot", kind, [x, y]), kind)
 
 
 def power(fe, left: Value, right: Value, literal: int | None) -> Value:
@@ -363,8 +363,8 @@ def atomic(op: str) -> Primitive:
         array, index, value = args
         if isinstance(index.type, Scalar):
             indices = [convert(fe.builder, index.ir, index.type, INT64)]
-        elif isinstance(index.type, IntTuple):
-            indices = list(index.ir)
+        elif isinstance(index.type, Tuple) and all(k.is_int for k in index.type.items):
+            indices = [convert(fe.builder, v, k, INT64) for v, k in zip(index.ir, index.type.items)]
         else:
             raise NotEmittable("an atomic's index")
         dtype = array.type.dtype

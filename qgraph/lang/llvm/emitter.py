@@ -12,7 +12,7 @@ import ast
 from llvmlite import ir
 
 from .expressions import ExpressionEmitter, UnknownYet, literal_int
-from .kinds import INT64, IntTuple, NotEmittable, Scalar, convert, unified
+from .kinds import INT64, NotEmittable, Scalar, Tuple, convert, unified
 from .values import I64, ArrayValue, Value, scalar
 
 MAX_PASSES = 8
@@ -90,10 +90,10 @@ class FunctionEmitter(ExpressionEmitter):
             if not isinstance(value, Value) or not isinstance(value.type, Scalar):
                 raise NotEmittable("an array element assigned a non-number")
             array.store(self.builder, indices, convert(self.builder, value.ir, value.type, array.type.dtype))
-        elif isinstance(target, ast.Tuple) and isinstance(value, Value) and isinstance(value.type, IntTuple) \
+        elif isinstance(target, ast.Tuple) and isinstance(value, Value) and isinstance(value.type, Tuple) \
                 and len(target.elts) == value.type.size:
-            for t, v in zip(target.elts, value.ir):
-                self.assign(t, Value(v, INT64))
+            for t, v, k in zip(target.elts, value.ir, value.type.items):
+                self.assign(t, Value(v, k))
         else:
             raise NotEmittable(f"assignment to {ast.unparse(target)}")
 

@@ -12,10 +12,10 @@ from .kinds import (
     BOOL,
     FLOAT64,
     INT64,
-    IntTuple,
     NotEmittable,
     Scalar,
     Text,
+    Tuple,
     arithmetic,
     convert,
     true_division,
@@ -89,11 +89,12 @@ class ExpressionEmitter(ast.NodeVisitor):
 
     def visit_Subscript(self, node):
         base = self.expr(node.value)
-        if isinstance(base, Value) and isinstance(base.type, IntTuple):
+        if isinstance(base, Value) and isinstance(base.type, Tuple):
             index = node.slice
-            if not isinstance(index, ast.Constant) or not isinstance(index.value, int):
-                raise NotEmittable("a tuple indexed by a non-constant")
-            return Value(base.ir[index.value], INT64)
+            if not isinstance(index, ast.Constant) or type(index.value) is not int or \
+                    not -base.type.size <= index.value < base.type.size:
+                raise NotEmittable("a tuple indexed by other than a constant within it")
+            return Value(base.ir[index.value], base.type.items[index.value])
         array, indices = self.element(node, base)
         return array.load(self.builder, indices)
 
@@ -110,8 +111,10 @@ class ExpressionEmitter(ast.NodeVisitor):
             if isinstance(part, ast.Slice):
                 raise NotEmittable("a slice")
             value = self.expr(part)
-            if isinstance(value, Value) and isinstance(value.type, IntTuple):
-                result.extend(value.ir)
+            if isinstance(value, Value) and isinstance(value.type, Tuple):
+                if not all(k.is_int or k.kind == "b" for k in value.type.items):
+                    raise NotEmittable("an array indexed by a tuple of other than integers")
+                result.extend(convert(self.builder, v, k, INT64) for v, k in zip(value.ir, value.type.items))
                 continue
             kind = scalar(value)
             if not (kind.is_int or kind.kind == "b"):
@@ -121,10 +124,9 @@ class ExpressionEmitter(ast.NodeVisitor):
 
     def visit_Tuple(self, node) -> Value:
         items = [self.expr(e) for e in node.elts]
-        if not all(isinstance(i, Value) and isinstance(i.type, Scalar) and (i.type.is_int or i.type.kind == "b")
-                   for i in items):
-            raise NotEmittable("a tuple of other than integers")
-        return int_tuple([convert(self.builder, i.ir, i.type, INT64) for i in items])
+        if not all(isinstance(i, Value) and isinstance(i.type, Scalar) for i in items):
+            raise NotEmittable("a tuple of other than numbers")
+        return Value([i.ir for i in items], Tuple(tuple(i.type for i in items)))
 
     def visit_BinOp(self, node) -> Value:
         return self.binary(node.op, self.expr(node.left), self.expr(node.right), node.right)

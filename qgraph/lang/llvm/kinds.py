@@ -50,10 +50,22 @@ class Array:
 
 
 @dataclass(frozen=True)
-class IntTuple:
-    """A tuple of int64 (an array's shape, a status the function returns)."""
+class Tuple:
+    """A tuple of numbers (an array's shape, a status the function returns, a helper's results)."""
 
-    size: int
+    items: tuple
+
+    @property
+    def size(self) -> int:
+        return len(self.items)
+
+    @property
+    def ir(self) -> ir.Type:
+        return ir.LiteralStructType([k.ir for k in self.items])
+
+
+def int_tuple_type(size: int) -> Tuple:
+    return Tuple((INT64,) * size)
 
 
 @dataclass(frozen=True)
@@ -114,9 +126,11 @@ def unified(a, b):
     """The one type numba gives a variable assigned values of types `a` and `b`."""
     if a == b:
         return a
+    if isinstance(a, Tuple) and isinstance(b, Tuple) and a.size == b.size:
+        return Tuple(tuple(unified(x, y) for x, y in zip(a.items, b.items)))
     if isinstance(a, Scalar) and isinstance(b, Scalar):
-        if a.kind == "b" or b.kind == "b":
-            raise NotEmittable(f"a variable holding both {a} and {b}")
+        if a.kind == "b" or b.kind == "b":  # numba: the number's type (True is 1)
+            return b if a.kind == "b" else a
         if a.is_float or b.is_float:
             return FLOAT64 if a.bits == 64 or b.bits == 64 or a.is_int or b.is_int else FLOAT32
         if a.kind == b.kind:

@@ -19,7 +19,7 @@ import numpy as np
 from llvmlite import ir
 
 from .emitter import MAX_PASSES, FunctionEmitter, UnknownYet
-from .kinds import BOOL, FLOAT32, INT64, Array, IntTuple, NotEmittable, Scalar, convert, unified
+from .kinds import BOOL, FLOAT32, INT64, Array, NotEmittable, Scalar, Tuple, convert, unified
 from .values import I8P, I64, ArrayValue, Value
 
 # numpy's PyArrayObject fields after the object head (checked against a live array by compiler.llvm_cpu)
@@ -172,11 +172,12 @@ class _Module:
             none = self.object(None)
             b.call(_c(self.ir, "Py_IncRef", ir.VoidType(), [I8P]), [none])
             b.ret(none)
-        elif isinstance(value, Value) and isinstance(value.type, IntTuple):
+        elif isinstance(value, Value) and isinstance(value.type, Tuple) and \
+                all(not k.is_float for k in value.type.items):
             result = b.call(_c(self.ir, "PyTuple_New", I8P, [I64]), [I64(value.type.size)])
             set_item = _c(self.ir, "PyTuple_SetItem", I32, [I8P, I64, I8P])
-            for k, item in enumerate(value.ir):
-                b.call(set_item, [result, I64(k), b.call(from_int, [item])])
+            for k, (item, kind) in enumerate(zip(value.ir, value.type.items)):
+                b.call(set_item, [result, I64(k), b.call(from_int, [convert(b, item, kind, INT64)])])
             b.ret(result)
         elif isinstance(value, Value) and isinstance(value.type, Scalar) and not value.type.is_float:
             b.ret(b.call(from_int, [convert(b, value.ir, value.type, INT64)]))
@@ -219,6 +220,8 @@ class _Module:
         for a in args:
             flat.extend([a.data, *a.shape, *a.strides] if isinstance(a, ArrayValue) else [a.ir])
         result = fe.builder.call(function, flat)
+        if isinstance(returns, Tuple):
+            return Value([fe.builder.extract_value(result, k) for k in range(returns.size)], returns)
         return Value(I64(0), INT64) if returns is None else Value(result, returns)
 
     def emit_helper(self, fdef, namespace, kinds, variables: dict, returns) -> FunctionEmitter:
@@ -249,18 +252,25 @@ class _Module:
         fe.statements(fdef.body)
         if not fe.builder.block.is_terminated:  # the end of the body (or a block no path reaches)
             fe.returns.append(None) if returns is None else None
-            fe.builder.ret_void() if returns is None else fe.builder.ret(returns.ir(0))
+            fe.builder.ret_void() if returns is None else fe.builder.ret(ir.Constant(returns.ir, None))
         fe.finish_entry()
         return fe
 
     def helper_returned(self, fe, value) -> None:
         b, returns = fe.builder, fe.result
-        if value is not None and not (isinstance(value, Value) and isinstance(value.type, Scalar)):
-            raise NotEmittable("a helper returning other than a number")
+        if value is not None and not (isinstance(value, Value) and isinstance(value.type, (Scalar, Tuple))):
+            raise NotEmittable("a helper returning other than numbers")
         if returns is None:
             b.ret_void()
-        elif value is None:
-            raise NotEmittable("a helper returning a number and nothing")
+        elif value is None or type(value.type) is not type(returns):
+            raise NotEmittable("a helper returning a number and nothing, or a tuple and a number")
+        elif isinstance(returns, Tuple):
+            if value.type.size != returns.size:
+                raise NotEmittable("a helper returning tuples of different lengths")
+            result = ir.Constant(returns.ir, None)
+            for k, (item, kind) in enumerate(zip(value.ir, value.type.items)):
+                result = b.insert_value(result, convert(b, item, kind, returns.items[k]), k)
+            b.ret(result)
         else:
             b.ret(convert(b, value.ir, value.type, returns))
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from llvmlite import ir
 
-from .kinds import Array, IntTuple, NotEmittable, Scalar
+from .kinds import Array, NotEmittable, Scalar, int_tuple_type
 
 I8P, I64 = ir.IntType(8).as_pointer(), ir.IntType(64)
 
@@ -14,7 +14,7 @@ I8P, I64 = ir.IntType(8).as_pointer(), ir.IntType(64)
 @dataclass
 class Value:
     ir: ir.Value | list | str
-    type: object  # Scalar, IntTuple (ir: a list of i64), Text (ir: the string), Module (ir: the module)
+    type: object  # Scalar, Tuple (ir: a list of its items' values), Text (ir: the string), Module (ir: the module)
 
 
 @dataclass
@@ -77,4 +77,4 @@ def scalar(value) -> Scalar:
 
 
 def int_tuple(values: list) -> Value:
-    return Value(list(values), IntTuple(len(values)))
+    return Value(list(values), int_tuple_type(len(values)))
