@@ -137,7 +137,8 @@ def emitter_names(injected: dict) -> dict:
     from ..lang.lower.lowering import PREFIX
 
     own = {"_qg_threads": calls.THREADS, "_qg_i64": calls.Cast(INT64), "_qg_f32": calls.Cast(FLOAT32),
-           "_qg_u64": calls.Cast(UINT64), "_qg_clock_ns": calls.CLOCK_NS}
+           "_qg_u64": calls.Cast(UINT64), "_qg_clock_ns": calls.CLOCK_NS, "_qg_trip_count": calls.TRIP_COUNT,
+           "_qg_report_fence": calls.REPORT_FENCE}
     for op in ("add", "sub", "min", "max"):
         own[f"{PREFIX}atomic_{op}"] = calls.atomic(op)
     names = {}

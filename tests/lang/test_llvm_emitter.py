@@ -39,6 +39,19 @@ def tuples_and_bools(x, f, out):
 
 
 @qgraph.kernel
+def float_division_and_steps(x, f, step: int, out):
+    for i in range(x.shape[0]):
+        out[i, 0] = x[i] // f[i]  # CPython's float floor division, as numba computes it
+        out[i, 1] = x[i] % f[i]
+        out[i, 2] = x[i] % -1.5 + x[i] // 0.25
+        out[i, 3] = x[i] // 0.0 + f[i] % 0.0  # numpy's error model: inf and nan
+        s = 0.0
+        for j in range(i, x.shape[0], step):  # a step held in a variable: the runtime's trip count
+            s += x[j]
+        out[i, 4] = s
+
+
+@qgraph.kernel
 def mixed_types(x, f, n, m, out):
     for i in range(x.shape[0]):
         out[i, 0] = f[i] * 0.5  # float32 * a float literal: float64
@@ -124,6 +137,8 @@ def _data(rng, size):
 
 
 CASES = {
+    "float_division_and_steps": (float_division_and_steps,
+                                 lambda d: (d["x"], d["f"], 3, np.zeros((d["size"], 5)))),
     "tuples_and_bools": (tuples_and_bools, lambda d: (d["x"], d["f"], np.zeros((d["size"], 3)))),
     "mixed_types": (mixed_types, lambda d: (d["x"], d["f"], d["n"], d["m"], np.zeros((d["size"], 6)))),
     "integer_division": (integer_division, lambda d: (d["n"], -7, np.zeros((d["size"], 7), np.int64))),

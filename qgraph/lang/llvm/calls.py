@@ -276,6 +276,58 @@ def int_divmod(builder: ir.IRBuilder, x, y, kind: Scalar) -> tuple:
     return builder.select(bad, zero, quotient), builder.select(bad, zero, remainder)
 
 
+def float_divmod(builder: ir.IRBuilder, x, y, kind: Scalar) -> tuple:
+    """numba's float floor division and remainder: CPython's float_divmod (the remainder takes the
+    divisor's sign, the quotient rounded from (x - mod) / y); a zero divisor gives x / y and fmod's NaN."""
+    zero, one = kind.ir(0.0), kind.ir(1.0)
+    mod = builder.frem(x, y)
+    div = builder.fdiv(builder.fsub(x, mod), y)
+    mod_nonzero = builder.fcmp_unordered("!=", mod, zero)
+    y_negative = builder.fcmp_ordered("<", y, zero)
+    adjust = builder.and_(mod_nonzero, builder.icmp_unsigned("!=", y_negative, builder.fcmp_ordered("<", mod, zero)))
+    div = builder.select(adjust, builder.fsub(div, one), div)
+    mod = builder.select(mod_nonzero, builder.select(adjust, builder.fadd(mod, y), mod),
+                         builder.select(y_negative, kind.ir(-0.0), zero))
+    floor = _extern(builder, "floor", kind, [div])
+    floor = builder.select(builder.fcmp_ordered(">", builder.fsub(div, floor), kind.ir(0.5)),
+                           builder.fadd(floor, one), floor)
+    quotient = builder.select(builder.fcmp_ordered("!=", div, zero), floor,
+                              builder.fdiv(builder.fmul(builder.fmul(div, div), x), y))  # a signed zero
+    by_zero = builder.fcmp_ordered("==", y, zero)
+    return (builder.select(by_zero, builder.fdiv(x, y), quotient),
+            builder.select(by_zero, builder.frem(x, y), mod))
+
+
+def _trip_count(fe, args) -> Value:
+    """compiler.cpu_program's `_trip_count(start, stop, step)`: a range's length, ValueError for step 0."""
+    if len(args) != 3 or not all(scalar(a).is_int or a.type.kind == "b" for a in args):
+        raise NotEmittable("_qg_trip_count of other arguments")
+    b = fe.builder
+    return Value(trip_count(fe, *(convert(b, a.ir, a.type, INT64) for a in args)), INT64)
+
+
+def trip_count(fe, start, stop, step) -> ir.Value:
+    """The length of range(start, stop, step) (int64 values), ValueError raised for a zero step."""
+    if getattr(fe, "role", None) != "entry":
+        raise NotEmittable("a range with a step held in a variable inside a helper")
+    b = fe.builder
+    with b.if_then(b.icmp_signed("==", step, I64(0)), likely=False):
+        fe.owner.raised(fe, ValueError, "range() arg 3 must not be zero")
+    b = fe.builder
+    up = int_divmod(b, b.add(b.sub(stop, start), b.sub(step, I64(1))), step, INT64)[0]
+    down = int_divmod(b, b.sub(b.sub(b.sub(start, stop), step), I64(1)), b.neg(step), INT64)[0]
+    n = b.select(b.icmp_signed(">", step, I64(0)), up, down)
+    return b.select(b.icmp_signed(">", n, I64(0)), n, I64(0))
+
+
+def _nothing(fe, args) -> Value:
+    return Value(I64(0), INT64)
+
+
+TRIP_COUNT = Primitive("_qg_trip_count", _trip_count)
+REPORT_FENCE = Primitive("_qg_report_fence", _nothing)  # nothing to order on the CPU (compiler.cpu_math)
+
+
 # ---------------------------------------------------------------------- primitives of the CPU runtime
 
 

@@ -11,6 +11,7 @@ import ast
 
 from llvmlite import ir
 
+from . import calls
 from .expressions import ExpressionEmitter, UnknownYet, literal_int
 from .kinds import INT64, NotEmittable, Scalar, Tuple, convert, unified
 from .values import I64, ArrayValue, Value, scalar
@@ -147,22 +148,25 @@ class FunctionEmitter(ExpressionEmitter):
                 or not 1 <= len(call.args) <= 3:
             raise NotEmittable("a loop other than for over range()")
         step = 1 if len(call.args) < 3 else literal_int(call.args[2])
-        if not step:
-            raise NotEmittable("range() with a step that is not a nonzero literal")
-        args = [self.expr(a) for a in call.args[:2]]
+        if step == 0:
+            raise NotEmittable("range() with a zero step")
+        args = [self.expr(a) for a in (call.args if step is None else call.args[:2])]
         for a in args:
             if scalar(a).kind not in "ib" and not (a.type.kind == "u" and a.type.bits < 64):
                 raise NotEmittable("range() of other than signed integers")
         args = [convert(self.builder, a.ir, a.type, INT64) for a in args]
         start, stop = (I64(0), args[0]) if len(args) == 1 else (args[0], args[1])
         b = self.builder
-        if step > 0:
-            span = b.sub(stop, start)
+        if step is None:  # held in a variable: its sign known when the loop starts
+            step = args[2]
+            count = calls.trip_count(self, start, stop, step)
+            b = self.builder
         else:
-            span = b.sub(start, stop)
-        magnitude = abs(step)
-        count = b.sdiv(b.add(span, I64(magnitude - 1)), I64(magnitude)) if magnitude != 1 else span
-        count = b.select(b.icmp_signed(">", count, I64(0)), count, I64(0))
+            span = b.sub(stop, start) if step > 0 else b.sub(start, stop)
+            magnitude = abs(step)
+            count = b.sdiv(b.add(span, I64(magnitude - 1)), I64(magnitude)) if magnitude != 1 else span
+            count = b.select(b.icmp_signed(">", count, I64(0)), count, I64(0))
+            step = I64(step)
         counter = ir.IRBuilder(self.entry).alloca(I64, name="trip")
         b.store(I64(0), counter)
         head, body, latch, after = (self.function.append_basic_block(n) for n in ("for", "do", "next", "endfor"))
@@ -171,7 +175,7 @@ class FunctionEmitter(ExpressionEmitter):
         k = b.load(counter)
         b.cbranch(b.icmp_signed("<", k, count), body, after)
         b.position_at_end(body)
-        self.assign(stmt.target, Value(b.add(start, b.mul(k, I64(step))), INT64))
+        self.assign(stmt.target, Value(b.add(start, b.mul(k, step)), INT64))
         self.loops.append((latch, after))
         self.statements(stmt.body)
         self.loops.pop()

@@ -147,7 +147,7 @@ class ExpressionEmitter(ast.NodeVisitor):
         x, y = convert(builder, left.ir, a, kind), convert(builder, right.ir, b, kind)
         if kind.is_float:
             if isinstance(op, (ast.FloorDiv, ast.Mod)):
-                raise NotEmittable("// or % of floats")
+                return Value(calls.float_divmod(builder, x, y, kind)[isinstance(op, ast.Mod)], kind)
             return Value(getattr(builder, _FLOAT_OPS[type(op)])(x, y), kind)
         if isinstance(op, (ast.FloorDiv, ast.Mod)):
             return Value(calls.int_divmod(builder, x, y, kind)[isinstance(op, ast.Mod)], kind)
