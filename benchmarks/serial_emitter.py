@@ -6,8 +6,9 @@ For each kernel, in one process (numba imported and warmed by a throwaway kernel
 sides pay only the kernel's own compile): the first call's compile of the serial form, emitted
 (QGRAPH_EMITTER=1) and by numba (QGRAPH_EMITTER=0), alternating, with the compile cache off
 (median of --compiles); then the time per call of each compiled form at each size (the serial form
-runs every call below cpu_serial_below, set above the largest size), median of --repeat rounds,
-and whether the two forms' results are equal bit for bit.
+runs every call below cpu_serial_below, set above the largest size, on one numba thread so that
+no call moves to the parallel form), median of --repeat rounds, and whether the two forms' results
+are equal bit for bit.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import time
 import numpy as np
 
 os.environ["QGRAPH_CACHE"] = "0"  # every first call compiles
+os.environ["NUMBA_NUM_THREADS"] = "1"  # the serial form runs every call (read when numba is imported)
 
 import qgraph  # noqa: E402
 

@@ -272,10 +272,10 @@ def runtime_sources() -> dict:
     import inspect
     import textwrap
 
-    from ..lang.llvm import calls
+    from ..lang.llvm import runtime
 
-    names = {"_qg_clock_ns": calls.CLOCK_NS, "_qg_release_gil": calls.RELEASE_GIL,
-             "_qg_interrupted": calls.interrupted_primitive(SIGNAL_ERROR)}
+    names = {"_qg_clock_ns": runtime.CLOCK_NS, "_qg_release_gil": runtime.RELEASE_GIL,
+             "_qg_interrupted": runtime.interrupted_primitive(SIGNAL_ERROR)}
     sources = {}
     for name, function in (("_qg_let_threads_run", let_threads_run), (PASS_END, pass_end),
                            (SERIAL_TICK_CHECK, serial_tick), ("_qg_first_chunk", first_chunk),

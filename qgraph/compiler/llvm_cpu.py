@@ -132,15 +132,15 @@ def compile_entry(fdef, namespace: dict, values: tuple, helpers: dict, cache: Co
 def emitter_names(injected: dict) -> dict:
     """The emitter's bindings of the names compiler.cpu_program injects into generated code: its
     own primitives where it has them, `calls.Unavailable` for the numba objects it has none for."""
-    from ..lang.llvm import calls
+    from ..lang.llvm import calls, runtime
     from ..lang.llvm.kinds import FLOAT32, INT64, UINT64
     from ..lang.lower.lowering import PREFIX
 
-    own = {"_qg_threads": calls.THREADS, "_qg_i64": calls.Cast(INT64), "_qg_f32": calls.Cast(FLOAT32),
-           "_qg_u64": calls.Cast(UINT64), "_qg_clock_ns": calls.CLOCK_NS, "_qg_trip_count": calls.TRIP_COUNT,
-           "_qg_report_fence": calls.REPORT_FENCE}
+    own = {"_qg_threads": runtime.THREADS, "_qg_i64": calls.Cast(INT64), "_qg_f32": calls.Cast(FLOAT32),
+           "_qg_u64": calls.Cast(UINT64), "_qg_clock_ns": runtime.CLOCK_NS, "_qg_trip_count": runtime.TRIP_COUNT,
+           "_qg_report_fence": runtime.REPORT_FENCE}
     for op in ("add", "sub", "min", "max"):
-        own[f"{PREFIX}atomic_{op}"] = calls.atomic(op)
+        own[f"{PREFIX}atomic_{op}"] = runtime.atomic(op)
     names = {}
     for name, value in injected.items():
         if name in own:

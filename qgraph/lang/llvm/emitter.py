@@ -11,7 +11,7 @@ import ast
 
 from llvmlite import ir
 
-from . import calls
+from . import runtime
 from .expressions import ExpressionEmitter, UnknownYet, literal_int
 from .kinds import INT64, NotEmittable, Scalar, Tuple, convert, unified
 from .values import I64, ArrayValue, Value, scalar
@@ -159,7 +159,7 @@ class FunctionEmitter(ExpressionEmitter):
         b = self.builder
         if step is None:  # held in a variable: its sign known when the loop starts
             step = args[2]
-            count = calls.trip_count(self, start, stop, step)
+            count = runtime.trip_count(self, start, stop, step)
             b = self.builder
         else:
             span = b.sub(stop, start) if step > 0 else b.sub(start, stop)

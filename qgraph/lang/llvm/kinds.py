@@ -47,6 +47,7 @@ class Scalar:
 class Array:
     dtype: Scalar
     ndim: int
+    contiguous: bool = False  # C order: strides follow from the shape (qgraph keys a call by it)
 
 
 @dataclass(frozen=True)
@@ -91,7 +92,7 @@ def of_value(value) -> Scalar | Array:
     if isinstance(value, np.ndarray):
         if not value.flags.aligned or not value.flags.writeable or value.dtype.hasobject:
             raise NotEmittable("an unaligned, read-only or object array")
-        return Array(of_dtype(value.dtype), value.ndim)
+        return Array(of_dtype(value.dtype), value.ndim, bool(value.flags.c_contiguous))
     if isinstance(value, (bool, np.bool_)):
         return BOOL
     if isinstance(value, int):

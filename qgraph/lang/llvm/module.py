@@ -293,8 +293,15 @@ def _array_from_object(b: ir.IRBuilder, obj: ir.Value, kind: Array) -> ArrayValu
         return b.load(address)
 
     data = field(DATA, ir.IntType(8))
-    dims, strides = field(DIMENSIONS, I64), field(STRIDES, I64)
+    dims = field(DIMENSIONS, I64)
     shape = [b.load(b.gep(dims, [I64(k)])) for k in range(kind.ndim)]
-    steps = [b.load(b.gep(strides, [I64(k)])) for k in range(kind.ndim)]
+    if kind.contiguous:  # as numba's C layout: the strides from the shape, so LLVM sees unit steps
+        steps, step = [], I64(max(kind.dtype.bits // 8, 1))
+        for extent in reversed(shape):
+            steps.insert(0, step)
+            step = b.mul(step, extent)
+    else:
+        strides = field(STRIDES, I64)
+        steps = [b.load(b.gep(strides, [I64(k)])) for k in range(kind.ndim)]
     return ArrayValue(data, shape, steps, kind)
 

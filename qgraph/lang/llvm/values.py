@@ -52,16 +52,11 @@ class ArrayValue:
 
     def reshaped(self, builder: ir.IRBuilder, extents: list) -> ArrayValue:
         """A C-ordered view with `extents` (constant ints): `x.reshape(1)` of a 0-d array."""
-        size = 1
-        for e in extents:
-            size *= e
-        strides, step = [], None
-        itemsize = I64(max(self.type.dtype.bits // 8, 1))
-        step = itemsize
+        strides, step = [], I64(max(self.type.dtype.bits // 8, 1))
         for e in reversed(extents):
             strides.insert(0, step)
             step = builder.mul(step, I64(e))
-        return ArrayValue(self.data, [I64(e) for e in extents], strides, Array(self.type.dtype, len(extents)))
+        return ArrayValue(self.data, [I64(e) for e in extents], strides, Array(self.type.dtype, len(extents), True))
 
     def size(self, builder: ir.IRBuilder) -> ir.Value:
         total = I64(1)
