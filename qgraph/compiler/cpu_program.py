@@ -125,7 +125,8 @@ class CpuProgram:
         self._emitter = None if self.serial_runner is None or fast_math or debug is not None else \
             SerialEmitter(_function_def(module, module.serial_runner), kernel_ns, injected,
                           {name: (_function_def_in(tree, name), ns)
-                           for (name, tree, _), ns in zip(module.func_codes, namespaces)}, cache_dir)
+                           for (name, tree, _), ns in zip(module.func_codes, namespaces)}, cache_dir,
+                          module.fingerprint + toolchain_versions_digest())
         self.module = module  # the generated code, for kernel.inspect
         # each unit's dispatcher by unit number (one unit and nothing around it: the runner itself)
         self.unit_dispatchers = [compiled[name] for name, _ in module.units] or [self.runner]

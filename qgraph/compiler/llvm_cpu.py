@@ -47,33 +47,32 @@ class _Engine:
         self.llvm = llvm
         self.engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), self.machine)
 
-    def compile(self, code: emitted.EntryCode, cache: CodeCache | None) -> tuple[int, bool]:
-        """(the entry's address, whether its object code came from `cache`)."""
+    def key_parts(self) -> tuple:
+        """What emitted object code depends on besides its source: LLVM and the CPU it was made for."""
+        return (repr(self.llvm.llvm_version_info), self.machine.triple, self.cpu, self.features)
+
+    def object_code(self, code: emitted.EntryCode) -> bytes:
+        """The entry's module optimised as numba optimises (O3, loop and SLP vectorisation), as object code."""
         llvm = self.llvm
-        for name, obj in code.symbols.items():
-            _KEPT[name] = obj  # (None, ndarray, exception classes: alive while the process is)
-            llvm.add_symbol(name, id(obj))
-        key = entry_key("llvm-cpu", llvm.llvm_version_info.__repr__(), self.machine.triple, self.cpu,
-                        self.features, code.ir)
-        found = None if cache is None else cache.load(key)
-        if found is not None:
-            objects, loaded = found[1], True
-        else:
-            module = llvm.parse_assembly(code.ir)
-            module.triple = self.machine.triple
-            module.data_layout = str(self.machine.target_data)
-            module.verify()
-            tuning = llvm.create_pipeline_tuning_options(speed_level=3)
-            tuning.loop_vectorization = True
-            tuning.slp_vectorization = True
-            builder = llvm.create_pass_builder(self.machine, tuning)
-            builder.getModulePassManager().run(module, builder)
-            objects, loaded = self.machine.emit_object(module), False
-            if cache is not None:
-                cache.store(key, {"name": code.name, "function": code.function}, objects)
-        self.engine.add_object_file(llvm.ObjectFileRef.from_data(objects))
+        module = llvm.parse_assembly(code.ir)
+        module.triple = self.machine.triple
+        module.data_layout = str(self.machine.target_data)
+        module.verify()
+        tuning = llvm.create_pipeline_tuning_options(speed_level=3)
+        tuning.loop_vectorization = True
+        tuning.slp_vectorization = True
+        builder = llvm.create_pass_builder(self.machine, tuning)
+        builder.getModulePassManager().run(module, builder)
+        return self.machine.emit_object(module)
+
+    def link(self, objects: bytes, name: str, symbols: dict) -> int:
+        """Load object code whose external symbols name the Python objects `symbols`; its entry's address."""
+        for symbol, obj in symbols.items():
+            _KEPT[symbol] = obj  # (None, ndarray, exception classes: alive while the process is)
+            self.llvm.add_symbol(symbol, id(obj))
+        self.engine.add_object_file(self.llvm.ObjectFileRef.from_data(objects))
         self.engine.finalize_object()
-        return self.engine.get_function_address(code.name), loaded
+        return self.engine.get_function_address(name)
 
 
 def _check_array_layout() -> None:
@@ -115,18 +114,52 @@ def builtin_function(name: str, address: int):
     return _NEW_FUNCTION(ctypes.addressof(definition), None, None)
 
 
-def compile_entry(fdef, namespace: dict, values: tuple, helpers: dict, cache: CodeCache | None):
-    """(builtin function, code, loaded from `cache`) of `fdef` for `values`' types; NotEmittable
-    where the emitter does not cover it."""
+def _import_path(obj) -> str:
+    return "builtins:None" if obj is None else f"{obj.__module__}:{obj.__qualname__}"
+
+
+def _imported(path: str):
+    import importlib
+
+    module, name = path.split(":")
+    obj = importlib.import_module(module)
+    for part in name.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def compile_entry(fdef, namespace: dict, values: tuple, helpers: dict, cache: CodeCache | None,
+                  source_key: str | None = None):
+    """(builtin function, code (None when loaded), loaded from `cache`) of `fdef` for `values`' types;
+    NotEmittable where the emitter does not cover it. A cache entry is found by `source_key` (what the
+    generated code depends on, compiler.cpu_program's fingerprint) and the argument types, so a warm
+    process loads the object code without emitting anything."""
     from ..lang.llvm.kinds import of_value
     from ..lang.llvm.module import entry_code
 
     types = [of_value(v) for v in values]
-    code = entry_code(fdef, namespace, types, helpers)
     jit = engine()
+    key = None if cache is None or source_key is None else \
+        entry_key("llvm-cpu", source_key, fdef.name, repr(types), *jit.key_parts())
+    found = None if key is None else cache.load(key)
+    if found is not None:
+        manifest, objects = found
+        try:
+            symbols = {name: _imported(path) for name, path in manifest["symbols"].items()}
+        except (ImportError, AttributeError, KeyError, ValueError):
+            found = None  # an object it names is gone: compile afresh
+        else:
+            with _LOCK:
+                address = jit.link(objects, manifest["name"], symbols)
+            return builtin_function(fdef.name, address), None, True
+    code = entry_code(fdef, namespace, types, helpers)
+    objects = jit.object_code(code)
+    if key is not None:
+        cache.store(key, {"name": code.name, "function": code.function,
+                          "symbols": {name: _import_path(obj) for name, obj in code.symbols.items()}}, objects)
     with _LOCK:
-        address, loaded = jit.compile(code, cache)
-    return builtin_function(fdef.name, address), code, loaded
+        address = jit.link(objects, code.name, code.symbols)
+    return builtin_function(fdef.name, address), code, False
 
 
 def emitter_names(injected: dict) -> dict:
@@ -157,7 +190,8 @@ class SerialEmitter:
     `skipped` says why). QGRAPH_EMITTER=0 leaves every serial form to numba; =strict raises an
     emitter's own failure instead of falling back (for qgraph's tests)."""
 
-    def __init__(self, fdef, namespace: dict, injected: dict, funcs: dict, cache_dir: str | None) -> None:
+    def __init__(self, fdef, namespace: dict, injected: dict, funcs: dict, cache_dir: str | None,
+                 fingerprint: str) -> None:
         from collections import ChainMap
 
         from .cpu_interrupts import runtime_sources
@@ -169,6 +203,7 @@ class SerialEmitter:
         self.codes: dict = {}  # argument types -> lang.llvm.module.EntryCode (kernel.inspect)
         self.skipped: str | None = None
         self.cache = None if cache_dir is None else CodeCache(cache_dir, "cpu-llvm")
+        self.fingerprint = fingerprint
         self.loaded = 0  # functions whose object code came from the disk cache
 
     def function_for(self, values: tuple):
@@ -183,7 +218,7 @@ class SerialEmitter:
             types = tuple(of_value(v) for v in values)
             if types not in self.functions:
                 function, self.codes[types], loaded = compile_entry(self.fdef, self.namespace, values,
-                                                                    self.helpers, self.cache)
+                                                                    self.helpers, self.cache, self.fingerprint)
                 self.functions[types] = function
                 self.loaded += loaded
             return self.functions[types]
