@@ -646,6 +646,6 @@ def test_adjoints_compile_for_cuda(cuda_compiler, monkeypatch, kernel, key):
     grads = tuple(p for p, sig in zip(src.param_names, key) if sig.startswith("float"))
     full = key + tuple(key[src.param_names.index(g)] for g in grads)
     ptx, entries, sizes = compile_offline(SimpleNamespace(source=adjoint_source(src, grads)), full,
-                                          deterministic=kernel.deterministic)
+                                          deterministic=bool(kernel.deterministic))  # None: unset
     assert len(entries) == len(src.tasks) and all(size > 0 for size in sizes)
     assert all(".entry" in text for _, text in ptx)
