@@ -82,9 +82,9 @@ class FunctionEmitter(ExpressionEmitter):
                 raise NotEmittable(f"{name!r} is assigned again")
             known = self.types.get(name)
             kind = value.type if known is None else unified(known, value.type)
-            if kind != known:
+            if kind != known:  # a first assignment teaches nothing earlier code used; a wider type does
                 self.types[name] = kind
-                self.learnt = True
+                self.learnt |= known is not None
             self.builder.store(convert(self.builder, value.ir, value.type, kind), self.slot(name, kind))
         elif isinstance(target, ast.Subscript):
             array, indices = self.element(target)

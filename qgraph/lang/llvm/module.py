@@ -46,11 +46,11 @@ def entry_code(fdef: ast.FunctionDef, namespace: dict, types: list, helpers: dic
     for _ in range(MAX_PASSES):
         module = _Module(helpers, settled)
         name = "_qg_emitted"
-        emitter = FunctionEmitter(module, fdef, namespace, learnt)
+        emitter, known = FunctionEmitter(module, fdef, namespace, learnt), len(learnt)
         try:
             module.entry(emitter, name, types)
         except UnknownYet:
-            if not emitter.learnt:
+            if not emitter.learnt and len(learnt) == known:  # nothing new: the next pass would stop there too
                 raise NotEmittable("a variable read before it is assigned") from None
             continue
         if not emitter.learnt and not module.learnt:
