@@ -30,39 +30,14 @@ def interrupted():
         from numba.core import cgutils, types
         from numba.extending import intrinsic
 
-        from ..lang.lower.debug_checks import SIGNAL_ERROR
+        from ..lang.llvm.runtime import signal_check
 
         @intrinsic
         def _qg_interrupted(typingctx, record):
             def codegen(context, builder, signature, args):
-                i32, i64, obj = ir.IntType(32), ir.IntType(64), ir.IntType(8).as_pointer()
-                module = builder.module
-
-                def c_function(name, ret, params):
-                    return cgutils.get_or_insert_function(module, ir.FunctionType(ret, params), name)
-
-                check = c_function("PyErr_CheckSignals", i32, [])
-                fetch = c_function("PyErr_Fetch", ir.VoidType(), [obj.as_pointer()] * 3)
-                normalize = c_function("PyErr_NormalizeException", ir.VoidType(), [obj.as_pointer()] * 3)
-                set_tb = c_function("PyException_SetTraceback", i32, [obj, obj])
-                decref = c_function("Py_DecRef", ir.VoidType(), [obj])
-                raised = builder.icmp_signed("!=", builder.call(check, []), i32(0))
-                with builder.if_then(raised, likely=False):
-                    # the handler's exception, taken off the thread's error state and kept in the
-                    # record for the launcher to raise (a KeyboardInterrupt is raised named)
-                    slots = [cgutils.alloca_once(builder, obj) for _ in range(3)]
-                    builder.call(fetch, slots)
-                    builder.call(normalize, slots)
-                    kind, value, trace = (builder.load(slot) for slot in slots)
-                    with builder.if_then(builder.icmp_unsigned("!=", trace, obj(None))):
-                        builder.call(set_tb, [value, trace])
-                    builder.call(decref, [kind])
-                    builder.call(decref, [trace])
-                    array = context.make_array(signature.args[0])(context, builder, args[0])
-                    word = builder.gep(array.data, [i64(SIGNAL_ERROR)])
-                    builder.call(decref, [builder.inttoptr(builder.load(word), obj)])  # an untaken one
-                    builder.store(builder.ptrtoint(value, i64), word)
-                return builder.zext(raised, i64)
+                array = context.make_array(signature.args[0])(context, builder, args[0])
+                return signal_check(builder, lambda: builder.gep(array.data, [ir.IntType(64)(SIGNAL_ERROR)]),
+                                    lambda kind: cgutils.alloca_once(builder, kind))
 
             return types.int64(record), codegen
 
@@ -73,7 +48,6 @@ def interrupted():
 def taken_signal_error(record) -> BaseException | None:
     """The exception a signal handler raised in the runner's last check (see `interrupted`), taken
     out of the record (which owned a reference to it), or None."""
-    from ..lang.lower.debug_checks import SIGNAL_ERROR
 
     address = int(record[SIGNAL_ERROR])
     if not address:

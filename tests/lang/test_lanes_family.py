@@ -9,72 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers.lanes_family import FAMILY, PLACES, TARGETS, M, arrays
 
 import qgraph
-from qgraph.bench.kernels import module_from_source
-
-PLACES = ["top", "repeat", "cond", "after_loop", "helper_term", "helper_loop"]
-TARGETS = ["local", "element", "vec2", "struct", "zero_d", "float32"]
-M = 64  # inner loop length
-
-# per target: (setup before the inner loop, the inner loop's update, the store after it); {t} is the term
-_TARGET = {
-    "local": ("s = 0.0", "s += {t}", "out[i] = s"),
-    "element": ("", "out[i] += {t}", ""),
-    "vec2": ("s = qgraph.vec2d(0.0, 0.0)", "s += qgraph.vec2d({t}, x[j])", "out[i] = s"),
-    "struct": ("", "st.out[i] += {t}", ""),
-    "zero_d": ("", "out[()] += {t}", ""),
-    "float32": ("s = np.float32(0.0)", "s += np.float32(0.5) * {t}", "out[i] = s"),
-}
-
-
-def _kernel_source(place: str, target: str) -> str:
-    setup, update, store = _TARGET[target]
-    out = "st" if target == "struct" else "out"
-    term = "term(w[i], x[j])" if place == "helper_term" else "w[i] * x[j]"
-    if place == "helper_loop":  # the whole sum in a helper: a value, added as the target takes it
-        update_once = update.format(t="summed(x, w[i])").replace("x[j])", "summed(x, 1.0))")
-        body = [setup, update_once, store]
-    else:
-        body = [setup]
-        if place == "after_loop":
-            body += ["c = 0.0", "for k in range(2):", "    c += 0.5"]
-            term = f"c * {term}"
-        body += ["for j in range(x.shape[0]):", "    " + update.format(t=term), store]
-    lines = [line for line in body if line]
-    loop = ["for i in range(w.shape[0]):"] + ["    " + line for line in lines]
-    if place == "repeat":
-        loop = ["for _ in qgraph.repeat(reps):"] + ["    " + line for line in loop]
-    elif place == "cond":
-        loop = ["if qgraph.cond(flag):"] + ["    " + line for line in loop]
-    params = f"x, w, {out}, reps: int, flag"
-    return f"\n@qgraph.kernel(cuda_graph=True)\ndef k_{place}_{target}({params}):\n" + \
-        "\n".join("    " + line for line in loop) + "\n"
-
-
-SOURCE = '''
-import numpy as np
-import qgraph
-
-
-@qgraph.struct
-class Sums:
-    out: object
-
-
-@qgraph.func
-def term(a, b):
-    return a * b
-
-
-@qgraph.func
-def summed(x, a):
-    s = 0.0
-    for j in range(x.shape[0]):
-        s += a * x[j]
-    return s
-''' + "".join(_kernel_source(p, t) for p in PLACES for t in TARGETS)
-FAMILY = module_from_source("qgraph_test_lanes_family", SOURCE)
 
 
 def _expected(place: str, target: str, x: np.ndarray, w: np.ndarray, reps: int) -> np.ndarray:
@@ -91,19 +28,6 @@ def _expected(place: str, target: str, x: np.ndarray, w: np.ndarray, reps: int) 
     return total
 
 
-def _arrays(target: str, n: int, rng):
-    dtype = np.float32 if target == "float32" else np.float64
-    x = qgraph.from_numpy(rng.standard_normal(M).astype(dtype))
-    w = qgraph.from_numpy(rng.standard_normal(n).astype(dtype))
-    if target == "vec2":
-        out = qgraph.ndarray(qgraph.vec2d, (n,))
-    elif target == "zero_d":
-        out = qgraph.from_numpy(np.zeros((), dtype))
-    else:
-        out = qgraph.from_numpy(np.zeros(n, dtype))
-    return x, w, out
-
-
 @pytest.mark.parametrize("n", [40, 9000, 70000])  # CUDA: 32, 8 and 1 lanes
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("place", PLACES)
@@ -111,7 +35,7 @@ def test_the_family_against_numpy(arch, place, target, n):
     if arch == "cpu" and n > 40:
         pytest.skip("the CPU runs no lanes: one size covers it")
     rng = np.random.default_rng(n + len(place) * 7 + len(target))
-    x, w, out = _arrays(target, n, rng)
+    x, w, out = arrays(target, n, rng)
     reps, flag = 3, qgraph.from_numpy(np.ones(1, np.int32))
     kernel = getattr(FAMILY, f"k_{place}_{target}")
     kernel(x, w, FAMILY.Sums(out) if target == "struct" else out, reps, flag)

@@ -239,3 +239,44 @@ def test_zero_to_a_negative_literal_power_raises_as_numba_does(cpu, emitter, mon
     x = np.array([2.0, 4.0])
     inverse_square(x)  # the next good call works
     np.testing.assert_array_equal(x, [0.25, 0.0625])
+
+
+# ---------------------------------------------------------------- the constructs where they meet the rest
+
+
+def _family_run(place: str, target: str, grad: bool) -> list[np.ndarray]:
+    """One kernel of the inner-sum family (helpers.lanes_family: in a repeat or cond region, after an
+    inner loop, in a helper, into a vec2, a struct field, a 0-d array, float32 with float32 literals)
+    on fixed data; its outputs, and the inputs' gradients through kernel.grad where `grad`."""
+    from helpers.lanes_family import FAMILY, arrays
+
+    x, w, out = arrays(target, 40, np.random.default_rng(len(place) * 7 + len(target)))
+    if grad:
+        x, w, out = (qgraph.from_numpy(a.to_numpy(), requires_grad=True) for a in (x, w, out))
+    kernel, flag = getattr(FAMILY, f"k_{place}_{target}"), qgraph.from_numpy(np.ones(1, np.int32))
+    target_arg = FAMILY.Sums(out) if target == "struct" else out
+    kernel(x, w, target_arg, 3, flag)
+    if not grad:
+        return [out.to_numpy()]
+    out.grad.from_numpy(np.linspace(-1.0, 1.0, out.shape[0]).astype(out.dtype))
+    kernel.grad(x, w, target_arg, 3, flag)
+    return [out.to_numpy(), x.grad.to_numpy(), w.grad.to_numpy()]
+
+
+def _family_cases():
+    from helpers.lanes_family import PLACES, TARGETS
+
+    values = [(p, t, False) for p in PLACES for t in TARGETS]
+    return values + [(p, t, True) for p in ("top", "repeat", "after_loop", "helper_term")
+                     for t in ("local", "element", "float32")]
+
+
+@pytest.mark.parametrize("place,target,grad", _family_cases())
+def test_the_inner_sum_family_emitted_is_numbas_to_the_bit(cpu, place, target, grad, monkeypatch):
+    monkeypatch.setenv("QGRAPH_EMITTER", "strict")
+    emitted = _family_run(place, target, grad)
+    monkeypatch.setenv("QGRAPH_EMITTER", "0")
+    qgraph.init("cpu")
+    by_numba = _family_run(place, target, grad)
+    for a, b in zip(emitted, by_numba):
+        np.testing.assert_array_equal(np.ascontiguousarray(a).view(np.uint8), np.ascontiguousarray(b).view(np.uint8))

@@ -8,6 +8,7 @@ new; that pass's IR is the function's. Anything outside the covered subset raise
 from __future__ import annotations
 
 import ast
+import copy
 
 from llvmlite import ir
 
@@ -100,8 +101,8 @@ class FunctionEmitter(ExpressionEmitter):
 
     def visit_AugAssign(self, stmt) -> None:
         target = stmt.target
-        load = ast.copy_location(type(target)(**{**{f: getattr(target, f) for f in target._fields},
-                                                "ctx": ast.Load()}), target)
+        load = copy.copy(target)  # the same target read
+        load.ctx = ast.Load()
         if isinstance(target, ast.Subscript):  # the element's address once, as numba's inplace op
             array, indices = self.element(target)
             current = array.load(self.builder, indices)

@@ -251,8 +251,11 @@ class _Module:
             b.store(convert(b, value, kind, fe.types[param]), fe.slot(param, fe.types[param]))
         fe.statements(fdef.body)
         if not fe.builder.block.is_terminated:  # the end of the body (or a block no path reaches)
-            fe.returns.append(None) if returns is None else None
-            fe.builder.ret_void() if returns is None else fe.builder.ret(ir.Constant(returns.ir, None))
+            if returns is None:
+                fe.returns.append(None)
+                fe.builder.ret_void()
+            else:
+                fe.builder.ret(ir.Constant(returns.ir, None))
         fe.finish_entry()
         return fe
 

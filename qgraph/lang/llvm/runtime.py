@@ -81,35 +81,43 @@ def _release_gil(fe, args) -> Value:
     return Value(I64(0), INT64)
 
 
+def signal_check(b: ir.IRBuilder, word_address, slot) -> ir.Value:
+    """A pending signal's handler run (PyErr_CheckSignals); if it raised, its exception taken off the
+    thread's error state and kept in the record word at `word_address()` for the launcher to raise
+    (one left there before is released). `slot(type)`: a stack slot. The i64 1 if it raised. The one
+    IR of this check: numba's intrinsic (compiler.cpu_interrupts) and the emitter both write it so."""
+    module, obj = b.module, ir.IntType(8).as_pointer()
+    check = _c_function(module, "PyErr_CheckSignals", I32, [])
+    fetch = _c_function(module, "PyErr_Fetch", ir.VoidType(), [obj.as_pointer()] * 3)
+    normalize = _c_function(module, "PyErr_NormalizeException", ir.VoidType(), [obj.as_pointer()] * 3)
+    set_tb = _c_function(module, "PyException_SetTraceback", I32, [obj, obj])
+    decref = _c_function(module, "Py_DecRef", ir.VoidType(), [obj])
+    raised = b.icmp_signed("!=", b.call(check, []), I32(0))
+    with b.if_then(raised, likely=False):
+        slots = [slot(obj) for _ in range(3)]
+        for each in slots:
+            b.store(obj(None), each)
+        b.call(fetch, slots)
+        b.call(normalize, slots)
+        kind, value, trace = (b.load(each) for each in slots)
+        with b.if_then(b.icmp_unsigned("!=", trace, obj(None))):
+            b.call(set_tb, [value, trace])
+        b.call(decref, [kind])
+        b.call(decref, [trace])
+        word = word_address()
+        b.call(decref, [b.inttoptr(b.load(word), obj)])  # one the launcher did not take
+        b.store(b.ptrtoint(value, I64), word)
+    return b.zext(raised, I64)
+
+
 def interrupted_primitive(signal_error_word: int) -> Primitive:
-    """`_qg_interrupted(record)`: a pending signal's handler run (PyErr_CheckSignals); its exception,
-    if it raised, kept in the record's word `signal_error_word` for the launcher (as the numba twin)."""
+    """`_qg_interrupted(record)`: signal_check with the record's word `signal_error_word`."""
 
     def emit(fe, args) -> Value:
         record = _array_argument(args, "_qg_interrupted")
-        module, b = fe.builder.module, fe.builder
-        obj = ir.IntType(8).as_pointer()
-        check = _c_function(module, "PyErr_CheckSignals", I32, [])
-        fetch = _c_function(module, "PyErr_Fetch", ir.VoidType(), [obj.as_pointer()] * 3)
-        normalize = _c_function(module, "PyErr_NormalizeException", ir.VoidType(), [obj.as_pointer()] * 3)
-        set_tb = _c_function(module, "PyException_SetTraceback", I32, [obj, obj])
-        decref = _c_function(module, "Py_DecRef", ir.VoidType(), [obj])
-        raised = b.icmp_signed("!=", b.call(check, []), I32(0))
-        with b.if_then(raised, likely=False):
-            slots = [ir.IRBuilder(fe.entry).alloca(obj) for _ in range(3)]
-            for slot in slots:
-                b.store(obj(None), slot)
-            b.call(fetch, slots)
-            b.call(normalize, slots)
-            kind, value, trace = (b.load(slot) for slot in slots)
-            with b.if_then(b.icmp_unsigned("!=", trace, obj(None))):
-                b.call(set_tb, [value, trace])
-            b.call(decref, [kind])
-            b.call(decref, [trace])
-            word = record.address(b, [I64(signal_error_word)])
-            b.call(decref, [b.inttoptr(b.load(word), obj)])  # one the launcher did not take
-            b.store(b.ptrtoint(value, I64), word)
-        return Value(b.zext(raised, I64), INT64)
+        b = fe.builder
+        return Value(signal_check(b, lambda: record.address(b, [I64(signal_error_word)]),
+                                  lambda kind: ir.IRBuilder(fe.entry).alloca(kind)), INT64)
 
     return Primitive("_qg_interrupted", emit)
 
