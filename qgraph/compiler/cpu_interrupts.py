@@ -239,9 +239,18 @@ def thread_functions() -> dict:
     return _THREADS[0]
 
 
+_SOURCES: list = []
+
+
 def runtime_sources() -> dict:
     """{generated name: (FunctionDef, namespace)} of the same checks for the emitter (lang.llvm), their
-    primitives the emitter's own."""
+    primitives the emitter's own; parsed once per process (every kernel's serial form shares them)."""
+    if not _SOURCES:
+        _SOURCES.append(_parsed_runtime_sources())
+    return _SOURCES[0]
+
+
+def _parsed_runtime_sources() -> dict:
     import ast
     import inspect
     import textwrap
