@@ -3,7 +3,8 @@ JSON line, with the process's peak memory (its maximum resident set size).
 
 Modes: `kernel ARCH TASKS` (the bench's T-task kernel, kernels_for(T).graph), `cpu-workloads
 qgraph|numba` (the CPU suite's workloads, qgraph's kernels or their numba twins, cached), and
-`numba-loops TASKS` (the T loops hand-written for numba in one function).
+`numba-loops TASKS` (the T loops hand-written for numba in one function), and `gallery LIBRARY
+PROGRAM VARIANT` (a gallery program's first step, qgraph's or Taichi's: bench.gallery_compile).
 """
 
 from __future__ import annotations
@@ -93,7 +94,13 @@ def main(argv: list[str]) -> dict:
         return _cpu_workloads(rest[0])
     if mode == "numba-loops":
         return _numba_loops(int(rest[0]))
-    raise SystemExit(f"unknown mode {mode!r}: kernel ARCH TASKS, cpu-workloads qgraph|numba, numba-loops TASKS")
+    if mode == "gallery":
+        from .gallery_compile import child
+
+        library, program, variant = rest
+        return child(library, program, "scalar" if variant == "-" else variant)
+    raise SystemExit(f"unknown mode {mode!r}: kernel ARCH TASKS, cpu-workloads qgraph|numba, numba-loops TASKS, "
+                     "gallery LIBRARY PROGRAM VARIANT")
 
 
 if __name__ == "__main__":

@@ -1,10 +1,9 @@
-"""Compile a kernel specialisation for CUDA: one numba-cuda kernel per task.
+"""Compile a kernel specialisation for CUDA: one kernel per task.
 
-Every task of a specialisation is typed and lowered by numba-cuda, then NVVM compiles all of
-them in one run into one PTX module (an entry per task), linked with its launch_dependents twin
-into one cubin (one module load). The result is cached on disk, keyed by the generated code's
-fingerprint, the argument types, the compute capability and the toolchain versions; a
-cache hit needs neither numba nor NVVM, only the driver.
+Every task is written as NVVM IR by qgraph's emitter (compiler.cuda_emitted; else by numba-cuda),
+then NVVM compiles them in one run into one PTX module (an entry per task), linked with its
+launch_dependents twin into one cubin, cached on disk (keyed by the code's fingerprint, the argument
+types, the compute capability and the toolchain versions): a hit needs only the driver.
 
 Launch ABI: each task kernel takes its arguments by value, in numba's flattened layout.
 Parameters are ordered so that no padding is ever needed: the int64 launch bounds, then
@@ -40,6 +39,7 @@ from . import ptx_text
 from .code_cache import CodeCache, entry_key
 from .compile_depth import room_to_recurse
 from .compile_gc import rare_collections
+from .cuda_emitted import compiled_ptx
 from .random_code import random_functions
 from .toolchain import toolchain_versions
 
@@ -188,7 +188,7 @@ def build_program(src: KernelSource, key: tuple[str, ...], cc: tuple[int, int], 
         manifest, cubin = cached
         return Program(generated_codes, manifest["entries"], manifest["param_sizes"], cubin, True, waits)
     with rare_collections(), room_to_recurse():  # few collections, nested helpers' depth (compiler.compile_*)
-        ptx_list, entries, sizes = compile_ptx(src, codes, orders, task_types, func_defs, cc, types,
+        ptx_list, entries, sizes = compiled_ptx(compile_ptx, src, codes, orders, task_types, func_defs, cc, types,
                                                 options.fast_math, options.debug is not None)
     if waits:
         variants = []

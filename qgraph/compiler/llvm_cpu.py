@@ -8,7 +8,6 @@ CPU), so an emitted serial form runs as fast as numba's compile of the same sour
 from __future__ import annotations
 
 import ctypes
-import os
 import threading
 
 import numpy as np
@@ -16,6 +15,7 @@ import numpy as np
 from ..lang.llvm import module as emitted
 from ..lang.llvm.kinds import NotEmittable
 from .code_cache import CodeCache, entry_key
+from .emitter_mode import OFF, STRICT, emitter_mode
 
 _PYTHON_SYMBOLS = ("PyErr_CheckSignals", "PyErr_Fetch", "PyErr_NormalizeException", "PyException_SetTraceback",
                    "Py_DecRef", "Py_IncRef", "PyEval_SaveThread", "PyEval_RestoreThread", "PyErr_SetString",
@@ -208,8 +208,8 @@ class SerialEmitter:
 
     def function_for(self, values: tuple):
         """The compiled serial form for `values`' types (a builtin function), or None."""
-        mode = os.environ.get("QGRAPH_EMITTER", "1").strip().lower()
-        if mode in ("0", "off", "false", "no"):
+        mode = emitter_mode()
+        if mode == OFF:
             self.skipped = "QGRAPH_EMITTER=0"
             return None
         from ..lang.llvm.kinds import of_value
@@ -226,7 +226,7 @@ class SerialEmitter:
             self.skipped = str(e)
             return None
         except Exception as e:  # the emitter's own failure: numba's compile is always right
-            if mode == "strict":
+            if mode == STRICT:
                 raise
             self.skipped = f"the emitter failed: {type(e).__name__}: {e}"
             return None

@@ -3,10 +3,28 @@ benchmarks' hand-written baselines."""
 
 from __future__ import annotations
 
+import threading
+
 from ..errors import QgraphError
+
+_RESULTS: dict = {}  # (source, name, arch, options, output) -> the image: one compile per process
+_LOCKS: dict = {}
+_GUARD = threading.Lock()
 
 
 def _compile(source: str, name: str, arch: str, options: tuple[str, ...], output: str) -> bytes:
+    """_compiled once per process and arguments: a compile started on init's thread (compiler.nvvm.
+    load_soon) is waited for, not repeated."""
+    key = (source, name, arch, tuple(options), output)
+    with _GUARD:
+        lock = _LOCKS.setdefault(key, threading.Lock())
+    with lock:
+        if key not in _RESULTS:
+            _RESULTS[key] = _compiled(source, name, arch, options, output)
+        return _RESULTS[key]
+
+
+def _compiled(source: str, name: str, arch: str, options: tuple[str, ...], output: str) -> bytes:
     """NVRTC's `output` ("CUBIN" or "PTX") for `arch` (sm_XY for a cubin, compute_XY for PTX)."""
     from cuda.bindings import nvrtc
 

@@ -182,7 +182,7 @@ def init(arch: str | None = None, *, device: int = 0) -> None:
     if arch in (None, "cuda"):
         asked = arch == "cuda"
         if asked:  # numba-cuda imports beside the driver's start (when a compile is due)
-            _prefetch_compiler(settings)
+            _prefetch_numba(settings)
         try:
             cuda_device = open_device(device)
         except QgraphError:
@@ -190,7 +190,9 @@ def init(arch: str | None = None, *, device: int = 0) -> None:
                 raise
         arch = "cuda" if cuda_device is not None else "cpu"
         if not asked and cuda_device is not None:  # chosen by default: only once CUDA is known usable
-            _prefetch_compiler(settings)
+            _prefetch_numba(settings)
+        if cuda_device is not None:
+            _prefetch_emitter(settings, cuda_device.info.compute_capability)
     _drop_compiled()
     from ..compiler.cache_keys import forget
     from ..lang import generated
@@ -208,14 +210,33 @@ def init(arch: str | None = None, *, device: int = 0) -> None:
         STATE.target = CpuState()
 
 
-def _prefetch_compiler(settings: Settings) -> None:
-    """A first call will compile when the code cache holds nothing: start importing numba-cuda."""
+def _cold(settings: Settings) -> bool:
+    """A first call will compile: the code cache holds nothing."""
     from ..compiler.code_cache import CodeCache
 
-    if not CodeCache(settings.cache_dir).holds_entries():
+    return not CodeCache(settings.cache_dir).holds_entries()
+
+
+def _prefetch_numba(settings: Settings) -> None:
+    """With QGRAPH_EMITTER=0 and a cold cache, start importing numba-cuda. Not beside qgraph's
+    emitter: the import would hold the interpreter while the first call compiles (a specialisation
+    the emitter leaves to numba-cuda imports it then)."""
+    from ..compiler.emitter_mode import OFF, emitter_mode
+
+    if emitter_mode() == OFF and _cold(settings):
         from ..compiler.numba_prefetch import import_numba_cuda_soon
 
         import_numba_cuda_soon()
+
+
+def _prefetch_emitter(settings: Settings, cc: tuple) -> None:
+    """With the emitter and a cold cache, load what it and NVVM need (compiler.nvvm.load_soon)."""
+    from ..compiler.emitter_mode import OFF, emitter_mode
+
+    if emitter_mode() != OFF and _cold(settings):
+        from ..compiler.nvvm import load_soon
+
+        load_soon(tuple(cc))
 
 
 def ensure_init() -> State:

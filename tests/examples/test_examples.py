@@ -211,3 +211,21 @@ def test_a_bad_size_is_one_line_naming_the_option(example, argv, error, capsys):
     assert exited.value.code == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err and f": error: {error}" in err.strip().splitlines()[-1]
+
+
+def test_poisson_solves_to_tolerance_as_numpy_does(arch):
+    from qgraph.examples import poisson
+
+    r = poisson.run(n=24, tol=1e-4, max_iters=4000)
+    want, sweeps = poisson.numpy_solve(poisson.source(24), 1e-4, 4000)
+    assert r.change < 1e-4 and abs(r.sweeps - sweeps) <= 2
+    np.testing.assert_allclose(r.u, want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max()))
+    assert poisson.jacobi_poisson.stats.num_tasks == 4
+
+
+def test_poisson_main_reports_a_solve_that_did_not_converge(cpu, capsys):
+    from qgraph.examples import poisson
+
+    assert poisson.main(["--n", "16", "--tol", "1e-3"]) == 0
+    assert poisson.main(["--n", "16", "--tol", "1e-9", "--max-iters", "4", "--no-check"]) == 1
+    assert "NOT converged" in capsys.readouterr().out

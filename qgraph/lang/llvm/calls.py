@@ -2,7 +2,8 @@
 
 Builtins (min, max, abs, int, float), casts (NumPy scalar types, the generated `_qg_i64` and
 friends), `math` functions as numba lowers them (the same LLVM intrinsics and C library calls, so
-results match numba's to the bit), and the primitives the CPU runtime's own helpers need.
+results match numba's to the bit; in a module for NVVM libdevice's, as numba-cuda's), and the
+primitives the runtime's own helpers and the CUDA dialect (cuda_dialect.py) need.
 """
 
 from __future__ import annotations
@@ -27,6 +28,13 @@ class Primitive:
 
     def __repr__(self) -> str:
         return f"<primitive {self.name}>"
+
+
+class Special:
+    """A name whose value is emitted where it is read (a special register: threadIdx.x)."""
+
+    def __init__(self, name: str, emit) -> None:
+        self.name, self.emit = name, emit
 
 
 class Cast:
@@ -58,8 +66,14 @@ _NUMPY_SCALARS = {np.float32, np.float64, np.int8, np.int16, np.int32, np.int64,
 def call(fe, node: ast.Call):
     func = node.func
     if isinstance(func, ast.Attribute) and not fe.is_module(func.value):
-        return _method(fe, func, node.args)
-    target = fe.expr(func).ir if isinstance(func, ast.Attribute) else _callee(fe, func)
+        base = fe.expr(func.value)
+        if not (isinstance(base, Value) and base.type == "module"):
+            return _method(fe, func, node.args, base)
+        target = getattr(base.ir, func.attr, None)
+        if target is None:
+            raise NotEmittable(f"a call of {ast.unparse(func)}")
+    else:
+        target = fe.expr(func).ir if isinstance(func, ast.Attribute) else _callee(fe, func)
     if isinstance(target, Unavailable):
         raise NotEmittable(f"a call of {target.name}")
     if isinstance(target, ast.FunctionDef):
@@ -101,8 +115,12 @@ def _callee(fe, func):
     return helper[0] if helper is not None else fe.lookup(func.id)
 
 
-def _method(fe, func: ast.Attribute, args: list):
-    base = fe.expr(func.value)
+def _method(fe, func: ast.Attribute, args: list, base):
+    if isinstance(base, ArrayValue) and func.attr == "view" and len(args) == 1 and fe.owner.views:
+        dtype = fe.expr(args[0]).ir
+        if not (isinstance(dtype, type) and dtype in _NUMPY_SCALARS):
+            raise NotEmittable("a view as other than a NumPy scalar type")
+        return fe.owner.views(fe, base, dtype)
     if isinstance(base, ArrayValue) and func.attr == "reshape" and base.type.ndim == 0:
         extents = []
         for a in args:
@@ -129,10 +147,14 @@ def _min_max(fe, args, sign: str) -> Value:
     if len(args) < 2:
         raise NotEmittable("min/max of fewer than two numbers")
     kinds = [scalar(a) for a in args]
+    b = fe.builder
+    if getattr(b.module, "libdevice", False) and len(args) == 2 and all(k.is_float for k in kinds):
+        kind = unified(*kinds)  # numba-cuda: libdevice's fmin/fmax (a NaN argument is dropped)
+        x, y = (convert(b, a.ir, k, kind) for a, k in zip(args, kinds))
+        return Value(_extern(b, "fmin" if sign == "<" else "fmax", kind, [x, y]), kind)
     kind = kinds[0]
     for k in kinds[1:]:
         kind = unified(kind, k) if not (kind.kind == k.kind == "b") else kind
-    b = fe.builder
     result = convert(b, args[0].ir, kinds[0], kind)
     for value, k in zip(args[1:], kinds[1:]):
         v = convert(b, value.ir, k, kind)
@@ -160,14 +182,17 @@ def _abs(fe, args) -> Value:
 
 def _intrinsic(builder: ir.IRBuilder, name: str, kind: Scalar, args: list) -> ir.Value:
     module = builder.module
+    if getattr(module, "libdevice", False) and name != "llvm.fabs":  # NVVM: libdevice, as numba-cuda lowers math
+        return _extern(builder, name.removeprefix("llvm."), kind, args)
     full = f"{name}.f{kind.bits}"
     fn = module.globals.get(full) or ir.Function(module, ir.FunctionType(kind.ir, [kind.ir] * len(args)), full)
     return builder.call(fn, args)
 
 
 def _extern(builder: ir.IRBuilder, name: str, kind: Scalar, args: list) -> ir.Value:
+    """The C library's `name` (float32: `namef`); in a module for NVVM, libdevice's `__nv_name[f]`."""
     module = builder.module
-    full = name + ("f" if kind.bits == 32 else "")
+    full = ("__nv_" if getattr(module, "libdevice", False) else "") + name + ("f" if kind.bits == 32 else "")
     fn = module.globals.get(full) or ir.Function(module, ir.FunctionType(kind.ir, [kind.ir] * len(args)), full)
     return builder.call(fn, args)
 

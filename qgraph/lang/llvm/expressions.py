@@ -74,9 +74,13 @@ class ExpressionEmitter(ast.NodeVisitor):
                 return Value(base.size(self.builder), INT64)
             if node.attr == "ndim":
                 return Value(I64(base.type.ndim), INT64)
-        if base is None:
-            return constant(getattr(self.module_of(node.value), node.attr))
-        raise NotEmittable(f"the attribute .{node.attr}")
+        owner = self.module_of(node.value) if base is None else base.ir if base.type == "module" else None
+        if owner is None or not hasattr(owner, node.attr):
+            raise NotEmittable(f"the attribute .{node.attr}")
+        found = getattr(owner, node.attr)
+        if isinstance(found, calls.Special):  # a special register, read where it is named
+            return found.emit(self)
+        return constant(found)
 
     def is_module(self, node) -> bool:
         import types
@@ -169,6 +173,8 @@ class ExpressionEmitter(ast.NodeVisitor):
             return Value(convert(b, value.ir, kind, target), target)
         if isinstance(node.op, ast.USub):
             if kind.is_float:
+                if getattr(b.module, "libdevice", False):  # NVVM's LLVM 7 dialect has no fneg
+                    return Value(b.fsub(kind.ir(-0.0), value.ir), kind)
                 return Value(b.fneg(value.ir), kind)
             target = arithmetic(kind, kind)
             return Value(b.neg(convert(b, value.ir, kind, target)), target)
@@ -221,7 +227,8 @@ class ExpressionEmitter(ast.NodeVisitor):
         if type(op) not in _COMPARE:
             raise NotEmittable(f"the comparison {type(op).__name__}")
         a, b = scalar(left), scalar(right)
-        kind = BOOL if a.kind == b.kind == "b" else arithmetic(a, b)
+        # numba compares two integers of one type in that type (its typing has a case per type)
+        kind = BOOL if a.kind == b.kind == "b" else a if a == b and a.is_int else arithmetic(a, b)
         x, y = convert(self.builder, left.ir, a, kind), convert(self.builder, right.ir, b, kind)
         sign = _COMPARE[type(op)]
         if kind.is_float:

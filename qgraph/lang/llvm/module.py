@@ -44,7 +44,7 @@ def entry_code(fdef: ast.FunctionDef, namespace: dict, types: list, helpers: dic
     learnt: dict = {}
     settled: dict = {}  # a helper's (variable types, return type) once learnt, for every later module
     for _ in range(MAX_PASSES):
-        module = _Module(helpers, settled)
+        module = EmittedModule(helpers, settled)
         name = "_qg_emitted"
         emitter, known = FunctionEmitter(module, fdef, namespace, learnt), len(learnt)
         try:
@@ -73,8 +73,11 @@ def symbol_of(obj) -> str:
     return "_qg_py_" + "".join(c if c.isalnum() else "_" for c in path)
 
 
-class _Module:
-    """The module of one pass: the entry and the helpers emitted so far."""
+class EmittedModule:
+    """The module of one pass: the entry and the helpers emitted so far (the CPU's entry here; a CUDA
+    kernel's in kernels.KernelModule)."""
+
+    views = None  # how `a.view(dtype)` is emitted, where the target has it (cuda_dialect.VIEW)
 
     def __init__(self, helpers: dict, settled: dict) -> None:
         self.ir = ir.Module(name="qgraph")
@@ -203,7 +206,7 @@ class _Module:
             if key not in self.settled:
                 returns, variables = None, {}
                 for _ in range(MAX_PASSES):  # learn the helper's types in a module of its own
-                    scratch = _Module(self.helper_sources, self.settled)
+                    scratch = EmittedModule(self.helper_sources, self.settled)
                     emitter = scratch.emit_helper(fdef, namespace, kinds, variables, returns)
                     found = _return_type(emitter.returns)
                     if not emitter.learnt and not scratch.learnt and found == returns:
