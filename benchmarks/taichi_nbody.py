@@ -23,6 +23,7 @@ import numpy as np
 
 import qgraph
 from qgraph.bench.kernels import warm_up_gpu
+from qgraph.bench.taichi_gallery import nbody_program
 from qgraph.examples import gallery_nbody as gn
 from qgraph.tools.timing import interleaved_spreads
 
@@ -103,55 +104,6 @@ class TwinFrame:
         self.d.cuGraphLaunch(self.exec, self.stream)
 
 
-def taichi_program(ti, n: int, pos0: np.ndarray, vel0: np.ndarray, local: bool = False):
-    """Taichi's gallery kernels for n bodies (its module fixes N = 3000), with the state set from
-    pos0 and vel0 (`local`: the force summed in a local vector, stored once); returns (frame, positions)."""
-    pos, vel, force = (ti.Vector.field(2, ti.f32, n) for _ in range(3))
-    G, m, h, substepping = gn.G, gn.MASS, gn.H, gn.SUBSTEPS
-
-    @ti.kernel
-    def compute_force():
-        for i in range(n):
-            force[i] = [0.0, 0.0]
-        for i in range(n):
-            p = pos[i]
-            for j in range(n):
-                if i != j:
-                    diff = p - pos[j]
-                    r = diff.norm(1e-5)
-                    f = -G * m * m * (1.0 / r) ** 3 * diff
-                    force[i] += f
-
-    @ti.kernel
-    def update():
-        dt = h / substepping
-        for i in range(n):
-            vel[i] += dt * force[i] / m
-            pos[i] += dt * vel[i]
-
-    @ti.kernel
-    def compute_force_local():  # the force summed in a local, as a Taichi expert would write it
-        for i in range(n):
-            p = pos[i]
-            acc = ti.Vector([0.0, 0.0])
-            for j in range(n):
-                if i != j:
-                    diff = p - pos[j]
-                    r = diff.norm(1e-5)
-                    acc += -G * m * m * (1.0 / r) ** 3 * diff
-            force[i] = acc
-
-    pos.from_numpy(pos0)
-    vel.from_numpy(vel0)
-    force_kernel = compute_force_local if local else compute_force
-
-    def frame():
-        for _ in range(substepping):
-            force_kernel()
-            update()
-    return frame, pos
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", default="2048,3000", help="body counts, comma-separated")
@@ -195,10 +147,10 @@ def main() -> None:
 
         a, b, c, e = ([qgraph.from_numpy(x.copy()) for x in (pos0, vel0, np.zeros_like(pos0))] for _ in range(4))
         if ti is not None:
-            frame, tpos = taichi_program(ti, n, pos0, vel0)
+            frame, tpos = nbody_program(ti, pos0, vel0)
             programs["Taichi 1.7.4 (its defaults: fast math)"] = frame
             positions["Taichi 1.7.4 (its defaults: fast math)"] = tpos.to_numpy
-            frame, tpos = taichi_program(ti, n, pos0, vel0, local=True)
+            frame, tpos = nbody_program(ti, pos0, vel0, local=True)
             programs["Taichi, the force summed in a local"] = frame
             positions["Taichi, the force summed in a local"] = tpos.to_numpy
         programs["qgraph port (its defaults: strict)"] = lambda a=a: gn.frame(*a, dt)
