@@ -28,14 +28,14 @@ def kind_of(arg) -> object:
     return of_dtype(arg.dtype)
 
 
-def emitted_kernels(src, codes, task_types, orders, func_defs, types, ir_version: tuple) -> list:
+def emitted_kernels(src, codes, orders, task_types, func_defs, types, ir_version: tuple) -> list:
     """Each task as a lang.llvm.kernels.KernelCode (NVVM IR with `ir_version`'s metadata), in
     numba-cuda's parameter layout (checked); NotEmittable where the emitter does not cover one."""
     injected = names()
     for name, kind in zip(src.param_names, types):  # element types, for typed reduction partials
         if kind.is_array:
             injected[dtype_name(name)] = Cast(of_dtype(kind.dtype))
-    helpers = helper_functions(injected)
+    helpers = helper_functions()
     for fdef, _, fsrc in func_defs:
         helpers[fdef.name] = (fdef, generated.namespace(module_of([fdef]), fsrc.globals, fsrc.closure, injected))
     if generated.dump_dir() is not None:  # what the numba-cuda path dumps as it runs the sources
@@ -57,11 +57,11 @@ def emitted_kernels(src, codes, task_types, orders, func_defs, types, ir_version
     return kernels
 
 
-def emitted_ptx(src, codes, task_types, orders, func_defs, cc, types, fast_math: bool, debug: bool):
+def emitted_ptx(src, codes, orders, task_types, func_defs, cc, types, fast_math: bool, debug: bool):
     """What compiler.cuda_program.compile_ptx returns: [(name, PTX)], entries, parameter block sizes."""
     if debug or fast_math:
         raise NotEmittable("debug mode or fast math")
-    kernels = emitted_kernels(src, codes, task_types, orders, func_defs, types, nvvm.ir_version())
+    kernels = emitted_kernels(src, codes, orders, task_types, func_defs, types, nvvm.ir_version())
     if not kernels:
         return [], [], []
     ptx = nvvm.compile_ptx([(f"{k.name}.ll", k.ir) for k in kernels], cc)
@@ -75,7 +75,7 @@ def compiled_ptx(numba_compile, src, codes, orders, task_types, func_defs, cc, t
     mode = emitter_mode()
     if mode != OFF:
         try:
-            return emitted_ptx(src, codes, task_types, orders, func_defs, cc, types, fast_math, debug)
+            return emitted_ptx(src, codes, orders, task_types, func_defs, cc, types, fast_math, debug)
         except NotEmittable as e:
             LAST_FALLBACK[:] = [f"{src.qualname}: {e}"]
         except Exception:  # the emitter's own failure: numba-cuda's compile is always right

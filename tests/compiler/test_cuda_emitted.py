@@ -40,7 +40,7 @@ def _codes(kernel, args):
 def test_every_task_of_the_gallery_programs_is_emitted_in_numbas_parameter_layout(case):
     kernel, args = _gallery()[case]
     codes, funcs = _codes(kernel, args)
-    emitted = cuda_emitted.emitted_kernels(codes.flat.src, codes.codes, codes.types, codes.orders, funcs,
+    emitted = cuda_emitted.emitted_kernels(codes.flat.src, codes.codes, codes.orders, codes.types, funcs,
                                            codes.flat.kinds, IR_VERSION)
     assert len(emitted) == len(codes.codes) and len({k.name for k in emitted}) == len(emitted)
     for kernel, code, order, types in zip(emitted, codes.codes, codes.orders, codes.types):
@@ -58,7 +58,7 @@ def test_the_emitted_ptx_has_numba_cudas_entries_and_code_of_its_size(case, sm90
     kernel, args = _gallery()[case]
     codes, funcs = _codes(kernel, args)
     common = (codes.flat.src, codes.codes, codes.orders, codes.types, funcs, (9, 0), codes.flat.kinds)
-    emitted = cuda_emitted.emitted_ptx(common[0], common[1], common[3], common[2], *common[4:], False, False)
+    emitted = cuda_emitted.emitted_ptx(*common, False, False)
     numba = cuda_program.compile_ptx(*common)
     assert emitted[2] == numba[2]  # parameter block sizes
     e_entries, n_entries = _entries(emitted[0]), _entries(numba[0])

@@ -14,7 +14,7 @@ import math
 import numpy as np
 from llvmlite import ir
 
-from .kinds import BOOL, FLOAT64, INT64, NotEmittable, Scalar, arithmetic, convert, of_dtype, unified
+from .kinds import BOOL, FLOAT64, INT64, NotEmittable, Scalar, arithmetic, convert, for_nvvm, of_dtype, unified
 from .values import ArrayValue, Value, scalar
 
 I32 = ir.IntType(32)
@@ -148,7 +148,7 @@ def _min_max(fe, args, sign: str) -> Value:
         raise NotEmittable("min/max of fewer than two numbers")
     kinds = [scalar(a) for a in args]
     b = fe.builder
-    if getattr(b.module, "libdevice", False) and len(args) == 2 and all(k.is_float for k in kinds):
+    if for_nvvm(b.module) and len(args) == 2 and all(k.is_float for k in kinds):
         kind = unified(*kinds)  # numba-cuda: libdevice's fmin/fmax (a NaN argument is dropped)
         x, y = (convert(b, a.ir, k, kind) for a, k in zip(args, kinds))
         return Value(_extern(b, "fmin" if sign == "<" else "fmax", kind, [x, y]), kind)
@@ -182,7 +182,7 @@ def _abs(fe, args) -> Value:
 
 def _intrinsic(builder: ir.IRBuilder, name: str, kind: Scalar, args: list) -> ir.Value:
     module = builder.module
-    if getattr(module, "libdevice", False) and name != "llvm.fabs":  # NVVM: libdevice, as numba-cuda lowers math
+    if for_nvvm(module) and name != "llvm.fabs":  # NVVM: libdevice, as numba-cuda lowers math
         return _extern(builder, name.removeprefix("llvm."), kind, args)
     full = f"{name}.f{kind.bits}"
     fn = module.globals.get(full) or ir.Function(module, ir.FunctionType(kind.ir, [kind.ir] * len(args)), full)
@@ -192,7 +192,7 @@ def _intrinsic(builder: ir.IRBuilder, name: str, kind: Scalar, args: list) -> ir
 def _extern(builder: ir.IRBuilder, name: str, kind: Scalar, args: list) -> ir.Value:
     """The C library's `name` (float32: `namef`); in a module for NVVM, libdevice's `__nv_name[f]`."""
     module = builder.module
-    full = ("__nv_" if getattr(module, "libdevice", False) else "") + name + ("f" if kind.bits == 32 else "")
+    full = ("__nv_" if for_nvvm(module) else "") + name + ("f" if kind.bits == 32 else "")
     fn = module.globals.get(full) or ir.Function(module, ir.FunctionType(kind.ir, [kind.ir] * len(args)), full)
     return builder.call(fn, args)
 

@@ -298,15 +298,13 @@ def _float_as_int(fe, args) -> Value:
     return Value(fe.builder.bitcast(value.ir, I32), INT32)
 
 
-def _view(fe, array: ArrayValue, dtype) -> ArrayValue:
+def view(fe, array: ArrayValue, dtype) -> ArrayValue:
     """`a.view(np.int32)`: the same memory as another type of the same size."""
     target = of_dtype(np.dtype(dtype))
     if target.bits != array.type.dtype.bits:
         raise NotEmittable("a view as a type of another size")
     return ArrayValue(array.data, array.shape, array.strides, Array(target, array.type.ndim, array.type.contiguous))
 
-
-VIEW = _view
 
 
 def cuda_module() -> types.ModuleType:
@@ -335,7 +333,7 @@ def names() -> dict:
     found = {"_qg_cuda": cuda_module(), "_qg_libdevice": _libdevice_module(), "_qg_math": math,
              "_qg_f32": Cast(FLOAT32), "_qg_i32": Cast(INT32), "_qg_i64": Cast(INT64), "_qg_u32": Cast(UINT32),
              "_qg_u64": Cast(UINT64), "_qg_np_i32": np.int32, "_qg_np_i64": np.int64, "_qg_np_u32": np.uint32,
-             "_qg_np_u64": np.uint64, "_qg_thread_x": Primitive("_qg_thread_x", _thread_x)}
+             "_qg_np_u64": np.uint64, "_qg_thread_x": Primitive("_qg_thread_x", _thread_x), **FLOAT_ROUNDING}
     for n in (2, 3):
         found[f"_qg_ld{n}"] = Primitive(f"_qg_ld{n}", _load(_plain))
         found[f"_qg_st{n}"] = Primitive(f"_qg_st{n}", _store(_plain))
@@ -346,17 +344,9 @@ def names() -> dict:
     return found
 
 
-# the Python-rule min/max and the rounding functions, emitted as helpers (lang.lower.math_calls)
-HELPER_SOURCES = {
-    "_qg_min": "def _qg_min(a, b):\n    return b if b < a else a\n",
-    "_qg_max": "def _qg_max(a, b):\n    return b if b > a else a\n",
-    "_qg_floor": "def _qg_floor(x):\n    return int(math.floor(x))\n",
-    "_qg_ceil": "def _qg_ceil(x):\n    return int(math.ceil(x))\n",
-    "_qg_trunc": "def _qg_trunc(x):\n    return int(math.trunc(x))\n",
-    "_qg_ffloor": "def _qg_ffloor(x):\n    return float_floor(x)\n",
-    "_qg_fceil": "def _qg_fceil(x):\n    return float_ceil(x)\n",
-    "_qg_ftrunc": "def _qg_ftrunc(x):\n    return float_trunc(x)\n",
-}
-FLOAT_ROUNDING = {"float_floor": np.floor, "float_ceil": np.ceil, "float_trunc": np.trunc}
+INT_ROUNDING = ("_qg_floor", "_qg_ceil", "_qg_trunc")  # helpers (kernels.helper_functions): to an int
+# the rounding to floats: NumPy's functions, whose results keep the argument's float type (numba-cuda's
+# math.floor gives a float too, where the emitter's, as numba's on the CPU, gives an int)
+FLOAT_ROUNDING = {"_qg_ffloor": np.floor, "_qg_fceil": np.ceil, "_qg_ftrunc": np.trunc}
 
-__all__ = ["FLOAT64", "HELPER_SOURCES", "FLOAT_ROUNDING", "Special", "VIEW", "cuda_module", "names", "sreg"]
+__all__ = ["FLOAT_ROUNDING", "INT_ROUNDING", "Special", "cuda_module", "names", "sreg", "view"]

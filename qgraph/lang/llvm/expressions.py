@@ -18,6 +18,7 @@ from .kinds import (
     Tuple,
     arithmetic,
     convert,
+    for_nvvm,
     true_division,
     unified,
 )
@@ -173,7 +174,7 @@ class ExpressionEmitter(ast.NodeVisitor):
             return Value(convert(b, value.ir, kind, target), target)
         if isinstance(node.op, ast.USub):
             if kind.is_float:
-                if getattr(b.module, "libdevice", False):  # NVVM's LLVM 7 dialect has no fneg
+                if for_nvvm(b.module):  # NVVM's LLVM 7 dialect has no fneg
                     return Value(b.fsub(kind.ir(-0.0), value.ir), kind)
                 return Value(b.fneg(value.ir), kind)
             target = arithmetic(kind, kind)

@@ -15,15 +15,14 @@ from dataclasses import dataclass
 from llvmlite import ir
 
 from . import cuda_dialect
-from .emitter import MAX_PASSES, FunctionEmitter, UnknownYet
-from .kinds import Array, NotEmittable, Scalar, convert
-from .module import EmittedModule
-from .values import I8P, I64, ArrayValue
+from .emitter import FunctionEmitter
+from .kinds import NVPTX, Array, NotEmittable, Scalar, convert
+from .module import EmittedModule, settled_pass
+from .values import I8P, I64, ArrayValue, c_strides
 
 # numba-cuda's NVVM data layout (numba/cuda/cudadrv/nvvm.py)
 DATA_LAYOUT = ("e-p:64:64:64-i1:8:8-i8:8:8-i16:16:16-i32:32:32-i64:64:64-i128:128:128-f32:32:32-f64:64:64-"
                "v16:16:16-v32:32:32-v64:64:64-v128:128:128-n16:32:64")
-TRIPLE = "nvptx64-nvidia-cuda"
 
 
 @dataclass
@@ -36,12 +35,11 @@ class KernelCode:
 class KernelModule(EmittedModule):
     """One task kernel's module (one pass of it)."""
 
-    views = staticmethod(cuda_dialect.VIEW)
+    views = staticmethod(cuda_dialect.view)
 
     def __init__(self, helpers: dict, settled: dict) -> None:
         super().__init__(helpers, settled)
-        self.ir.triple, self.ir.data_layout = TRIPLE, DATA_LAYOUT
-        self.ir.libdevice = True  # math through libdevice (calls._extern)
+        self.ir.triple, self.ir.data_layout = NVPTX, DATA_LAYOUT  # for_nvvm: math through libdevice
 
     def unique(self, prefix: str) -> str:
         return f"{prefix}_{next(self.counter)}"
@@ -72,13 +70,7 @@ class KernelModule(EmittedModule):
                 parts = function.args[position:position + 5 + 2 * n]
                 position += 5 + 2 * n
                 shape = list(parts[5:5 + n])
-                if kind.contiguous:  # numba's C layout: the strides follow from the shape
-                    steps, step = [], I64(max(kind.dtype.bits // 8, 1))
-                    for extent in reversed(shape):
-                        steps.insert(0, step)
-                        step = b.mul(step, extent)
-                else:
-                    steps = list(parts[5 + n:])
+                steps = c_strides(b, shape, kind.dtype) if kind.contiguous else list(parts[5 + n:])
                 fe.bound[param] = ArrayValue(b.bitcast(parts[4], I8P), shape, steps, kind)
                 continue
             value = function.args[position]
@@ -118,33 +110,24 @@ def kernel_code(fdef: ast.FunctionDef, namespace: dict, kinds: list, helpers: di
                 label: str) -> KernelCode:
     """`fdef` (a generated task function) as a kernel for arguments of `kinds`; `namespace` resolves
     its other names, `helpers` maps a called name to the FunctionDef and namespace emitted beside it."""
-    learnt: dict = {}
-    settled: dict = {}
-    for _ in range(MAX_PASSES):
-        module = KernelModule(helpers, settled)
-        emitter, known = FunctionEmitter(module, fdef, namespace, learnt), len(learnt)
-        try:
-            sizes = module.kernel(emitter, "_qg_kernel", kinds)
-        except UnknownYet:
-            if not emitter.learnt and len(learnt) == known:
-                raise NotEmittable("a variable read before it is assigned") from None
-            continue
-        if not emitter.learnt and not module.learnt:
-            text = module.annotated("_qg_kernel", ir_version)
-            unique = f"_qg_{label}_{hashlib.sha256(text.encode()).hexdigest()[:16]}"
-            return KernelCode(text.replace('@"_qg_kernel"', f'@"{unique}"'), unique, sizes)
-    raise NotEmittable("the variables' types did not settle")
+    module, sizes = settled_pass(lambda settled: KernelModule(helpers, settled), fdef, namespace,
+                                 lambda module, emitter: module.kernel(emitter, "_qg_kernel", kinds))
+    text = module.annotated("_qg_kernel", ir_version)
+    unique = f"_qg_{label}_{hashlib.sha256(text.encode()).hexdigest()[:16]}"
+    return KernelCode(text.replace('@"_qg_kernel"', f'@"{unique}"'), unique, sizes)
 
 
-def helper_functions(names: dict) -> dict:
-    """The CUDA dialect's helpers (Python-rule min/max, rounding) as FunctionDefs with their namespace."""
-    import math
+def helper_functions() -> dict:
+    """The helpers generated CUDA code calls (lang.lower.math_calls: Python-rule min/max, the rounding
+    to ints) as FunctionDefs of their own source, with their module's namespace."""
+    import inspect
 
-    namespace = {"math": math, **cuda_dialect.FLOAT_ROUNDING}
-    found = {}
-    for name, text in cuda_dialect.HELPER_SOURCES.items():
-        found[name] = (ast.parse(text).body[0], namespace)
-    return found
+    from ..lower import math_calls
+
+    namespace = vars(math_calls)
+    functions = {**math_calls.PYTHON_RULE, **{name: math_calls.ROUNDING_FUNCTIONS[name][1]
+                                              for name in cuda_dialect.INT_ROUNDING}}
+    return {name: (ast.parse(inspect.getsource(f)).body[0], namespace) for name, f in functions.items()}
 
 
 __all__ = ["KernelCode", "Scalar", "helper_functions", "kernel_code"]

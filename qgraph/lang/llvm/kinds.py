@@ -17,6 +17,14 @@ class NotEmittable(Exception):
     """The code uses something the emitter does not cover: numba compiles it instead."""
 
 
+NVPTX = "nvptx64-nvidia-cuda"  # the target triple of a module for NVVM (lang.llvm.kernels)
+
+
+def for_nvvm(module: ir.Module) -> bool:
+    """Whether `module` is for NVVM: math through libdevice and LLVM 7's dialect, as numba-cuda's."""
+    return module.triple == NVPTX
+
+
 @dataclass(frozen=True)
 class Scalar:
     kind: str  # "b" bool, "i" signed, "u" unsigned, "f" float

@@ -20,7 +20,7 @@ from llvmlite import ir
 
 from .emitter import MAX_PASSES, FunctionEmitter, UnknownYet
 from .kinds import BOOL, FLOAT32, INT64, Array, NotEmittable, Scalar, Tuple, convert, unified
-from .values import I8P, I64, ArrayValue, Value
+from .values import I8P, I64, ArrayValue, Value, c_strides
 
 # numpy's PyArrayObject fields after the object head (checked against a live array by compiler.llvm_cpu)
 DATA, DIMENSIONS, STRIDES = 16, 32, 40
@@ -38,27 +38,35 @@ class EntryCode:
     function: str  # the generated function's own name (the kernel's serial form)
 
 
-def entry_code(fdef: ast.FunctionDef, namespace: dict, types: list, helpers: dict) -> EntryCode:
-    """`fdef` emitted for arguments of `types` (kinds.of_value); `namespace` resolves its other names,
-    `helpers` maps a called name to the FunctionDef and namespace of a function to emit beside it."""
+def settled_pass(new_module, fdef: ast.FunctionDef, namespace: dict, emit) -> tuple:
+    """Emit `fdef` pass after pass until its variables' types settle: each pass a fresh module
+    (`new_module(settled)`, `settled` the helpers' types learnt so far) where `emit(module,
+    emitter)` writes it; the settled pass's (module, what emit returned)."""
     learnt: dict = {}
     settled: dict = {}  # a helper's (variable types, return type) once learnt, for every later module
     for _ in range(MAX_PASSES):
-        module = EmittedModule(helpers, settled)
-        name = "_qg_emitted"
+        module = new_module(settled)
         emitter, known = FunctionEmitter(module, fdef, namespace, learnt), len(learnt)
         try:
-            module.entry(emitter, name, types)
+            result = emit(module, emitter)
         except UnknownYet:
             if not emitter.learnt and len(learnt) == known:  # nothing new: the next pass would stop there too
                 raise NotEmittable("a variable read before it is assigned") from None
             continue
         if not emitter.learnt and not module.learnt:
-            text = str(module.ir)
-            unique = f"{name}_{hashlib.sha256(text.encode()).hexdigest()[:24]}"
-            return EntryCode(text.replace(f'@"{name}"(', f'@"{unique}"('), unique, list(types), module.symbols,
-                             fdef.name)
+            return module, result
     raise NotEmittable("the variables' types did not settle")
+
+
+def entry_code(fdef: ast.FunctionDef, namespace: dict, types: list, helpers: dict) -> EntryCode:
+    """`fdef` emitted for arguments of `types` (kinds.of_value); `namespace` resolves its other names,
+    `helpers` maps a called name to the FunctionDef and namespace of a function to emit beside it."""
+    name = "_qg_emitted"
+    module, _ = settled_pass(lambda settled: EmittedModule(helpers, settled), fdef, namespace,
+                             lambda module, emitter: module.entry(emitter, name, types))
+    text = str(module.ir)
+    unique = f"{name}_{hashlib.sha256(text.encode()).hexdigest()[:24]}"
+    return EntryCode(text.replace(f'@"{name}"(', f'@"{unique}"('), unique, list(types), module.symbols, fdef.name)
 
 
 def _c(module: ir.Module, name: str, ret: ir.Type, params: list) -> ir.Function:
@@ -301,11 +309,8 @@ def _array_from_object(b: ir.IRBuilder, obj: ir.Value, kind: Array) -> ArrayValu
     data = field(DATA, ir.IntType(8))
     dims = field(DIMENSIONS, I64)
     shape = [b.load(b.gep(dims, [I64(k)])) for k in range(kind.ndim)]
-    if kind.contiguous:  # as numba's C layout: the strides from the shape, so LLVM sees unit steps
-        steps, step = [], I64(max(kind.dtype.bits // 8, 1))
-        for extent in reversed(shape):
-            steps.insert(0, step)
-            step = b.mul(step, extent)
+    if kind.contiguous:
+        steps = c_strides(b, shape, kind.dtype)
     else:
         strides = field(STRIDES, I64)
         steps = [b.load(b.gep(strides, [I64(k)])) for k in range(kind.ndim)]

@@ -52,17 +52,25 @@ class ArrayValue:
 
     def reshaped(self, builder: ir.IRBuilder, extents: list) -> ArrayValue:
         """A C-ordered view with `extents` (constant ints): `x.reshape(1)` of a 0-d array."""
-        strides, step = [], I64(max(self.type.dtype.bits // 8, 1))
-        for e in reversed(extents):
-            strides.insert(0, step)
-            step = builder.mul(step, I64(e))
-        return ArrayValue(self.data, [I64(e) for e in extents], strides, Array(self.type.dtype, len(extents), True))
+        shape = [I64(e) for e in extents]
+        return ArrayValue(self.data, shape, c_strides(builder, shape, self.type.dtype), Array(self.type.dtype,
+                                                                                             len(extents), True))
 
     def size(self, builder: ir.IRBuilder) -> ir.Value:
         total = I64(1)
         for extent in self.shape:
             total = builder.mul(total, extent)
         return total
+
+
+def c_strides(builder: ir.IRBuilder, shape: list, element: Scalar) -> list:
+    """The byte strides of a C-contiguous array of `shape` (i64 values), as numba's C layout computes
+    them: from the shape, so LLVM sees unit steps along the last dimension."""
+    strides, step = [], I64(max(element.bits // 8, 1))
+    for extent in reversed(shape):
+        strides.insert(0, step)
+        step = builder.mul(step, extent)
+    return strides
 
 
 def scalar(value) -> Scalar:
