@@ -59,7 +59,9 @@ def load_soon(cc: tuple[int, int]) -> None:
         except Exception:  # reported by the compile that needs them
             pass
 
-    threading.Thread(target=load, name="qgraph: load NVVM", daemon=True).start()
+    # not a daemon: the interpreter waits for it at exit instead of tearing NVRTC or libnvvm down under
+    # a compile (a short process, `qgraph precompile`, aborted with "double free or corruption")
+    threading.Thread(target=load, name="qgraph: load NVVM").start()
 
 
 def compile_ptx(modules: list[tuple[str, str]], cc: tuple[int, int], fast_math: bool = False) -> str:
