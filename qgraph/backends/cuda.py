@@ -19,6 +19,7 @@ from .. import conditional
 from ..args.kinds import FlagKind
 from ..capture import outer_capture
 from ..compiler.compile_signals import interruptible_compile
+from ..compiler.cuda_images import LoadedImages
 from ..compiler.cuda_program import build_program, compile_tasks
 from ..compiler.numba_adapter import is_compile_error
 from ..driver.device import capturing, stream_handle
@@ -172,17 +173,17 @@ class CudaLauncher:
         return inspection.cuda_code(self.kernel, key, program, resources, inspection.host_sources(self.kernel, self))
 
     def _resources(self, program) -> dict[int, dict[str, int]]:
-        """Task index -> the driver's attributes of its function, from the program's cubin loaded for the purpose."""
+        """Task index -> the driver's attributes of its function, from the program's cubins loaded for the purpose."""
         from .inspection import function_resources
 
         if not program.entries:
             return {}
-        module = self.device.load_module(program.cubin)
+        loaded = LoadedImages(self.device, program.images)
         try:
-            return {task.index: function_resources(self.device.function(module, entry))
+            return {task.index: function_resources(loaded.function(entry))
                     for task, entry in zip(program.codes.tasks, program.entries)}
         finally:
-            self.device.unload_module(module)
+            loaded.unload()
 
     # ------------------------------------------------------------------ the call path
 
@@ -342,7 +343,7 @@ class CudaLauncher:
     def close(self) -> None:
         """Destroy graphs, then unload the specialisations' modules (after the device is idle)."""
         self.graphs.clear()
-        modules = {tk.module for runner in self._specs.values() for tk in runner.spec.kernels if tk.module is not None}
+        modules = {module for runner in self._specs.values() for tk in runner.spec.kernels for module in tk.modules}
         self._specs.clear()
         self._last[0] = None
         self.again[0] = cuda_call.forgotten(len(self.src.param_names))

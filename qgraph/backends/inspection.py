@@ -108,7 +108,10 @@ def cuda_code(kernel, key: tuple[str, ...], program, resources: dict | None, hos
     (compiler.cuda_program.Program); `resources`: task index -> the driver's attributes of its
     function (None without a device: `no_resources` says why)."""
     modules = [text for name, text in program.ptx if not name.startswith("trigger_")]
-    sass, no_sass = sass_listing(program.cubin)
+    sass, no_sass = {}, ""
+    for cubin in program.images.cubins:  # one per group of variants (compiler.cuda_images)
+        found, no_sass = sass_listing(cubin)
+        sass.update(found)
     tasks = []
     for task, code, entry in zip(program.codes.tasks, program.codes.codes, program.entries):
         ptx = next((found for found in (ptx_text.entry_text(m, entry) for m in modules) if found), None)

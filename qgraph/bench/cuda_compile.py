@@ -159,7 +159,7 @@ def profile(tasks: int, cc: tuple[int, int], cprofile: int = 0) -> dict:
 
         pstats.Stats(profiler, stream=sys.stderr).sort_stats("cumulative").print_stats(cprofile)
     return {"phases": found | {f"  {k}": v for k, v in sorted(timer.seconds.items(), key=lambda kv: -kv[1])},
-            "calls": timer.calls, "entries": len(program.entries), "cubin_bytes": len(program.cubin),
+            "calls": timer.calls, "entries": len(program.entries), "cubin_bytes": program.images.nbytes,
             "cached": program.cached}
 
 

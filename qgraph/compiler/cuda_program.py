@@ -2,7 +2,8 @@
 
 Every task is written as NVVM IR by qgraph's emitter (compiler.cuda_emitted; else by numba-cuda),
 then NVVM compiles them in one run into one PTX module (an entry per task), linked with its
-launch_dependents twin into one cubin, cached on disk (keyed by the code's fingerprint, the argument
+variants (compiler.ptx_variants) into cubins on parallel threads (compiler.cuda_images), cached on
+disk (keyed by the code's fingerprint, the argument
 types, the compute capability and the toolchain versions): a hit needs only the driver.
 
 Launch ABI: each task kernel takes its arguments by value, in numba's flattened layout.
@@ -21,7 +22,6 @@ import numpy as np
 
 from ..args.kinds import ArgKind, arg_type, array_kind
 from ..driver.device import CudaDevice, check, driver, owned
-from ..driver.loop_state import NEXT_PASS_FUNCTION, next_pass_ptx
 from ..errors import QgraphError
 from ..lang import generated
 from ..lang.cuda import codegen as cuda_codegen
@@ -29,7 +29,6 @@ from ..lang.cuda import tiling
 from ..lang.cuda.reductions import dtype_name
 from ..lang.flat.view import FlatSource, flat_source
 from ..lang.front.parse import KernelSource, Task
-from ..lang.front.regions import device_loops
 from ..lang.lower.debug_checks import DebugPlan
 from ..lang.lower.fingerprint import fingerprint_of
 from ..lang.lower.lowering import CUDA_ATOMICS, CUDA_MATH, Symbols, lower_funcs, module_of
@@ -40,15 +39,15 @@ from .code_cache import CodeCache, entry_key
 from .compile_depth import room_to_recurse
 from .compile_gc import rare_collections
 from .cuda_emitted import compiled_ptx
+from .cuda_images import CudaImages, LoadedImages, link_groups
+from .ptx_variants import GATED, GATING, TRIGGER, gating_tasks, has_gated_variant
+from .ptx_variants import link_groups as variant_groups
 from .random_code import random_functions
 from .toolchain import toolchain_versions
 
 BLOCK = 256  # threads per block for parallel tasks (capped by each kernel's own limit)
 PDL_COMPUTE_CAPABILITY = (9, 0)  # griddepcontrol and programmatic graph edges: Hopper and newer
-TRIGGER = "_qg_trigger"  # entry-name suffix of each task's launch_dependents variant
-TRIGGER_BLOCKS = 8  # the largest grid (blocks) whose graph node uses that variant
-GATED = "_qg_gated"  # entry-name suffix of the variant a device loop's unrolled copies run (ptx_text.gated)
-GATING = "_qg_gating"  # of the variant of a flag loop body's last, serial task doing the gate's work (ptx_text.gating)
+TRIGGER_BLOCKS = 8  # the largest grid (blocks) whose graph node uses the launch_dependents variant
 
 @dataclass
 class TaskKernel:
@@ -66,7 +65,7 @@ class TaskKernel:
     wave: int = 0  # blocks that fit on the device at once: the trigger variant is for grids up to this
     grid_limit: int = 0  # a cap on the grid (tasks with reductions run grid-stride loops); 0: none
     scratch: Scratch | None = None  # deterministic reductions' partials and block counter
-    module: object = None  # the CUmodule holding this specialisation's kernels (unloaded on close)
+    modules: tuple = ()  # the CUmodules holding this specialisation's kernels (unloaded on close)
     tiled: bool = False  # a multi-dimensional loop on 2-D blocks: its grid is a shape (launch_code.tile_shape)
     temporal: tuple | None = None  # a temporally tiled task's (passes, tile, halo): its grid is launch_code.tiles_of
     lanes: bool = False  # its inner loop runs on lanes (lang.cuda.lanes): lanes_expr(count) threads an iteration
@@ -152,12 +151,12 @@ def task_codes(src: KernelSource, key: tuple[str, ...], options: KernelOptions =
 
 @dataclass
 class Program:
-    """A specialisation's compiled code, before it is loaded: one cubin with an entry per task."""
+    """A specialisation's compiled code, before it is loaded: cubins with an entry per task and variant."""
 
     codes: TaskCodes
     entries: list[str]  # each task's kernel entry (its launch_dependents twin adds TRIGGER)
     sizes: list[int]  # each task's parameter block, bytes
-    cubin: bytes
+    images: CudaImages
     cached: bool  # loaded from the disk cache
     waits: bool  # the entries start with griddepcontrol.wait (and have trigger twins)
     ptx: tuple[tuple[str, str], ...] = ()  # (name, text) of each PTX module linked (empty when loaded)
@@ -167,7 +166,7 @@ def build_program(src: KernelSource, key: tuple[str, ...], cc: tuple[int, int], 
                   options: KernelOptions = DEFAULT_OPTIONS, flat: FlatSource | None = None,
                   fresh: bool = False) -> Program:
     """Generate, compile and link (or load from the disk cache) every task of one specialisation
-    for compute capability `cc`; `link(ptx_list)` makes the cubin (the device's JIT linker, or
+    for compute capability `cc`; `link(ptx_list)` makes a cubin of each group (the device's JIT linker, or
     ptxas and nvlink offline). Needs no device: benchmarks/cuda_compile_offline.py profiles it.
     `fresh`: compile even on a cache hit (the PTX exists only in a compile: kernel.inspect)."""
     generated_codes = task_codes(src, key, options, flat)
@@ -185,34 +184,22 @@ def build_program(src: KernelSource, key: tuple[str, ...], cc: tuple[int, int], 
     # produced by a compile, and the dump must hold every generated source
     cached = cache.load(ckey) if generated.dump_dir() is None and not fresh else None
     if cached is not None:
-        manifest, cubin = cached
-        return Program(generated_codes, manifest["entries"], manifest["param_sizes"], cubin, True, waits)
+        manifest, binary = cached
+        images = CudaImages.unpacked(manifest, binary)
+        if images is not None:
+            return Program(generated_codes, manifest["entries"], manifest["param_sizes"], images, True, waits)
     with rare_collections(), room_to_recurse():  # few collections, nested helpers' depth (compiler.compile_*)
         ptx_list, entries, sizes = compiled_ptx(compile_ptx, src, codes, orders, task_types, func_defs, cc, types,
                                                 options.fast_math, options.debug is not None)
-    if waits:
-        variants = []
-        for name, ptx in ptx_list:
-            variants.append((name, ptx_text.add_grid_dependency_control(ptx)))
-            trigger = ptx_text.add_grid_dependency_control(ptx, trigger=True)
-            variants.append((f"trigger_{name}", ptx_text.renamed(trigger, list(ptx_text.ptx_entries(ptx)), TRIGGER)))
-            if has_gated_variant(src):  # the gated twins of both (ptx_text.gated)
-                plain, trigger = variants[-2][1], variants[-1][1]
-                variants.append((f"gated_{name}", ptx_text.gated(plain, list(ptx_text.ptx_entries(plain)), GATED)))
-                variants.append((f"gated_trigger_{name}",
-                                 ptx_text.gated(trigger, list(ptx_text.ptx_entries(trigger)), GATED)))
-                ends = [entries[k] for k in gating_tasks(src.body) if entries[k] in ptx_text.ptx_entries(ptx)]
-                variants += _gating_variants(name, plain, ends)
-        if any(n.startswith("gating_") for n, _ in variants):  # the gate's work they call
-            variants.append(("qgraph_next_pass.ptx", next_pass_ptx(tuple(cc))))
-        ptx_list = variants
-    for name, ptx in ptx_list:
+    groups = variant_groups(src, ptx_list, entries, cc) if waits else [ptx_list]
+    for name, ptx in (item for group in groups for item in group):
         generated.dump(f"{src.qualname}.{name}", ptx, "ptx")
-    cubin = link(ptx_list) if ptx_list else b""
-    if ptx_list:
-        cache.store(ckey, {"kernel": src.qualname, "entries": entries, "param_sizes": sizes, "types": list(key)},
-                    cubin)
-    return Program(generated_codes, entries, sizes, cubin, False, waits, tuple(ptx_list))
+    images = link_groups(link, groups)
+    if images.cubins:
+        cache.store(ckey, {"kernel": src.qualname, "entries": entries, "param_sizes": sizes, "types": list(key),
+                           **images.manifest()}, images.binary())
+    return Program(generated_codes, entries, sizes, images, False, waits,
+                   tuple(item for group in groups for item in group))
 
 
 def compile_tasks(src: KernelSource, key: tuple[str, ...], device: CudaDevice, cache: CodeCache,
@@ -223,8 +210,7 @@ def compile_tasks(src: KernelSource, key: tuple[str, ...], device: CudaDevice, c
     whether the code came from the disk cache. With `options.deterministic` reductions combine
     through per-task scratch arrays in a fixed order."""
     program = build_program(src, key, device.info.compute_capability, device.link_ptx, cache, options, flat)
-    generated_codes, entries, sizes, cubin, waits = (program.codes, program.entries, program.sizes,
-                                                     program.cubin, program.waits)
+    generated_codes, entries, sizes, waits = program.codes, program.entries, program.sizes, program.waits
     flat = generated_codes.flat
     src, types = flat.src, flat.kinds
     dtypes = {name: t.dtype for name, t in zip(src.param_names, types) if t.is_array}
@@ -233,11 +219,11 @@ def compile_tasks(src: KernelSource, key: tuple[str, ...], device: CudaDevice, c
     kernels: list[TaskKernel] = []
     if not node_tasks:
         return kernels, generated_codes.debug, program.cached
-    module = device.load_module(cubin)
+    loaded = LoadedImages(device, program.images)
     gating = gating_tasks(src.body) if has_gated_variant(src) else set()  # tasks with gating variants
     slot = 0
     for task, code, order, entry, size, suffix in zip(node_tasks, codes, orders, entries, sizes, suffixes):
-        function = device.function(module, entry)
+        function = loaded.function(entry)
         block, temporal, bounds_slot = 1, None, None
         if task.parallel:
             limit = check(driver().cuFuncGetAttribute(
@@ -251,7 +237,7 @@ def compile_tasks(src: KernelSource, key: tuple[str, ...], device: CudaDevice, c
             slot += 1
         kernel = TaskKernel(task, function, block, size, bounds_slot, tuple(order), waits, suffix)
         kernel.arg_exprs = tuple(flat.slot_expr(k) for k in order)
-        kernel.module = module
+        kernel.modules = loaded.modules
         kernel.tiled, kernel.lanes = code.tiled, code.lanes
         kernel.temporal = temporal
         kernel.arrays = sum(1 for k in order if types[k].is_array)
@@ -264,37 +250,14 @@ def compile_tasks(src: KernelSource, key: tuple[str, ...], device: CudaDevice, c
             if code.scratch:
                 kernel.scratch = Scratch(device, _scratch_specs(code, dtypes, kernel.wave))
         if waits:
-            kernel.trigger_function = device.function(module, entry + TRIGGER)
+            kernel.trigger_function = loaded.function(entry + TRIGGER)
             if has_gated_variant(src):
-                kernel.gated_function = device.function(module, entry + GATED)
-                kernel.gated_trigger_function = device.function(module, entry + TRIGGER + GATED)
+                kernel.gated_function = loaded.function(entry + GATED)
+                kernel.gated_trigger_function = loaded.function(entry + TRIGGER + GATED)
             if task.index in gating:
-                kernel.gating = tuple(device.function(module, entry + GATING + gated) for gated in ("", GATED))
+                kernel.gating = tuple(loaded.function(entry + GATING + gated) for gated in ("", GATED))
         kernels.append(kernel)
     return kernels, generated_codes.debug, program.cached
-
-
-def has_gated_variant(src: KernelSource) -> bool:
-    """A kernel with a flag loop gets its tasks' gated variant (for its unrolled copies) where it waits."""
-    return any(True for _ in device_loops(src.body))
-
-
-def gating_tasks(body) -> set[int]:
-    """The tasks that end a flag loop's body (in region `body`) and run on one thread: each gets gating
-    variants, which do the work of the gate kernel between unrolled copies after their body (graphs.unroll)."""
-    lasts = (loop.body.children[-1] for loop in device_loops(body) if loop.body.children)
-    return {task.index for task in lasts if isinstance(task, Task) and not task.parallel}
-
-
-def _gating_variants(name: str, plain: str, entries: list[str]) -> list[tuple[str, str]]:
-    """The gating variants (ptx_text.gating) of `entries` of module `plain`, and those gated: the last
-    task of an unrolled loop's first copy, and of its gated copies. One thread: no launch_dependents twin
-    (TaskKernel.function_for)."""
-    if not entries:
-        return []
-    gating = ptx_text.gating(plain, entries, GATING, NEXT_PASS_FUNCTION)
-    return [(f"gating_{name}", gating), (f"gating_gated_{name}", ptx_text.gated(gating, [e + GATING for e in entries],
-                                                                             GATED))]
 
 
 def _scratch_specs(code, dtypes: dict, slots: int) -> list[tuple[np.dtype, int]]:

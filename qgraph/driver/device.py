@@ -283,9 +283,11 @@ class CudaDevice:
         self._events.append(event)
 
     def link_ptx(self, ptx_list: list[tuple[str, str]]) -> bytes:
-        """Link PTX sources (name, text) into one cubin with the driver's JIT linker."""
+        """Link PTX sources (name, text) into one cubin with the driver's JIT linker (on any thread:
+        compiler.cuda_images links a kernel's groups of variants on several)."""
         import ctypes
 
+        self.ensure_current()
         d = driver()
         state = check(d.cuLinkCreate(0, [], []), "cuLinkCreate")
         try:

@@ -36,8 +36,9 @@ import dataclasses
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from ..compiler.cuda_program import TaskKernel, blocks_in, gating_tasks
+from ..compiler.cuda_program import TaskKernel, blocks_in
 from ..compiler.launch_code import tiles_of
+from ..compiler.ptx_variants import gating_tasks
 from ..errors import QgraphError
 from ..lang.front.regions import (
     USE_KERNEL,
@@ -164,7 +165,7 @@ def unroll_factor(loop: DeviceLoop | RepeatLoop, kernel_unroll: int | None) -> i
 
 def folds_gate(loop: DeviceLoop, gating: set | None = None) -> bool:
     """Whether the gates between copies of a flag loop's body are its last task's work: a serial task
-    (compiler.cuda_program.gating_tasks) with gating variants (the task indices `gating`, if given)."""
+    (compiler.ptx_variants.gating_tasks) with gating variants (the task indices `gating`, if given)."""
     last = loop.body.children[-1] if loop.body.children else None
     return (FOLD_GATES and PREDICATE_TASKS and isinstance(last, Task) and last.index in gating_tasks(loop)
             and (gating is None or last.index in gating))

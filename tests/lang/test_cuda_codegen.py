@@ -23,7 +23,7 @@ from helpers.cuda_offline import A, S, compile_offline, ptx_of
 import qgraph
 from qgraph.args.kinds import arg_type, array_sig
 from qgraph.args.structs import struct_sig
-from qgraph.compiler import cuda_program, ptx_text
+from qgraph.compiler import cuda_program, ptx_text, ptx_variants
 from qgraph.lang.cuda import codegen as cuda_codegen
 from qgraph.lang.lower.lowering import CUDA_ATOMICS, Symbols, lower_funcs
 from qgraph.lang.options import KernelOptions
@@ -334,11 +334,11 @@ def test_the_gating_variant_does_the_gates_work_where_it_would_return(sm90, tmp_
     if not (ptxas and nvlink):
         pytest.skip("ptxas and nvlink are needed")
     kernel, key = CASES[14]  # countdown: a parallel task, then the serial flag update
-    assert cuda_program.gating_tasks(kernel.source.body) == {1}
+    assert ptx_variants.gating_tasks(kernel.source.body) == {1}
     ((name, ptx),) = compile_offline(kernel, key)[0]
     entries = list(ptx_text.ptx_entries(ptx))
     waited = ptx_text.add_grid_dependency_control(ptx)
-    variants = dict(cuda_program._gating_variants(name, waited, [entries[1]]))
+    variants = dict(ptx_variants.gating_variants(name, waited, [entries[1]]))
     gating, gated = variants[f"gating_{name}"], variants[f"gating_gated_{name}"]
     suffix = cuda_program.GATING
     assert list(ptx_text.ptx_entries(gating)) == [entries[1] + suffix]
