@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from .. import roles
+from ..front import ast_clone
 from ..front.parse import KernelSource, syntax_error
 from ..roles import role_of
 from ..types.vector_types import VectorType
@@ -93,7 +94,7 @@ def checked_adjoint(helper: KernelSource, adjoint: KernelSource) -> KernelSource
                 " (None for an input without a gradient)",
                 node,
             )
-    return dataclasses.replace(adjoint, fn_def=_NoneAsZero().visit(copy.deepcopy(adjoint.fn_def)))
+    return dataclasses.replace(adjoint, fn_def=_NoneAsZero().visit(ast_clone.clone(adjoint.fn_def)))
 
 
 def _example(names: list[str]) -> str:

@@ -7,6 +7,8 @@ import ast
 import copy
 from collections.abc import Callable
 
+from ..front import ast_clone
+
 
 def constant(node: ast.expr) -> ast.Constant | None:
     """A literal number (`-1` included) as one constant."""
@@ -49,8 +51,8 @@ def one_exit(stmts: list[ast.stmt], results: list[str], arity: int, error: Calla
             return out
         if isinstance(s, ast.If) and _returns(s):
             rest = stmts[k + 1:]
-            s.body = one_exit(s.body + copy.deepcopy(rest), results, arity, error, fdef)
-            s.orelse = one_exit(s.orelse + copy.deepcopy(rest), results, arity, error, fdef)
+            s.body = one_exit(s.body + ast_clone.clone(rest), results, arity, error, fdef)
+            s.orelse = one_exit(s.orelse + ast_clone.clone(rest), results, arity, error, fdef)
             out.append(s)
             return out
         if isinstance(s, (ast.For, ast.While)) and _returns(s):
@@ -86,8 +88,8 @@ def structured_jumps(stmts: list[ast.stmt]) -> list[ast.stmt]:
         if isinstance(s, ast.If) and jumps(s):
             rest = stmts[k + 1:]
             s = copy.copy(s)  # the task's own statements stay as they are
-            s.body = structured_jumps(s.body + copy.deepcopy(rest)) or [ast.copy_location(ast.Pass(), s)]
-            s.orelse = structured_jumps(s.orelse + copy.deepcopy(rest))
+            s.body = structured_jumps(s.body + ast_clone.clone(rest)) or [ast.copy_location(ast.Pass(), s)]
+            s.orelse = structured_jumps(s.orelse + ast_clone.clone(rest))
             out.append(s)
             return out
         out.append(s)

@@ -13,8 +13,8 @@ gradient needs it (lang.adjoint.reverse says so then).
 from __future__ import annotations
 
 import ast
-import copy
 
+from ..front import ast_clone
 from ..front import builtins as lang
 from ..front.parse import KernelSource
 from .custom import custom_call
@@ -94,7 +94,7 @@ class ThreeAddress(Expressions):
             if isinstance(node.op, (ast.Add, ast.Sub)):
                 self.store(target, self.atom(node.value), node.op, line)
             else:  # a *= v on a thread's own element (lang.lower.updates rejects shared ones): load, multiply, store
-                old = self.atom(copy.deepcopy(target))
+                old = self.atom(ast_clone.clone(target))
                 self.store(target, self.let(ast.BinOp(old, node.op, self.atom(node.value)), line), None, line)
         else:
             raise self.error(f"updating `{ast.unparse(target)}`", node)
@@ -240,7 +240,7 @@ class ThreeAddress(Expressions):
         self.env = {p.arg: a for p, a in zip(fdef.args.args, args)}
         self.carried = {}
         try:
-            self.block(one_exit(copy.deepcopy(fdef.body), results, arity, self.error, fdef))
+            self.block(one_exit(ast_clone.clone(fdef.body), results, arity, self.error, fdef))
             missing = [r for r in results if r not in self.env]
             if missing:
                 raise self.error(f"{fdef.name} does not return a value on every path", at)

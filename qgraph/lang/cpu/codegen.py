@@ -13,6 +13,7 @@ import ast
 import copy
 from dataclasses import dataclass
 
+from ..front import ast_clone
 from ..front.interchange import InterchangedTask
 from ..front.parse import KernelSource
 from ..front.regions import DeviceLoop, Dim, IfRegion, Region, RepeatLoop, Task, control_regions
@@ -224,7 +225,7 @@ def cpu_module(src: KernelSource, options: KernelOptions = DEFAULT_OPTIONS, kind
                     ticks[0] |= _assigns(stmts[:1], "_qg_tick")
                 return stmts if debug is None else debug.apply(stmts, symbols.atomic_paths.values())
 
-            stmts = placed(copy.deepcopy(lowered) if chunked else lowered, chunked)
+            stmts = placed(ast_clone.clone(lowered) if chunked else lowered, chunked)
             body += stmts
             # (serial_runner copies what it inlines, so the unchunked units may share statements)
             serial_body += placed(lowered, False) if chunked else stmts
@@ -368,7 +369,7 @@ class _Rename(ast.NodeTransformer):
 def lower_bounds(src: KernelSource, dim: Dim, symbols: Symbols) -> tuple:
     """A loop dimension's bound expressions with qgraph builtins rewritten."""
     rewriter = CallRewriter(src, set(src.param_names), symbols)
-    return tuple(None if e is None else rewriter.visit(copy.deepcopy(e))
+    return tuple(None if e is None else rewriter.visit(ast_clone.clone(e))
                  for e in (dim.start, dim.stop, dim.step))
 
 

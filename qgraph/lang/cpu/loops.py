@@ -10,9 +10,9 @@ stopped is a RunnerStatus, which the launcher (backends.cpu) reads back.
 from __future__ import annotations
 
 import ast
-import copy
 import enum
 
+from ..front import ast_clone
 from ..front.interchange import PASS, InterchangedTask
 from ..front.regions import DeviceLoop, Dim, RepeatLoop, Task, children_of, loop_limit
 from ..lower.debug_checks import INTERRUPT_WORD, LOOP_PASSES, RECORD, YIELD_COUNT
@@ -261,4 +261,4 @@ def with_ticks(stmts: list[ast.stmt], message: str, at: ast.AST) -> list[ast.stm
 
     if not any(isinstance(n, (ast.For, ast.While)) for stmt in stmts for n in ast.walk(stmt)):
         return stmts
-    return [_parse(f"_qg_tick = {SERIAL_TICK}", at), *(Ticks().visit(copy.deepcopy(stmt)) for stmt in stmts)]
+    return [_parse(f"_qg_tick = {SERIAL_TICK}", at), *(Ticks().visit(ast_clone.clone(stmt)) for stmt in stmts)]

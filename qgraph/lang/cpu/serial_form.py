@@ -15,6 +15,7 @@ from __future__ import annotations
 import ast
 import copy
 
+from ..front import ast_clone
 from .loops import FIRST_CHUNK_WORK
 
 SERIAL_RUNNER = "_qg_serial"
@@ -31,13 +32,13 @@ def serial_runner(runner: ast.FunctionDef, units: list[ast.FunctionDef], prologu
     chunked units (marked CHUNK_CHECK) left out; `prologue` runs after the runner's leading counter
     assignments."""
     inliner = _Inliner({d.name: d for d in units})
-    body = [s for stmt in copy.deepcopy(runner.body) for s in inliner.statements(stmt)]
+    body = [s for stmt in ast_clone.clone(runner.body) for s in inliner.statements(stmt)]
     head = 0
     while head < len(body) and _is_counter_start(body[head]):
         head += 1
     body[head:head] = prologue
     serial = copy.copy(runner)
-    serial.name, serial.args, serial.body = SERIAL_RUNNER, copy.deepcopy(runner.args), body
+    serial.name, serial.args, serial.body = SERIAL_RUNNER, ast_clone.clone(runner.args), body
     serial = _SerialLoops().visit(serial)
     return ast.fix_missing_locations(ast.copy_location(serial, runner))
 
@@ -93,11 +94,11 @@ class _Inliner:
         params = [a.arg for a in unit.args.args]
         stored = {n.id for n in ast.walk(unit) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
         names = {name: name + suffix for name in stored}  # a stored parameter is the unit's own copy
-        body = copy.deepcopy(unit.body)
+        body = ast_clone.clone(unit.body)
         head = []
         for param, arg in zip(params, args):
             if param in stored:
-                head.append(ast.copy_location(ast.Assign([ast.Name(names[param], ast.Store())], copy.deepcopy(arg)),
+                head.append(ast.copy_location(ast.Assign([ast.Name(names[param], ast.Store())], ast_clone.clone(arg)),
                                               unit))
             elif arg.id != param:  # (the runner passes its own parameters, by name)
                 names[param] = arg.id

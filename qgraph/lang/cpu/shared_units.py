@@ -10,7 +10,8 @@ calls the first one with each call's own arguments, and numba compiles it once p
 from __future__ import annotations
 
 import ast
-import copy
+
+from ..front import ast_clone
 
 
 def shared_units(defs: list[ast.FunctionDef]) -> dict[str, str]:
@@ -25,7 +26,7 @@ def canonical_code(fdef: ast.FunctionDef) -> str:
     names = [a.arg for a in fdef.args.args]
     names += [n.id for n in _in_order(fdef) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)]
     canonical = {name: f"_v{k}" for k, name in enumerate(dict.fromkeys(names))}
-    clone = copy.deepcopy(fdef)
+    clone = ast_clone.clone(fdef)
     clone.name = "_unit"
     for node in ast.walk(clone):
         if isinstance(node, ast.Name):

@@ -18,8 +18,8 @@ same order: the same bits); only the subscripts of staged arrays change, to shar
 from __future__ import annotations
 
 import ast
-import copy
 
+from ..front import ast_clone
 from ..front.names import collect_names
 from ..front.temporal_tiling import TiledTask
 from ..lower.lowering import Symbols, function_def, lower_statements, task_locals, task_name
@@ -264,7 +264,7 @@ class _Splice(ast.NodeTransformer):
         if isinstance(node.value, ast.Name) and node.value.id == "_qg_offsets":
             return self.offsets
         if isinstance(node.value, ast.Name) and node.value.id.startswith("_qg_part_"):
-            return copy.deepcopy(self.parts[int(node.value.id.rsplit("_", 1)[1])])
+            return ast_clone.clone(self.parts[int(node.value.id.rsplit("_", 1)[1])])
         return node
 
 

@@ -16,6 +16,7 @@ import math
 
 import numpy as np
 
+from ..front import ast_clone
 from ..front.parse import UNRESOLVED, KernelSource, collect_names
 from ..types import vector_types as vt
 from ..types.vector_types import VectorType
@@ -63,14 +64,13 @@ class Flattener(Expressions):
     def run(self, body: list[ast.stmt]) -> list[ast.stmt]:
         """The flattened block. A first pass learns which locals hold vectors (a loop may
         read one before the line that assigns it); its output and errors are dropped."""
-        import copy
 
         from ...errors import QgraphSyntaxError
 
         params, start, mark = dict(self.env), self.counter.next, self.specs.snapshot()
         for stmt in body:
             try:
-                self.block([copy.deepcopy(stmt)])
+                self.block([ast_clone.clone(stmt)])
             except QgraphSyntaxError:
                 pass
         learned = {n: t for n, t in self.env.items() if isinstance(t, VectorType) and n not in params}

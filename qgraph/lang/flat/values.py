@@ -8,6 +8,7 @@ import math
 
 import numpy as np
 
+from ..front import ast_clone
 from ..types import vector_types as vt
 from ..types.vector_types import VectorType, is_vector_kind
 from . import vector_algebra as alg
@@ -52,14 +53,13 @@ def leaves(prefix: str, t: object) -> list[tuple[str, object]]:
 
 def unshared(tree: ast.AST) -> ast.AST:
     """`tree` with every node that appears twice copied (later passes rewrite nodes in place)."""
-    import copy
 
     seen: set[int] = set()
 
     class _Copier(ast.NodeTransformer):
         def visit(self, node):
             if id(node) in seen:
-                return copy.deepcopy(node)
+                return ast_clone.clone(node)
             seen.add(id(node))
             return self.generic_visit(node)
 

@@ -10,12 +10,12 @@ the one the front end built, so both backends compile it unchanged.
 from __future__ import annotations
 
 import ast
-import copy
 import dataclasses
 from collections import ChainMap
 from dataclasses import dataclass
 
 from ...errors import QgraphSyntaxError
+from ..front import ast_clone
 from ..front.globals_used import func_array_globals
 from ..front.interchange import InterchangedTask, fused_task
 from ..front.parse import KernelSource, Param, analyse_names, collect_names
@@ -120,7 +120,7 @@ class FuncSpecs:
             if t is not None:
                 env[p.name] = t
             params += [n for n, _ in leaves(p.name, t)] if isinstance(t, VectorType) or is_struct(t) else [p.name]
-        fdef = copy.deepcopy(src.fn_def)
+        fdef = ast_clone.clone(src.fn_def)
         fl = Flattener(spec_src, env, self, taken=_all_names(fdef), counter=_Counter())
         body = fl.run(fdef.body)
         ret, agree = helper_result(fl.returns)
@@ -243,7 +243,7 @@ def flat_source(src: KernelSource, kinds: list, default_float: str = "f64") -> F
 
 def _flat_task(fl: Flattener, task: Task) -> Task:
     """`task` flattened by `fl`: its body, and its bounds as scalar expressions."""
-    body = fl.run(copy.deepcopy(task.body))
+    body = fl.run(ast_clone.clone(task.body))
     if fl.random_draws:
         body = random_prologue(task, task.body[0]) + body
     dims = tuple(Dim(*(None if e is None else _bound(fl, e) for e in (d.start, d.stop, d.step))) for d in task.dims)
@@ -264,7 +264,7 @@ def _merged(reads: list):
 
 
 def _bound(fl: Flattener, expr: ast.expr) -> ast.expr:
-    out = fl.scalar(copy.deepcopy(expr))
+    out = fl.scalar(ast_clone.clone(expr))
     if fl.pre:
         raise QgraphSyntaxError("loop bounds cannot use vector values", fl.src.filename, expr.lineno)
     return out

@@ -25,6 +25,7 @@ import numpy as np
 
 from .. import roles
 from ..roles import role_of
+from . import ast_clone
 from .names import collect_names
 from .regions import Region, RepeatLoop, Sequence, Task, leaf_tasks, with_bodies
 
@@ -292,9 +293,7 @@ def fused_task(template: Task, parts, count: str) -> Task:
 
 
 def _copy(stmt: ast.stmt) -> ast.stmt:
-    import copy
-
-    return copy.deepcopy(stmt)
+    return ast_clone.clone(stmt)
 
 
 class Renamer(ast.NodeTransformer):

@@ -25,10 +25,10 @@ and type-independent; docs/control-flow.md, "Temporally tiled repeat loops", sta
 from __future__ import annotations
 
 import ast
-import copy
 import dataclasses
 from dataclasses import dataclass
 
+from . import ast_clone
 from .interchange import Elementwise, Renamer, ends_iteration, written_pairs
 from .names import collect_names
 from .regions import Region, RepeatLoop, Sequence, Task, with_bodies
@@ -200,7 +200,7 @@ def _renamed_parts(tasks) -> tuple[Task, ...]:
         names = collect_names(task.body).stored - set(task.loop_vars)
         mapping = {name: f"_qg_t{k}_{name}" for name in names}
         mapping.update(zip(task.loop_vars, first.loop_vars))
-        body = [Renamer(mapping).visit(copy.deepcopy(s)) for s in task.body]
+        body = [Renamer(mapping).visit(ast_clone.clone(s)) for s in task.body]
         out.append(dataclasses.replace(task, body=body, loop_vars=first.loop_vars))
     return tuple(out)
 

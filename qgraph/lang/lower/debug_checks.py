@@ -25,8 +25,9 @@ compiler.cpu_interrupts; the launcher raises it, so a user's SIGALRM Timeout com
 from __future__ import annotations
 
 import ast
-import copy
 from dataclasses import dataclass, field
+
+from ..front import ast_clone
 
 CHECK_INDEX = "_qg_checked"
 BAD_VALUE = "_qg_bad_value"
@@ -180,9 +181,9 @@ class DebugChecks(ast.NodeTransformer):
         """`stmt`, then: if the element it stored is not finite, record where (the first time)."""
         site = self._site(stmt.lineno, array, FINITE_AXIS)
         parts = index.elts if isinstance(index, ast.Tuple) else [index]
-        element = ast.Subscript(ast.Name(array, ast.Load()), copy.deepcopy(index), ast.Load())
+        element = ast.Subscript(ast.Name(array, ast.Load()), ast_clone.clone(index), ast.Load())
         test = ast.Call(ast.Name(BAD_VALUE, ast.Load()), [element, site, ast.Name(RECORD, ast.Load())], [])
-        words = [(2, ast.Constant(len(parts)))] + [(3 + k, copy.deepcopy(p)) for k, p in enumerate(parts)]
+        words = [(2, ast.Constant(len(parts)))] + [(3 + k, ast_clone.clone(p)) for k, p in enumerate(parts)]
         body = [ast.Assign([ast.Subscript(ast.Name(RECORD, ast.Load()), ast.Constant(w), ast.Store())], value)
                 for w, value in words]
         check = ast.If(test, body, [])
@@ -192,7 +193,7 @@ class DebugChecks(ast.NodeTransformer):
 
     def _statement(self, stmt: ast.stmt):
         found = self._stored(stmt) if self.floats else None
-        original = copy.deepcopy(found[1]) if found is not None else None
+        original = ast_clone.clone(found[1]) if found is not None else None
         self.generic_visit(stmt)
         if isinstance(stmt, ast.AugAssign) and isinstance(stmt.op, (ast.FloorDiv, ast.Mod)):
             stmt.value = self._checked_divisor(stmt.value, stmt.lineno, stmt.op)

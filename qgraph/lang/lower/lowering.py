@@ -7,13 +7,13 @@ messages and tracebacks point at the user's source lines.
 from __future__ import annotations
 
 import ast
-import copy
 import math
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from .. import roles
+from ..front import ast_clone
 from ..front import builtins as lang
 from ..front.parse import UNRESOLVED, KernelSource, Task, collect_names
 from ..roles import role_of
@@ -130,7 +130,7 @@ def lower_statements(src: KernelSource, stmts: list[ast.stmt], local_names: set[
 
     `updates` (an updates.UpdateRewriter) first rewrites a parallel task's element updates.
     """
-    copies = lower_min_max(src.resolve, [copy.deepcopy(s) for s in stmts], local_names)
+    copies = lower_min_max(src.resolve, [ast_clone.clone(s) for s in stmts], local_names)
     if updates is not None:
         copies = [updates.visit(s) for s in copies]
     rewriter = CallRewriter(src, local_names, symbols)
@@ -162,7 +162,7 @@ def lower_funcs(symbols: Symbols) -> list[tuple[ast.FunctionDef, object, KernelS
         if symbols.func_precision is not None:
             typed = symbols.func_precision.defs(fdef.name)
         for name, body in typed:
-            instance = copy.deepcopy(fdef)
+            instance = ast_clone.clone(fdef)
             instance.name = name
             instance.body = lower_statements(fsrc, body, local_names, symbols)
             defs.append((instance, fn, fsrc))

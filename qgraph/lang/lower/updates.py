@@ -19,9 +19,9 @@ at decoration (to report errors early) and in each backend's lowering (on its ow
 from __future__ import annotations
 
 import ast
-import copy
 from dataclasses import dataclass
 
+from ..front import ast_clone
 from ..front import builtins as lang
 from ..front.regions import Task
 
@@ -243,7 +243,7 @@ def task_updates(src, task: Task) -> tuple[list[Reduction], list[tuple[str, str,
     rewriter = UpdateRewriter(task, set(src.param_names), src.resolve, src.error, lambda op: f"atomic_{op}",
                               lambda reduction, value, at: ast.Pass())
     for stmt in task.body:
-        rewriter.visit(copy.deepcopy(stmt))
+        rewriter.visit(ast_clone.clone(stmt))
     return list(rewriter.reductions.values()), rewriter.atomics
 
 

@@ -18,8 +18,8 @@ unknown, around which nothing is rewritten); `@qgraph.func` calls are typed by l
 from __future__ import annotations
 
 import ast
-import copy
 
+from ..front import ast_clone
 from ..front import builtins as lang
 from ..front.parse import KernelSource
 from ..lower.math_calls import FLOAT_MATH, FLOAT_NUMPY, SAME_AS_ARGS
@@ -236,7 +236,7 @@ def weak_typed(src: KernelSource, body: list[ast.stmt], params: dict, loop_vars:
     F64. `funcs` (a lang.types.func_precision.FuncPrecision) types helper calls and points each at
     the helper's instance for its argument types; `result`: a helper body's result type.
     """
-    body = [copy.deepcopy(s) for s in body]
+    body = [ast_clone.clone(s) for s in body]
     typer = _typed(src, body, params, loop_vars, local_names, funcs)
     if funcs is not None:
         funcs.instantiate(typer, body)
