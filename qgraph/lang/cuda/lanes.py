@@ -21,11 +21,11 @@ add in another order than the serial loop's (the CPU backend's): results agree w
 from __future__ import annotations
 
 import ast
-import copy
 
+from ..front import ast_clone
 from ..front.names import collect_names
 from ..lower.lowering import assign, binop, call, dotted, name_node
-from .loops import thread_index
+from .loops import known_nonnegative, thread_index
 
 SPLIT_THREADS = 1 << 17  # threads a split loop aims for: 8 blocks of 128 per SM on a 132-SM GPU
 MAX_LANES = 32  # a warp: the lanes of one i share it, so their shuffles need no shared memory
@@ -162,7 +162,7 @@ def _promoted(loop_body: list[ast.stmt], arrays: set[str], j: str, at: ast.AST):
     names: dict[str, str] = {}  # the element's text -> its accumulator
     for s in updates:
         names.setdefault(ast.unparse(s.target), f"_qg_pa{len(names)}")
-    copied = copy.deepcopy(loop_body)  # rewritten there: the task keeps its body if it stays one lane
+    copied = ast_clone.clone(loop_body)  # rewritten there: the task keeps its body if it stays one lane
     pairs = zip(ast.walk(ast.Module(loop_body, [])), ast.walk(ast.Module(copied, [])))
     picked = {id(s) for s in updates}
     chosen = {id(c) for o, c in pairs if id(o) in picked}
@@ -258,7 +258,8 @@ def split_inner_loop(body: list[ast.stmt], at: ast.AST, is_range, arrays: set[st
                   assign(end, call("_qg_i64", [stop], at), at),
                   ast.copy_location(ast.While(
                       ast.copy_location(ast.Compare(name_node(counter, at), [ast.Lt()], [name_node(end, at)]), at),
-                      [assign(j, name_node(counter, at), at),
+                      [assign(j, name_node(counter, at) if not _nonnegative_literal(start)
+                              else known_nonnegative(name_node(counter, at), at), at),
                        ast.copy_location(ast.AugAssign(name_node(counter, at, True), ast.Add(),
                                                        name_node("_qg_S", at)), at)] + loop_body, []), at)]
     # the shuffle tree: lane 0 of each group of S ends with the group's sum
@@ -275,6 +276,11 @@ def split_inner_loop(body: list[ast.stmt], at: ast.AST, is_range, arrays: set[st
         ast.copy_location(ast.Compare(name_node("_qg_lane", at), [ast.Eq()], [ast.Constant(0)]), at),
         post, []), at)] if post else []
     return pre + lanes_loop + tree + last
+
+
+def _nonnegative_literal(start: ast.expr) -> bool:
+    """A loop start whose lanes' counters (start + lane, stepping by the lane count) never go negative."""
+    return isinstance(start, ast.Constant) and type(start.value) is int and start.value >= 0
 
 
 def lane_prologue(at: ast.AST) -> list[ast.stmt]:
