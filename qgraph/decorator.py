@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from . import runtime
+from . import launcher, runtime  # launcher: registers what init("cuda") loads (launcher.load_cuda_backend)
 from .args.binder import bind_class
 from .dtypes import float_precision
 from .errors import QgraphError
@@ -185,8 +185,6 @@ class Kernel:
             with _ATTACH_LOCK:
                 found = self._launchers.get(target.key)
                 if found is None:
-                    from . import launcher
-
                     state = runtime.STATE
                     found = self._launchers[target.key] = launcher.for_kernel(self, state, target,
                                                                               self.options_now(state))

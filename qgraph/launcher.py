@@ -15,6 +15,7 @@ from __future__ import annotations
 from .lang.options import KernelOptions
 from .runtime import CpuState, DeviceState, State, call_hooks
 from .runtime.call_hooks import BoundCall
+from .runtime.state import BACKEND_LOADERS
 
 
 def for_kernel(kernel, state: State, target: DeviceState | CpuState, options: KernelOptions):
@@ -47,3 +48,13 @@ def dispatch(call: BoundCall) -> None:
     if call_hooks.HOOKED[0] and call_hooks.on_call(call):
         return
     launcher.run_bound(call)
+
+
+def load_cuda_backend() -> None:
+    """The modules a first CUDA call and a first step capture run (about 0.1 s on a server core),
+    imported by init("cuda") instead of inside that call."""
+    from .backends import cuda  # noqa: F401
+    from .capture import step_capture, traced_step  # noqa: F401
+
+
+BACKEND_LOADERS["cuda"] = load_cuda_backend

@@ -142,6 +142,9 @@ class State:
 
 
 STATE = State()
+# arch -> what init imports of that backend, so that a first call pays its compile and not the import of
+# the modules running it (launcher.py registers them: they live above this layer)
+BACKEND_LOADERS: dict = {}
 _OPEN_LOCK = threading.Lock()
 
 
@@ -208,6 +211,9 @@ def init(arch: str | None = None, *, device: int = 0) -> None:
         STATE.target = STATE.targets[device] = DeviceState(cuda_device, settings)
     else:
         STATE.target = CpuState()
+    loader = BACKEND_LOADERS.get(arch)
+    if loader is not None:
+        loader()
 
 
 def _cold(settings: Settings) -> bool:
