@@ -86,7 +86,8 @@ def _numba_loops(tasks: int) -> dict:
     return {"seconds": seconds, "loaded_from_cache": bool(module.loops.stats.cache_hits), "peak_mb": _peak_mb()}
 
 
-def main(argv: list[str]) -> dict:
+def main(argv: list[str], imported_s: float = 0.0) -> dict:
+    """One mode's figures; `imported_s`: how long `import qgraph` took in this process (fresh_process)."""
     mode, *rest = argv
     if mode == "kernel":
         return _kernel(rest[0], int(rest[1]))
@@ -98,7 +99,7 @@ def main(argv: list[str]) -> dict:
         from .gallery_compile import child
 
         library, program, variant = rest
-        return child(library, program, "scalar" if variant == "-" else variant)
+        return child(library, program, "scalar" if variant == "-" else variant, imported_s)
     raise SystemExit(f"unknown mode {mode!r}: kernel ARCH TASKS, cpu-workloads qgraph|numba, numba-loops TASKS, "
                      "gallery LIBRARY PROGRAM VARIANT")
 

@@ -1,9 +1,10 @@
 """Fresh Python processes for first-call measurements: what a user's new process pays.
 
-One child (`python -m qgraph.bench.first_calls MODE ...`, which times and prints one JSON
-line) runs with its own cache directories, qgraph's and numba's, under one temporary
-directory: cold, the directories empty, so everything compiles; then warm, a second process
-on the same directories, so everything loads.
+One child (`qgraph.bench.first_calls.main(MODE ...)` after timing `import qgraph`, printing one
+JSON line) runs with its own cache directories, qgraph's, numba's and the CUDA driver's JIT cache
+(CUDA_CACHE_PATH: without it a PTX linked once by any earlier run links from the driver's cache,
+for every library), under one temporary directory: cold, the directories empty, so everything
+compiles; then warm, a second process on the same directories, so everything loads.
 """
 
 from __future__ import annotations
@@ -15,7 +16,14 @@ import sys
 import tempfile
 
 # variables of the caller's environment that would make a cold process warm or a warm one cold
-_DROPPED = ("QGRAPH_CACHE", "QGRAPH_DUMP", "QGRAPH_ARCH", "NUMBA_DISABLE_JIT", "NUMBA_CACHE_DIR")
+_DROPPED = ("QGRAPH_CACHE", "QGRAPH_DUMP", "QGRAPH_ARCH", "NUMBA_DISABLE_JIT", "NUMBA_CACHE_DIR", "CUDA_CACHE_DISABLE",
+            "CUDA_CACHE_PATH")
+
+
+# the child's command line: times `import qgraph` before anything of qgraph is imported
+CHILD = ("import json, sys, time; started = time.perf_counter(); import qgraph; "
+         "imported = time.perf_counter() - started; "
+         "from qgraph.bench.first_calls import main; print(json.dumps(main(sys.argv[1:], imported)))")
 
 
 def fresh_process(args: list[str], cache_dir: str, timeout: float = 1800) -> dict:
@@ -25,10 +33,11 @@ def fresh_process(args: list[str], cache_dir: str, timeout: float = 1800) -> dic
     env = {k: v for k, v in os.environ.items() if k not in _DROPPED}
     env["QGRAPH_CACHE_DIR"] = os.path.join(cache_dir, "qgraph")
     env["NUMBA_CACHE_DIR"] = os.path.join(cache_dir, "numba")
+    env["CUDA_CACHE_PATH"] = os.path.join(cache_dir, "cuda_jit")
     package_root = os.path.dirname(os.path.dirname(os.path.abspath(qgraph.__file__)))
     env["PYTHONPATH"] = os.pathsep.join([package_root] + [p for p in [os.environ.get("PYTHONPATH")] if p])
     done = subprocess.run(
-        [sys.executable, "-m", "qgraph.bench.first_calls", *args],
+        [sys.executable, "-c", CHILD, *args],
         env=env,
         capture_output=True,
         text=True,
