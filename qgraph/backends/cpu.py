@@ -48,8 +48,9 @@ class CpuLauncher:
         self.kernel = kernel
         self.src = for_launch(kernel.source, options)  # elementwise repeat loops interchanged
         self.stats = kernel.stats
-        # resolved once (Kernel._options_now). On the CPU deterministic mode only rejects float scatters: numba's
-        # parallel loops split their range statically and combine partials in order (bit-identical per thread count)
+        # resolved once (Kernel._options_now). On the CPU deterministic mode rejects float scatters and keeps the
+        # thread count fixed (no ThreadGovernor): numba's parallel loops split their range statically and combine
+        # partials in order (bit-identical per thread count)
         self.options = options
         self._specs: dict[tuple, object] = {}  # signature -> the runner its calls run (the launch's one lookup)
         self._signatures: dict[tuple, CpuSpecialization] = {}  # signature -> what was compiled for it
@@ -120,7 +121,9 @@ class CpuLauncher:
         return {"launch": self.launch, "argument resolution": self._resolve, "loop bounds": self._bounds}
 
     def compile(self, args: tuple) -> tuple[str, ...]:
-        """Compile (or load from the disk cache) the signature of `args` without running it."""
+        """Compile (or load from the disk cache) the signature of `args` without running it: its serial form
+        and its parallel form, also where a call with small arrays compiled the first already (a later call
+        with large arrays would compile the second in the middle of its run, deaf to kernel.cancel())."""
         key, values = self.resolve(args)
         with self._lock:
             if key not in self._specs:
@@ -128,6 +131,8 @@ class CpuLauncher:
                 if program.serial_runner is not None:  # a later process may call it with large arrays too
                     self._parallel_form(key, values)
                 self._register(key, runner, program.cache_hits > hits)
+            elif self._signatures[key].program.serial_runner is not None:
+                self._parallel_form(key, values)
         return key
 
     def inspect(self, args: tuple):
@@ -173,8 +178,12 @@ class CpuLauncher:
     def _form(self, key: tuple, serial: bool):
         """The runner of one form of `key`, taking each struct argument's leaves in place."""
         program, flat = self._signatures[key].program, self._signatures[key].flat
-        runner = program.serial_runner if serial else ThreadGovernor(program.runner, bool(self._loops),
-                                                                     lambda args: self._serial_for(key, args))
+        if serial:
+            runner = program.serial_runner
+        elif self.options.deterministic:  # one thread count for every call: partials fold per thread, so a
+            runner = program.runner  # governor's switch to one thread on a busy machine would change the sums' bits
+        else:
+            runner = ThreadGovernor(program.runner, bool(self._loops), lambda args: self._serial_for(key, args))
         return cpu_call.leaf_caller(runner, flat, len(key)) if flat.has_structs else runner
 
     def _serial_for(self, key: tuple, args: tuple):

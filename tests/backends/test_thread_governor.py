@@ -141,3 +141,29 @@ def test_a_call_that_may_be_long_starts_on_one_thread_when_the_cores_are_busy(si
     _run(governor, 0.2)
     recent = machine.seen[-200:]
     assert recent.count(1) < 0.2 * len(recent)
+
+
+@qgraph.kernel
+def float_sum(x, total):
+    for i in range(x.shape[0]):
+        total[0] += x[i]
+
+
+def test_a_deterministic_sum_keeps_its_bits_when_a_busy_machine_would_move_it_to_one_thread(monkeypatch):
+    """numba's partials fold per thread: the serial form's sum of 300,000 floats has other bits than
+    the parallel form's. A deterministic kernel keeps its thread count (no governor), busy cores or not;
+    a default one moves to one thread there and still sums what NumPy does."""
+    qgraph.init("cpu")
+    x = np.random.default_rng(1).random(300_000) - 0.5
+
+    def total(kernel) -> float:
+        out = np.zeros(1)
+        kernel(x, out)
+        return out[0]
+
+    deterministic = float_sum.variant(deterministic=True)
+    idle = total(deterministic)
+    monkeypatch.setattr(cpu_forms, "cores_free_for", lambda threads: False)  # every core busy from now on
+    assert [total(deterministic) for _ in range(3)] == [idle] * 3  # bit for bit
+    governed = float_sum.variant()  # its first call, taken as long, runs on one thread
+    np.testing.assert_allclose(total(governed), x.sum(), rtol=1e-10, atol=1e-10)

@@ -85,6 +85,22 @@ def test_a_large_call_on_several_threads_runs_the_parallel_form(cpu, all_numba_t
     assert (kernel.stats.parallel_forms, kernel.stats.specialisations) == (1, 1)
 
 
+def test_compile_after_a_small_call_compiles_the_parallel_form_too(cpu, all_numba_threads, never_heavy):
+    """kernel.compile(large arrays) after a small call compiled the serial form: the parallel form is
+    compiled then, not in the middle of the large call (where a compile is deaf to kernel.cancel())."""
+    if all_numba_threads < 2:
+        pytest.skip("numba has one thread here: every call runs the serial form")
+    kernel = qgraph.kernel(_mixed, cpu_serial_below=2000)
+    _call(kernel, 1000, 2)  # small: the serial form alone
+    assert kernel.stats.parallel_forms == 0
+    n = 3000
+    kernel.compile(np.zeros(n), np.zeros(n), np.zeros(()), np.zeros(8, np.int64), 8, 1.5, 3, np.zeros(1, np.int64),
+                   np.ones(1, np.int32))
+    assert kernel.stats.parallel_forms == 1
+    _call(kernel, n, 3)  # large: runs the parallel form compiled above
+    assert (kernel.stats.parallel_forms, kernel.stats.specialisations) == (1, 1)
+
+
 @pytest.mark.parametrize("debug", [False, True])
 def test_a_large_call_of_a_kernel_without_loops(cpu, all_numba_threads, never_heavy, debug):
     """The launch hands it to the parallel form itself (a kernel with device loops goes through its status)."""
