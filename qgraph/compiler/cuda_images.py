@@ -11,6 +11,7 @@ which holds each entry, and packs them into one code-cache binary.
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from . import ptx_text
 PtxGroup = Sequence[tuple[str, str]]  # (name, PTX text) linked together into one cubin
 
 _POOL: list[ThreadPoolExecutor] = []  # made on the first link with more than one group
+_POOL_LOCK = threading.Lock()  # two threads' first compiles make one pool
 
 
 def link_threads() -> int:
@@ -29,8 +31,9 @@ def link_threads() -> int:
 
 
 def _pool() -> ThreadPoolExecutor:
-    if not _POOL:
-        _POOL.append(ThreadPoolExecutor(link_threads(), thread_name_prefix="qgraph: link"))
+    with _POOL_LOCK:
+        if not _POOL:
+            _POOL.append(ThreadPoolExecutor(link_threads(), thread_name_prefix="qgraph: link"))
     return _POOL[0]
 
 
