@@ -40,8 +40,7 @@ from .compile_depth import room_to_recurse
 from .compile_gc import rare_collections
 from .cuda_emitted import compiled_ptx
 from .cuda_images import CudaImages, LoadedImages, link_groups
-from .ptx_variants import GATED, GATING, TRIGGER, gating_tasks, has_gated_variant
-from .ptx_variants import link_groups as variant_groups
+from .ptx_variants import GATED, GATING, TRIGGER, gating_tasks, has_gated_variant, variant_groups
 from .random_code import random_functions
 from .toolchain import toolchain_versions
 

@@ -41,8 +41,8 @@ def gating_variants(name: str, plain: str, entries: list[str]) -> list[tuple[str
                                                                              GATED))]
 
 
-def link_groups(src: KernelSource, ptx_list: list[tuple[str, str]], entries: list[str],
-                cc: tuple[int, int]) -> list[list[tuple[str, str]]]:
+def variant_groups(src: KernelSource, ptx_list: list[tuple[str, str]], entries: list[str],
+                   cc: tuple[int, int]) -> list[list[tuple[str, str]]]:
     """The waiting variants of each PTX module (name, text) of `src`'s tasks, in groups linked apart:
     plain, launch_dependents, and with a flag loop gated, gated launch_dependents, and the gating
     variants with qgraph_next_pass."""
