@@ -239,9 +239,16 @@ class Kernel:
         return self._launcher_on(target).strict_launch()(*routed, stream)
 
     def compile_values(self, *args) -> tuple[str, ...]:
-        """compile(): the launcher of the arguments' device compiles the signature of `args`."""
+        """The signature of `args`, compiled by the launcher of their device as a call needs it (the
+        adjoint's and the interop's plans ask it of kernels they run)."""
         launcher, args = self.launcher_for(args)
         return launcher.compile(args)
+
+    def precompile_values(self, *args) -> tuple[str, ...]:
+        """compile(): as compile_values, and every form a later call of the signature may run (the CPU's
+        parallel form too, also after a call with small arrays compiled the serial form alone)."""
+        launcher, args = self.launcher_for(args)
+        return launcher.compile(args, every_form=True)
 
     def inspect_values(self, *args):
         """inspect(): the launcher of the arguments' device reports the code of their signature."""

@@ -59,7 +59,7 @@ def bind_class(kernel_cls: type, src: KernelSource, fn: Callable, progress, runt
     call.__qualname__ = f"kernel {src.qualname}"
     # compile(...) binds like a call and compiles that signature without running it; inspect(...)
     # binds like a call too, and reports the code of that signature
-    compile_ = _binder("compile", "compile_values", src, params, names, ns,
+    compile_ = _binder("compile", "precompile_values", src, params, names, ns,
                        "Compile (or load from the compile cache) the signature of these example arguments "
                        "without running the kernel; returns the signature's type texts.")
     inspect_ = _binder("inspect", "inspect_values", src, params, names, ns,

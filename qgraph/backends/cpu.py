@@ -120,10 +120,11 @@ class CpuLauncher:
         """The host functions generated for this launcher so far (kernel.inspect's report)."""
         return {"launch": self.launch, "argument resolution": self._resolve, "loop bounds": self._bounds}
 
-    def compile(self, args: tuple) -> tuple[str, ...]:
+    def compile(self, args: tuple, every_form: bool = False) -> tuple[str, ...]:
         """Compile (or load from the disk cache) the signature of `args` without running it: its serial form
-        and its parallel form, also where a call with small arrays compiled the first already (a later call
-        with large arrays would compile the second in the middle of its run, deaf to kernel.cancel())."""
+        and its parallel form. `every_form` (kernel.compile): the parallel form also where a call with small
+        arrays compiled the serial form alone (a later call with large arrays would compile it in the middle
+        of its run, deaf to kernel.cancel()); not for the plans that only need the signature (2.4 s a form)."""
         key, values = self.resolve(args)
         with self._lock:
             if key not in self._specs:
@@ -131,7 +132,7 @@ class CpuLauncher:
                 if program.serial_runner is not None:  # a later process may call it with large arrays too
                     self._parallel_form(key, values)
                 self._register(key, runner, program.cache_hits > hits)
-            elif self._signatures[key].program.serial_runner is not None:
+            elif every_form and self._signatures[key].program.serial_runner is not None:
                 self._parallel_form(key, values)
         return key
 

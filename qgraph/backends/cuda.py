@@ -143,9 +143,10 @@ class CudaLauncher:
         """The host functions generated for this launcher so far (kernel.inspect's report)."""
         return {"launch": self.launch, "argument resolution": self._resolve, "loop bounds": self._bounds}
 
-    def compile(self, args: tuple) -> tuple[str, ...]:
+    def compile(self, args: tuple, every_form: bool = False) -> tuple[str, ...]:
         """Compile (or load from the disk cache) the signature of `args` and load its module, without
-        running it; its graph is built by its first call."""
+        running it; its graph is built by its first call. A CUDA signature has one form (`every_form`:
+        the CPU's)."""
         if self._resolve is None:
             self._resolve = cuda_call.resolve_function(self)
         key, _ = self._resolve(*args)
