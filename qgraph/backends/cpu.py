@@ -48,7 +48,7 @@ class CpuLauncher:
         self.kernel = kernel
         self.src = for_launch(kernel.source, options)  # elementwise repeat loops interchanged
         self.stats = kernel.stats
-        # resolved once (Kernel._options_now). On the CPU deterministic mode rejects float scatters and keeps the
+        # resolved once (Kernel.options_now). On the CPU deterministic mode rejects float scatters and keeps the
         # thread count fixed (no ThreadGovernor): numba's parallel loops split their range statically and combine
         # partials in order (bit-identical per thread count)
         self.options = options

@@ -60,7 +60,7 @@ class CudaLauncher:
         self.settings = state.settings
         self.generation = state.generation
         self.code_cache = target.code_cache
-        self.options = options  # resolved once (Kernel._options_now)
+        self.options = options  # resolved once (Kernel.options_now)
         self._bounds = host_bounds(src)
         self._specs: dict[tuple, Runner] = {}  # signature -> the runner of its specialisation
         self._last: list = [None]

@@ -19,6 +19,8 @@ import sys
 import tempfile
 import time
 
+from .fresh_process import import_timed_program
+
 OTHER = "qgraph other"  # build_program's own time outside every named phase
 
 
@@ -107,9 +109,7 @@ def _qgraph_points(timer: PhaseTimer) -> None:
     timer.wrap(adapter, "cuda_libraries_ptx", "IR text for NVVM")
 
 
-# the child's command line: times `import qgraph` before anything of qgraph is imported
-CHILD = ("import sys, time; started = time.perf_counter(); import qgraph; imported = time.perf_counter() - started; "
-         "from qgraph.bench.cuda_compile import main; main(sys.argv[1:], imported)")
+CHILD = import_timed_program("qgraph.bench.cuda_compile")  # the child's command line (main below)
 
 
 def profile(tasks: int, cc: tuple[int, int], cprofile: int = 0) -> dict:
@@ -168,12 +168,12 @@ def _link(timer: PhaseTimer, ptx_list, cc) -> bytes:
         return offline_link(ptx_list, cc)
 
 
-def main(argv: list[str], imported: float) -> None:
-    """CHILD's entry: TASKS CC [CPROFILE]; prints one JSON line."""
+def main(argv: list[str], imported: float) -> dict:
+    """CHILD's entry: TASKS CC [CPROFILE]; its figures (CHILD prints them as one JSON line)."""
     tasks, cc = int(argv[0]), tuple(int(p) for p in argv[1].split("."))
     found = profile(tasks, cc, int(argv[2]) if len(argv) > 2 else 0)
     found["phases"] = {"import qgraph": imported} | found["phases"]
-    print(json.dumps(found))
+    return found
 
 
 def fresh_profile(tasks: int, cc: tuple[int, int], cprofile: int = 0) -> dict:

@@ -20,10 +20,15 @@ _DROPPED = ("QGRAPH_CACHE", "QGRAPH_DUMP", "QGRAPH_ARCH", "NUMBA_DISABLE_JIT", "
             "CUDA_CACHE_PATH")
 
 
-# the child's command line: times `import qgraph` before anything of qgraph is imported
-CHILD = ("import json, sys, time; started = time.perf_counter(); import qgraph; "
-         "imported = time.perf_counter() - started; "
-         "from qgraph.bench.first_calls import main; print(json.dumps(main(sys.argv[1:], imported)))")
+def import_timed_program(module: str) -> str:
+    """A `python -c` program timing `import qgraph` before anything of qgraph is imported, then printing
+    the JSON of `module.main(sys.argv[1:], import seconds)`."""
+    return ("import json, sys, time; started = time.perf_counter(); import qgraph; "
+            "imported = time.perf_counter() - started; "
+            f"from {module} import main; print(json.dumps(main(sys.argv[1:], imported)))")
+
+
+CHILD = import_timed_program("qgraph.bench.first_calls")  # the child's command line
 
 
 def fresh_process(args: list[str], cache_dir: str, timeout: float = 1800) -> dict:

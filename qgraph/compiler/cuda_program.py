@@ -191,14 +191,14 @@ def build_program(src: KernelSource, key: tuple[str, ...], cc: tuple[int, int], 
         ptx_list, entries, sizes = compiled_ptx(compile_ptx, src, codes, orders, task_types, func_defs, cc, types,
                                                 options.fast_math, options.debug is not None)
     groups = variant_groups(src, ptx_list, entries, cc) if waits else [ptx_list]
-    for name, ptx in (item for group in groups for item in group):
+    linked = tuple(item for group in groups for item in group)
+    for name, ptx in linked:
         generated.dump(f"{src.qualname}.{name}", ptx, "ptx")
     images = link_groups(link, groups)
     if images.cubins:
         cache.store(ckey, {"kernel": src.qualname, "entries": entries, "param_sizes": sizes, "types": list(key),
                            **images.manifest()}, images.binary())
-    return Program(generated_codes, entries, sizes, images, False, waits,
-                   tuple(item for group in groups for item in group))
+    return Program(generated_codes, entries, sizes, images, False, waits, linked)
 
 
 def compile_tasks(src: KernelSource, key: tuple[str, ...], device: CudaDevice, cache: CodeCache,

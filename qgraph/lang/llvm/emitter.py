@@ -43,6 +43,12 @@ class FunctionEmitter(ExpressionEmitter):
     def finish_entry(self) -> None:
         ir.IRBuilder(self.entry).branch(self.function.basic_blocks[1])
 
+    def bind_scalar(self, name: str, value: ir.Value, kind: Scalar) -> None:
+        """A number parameter `name` arriving as `value` of `kind`, stored in its slot (of the type the
+        settled pass found for it, else `kind`): the body may assign it."""
+        self.types.setdefault(name, kind)
+        self.builder.store(convert(self.builder, value, kind, self.types[name]), self.slot(name, self.types[name]))
+
     def slot(self, name: str, kind: Scalar) -> ir.Value:
         slot = self.slots.get(name)
         if slot is None or slot[1] != kind:

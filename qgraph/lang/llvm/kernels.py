@@ -16,7 +16,7 @@ from llvmlite import ir
 
 from . import cuda_dialect
 from .emitter import FunctionEmitter
-from .kinds import NVPTX, Array, NotEmittable, Scalar, convert
+from .kinds import NVPTX, Array, NotEmittable, Scalar
 from .module import EmittedModule, settled_pass
 from .values import I8P, I64, ArrayValue, c_strides
 
@@ -75,8 +75,7 @@ class KernelModule(EmittedModule):
                 continue
             value = function.args[position]
             position += 1
-            fe.types.setdefault(param, kind)
-            b.store(convert(b, value, kind, fe.types[param]), fe.slot(param, fe.types[param]))
+            fe.bind_scalar(param, value, kind)
         fe.statements(fe.fdef.body)
         if not fe.builder.block.is_terminated:
             fe.builder.ret_void()

@@ -122,8 +122,7 @@ class EmittedModule:
                 fe.bound[param] = _array_from_object(b, obj, kind)
                 continue
             value = self.number(fe, obj, kind)
-            fe.types.setdefault(param, kind)
-            b.store(convert(b, value, kind, fe.types[param]), fe.slot(param, fe.types[param]))
+            fe.bind_scalar(param, value, kind)
         fe.statements(fe.fdef.body)
         if not fe.builder.block.is_terminated:
             self.returned(fe, None)
@@ -248,7 +247,7 @@ class EmittedModule:
         fe = FunctionEmitter(self, fdef, namespace, variables)
         fe.role, fe.result = "helper", returns
         fe.begin(function, {})
-        b, position = fe.builder, 0
+        position = 0
         for param, kind in zip(params, kinds):
             if isinstance(kind, Array):
                 n = kind.ndim
@@ -258,8 +257,7 @@ class EmittedModule:
                 continue
             value = function.args[position]
             position += 1
-            fe.types.setdefault(param, kind)
-            b.store(convert(b, value, kind, fe.types[param]), fe.slot(param, fe.types[param]))
+            fe.bind_scalar(param, value, kind)
         fe.statements(fdef.body)
         if not fe.builder.block.is_terminated:  # the end of the body (or a block no path reaches)
             if returns is None:
