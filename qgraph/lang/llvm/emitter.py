@@ -140,12 +140,16 @@ class FunctionEmitter(ExpressionEmitter):
         self.builder.position_at_end(head)
         self.builder.cbranch(self.truth(self.expr(stmt.test)), body, after)
         self.builder.position_at_end(body)
-        self.loops.append((head, after))
-        self.statements(stmt.body)
+        self._loop_body(stmt.body, head, after)
+        self.builder.position_at_end(after)
+
+    def _loop_body(self, body: list, next_pass, after) -> None:
+        """A loop's body: `continue` (and its end) go to block `next_pass`, `break` to `after`."""
+        self.loops.append((next_pass, after))
+        self.statements(body)
         self.loops.pop()
         if not self.builder.block.is_terminated:
-            self.builder.branch(head)
-        self.builder.position_at_end(after)
+            self.builder.branch(next_pass)
 
     def visit_For(self, stmt) -> None:
         """`for v in range(...)` as numba runs it: the trip count first, `v` the last value after it."""
@@ -183,11 +187,7 @@ class FunctionEmitter(ExpressionEmitter):
         b.cbranch(b.icmp_signed("<", k, count), body, after)
         b.position_at_end(body)
         self.assign(stmt.target, Value(b.add(start, b.mul(k, step)), INT64))
-        self.loops.append((latch, after))
-        self.statements(stmt.body)
-        self.loops.pop()
-        if not self.builder.block.is_terminated:
-            self.builder.branch(latch)
+        self._loop_body(stmt.body, latch, after)
         self.builder.position_at_end(latch)
         self.builder.store(self.builder.add(self.builder.load(counter), I64(1)), counter)
         self.builder.branch(head)
