@@ -14,8 +14,10 @@ pytest-xdist's `--dist loadfile` sends to one worker."""
 
 from __future__ import annotations
 
+import atexit
 import gc
 import os
+import shutil
 import tempfile
 
 import pytest
@@ -24,7 +26,11 @@ import pytest
 # first process (pytest, or pytest-xdist's controller) and inherited by the tests' subprocesses, so one
 # compile serves all. Each xdist worker keeps a directory of its own inside it: two processes compiling
 # the same kernel into one numba cache at once crashed a subprocess (SIGSEGV) in a CI run.
-os.environ.setdefault("QGRAPH_CACHE_DIR", tempfile.mkdtemp(prefix="qgraph-test-cache-"))
+# The process that made the directory removes it at exit: CI machines are reused, and the compiled code of
+# every run left behind (34 MB a run) added to what filled a CI machine's disk.
+if "QGRAPH_CACHE_DIR" not in os.environ:
+    os.environ["QGRAPH_CACHE_DIR"] = tempfile.mkdtemp(prefix="qgraph-test-cache-")
+    atexit.register(shutil.rmtree, os.environ["QGRAPH_CACHE_DIR"], ignore_errors=True)
 if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ["QGRAPH_CACHE_DIR"] = os.path.join(os.environ["QGRAPH_CACHE_DIR"], os.environ["PYTEST_XDIST_WORKER"])
 # The emitter's own failures fail the tests instead of falling back to numba (compiler.llvm_cpu)
