@@ -98,10 +98,10 @@ def main(argv: list[str], imported_s: float = 0.0) -> dict:
     if mode == "gallery":
         from .gallery_compile import child
 
-        library, program, variant = rest
-        return child(library, program, "scalar" if variant == "-" else variant, imported_s)
+        library, program, variant, *arch = rest
+        return child(library, program, "scalar" if variant == "-" else variant, imported_s, *arch)
     raise SystemExit(f"unknown mode {mode!r}: kernel ARCH TASKS, cpu-workloads qgraph|numba, numba-loops TASKS, "
-                     "gallery LIBRARY PROGRAM VARIANT")
+                     "gallery LIBRARY PROGRAM VARIANT [ARCH]")
 
 
 if __name__ == "__main__":

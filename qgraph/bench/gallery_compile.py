@@ -2,7 +2,8 @@
 Taichi, each library in its own fresh process with an empty cache (cold) and then the same cache
 again (warm).
 
-A child imports its library, initialises it on CUDA, builds the program's state, then times the
+A child imports its library, initialises it on the arch (CUDA, or the CPU: Taichi's LLVM x64 backend against
+qgraph's), builds the program's state, then times the
 first step (everything compiles) and the best of three more (compile excluded): the compile is
 their difference. Import and init are timed apart: they are paid once per process, whatever runs.
 """
@@ -68,16 +69,19 @@ def _taichi_step(ti, program: str):
     return tg.nbody_program(ti, *gn.initial_state(NBODY_N))[0]
 
 
-def child(library: str, program: str, variant: str = "scalar", qgraph_import_s: float = 0.0) -> dict:
-    """In this fresh process: import, init, building the program's state, first step and best later step of
-    one program, s. qgraph's import is `qgraph_import_s` (timed by the caller, which imported it first)."""
+def child(library: str, program: str, variant: str = "scalar", qgraph_import_s: float = 0.0,
+          arch: str = "cuda") -> dict:
+    """In this fresh process: import, init on `arch` ("cuda" or "cpu"), building the program's state, first
+    step and best later step of one program, s. qgraph's import is `qgraph_import_s` (timed by the caller,
+    which imported it first)."""
     started = time.perf_counter()
     if library == "taichi":
         import taichi as ti
 
         imported = time.perf_counter()
         cache = os.path.join(os.path.dirname(os.environ["QGRAPH_CACHE_DIR"]), "taichi")
-        ti.init(arch=ti.cuda, offline_cache=True, offline_cache_file_path=cache, log_level=ti.WARN)
+        ti.init(arch=ti.cuda if arch == "cuda" else ti.cpu, offline_cache=True, offline_cache_file_path=cache,
+                log_level=ti.WARN)
         initialised = time.perf_counter()
         step = _taichi_step(ti, program)
         sync = ti.sync
@@ -86,7 +90,7 @@ def child(library: str, program: str, variant: str = "scalar", qgraph_import_s: 
         import qgraph
 
         imported = time.perf_counter()
-        qgraph.init("cuda")
+        qgraph.init(arch)
         initialised = time.perf_counter()
         step = _qgraph_step(program, variant)
         sync = qgraph.sync
@@ -105,8 +109,10 @@ def child(library: str, program: str, variant: str = "scalar", qgraph_import_s: 
             "numba_imported": "numba" in sys.modules}
 
 
-def rows(runs: int = 3, programs=PROGRAMS, variants=("scalar",), taichi: bool = True, on_step=None) -> list[dict]:
-    """Per program and library: medians (with min and max) over `runs` pairs of cold and warm processes."""
+def rows(runs: int = 3, programs=PROGRAMS, variants=("scalar",), taichi: bool = True, on_step=None,
+         arch: str = "cuda") -> list[dict]:
+    """Per program and library on `arch`: medians (with min and max) over `runs` pairs of cold and warm
+    processes."""
     from ..tools.timing import put_figure, spread_of
     from .fresh_process import cold_and_warm
 
@@ -118,7 +124,7 @@ def rows(runs: int = 3, programs=PROGRAMS, variants=("scalar",), taichi: bool = 
                 continue  # one spelling only
             if on_step is not None:
                 on_step(f"{program}: {library} {variant}")
-            cold, warm = cold_and_warm(["gallery", library, program, variant or "-"], runs)
+            cold, warm = cold_and_warm(["gallery", library, program, variant or "-", arch], runs)
             row = {"program": program, "library": library + (f" ({variant})" if variant and program != "nbody" else "")}
             for kind, samples in (("cold", cold), ("warm", warm)):
                 for figure in ("import_s", "init_s", "state_s", "compile_s", "step_s", "to_first_step_s"):
