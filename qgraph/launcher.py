@@ -57,4 +57,12 @@ def load_cuda_backend() -> None:
     from .capture import step_capture, traced_step  # noqa: F401
 
 
+def load_cpu_backend() -> None:
+    """The modules a first CPU call compiles with: numba (0.2-0.3 s to import, which its atomics and
+    dispatchers need) and the LLVM emitter, imported by init("cpu") instead of inside that call."""
+    from .compiler import cpu_atomics, cpu_program, llvm_cpu  # noqa: F401
+    from .lang.llvm import module, parallel  # noqa: F401
+
+
 BACKEND_LOADERS["cuda"] = load_cuda_backend
+BACKEND_LOADERS["cpu"] = load_cpu_backend

@@ -146,12 +146,16 @@ class CpuLauncher:
             _, program, leaves, _ = self._compiled(key, values, args, serial=False)  # the units: tasks apart
         return cpu_code(self.kernel, self, key, program, leaves + (self._record,))
 
-    def _compiled(self, key: tuple, values: tuple, args: tuple, serial: bool = True):
+    def _compiled(self, key: tuple, values: tuple, args: tuple, serial: bool = True, running: bool = False):
         """Check the signature `key` and compile its runner (or load it), the serial form's where it
-        has one and `serial`: (runner, program, the runner's leaf values, the program's cache hits before)."""
+        has one and `serial`: (runner, program, the runner's leaf values, the program's cache hits before).
+        `running`: for a call about to run, which compiles only the parallel form where the serial form
+        would hand the call over before any task (a first call with large arrays)."""
         program, _ = self._prepare(key, args)
         serial = serial and program.serial_runner is not None
         hits = program.cache_hits
+        if serial and running and program.hands_over(self._leaves(key, values) + (self._record,)):
+            return self._parallel_form(key, values), program, self._leaves(key, values), hits
         leaves = self._compile_form(key, values, serial)
         runner = self._form(key, serial)
         if serial:  # until a call of it is timed (backends.cpu_forms)
@@ -165,8 +169,7 @@ class CpuLauncher:
 
     def _compile_form(self, key: tuple, values: tuple, serial: bool) -> tuple:
         """Compile (or load) one form of the prepared signature `key`; the runner's leaf values."""
-        program, flat = self._signatures[key].program, self._signatures[key].flat
-        leaves = tuple(values[k] if j is None else values[k][j] for k, j in flat.slots)
+        program, leaves = self._signatures[key].program, self._leaves(key, values)
         try:
             with interruptible_compile(self.src.name):  # a Ctrl-C meanwhile is never lost
                 program.compile_for(leaves + (self._record,), serial)
@@ -175,6 +178,10 @@ class CpuLauncher:
                 raise compile_error(self.src, key, e) from e
             raise
         return leaves
+
+    def _leaves(self, key: tuple, values: tuple) -> tuple:
+        """The runner's arguments of a call of `key`: each struct argument's leaves in place."""
+        return tuple(values[k] if j is None else values[k][j] for k, j in self._signatures[key].flat.slots)
 
     def _form(self, key: tuple, serial: bool):
         """The runner of one form of `key`, taking each struct argument's leaves in place."""
@@ -297,7 +304,7 @@ class CpuLauncher:
         raise check_failure(self.src, self._signatures[key].program.sites, words)
 
     def _compile_and_run(self, key: tuple, values: tuple, args: tuple) -> None:
-        runner, program, _, hits = self._compiled(key, values, args)  # compiled before it runs: see _compiled
+        runner, program, _, hits = self._compiled(key, values, args, running=True)  # compiled before it runs
         try:
             status = self._run(key, runner, values)
         except Exception as e:

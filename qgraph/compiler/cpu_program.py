@@ -26,7 +26,7 @@ from .compile_depth import room_to_recurse
 from .compile_gc import rare_collections
 from .cpu_interrupts import SerialTaskInterrupted, chunk_functions, interrupted, thread_functions
 from .cpu_math import cpu_math
-from .llvm_cpu import SerialEmitter
+from .llvm_cpu import FormEmitter, function_listing
 from .random_code import random_functions
 from .toolchain import toolchain_versions_digest
 
@@ -121,13 +121,23 @@ class CpuProgram:
         # to LLVM IR where the emitter covers it (compiler.llvm_cpu), else numba's
         self.serial_runner = None if module.serial_runner is None else \
             adapter.njit(kernel_ns[module.serial_runner], parallel=False, cache=cache, fastmath=fast_math)
-        self._serial_numba = self.serial_runner
-        self._emitter = None if self.serial_runner is None or fast_math or debug is not None else \
-            SerialEmitter(_function_def(module, module.serial_runner), kernel_ns, injected,
-                          {name: (_function_def_in(tree, name), ns)
-                           for (name, tree, _), ns in zip(module.func_codes, namespaces)}, cache_dir,
-                          module.fingerprint + toolchain_versions_digest())
+        self._serial_numba, self._runner_numba = self.serial_runner, self.runner
+        emitted = not fast_math and debug is None
+        funcs = {name: (_function_def_in(tree, name), ns) for (name, tree, _), ns in zip(module.func_codes, namespaces)}
+        key = module.fingerprint + toolchain_versions_digest()
+        self._emitter = None if self.serial_runner is None or not emitted else \
+            FormEmitter(_function_def(module, module.serial_runner), kernel_ns, injected, funcs, cache_dir, key)
+        # the parallel form: the runner and its units, each parallel loop on numba's threads (lang.llvm.parallel)
+        units = {name: (_returning(_function_def(module, name)), kernel_ns) for name in dict(module.units)}
+        self._parallel_emitter = None if not emitted else \
+            FormEmitter(_function_def(module, module.runner), kernel_ns, injected, {**funcs, **units}, cache_dir, key)
         self.module = module  # the generated code, for kernel.inspect
+        self._hands_over = None  # the serial form's size check, run by the interpreter (lang.cpu.serial_form)
+        if module.hands_over is not None:
+            check = ast.Module([_function_def(module, module.hands_over)], [])
+            names = {**injected, "_qg_threads": adapter.thread_count}  # (numba's is an intrinsic)
+            self._hands_over = generated.run_tree(check, src.filename, f"cpu size check of {src.qualname}",
+                                                  _namespace(check, src, names))[module.hands_over]
         # each unit's dispatcher by unit number (one unit and nothing around it: the runner itself)
         self.unit_dispatchers = [compiled[name] for name, _ in module.units] or [self.runner]
 
@@ -135,19 +145,35 @@ class CpuProgram:
     def compile_for(self, values: tuple, serial: bool = False) -> None:
         """Compile the runner (or the serial form's) for the types of `values` (as a call with them
         would) without running it."""
-        if serial and self._emitter is not None:
-            emitted = self._emitter.function_for(values)
-            self.serial_runner = self._serial_numba if emitted is None else emitted
+        emitter = self._emitter if serial else self._parallel_emitter
+        if emitter is not None:
+            emitted = emitter.function_for(values)
+            if serial:
+                self.serial_runner = self._serial_numba if emitted is None else emitted
+            else:
+                self.runner = self._runner_numba if emitted is None else emitted
             if emitted is not None:
                 return
         with rare_collections(), room_to_recurse():  # (compiler.compile_gc, compiler.compile_depth)
             (self.serial_runner if serial else self.runner).compile(adapter.numba_types(values))
+
+    def hands_over(self, values: tuple) -> bool:
+        """Whether the serial form would hand a call with `values` (the runner's) to the parallel form
+        before running any task: such a first call need not compile the serial form."""
+        return self._hands_over is not None and self._hands_over(*values) != 0
 
     def unit_code(self, unit: int, values: tuple) -> tuple[str, str, str | None, str | None, str]:
         """(function name, generated Python, LLVM IR, assembly, why those two are missing) of unit
         `unit` as the runner compiled for `values` calls it."""
         name = self.module.units[unit][0] if self.module.units else self.module.runner
         fdef = _function_def(self.module, name)
+        if self.runner is not self._runner_numba:  # the emitted parallel form (lang.llvm.parallel)
+            code = self._parallel_emitter.code_for(values)
+            if code is None:
+                return name, ast.unparse(fdef) + "\n", None, None, (
+                    "the emitted parallel form's object code came from the compile cache: inspect in a process with "
+                    "an empty QGRAPH_CACHE_DIR to see it")
+            return (name, ast.unparse(fdef) + "\n", *function_listing(code, name), "")
         types = dict(zip([a.arg for a in _function_def(self.module, self.module.runner).args.args],
                          adapter.numba_types(values)))
         block = adapter.numba_types((0,))[0]  # an interchanged loop's block of passes (lang.cpu.loops.pass_block)
@@ -163,13 +189,18 @@ class CpuProgram:
     @property
     def cache_hits(self) -> int:
         """Signatures of the runner loaded from numba's disk cache so far."""
-        hits = sum(sum(r.stats.cache_hits.values()) for r in (self.runner, self._serial_numba) if r is not None)
-        return hits + (0 if self._emitter is None else self._emitter.loaded)
+        hits = sum(sum(r.stats.cache_hits.values()) for r in (self._runner_numba, self._serial_numba) if r is not None)
+        return hits + sum(e.loaded for e in (self._emitter, self._parallel_emitter) if e is not None)
 
     @property
     def serial_emitted(self) -> str | None:
         """Why the serial form was not emitted (None where it was, or where it was never compiled)."""
         return None if self._emitter is None else self._emitter.skipped
+
+    @property
+    def parallel_emitted(self) -> str | None:
+        """Why the parallel form was not emitted (None where it was, or where it was never compiled)."""
+        return None if self._parallel_emitter is None else self._parallel_emitter.skipped
 
 
 def _function_def(module, name: str) -> ast.FunctionDef:
@@ -178,6 +209,14 @@ def _function_def(module, name: str) -> ast.FunctionDef:
 
 def _function_def_in(tree: ast.Module, name: str) -> ast.FunctionDef:
     return next(d for d in tree.body if isinstance(d, ast.FunctionDef) and d.name == name)
+
+
+def _returning(fdef: ast.FunctionDef) -> ast.FunctionDef:
+    """A unit as the emitter takes it: returning a status on every path (its end returns 0, unread; the
+    runner reads the record's words), as an emitted helper returns one type."""
+    return ast.fix_missing_locations(ast.FunctionDef(fdef.name, fdef.args, [*fdef.body, ast.Return(ast.Constant(0))],
+                                                     fdef.decorator_list, fdef.returns, fdef.type_comment,
+                                                     lineno=fdef.lineno, col_offset=fdef.col_offset))
 
 
 def _importable(src: KernelSource) -> bool:

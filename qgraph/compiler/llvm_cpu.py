@@ -51,8 +51,8 @@ class _Engine:
         """What emitted object code depends on besides its source: LLVM and the CPU it was made for."""
         return (repr(self.llvm.llvm_version_info), self.machine.triple, self.cpu, self.features)
 
-    def object_code(self, code: emitted.EntryCode) -> bytes:
-        """The entry's module optimised as numba optimises (O3, loop and SLP vectorisation), as object code."""
+    def optimised(self, code: emitted.EntryCode):
+        """The entry's module optimised as numba optimises (O3, loop and SLP vectorisation)."""
         llvm = self.llvm
         module = llvm.parse_assembly(code.ir)
         module.triple = self.machine.triple
@@ -63,7 +63,10 @@ class _Engine:
         tuning.slp_vectorization = True
         builder = llvm.create_pass_builder(self.machine, tuning)
         builder.getModulePassManager().run(module, builder)
-        return self.machine.emit_object(module)
+        return module
+
+    def object_code(self, code: emitted.EntryCode) -> bytes:
+        return self.machine.emit_object(self.optimised(code))
 
     def link(self, objects: bytes, name: str, symbols: dict) -> int:
         """Load object code whose external symbols name the Python objects `symbols`; its entry's address."""
@@ -167,9 +170,12 @@ def emitter_names(injected: dict) -> dict:
     own primitives where it has them, `calls.Unavailable` for the numba objects it has none for."""
     from ..lang.llvm import calls, runtime
     from ..lang.llvm.kinds import FLOAT32, INT64, UINT64
+    from ..lang.llvm.parallel import PRANGE
+    from ..lang.lower.debug_checks import SIGNAL_ERROR
     from ..lang.lower.lowering import PREFIX
 
-    own = {"_qg_threads": runtime.THREADS, "_qg_i64": calls.Cast(INT64), "_qg_f32": calls.Cast(FLOAT32),
+    own = {"_qg_prange": PRANGE, "_qg_interrupted": runtime.interrupted_primitive(SIGNAL_ERROR),
+           "_qg_threads": runtime.THREADS, "_qg_i64": calls.Cast(INT64), "_qg_f32": calls.Cast(FLOAT32),
            "_qg_u64": calls.Cast(UINT64), "_qg_clock_ns": runtime.CLOCK_NS, "_qg_trip_count": runtime.TRIP_COUNT,
            "_qg_report_fence": runtime.REPORT_FENCE}
     for op in ("add", "sub", "min", "max"):
@@ -185,9 +191,9 @@ def emitter_names(injected: dict) -> dict:
     return names
 
 
-class SerialEmitter:
-    """A kernel's serial form emitted per argument types (numba compiles what it does not cover:
-    `skipped` says why). QGRAPH_EMITTER=0 leaves every serial form to numba; =strict raises an
+class FormEmitter:
+    """A kernel's serial or parallel form emitted per argument types (numba compiles what it does not
+    cover: `skipped` says why). QGRAPH_EMITTER=0 leaves every form to numba; =strict raises an
     emitter's own failure instead of falling back (for qgraph's tests)."""
 
     def __init__(self, fdef, namespace: dict, injected: dict, funcs: dict, cache_dir: str | None,
@@ -206,8 +212,15 @@ class SerialEmitter:
         self.fingerprint = fingerprint
         self.loaded = 0  # functions whose object code came from the disk cache
 
+    def code_for(self, values: tuple):
+        """The emitted code (lang.llvm.module.EntryCode) of the form compiled for `values`' types; None
+        where its object code was loaded from the cache or it was not emitted."""
+        from ..lang.llvm.kinds import of_value
+
+        return self.codes.get(tuple(of_value(v) for v in values))
+
     def function_for(self, values: tuple):
-        """The compiled serial form for `values`' types (a builtin function), or None."""
+        """The compiled form for `values`' types (a builtin function), or None."""
         mode = emitter_mode()
         if mode == OFF:
             self.skipped = "QGRAPH_EMITTER=0"
@@ -230,3 +243,26 @@ class SerialEmitter:
                 raise
             self.skipped = f"the emitter failed: {type(e).__name__}: {e}"
             return None
+
+
+def function_listing(code: emitted.EntryCode, name: str) -> tuple[str, str]:
+    """(LLVM IR as emitted, optimised assembly) of the generated function `name` in `code` and of the
+    parallel loops' chunk functions it calls (lang.llvm.parallel), for kernel.inspect. LLVM inlines a
+    unit into the runner, so its assembly is its chunk functions' where it has them."""
+    import re
+
+    jit = engine()
+    module = jit.llvm.parse_assembly(code.ir)
+    own = code.function_names[name]
+    text = str(module.get_function(own))
+    chunks = sorted(set(re.findall(r'@"?(_qg_chunk_\d+)"?', text)), key=lambda c: int(c.rsplit("_", 1)[1]))
+    ir_text = "\n".join([text] + [str(module.get_function(c)) for c in chunks])
+    assembly = jit.machine.emit_assembly(jit.optimised(code))
+    def section(function: str) -> str | None:
+        found = re.search(rf"^{re.escape(function)}:.*?^\.Lfunc_end\d+:", assembly, re.S | re.M)
+        return None if found is None else found.group(0)
+
+    sections = [found for found in map(section, [own] + chunks) if found is not None]
+    if not sections:  # inlined into the runner: its code is the entry's
+        sections = [f"# {name} is inlined into the runner {code.name}", section(code.name) or ""]
+    return f"; {name}: emitted by qgraph (lang.llvm)\n{ir_text}", "\n".join(sections)

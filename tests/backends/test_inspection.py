@@ -82,9 +82,9 @@ def test_inspect_raises_what_a_call_raises(arch):
         scale_then_add.inspect(qgraph.from_numpy(np.zeros(())), y, 1.0)
 
 
-def test_cpu_inspect_shows_numbas_llvm_and_assembly_of_each_unit(tmp_path, monkeypatch):
-    """A fresh cache directory: this process compiles the units, so numba still holds their IR;
-    after init() the same code comes from numba's disk cache, which keeps none: inspect says so."""
+def test_cpu_inspect_shows_the_llvm_and_assembly_of_each_unit(tmp_path, monkeypatch):
+    """A fresh cache directory: this process emits the units (lang.llvm.parallel), so it holds their
+    IR; after init() the same code comes from the compile cache, which keeps none: inspect says so."""
     monkeypatch.setenv("QGRAPH_CACHE_DIR", str(tmp_path))
     qgraph.init("cpu")
     try:

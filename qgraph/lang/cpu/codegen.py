@@ -42,7 +42,7 @@ from ..types.weak_types import param_type
 from . import loops as cpu_loops
 from .fusion import MAX_UNIT_TASKS, fusable
 from .loops import IndexByCounter, RunnerStatus, counted_loop, flag_value, outer_loop, runner_status, trip_count
-from .serial_form import CHUNK_CHECK, SERIAL_RUNNER, serial_runner, size_check
+from .serial_form import CHUNK_CHECK, HANDS_OVER, SERIAL_RUNNER, serial_runner, size_check
 from .shared_units import shared_units
 
 
@@ -57,6 +57,7 @@ class CpuModule:
     unit_tasks: list[tuple[Task, ...]]  # each unit's tasks, by unit number (the runner records the one running)
     runner_parallel: bool = False  # the runner is the only unit itself, with parallel loops
     serial_runner: str | None = None  # the serial form's function (lang.cpu.serial_form), None without one
+    hands_over: str | None = None  # its size check alone (serial_form.HANDS_OVER), None without one
 
     @property
     def funcs(self) -> list[str]:
@@ -297,12 +298,16 @@ def cpu_module(src: KernelSource, options: KernelOptions = DEFAULT_OPTIONS, kind
         serial_body = runner_body[:1] + serial_defs.pop().body
         runner_body = runner_body[:1] + defs.pop().body
     runner = function_def(RUNNER, list(src.param_names) + [RECORD], runner_body, src.lineno)
-    serial = None
+    serial = hands_over = None
     if options.cpu_serial_below and kinds is not None:
         status = runner_status(RunnerStatus.NEEDS_PARALLEL, -1, len(loops)) if loops \
             else int(RunnerStatus.NEEDS_PARALLEL)
         prologue = [] if not any(parallel for _, parallel in units) and not runner_parallel else \
             size_check(list(zip(src.param_names, kinds)), options.cpu_serial_below, str(status), at)
+        if prologue:
+            counters = [_parse(f"_qg_n{k} = 0", at) for k in range(len(loops))]  # the status tuple reads them
+            check = counters + ast_clone.clone(prologue) + [_parse("return 0", at)]
+            hands_over = function_def(HANDS_OVER, list(src.param_names) + [RECORD], check, src.lineno)
         serial = serial_runner(function_def(RUNNER, list(src.param_names) + [RECORD], serial_body, src.lineno),
                                serial_defs, prologue)
     same = shared_units(defs)  # units of the same code up to names: one function, called with each unit's arguments
@@ -311,7 +316,7 @@ def cpu_module(src: KernelSource, options: KernelOptions = DEFAULT_OPTIONS, kind
         defs = [d for d in defs if same[d.name] == d.name]
         units = [(same[name], parallel) for name, parallel in units]
     defs.append(runner)
-    defs += [serial] if serial is not None else []
+    defs += [d for d in (serial, hands_over) if d is not None]
     func_defs = lower_funcs(symbols)
     # the options that change code (compile flags such as fast math) are part of the fingerprint: numba's
     # cache index does not key on them, so each setting gets symbols and cache entries of its own
@@ -330,7 +335,8 @@ def cpu_module(src: KernelSource, options: KernelOptions = DEFAULT_OPTIONS, kind
     func_codes = [(fdef.name, module_of([fdef]), fsrc) for fdef, _, fsrc in func_defs]
     units = [(renames[name], parallel) for name, parallel in units]
     return CpuModule(module_of(defs), func_codes, units, symbols.atomics, fingerprint,
-                     renames[RUNNER], unit_tasks, runner_parallel, serial and renames[SERIAL_RUNNER])
+                     renames[RUNNER], unit_tasks, runner_parallel, serial and renames[SERIAL_RUNNER],
+                     hands_over and renames[HANDS_OVER])
 
 
 def _parse(code: str, at: ast.AST) -> ast.stmt:

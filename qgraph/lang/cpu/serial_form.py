@@ -19,6 +19,9 @@ from ..front import ast_clone
 from .loops import FIRST_CHUNK_WORK
 
 SERIAL_RUNNER = "_qg_serial"
+# the serial form's size check alone, run by the interpreter before the first call compiles anything:
+# a call the serial form would hand over compiles only the parallel form (backends.cpu)
+HANDS_OVER = "_qg_hands_over"
 # the attribute marking the runner's check after a chunked unit (lang.cpu.codegen): the serial
 # form's tasks run without chunks (a long task checks for Ctrl-C when it ends), so it has none
 CHUNK_CHECK = "_qg_chunk_check"

@@ -92,7 +92,7 @@ def call(fe, node: ast.Call):
     if target is bool:
         return _cast(fe, args, BOOL)
     if target in (min, max):
-        return _min_max(fe, args, "<" if target is min else ">")
+        return min_max(fe, args, "<" if target is min else ">")
     if target is abs:
         return _abs(fe, args)
     if target in _INTRINSIC or target in _EXTERN or target in _ROUND_TO_FLOAT:
@@ -142,7 +142,7 @@ def _cast(fe, args, kind: Scalar) -> Value:
     return Value(convert(fe.builder, value.ir, source, kind), kind)
 
 
-def _min_max(fe, args, sign: str) -> Value:
+def min_max(fe, args, sign: str) -> Value:
     """numba's min/max of numbers: the first argument, replaced by each later one that compares `sign`."""
     if len(args) < 2:
         raise NotEmittable("min/max of fewer than two numbers")
@@ -220,7 +220,9 @@ def _round_to_int(fe, target, args) -> Value:
         return Value(convert(fe.builder, value.ir, kind, INT64), INT64)
     if not kind.is_float:
         raise NotEmittable("rounding a bool")
-    rounded = _extern(fe.builder, _ROUND_TO_INT[target], kind, [value.ir])
+    # LLVM's intrinsic (exact, as the C library's: the same bits) vectorises where a call of floorf does
+    # not; for NVVM _intrinsic gives libdevice's __nv_floor[f] as before
+    rounded = _intrinsic(fe.builder, "llvm." + _ROUND_TO_INT[target], kind, [value.ir])
     return Value(fe.builder.fptosi(rounded, INT64.ir), INT64)
 
 

@@ -140,10 +140,10 @@ class FunctionEmitter(ExpressionEmitter):
         self.builder.position_at_end(head)
         self.builder.cbranch(self.truth(self.expr(stmt.test)), body, after)
         self.builder.position_at_end(body)
-        self._loop_body(stmt.body, head, after)
+        self.loop_body(stmt.body, head, after)
         self.builder.position_at_end(after)
 
-    def _loop_body(self, body: list, next_pass, after) -> None:
+    def loop_body(self, body: list, next_pass, after) -> None:
         """A loop's body: `continue` (and its end) go to block `next_pass`, `break` to `after`."""
         self.loops.append((next_pass, after))
         self.statements(body)
@@ -154,8 +154,12 @@ class FunctionEmitter(ExpressionEmitter):
     def visit_For(self, stmt) -> None:
         """`for v in range(...)` as numba runs it: the trip count first, `v` the last value after it."""
         call = stmt.iter
+        iterable = self.lookup(call.func.id) if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) \
+            and call.func.id not in self.bound and call.func.id not in self.assigned else None
+        if hasattr(iterable, "emit_loop"):  # a loop the target writes itself (lang.llvm.parallel's prange)
+            return iterable.emit_loop(self, stmt)
         if stmt.orelse or not isinstance(stmt.target, ast.Name) or not isinstance(call, ast.Call) or \
-                not isinstance(call.func, ast.Name) or self.lookup(call.func.id) is not range or call.keywords \
+                not isinstance(call.func, ast.Name) or iterable is not range or call.keywords \
                 or not 1 <= len(call.args) <= 3:
             raise NotEmittable("a loop other than for over range()")
         step = 1 if len(call.args) < 3 else literal_int(call.args[2])
@@ -186,8 +190,9 @@ class FunctionEmitter(ExpressionEmitter):
         k = b.load(counter)
         b.cbranch(b.icmp_signed("<", k, count), body, after)
         b.position_at_end(body)
-        self.assign(stmt.target, Value(b.add(start, b.mul(k, step)), INT64))
-        self._loop_body(stmt.body, latch, after)
+        flags = self.owner.range_flags  # start + k * step lies in [start, stop): no signed wrap
+        self.assign(stmt.target, Value(b.add(start, b.mul(k, step, flags=flags), flags=flags), INT64))
+        self.loop_body(stmt.body, latch, after)
         self.builder.position_at_end(latch)
         self.builder.store(self.builder.add(self.builder.load(counter), I64(1)), counter)
         self.builder.branch(head)

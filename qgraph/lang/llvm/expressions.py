@@ -22,7 +22,7 @@ from .kinds import (
     true_division,
     unified,
 )
-from .values import I64, ArrayValue, Value, int_tuple, scalar
+from .values import I64, ArrayValue, Value, int_tuple, known_nonnegative, scalar
 
 _INT_OPS = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.BitAnd: "and_", ast.BitOr: "or_",
             ast.BitXor: "xor", ast.LShift: "shl"}
@@ -124,7 +124,10 @@ class ExpressionEmitter(ast.NodeVisitor):
             kind = scalar(value)
             if not (kind.is_int or kind.kind == "b"):
                 raise NotEmittable("an array indexed by a non-integer")
-            result.append(convert(self.builder, value.ir, kind, INT64))
+            index = convert(self.builder, value.ir, kind, INT64)
+            if kind.kind == "u" and not self.owner.wraps_unsigned_indices and not isinstance(index, ir.Constant):
+                index = known_nonnegative(index)
+            result.append(index)
         return result
 
     def visit_Tuple(self, node) -> Value:

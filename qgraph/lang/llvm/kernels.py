@@ -36,6 +36,8 @@ class KernelModule(EmittedModule):
     """One task kernel's module (one pass of it)."""
 
     views = staticmethod(cuda_dialect.view)
+    wraps_unsigned_indices = True  # CUDA kernels' address arithmetic as before (checked on the GPU host)
+    range_flags = ()
 
     def __init__(self, helpers: dict, settled: dict) -> None:
         super().__init__(helpers, settled)

@@ -36,6 +36,7 @@ class EntryCode:
     argument_types: list  # Scalar or Array per argument
     symbols: dict  # external symbol -> the Python object whose address it is
     function: str  # the generated function's own name (the kernel's serial form)
+    function_names: dict  # a generated function's name -> its LLVM function's (kernel.inspect)
 
 
 def settled_pass(new_module, fdef: ast.FunctionDef, namespace: dict, emit) -> tuple:
@@ -66,7 +67,8 @@ def entry_code(fdef: ast.FunctionDef, namespace: dict, types: list, helpers: dic
                              lambda module, emitter: module.entry(emitter, name, types))
     text = str(module.ir)
     unique = f"{name}_{hashlib.sha256(text.encode()).hexdigest()[:24]}"
-    return EntryCode(text.replace(f'@"{name}"(', f'@"{unique}"('), unique, list(types), module.symbols, fdef.name)
+    return EntryCode(text.replace(f'@"{name}"(', f'@"{unique}"('), unique, list(types), module.symbols, fdef.name,
+                     {**module.function_names, fdef.name: unique})
 
 
 def _c(module: ir.Module, name: str, ret: ir.Type, params: list) -> ir.Function:
@@ -86,6 +88,8 @@ class EmittedModule:
     kernel's in kernels.KernelModule)."""
 
     views = None  # how `a.view(dtype)` is emitted, where the target has it (cuda_dialect.VIEW)
+    wraps_unsigned_indices = False  # numba's CPU getitem adds the extent to negative signed indices only
+    range_flags = ("nsw",)  # a range loop's value cannot wrap: LLVM then knows `j - 1 >= 0` for j in range(1, n)
 
     def __init__(self, helpers: dict, settled: dict) -> None:
         self.ir = ir.Module(name="qgraph")
@@ -94,6 +98,7 @@ class EmittedModule:
         self.tuple_size = None
         self.learnt = False
         self.symbols: dict = {}
+        self.function_names: dict = {}  # a helper's generated name -> its LLVM function's
         self.counter = itertools.count()  # names within the module: the same code gives the same IR
 
     def object(self, obj) -> ir.Value:
@@ -244,6 +249,7 @@ class EmittedModule:
         result = ir.VoidType() if returns is None else returns.ir
         function = ir.Function(self.ir, ir.FunctionType(result, ir_types), f"_qg_helper_{next(self.counter)}")
         function.linkage = "internal"
+        self.function_names[fdef.name] = function.name
         fe = FunctionEmitter(self, fdef, namespace, variables)
         fe.role, fe.result = "helper", returns
         fe.begin(function, {})

@@ -68,15 +68,15 @@ def _clock_ns(fe, args) -> Value:
     return Value(b.add(b.mul(seconds, I64(1_000_000_000)), nanos), INT64)
 
 
-def _c_function(module, name: str, ret, params):
+def c_function(module, name: str, ret, params):
     return module.globals.get(name) or ir.Function(module, ir.FunctionType(ret, params), name)
 
 
 def _release_gil(fe, args) -> Value:
     module, b = fe.builder.module, fe.builder
     state = ir.IntType(8).as_pointer()
-    save = _c_function(module, "PyEval_SaveThread", state, [])
-    restore = _c_function(module, "PyEval_RestoreThread", ir.VoidType(), [state])
+    save = c_function(module, "PyEval_SaveThread", state, [])
+    restore = c_function(module, "PyEval_RestoreThread", ir.VoidType(), [state])
     b.call(restore, [b.call(save, [])])
     return Value(I64(0), INT64)
 
@@ -87,11 +87,11 @@ def signal_check(b: ir.IRBuilder, word_address, slot) -> ir.Value:
     (one left there before is released). `slot(type)`: a stack slot. The i64 1 if it raised. The one
     IR of this check: numba's intrinsic (compiler.cpu_interrupts) and the emitter both write it so."""
     module, obj = b.module, ir.IntType(8).as_pointer()
-    check = _c_function(module, "PyErr_CheckSignals", I32, [])
-    fetch = _c_function(module, "PyErr_Fetch", ir.VoidType(), [obj.as_pointer()] * 3)
-    normalize = _c_function(module, "PyErr_NormalizeException", ir.VoidType(), [obj.as_pointer()] * 3)
-    set_tb = _c_function(module, "PyException_SetTraceback", I32, [obj, obj])
-    decref = _c_function(module, "Py_DecRef", ir.VoidType(), [obj])
+    check = c_function(module, "PyErr_CheckSignals", I32, [])
+    fetch = c_function(module, "PyErr_Fetch", ir.VoidType(), [obj.as_pointer()] * 3)
+    normalize = c_function(module, "PyErr_NormalizeException", ir.VoidType(), [obj.as_pointer()] * 3)
+    set_tb = c_function(module, "PyException_SetTraceback", I32, [obj, obj])
+    decref = c_function(module, "Py_DecRef", ir.VoidType(), [obj])
     raised = b.icmp_signed("!=", b.call(check, []), I32(0))
     with b.if_then(raised, likely=False):
         slots = [slot(obj) for _ in range(3)]

@@ -32,7 +32,9 @@ class ArrayValue:
             raise NotEmittable(f"{len(indices)} indices into a {self.type.ndim}-d array")
         offset = I64(0)
         for index, extent, stride in zip(indices, self.shape, self.strides):
-            if not isinstance(index, ir.Constant) or index.constant < 0:
+            if getattr(index, "known_nonnegative", False):
+                pass  # an unsigned index, used as it is (numba's getitem wraps signed indices only)
+            elif not isinstance(index, ir.Constant) or index.constant < 0:
                 index = builder.select(builder.icmp_signed("<", index, I64(0)), builder.add(index, extent), index)
             offset = builder.add(offset, builder.mul(index, stride))
         element = self.type.dtype
@@ -81,3 +83,9 @@ def scalar(value) -> Scalar:
 
 def int_tuple(values: list) -> Value:
     return Value(list(values), int_tuple_type(len(values)))
+
+
+def known_nonnegative(index: ir.Value) -> ir.Value:
+    """`index` marked as an unsigned integer's (ArrayValue.address does not wrap it around)."""
+    index.known_nonnegative = True
+    return index
