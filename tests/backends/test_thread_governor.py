@@ -167,3 +167,39 @@ def test_a_deterministic_sum_keeps_its_bits_when_a_busy_machine_would_move_it_to
     assert [total(deterministic) for _ in range(3)] == [idle] * 3  # bit for bit
     governed = float_sum.variant()  # its first call, taken as long, runs on one thread
     np.testing.assert_allclose(total(governed), x.sum(), rtol=1e-10, atol=1e-10)
+
+
+class WarmingMachine(Machine):
+    """A Machine whose first call costs `first` seconds (threads woken, new code run)."""
+
+    def __init__(self, many: float, one: float, first: float) -> None:
+        super().__init__(many, one)
+        self.first = first
+
+    def __call__(self, *args):
+        if not self.seen:
+            CLOCK.now += self.first - self.cost[numba.get_num_threads() > 1]
+        super().__call__(*args)
+
+
+def test_a_slow_first_call_does_not_send_a_free_machine_to_one_thread(simulated):
+    """The first call wakes numba's threads and runs the code for the first time (7x a later call):
+    timed, it made one thread look 3x faster, and a free machine ran its next calls on one thread."""
+    machine = WarmingMachine(many=1e-4, one=2.5e-4, first=8e-4)
+    governor = cpu_forms.ThreadGovernor(machine, loops=False)
+    for _ in range(20):
+        governor()
+    assert not governor.one
+    assert machine.seen[1:].count(1) <= cpu_forms.PROBE_CALLS  # one trial of one thread at most
+
+
+@pytest.mark.parametrize("runnable, own, free", [(2, 2, True), (3, 2, False), (3, 1, False), (2, 1, False)])
+def test_this_process_spinning_workers_are_not_another_process_load(monkeypatch, runnable, own, free):
+    """numba's workers stay runnable for milliseconds after a parallel loop: on 2 cores, this thread and a
+    spinning worker (2 runnable, both ours) leave room for 2 threads; a third runnable thread, or a second
+    that is not ours, is another process's."""
+    monkeypatch.setattr(cpu_forms, "_CORES", 2)
+    monkeypatch.setattr(cpu_forms, "_own_runnable", lambda: own)
+    monkeypatch.setattr(cpu_forms, "_LOAD", [cpu_forms.time.perf_counter() + 60, runnable])  # a fresh reading
+    monkeypatch.setattr(cpu_forms, "_OWN", [-1.0, 1])
+    assert cpu_forms.cores_free_for(2) is free

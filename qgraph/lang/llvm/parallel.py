@@ -245,6 +245,8 @@ def emit_parallel_loop(fe, stmt: ast.For) -> None:
     b.store(b.bitcast(env, I8P), b.gep(arg_array, [I64(1)]))
     b.store(I64(1), steps_array)  # the first argument's "pointer" is the thread's first division
     b.store(I64(0), b.gep(steps_array, [I64(1)]))
+    # without the GIL while the threads run, as numba's gufuncs: the chunks never call the interpreter
+    state = b.call(c_function(module.ir, "PyEval_SaveThread", I8P, []), [])
     with b.if_else(b.icmp_signed("==", divisions, I64(1))) as (alone, spread):
         with alone:
             b.store(I64(1), dims_array)
@@ -254,6 +256,7 @@ def emit_parallel_loop(fe, stmt: ast.For) -> None:
             parallel_for = c_function(module.ir, "numba_parallel_for", _VOID, [I8P] * 5 + [I64] * 3)
             b.call(parallel_for, [b.bitcast(chunk, I8P), b.bitcast(arg_array, I8P), b.bitcast(dims_array, I8P),
                                   b.bitcast(steps_array, I8P), I8P(None), I64(0), I64(2), divisions])
+    b.call(c_function(module.ir, "PyEval_RestoreThread", _VOID, [I8P]), [state])
 
     # the partials folded into each reduction variable in division order
     for name, kind in partial_kinds.items():
