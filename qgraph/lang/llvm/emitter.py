@@ -172,6 +172,8 @@ class FunctionEmitter(ExpressionEmitter):
         args = [convert(self.builder, a.ir, a.type, INT64) for a in args]
         start, stop = (I64(0), args[0]) if len(args) == 1 else (args[0], args[1])
         b = self.builder
+        if step in (1, -1) and self.owner.range_flags:
+            return self._unit_step_loop(stmt, start, stop, step)
         if step is None:  # held in a variable: its sign known when the loop starts
             step = args[2]
             count = runtime.trip_count(self, start, stop, step)
@@ -197,6 +199,28 @@ class FunctionEmitter(ExpressionEmitter):
         self.builder.store(self.builder.add(self.builder.load(counter), I64(1)), counter)
         self.builder.branch(head)
         self.builder.position_at_end(after)
+
+    def _unit_step_loop(self, stmt, start, stop, step: int) -> None:
+        """`for v in range(start, stop, ±1)` as C writes it: `v` compared with `stop` and stepped without
+        signed wrap (it cannot pass `stop`), so LLVM knows `v + 1` of `range(1, n - 1)` is a valid index
+        and vectorises `u[i, j + 1]` as a plain load, as numba's loops (a gather before: a 2-D stencil at
+        1.84x numba's time). The same iterations and last value as the trip-count form."""
+        b = self.builder
+        value = ir.IRBuilder(self.entry).alloca(I64, name="range_value")
+        b.store(start, value)
+        head, body, latch, after = (self.function.append_basic_block(n) for n in ("for", "do", "next", "endfor"))
+        b.branch(head)
+        b.position_at_end(head)
+        v = b.load(value)
+        b.cbranch(b.icmp_signed("<" if step > 0 else ">", v, stop), body, after)
+        b.position_at_end(body)
+        self.assign(stmt.target, Value(v, INT64))
+        self.loop_body(stmt.body, latch, after)
+        b = self.builder
+        b.position_at_end(latch)
+        b.store(b.add(b.load(value), I64(step), flags=("nsw",)), value)
+        b.branch(head)
+        b.position_at_end(after)
 
     def visit_Break(self, stmt) -> None:
         if not self.loops:
