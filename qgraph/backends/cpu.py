@@ -154,8 +154,10 @@ class CpuLauncher:
         program, _ = self._prepare(key, args)
         serial = serial and program.serial_runner is not None
         hits = program.cache_hits
-        if serial and running and program.hands_over(self._leaves(key, values) + (self._record,)):
-            return self._parallel_form(key, values), program, self._leaves(key, values), hits
+        if serial and running:
+            leaves = self._leaves(key, values)
+            if program.hands_over(leaves + (self._record,)):
+                return self._parallel_form(key, values), program, leaves, hits
         leaves = self._compile_form(key, values, serial)
         runner = self._form(key, serial)
         if serial:  # until a call of it is timed (backends.cpu_forms)

@@ -258,6 +258,7 @@ def function_listing(code: emitted.EntryCode, name: str) -> tuple[str, str]:
     chunks = sorted(set(re.findall(r'@"?(_qg_chunk_\d+)"?', text)), key=lambda c: int(c.rsplit("_", 1)[1]))
     ir_text = "\n".join([text] + [str(module.get_function(c)) for c in chunks])
     assembly = jit.machine.emit_assembly(jit.optimised(code))
+
     def section(function: str) -> str | None:
         found = re.search(rf"^{re.escape(function)}:.*?^\.Lfunc_end\d+:", assembly, re.S | re.M)
         return None if found is None else found.group(0)

@@ -20,6 +20,7 @@ from llvmlite import ir
 
 from .emitter import MAX_PASSES, FunctionEmitter, UnknownYet
 from .kinds import BOOL, FLOAT32, INT64, Array, NotEmittable, Scalar, Tuple, convert, unified
+from .runtime import c_function
 from .values import I8P, I64, ArrayValue, Value, c_strides
 
 # numpy's PyArrayObject fields after the object head (checked against a live array by compiler.llvm_cpu)
@@ -69,10 +70,6 @@ def entry_code(fdef: ast.FunctionDef, namespace: dict, types: list, helpers: dic
     unique = f"{name}_{hashlib.sha256(text.encode()).hexdigest()[:24]}"
     return EntryCode(text.replace(f'@"{name}"(', f'@"{unique}"('), unique, list(types), module.symbols, fdef.name,
                      {**module.function_names, fdef.name: unique})
-
-
-def _c(module: ir.Module, name: str, ret: ir.Type, params: list) -> ir.Function:
-    return module.globals.get(name) or ir.Function(module, ir.FunctionType(ret, params), name)
 
 
 def symbol_of(obj) -> str:
@@ -144,30 +141,31 @@ class EmittedModule:
         constant = ir.GlobalVariable(self.ir, ir.ArrayType(ir.IntType(8), len(text)), f"_qg_text_{next(self.counter)}")
         constant.initializer = ir.Constant(constant.type.pointee, text)
         constant.global_constant, constant.linkage = True, "internal"
-        b.call(_c(self.ir, "PyErr_SetString", ir.VoidType(), [I8P, I8P]),
+        b.call(c_function(self.ir, "PyErr_SetString", ir.VoidType(), [I8P, I8P]),
                [self.object(error), b.bitcast(constant, I8P)])
 
     def check_array(self, fe, obj: ir.Value, param: str) -> None:
         b = fe.builder
         kind = b.load(b.bitcast(b.gep(obj, [I64(8)]), I8P.as_pointer()))  # ob_type
         with b.if_then(b.icmp_unsigned("!=", kind, self.object(np.ndarray)), likely=False):
-            is_array = b.call(_c(self.ir, "PyObject_IsInstance", I32, [I8P, I8P]), [obj, self.object(np.ndarray)])
+            is_instance = c_function(self.ir, "PyObject_IsInstance", I32, [I8P, I8P])
+            is_array = b.call(is_instance, [obj, self.object(np.ndarray)])
             self.check(fe, b.icmp_signed("!=", is_array, I32(1)), TypeError, f"{param} must be a NumPy array")
 
     def number(self, fe, obj: ir.Value, kind: Scalar) -> ir.Value:
         b = fe.builder
-        occurred = _c(self.ir, "PyErr_Occurred", I8P, [])
+        occurred = c_function(self.ir, "PyErr_Occurred", I8P, [])
         if kind.is_float:
-            value = b.call(_c(self.ir, "PyFloat_AsDouble", ir.DoubleType(), [I8P]), [obj])
+            value = b.call(c_function(self.ir, "PyFloat_AsDouble", ir.DoubleType(), [I8P]), [obj])
             suspect = b.fcmp_ordered("==", value, ir.DoubleType()(-1.0))
             result = b.fptrunc(value, kind.ir) if kind == FLOAT32 else value
         elif kind == BOOL:
-            value = b.call(_c(self.ir, "PyObject_IsTrue", I32, [I8P]), [obj])
+            value = b.call(c_function(self.ir, "PyObject_IsTrue", I32, [I8P]), [obj])
             self.check_error(fe, b.icmp_signed("<", value, I32(0)))
             return b.icmp_signed("!=", value, I32(0))
         else:
             name = "PyLong_AsUnsignedLongLong" if kind.kind == "u" else "PyLong_AsLongLong"
-            value = b.call(_c(self.ir, name, I64, [I8P]), [obj])
+            value = b.call(c_function(self.ir, name, I64, [I8P]), [obj])
             suspect = b.icmp_signed("==", value, I64(-1))
             result = value if kind.bits == 64 else b.trunc(value, kind.ir)
         with b.if_then(suspect, likely=False):
@@ -182,15 +180,15 @@ class EmittedModule:
         b = fe.builder
         if getattr(fe, "role", None) != "entry":
             return self.helper_returned(fe, value)
-        from_int = _c(self.ir, "PyLong_FromLongLong", I8P, [I64])
+        from_int = c_function(self.ir, "PyLong_FromLongLong", I8P, [I64])
         if value is None:
             none = self.object(None)
-            b.call(_c(self.ir, "Py_IncRef", ir.VoidType(), [I8P]), [none])
+            b.call(c_function(self.ir, "Py_IncRef", ir.VoidType(), [I8P]), [none])
             b.ret(none)
         elif isinstance(value, Value) and isinstance(value.type, Tuple) and \
                 all(not k.is_float for k in value.type.items):
-            result = b.call(_c(self.ir, "PyTuple_New", I8P, [I64]), [I64(value.type.size)])
-            set_item = _c(self.ir, "PyTuple_SetItem", I32, [I8P, I64, I8P])
+            result = b.call(c_function(self.ir, "PyTuple_New", I8P, [I64]), [I64(value.type.size)])
+            set_item = c_function(self.ir, "PyTuple_SetItem", I32, [I8P, I64, I8P])
             for k, (item, kind) in enumerate(zip(value.ir, value.type.items)):
                 b.call(set_item, [result, I64(k), b.call(from_int, [convert(b, item, kind, INT64)])])
             b.ret(result)

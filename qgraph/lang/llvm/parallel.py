@@ -138,11 +138,11 @@ def _division_start(b: ir.IRBuilder, n, divisions, d):
     return b.add(b.mul(d, share), b.select(b.icmp_signed("<", d, extra), d, extra))
 
 
-def _counted_loop(fe, b: ir.IRBuilder, start, stop, name: str):
-    """Blocks of `for k in range(start, stop)` at `b`: (k, latch builder callback); the body goes at
-    the builder's position on return, then call the callback."""
+def _counted_loop(entry: ir.Block, b: ir.IRBuilder, start, stop, name: str):
+    """Blocks of `for k in range(start, stop)` at `b` (its counter allocated in block `entry`): (k, a
+    callback closing the loop); the body goes at the builder's position on return, then the callback."""
     function = b.function
-    counter = ir.IRBuilder(fe.entry).alloca(I64, name=name)
+    counter = ir.IRBuilder(entry).alloca(I64, name=name)
     b.store(start, counter)
     head, body, after = (function.append_basic_block(f"{name}_{s}") for s in ("head", "body", "end"))
     b.branch(head)
@@ -209,28 +209,21 @@ def emit_parallel_loop(fe, stmt: ast.For) -> None:
     # the chunk function (numba's gufunc signature): divisions [first, first + count) of the range
     chunk = ir.Function(module.ir, _CHUNK, f"_qg_chunk_{next(module.counter)}")
     chunk.linkage = "internal"
-    cb = ir.IRBuilder(chunk.append_basic_block("entry"))
+    allocas = chunk.append_basic_block("entry")  # (a block of its own: two builders at one block's end clash)
+    cb = ir.IRBuilder(chunk.append_basic_block("body"))
     args, dims = chunk.args[0], chunk.args[1]
     first = cb.ptrtoint(cb.load(args), I64)
     own = cb.bitcast(cb.load(cb.gep(args, [I64(1)])), env_type.as_pointer())
     parts = [cb.load(field(cb, own, j)) for j in range(n_field)]
     total, divisions = cb.load(field(cb, own, n_field)), cb.load(field(cb, own, divisions_field))
     outs = [cb.load(field(cb, own, partials_at[name])) for name in reductions]
-    counter = cb.alloca(I64, name="division")
-    cb.store(first, counter)
-    head, loop, after = (chunk.append_basic_block(s) for s in ("division", "division_body", "division_end"))
-    cb.branch(head)
-    cb.position_at_end(head)
-    d = cb.load(counter)
-    cb.cbranch(cb.icmp_signed("<", d, cb.add(first, cb.load(dims))), loop, after)
-    cb.position_at_end(loop)
+    d, close = _counted_loop(allocas, cb, first, cb.add(first, cb.load(dims)), "division")
     lo = _division_start(cb, total, divisions, d)
     hi = _division_start(cb, total, divisions, cb.add(d, I64(1)))
     cb.call(body_function, parts + [lo, hi] + [cb.gep(out, [I64(0), d]) for out in outs])
-    cb.store(cb.add(d, I64(1)), counter)
-    cb.branch(head)
-    cb.position_at_end(after)
+    close(cb)
     cb.ret_void()
+    ir.IRBuilder(allocas).branch(chunk.basic_blocks[1])
 
     # the call: one division per thread of the calling thread's numba thread count
     b = fe.builder
@@ -260,7 +253,7 @@ def emit_parallel_loop(fe, stmt: ast.For) -> None:
 
     # the partials folded into each reduction variable in division order
     for name, kind in partial_kinds.items():
-        d, close = _counted_loop(fe, b, I64(0), divisions, f"{name}_fold")
+        d, close = _counted_loop(fe.entry, b, I64(0), divisions, f"{name}_fold")
         partial = Value(b.load(b.gep(partials[name], [I64(0), d])), kind)
         current = Value(b.load(fe.slot(name, fe.types[name])), fe.types[name])
         if reductions[name] == "add":
